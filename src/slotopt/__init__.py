@@ -1,0 +1,16 @@
+"""slotopt: the Keras optimizer system on PyTorch tensors, with Keras-exact numerics.
+
+The top-level namespace is the Keras 3 face; ``slotopt.legacy`` is tf.keras's OptimizerV2 line and
+``slotopt.v1`` TF1's ``train.Optimizer`` line. All of them run on the same engine (``slotopt.engine``) and the
+same update kernels (``slotopt.kernels``).
+"""
+
+from . import schedules
+from .optimizer import Optimizer
+from .optimizers.adam import Adam, AdamW
+from .optimizers.sgd import SGD
+from .variables import IndexedSlices, Variable
+
+__version__ = "0.1.0"
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Variable", "IndexedSlices", "schedules"]

@@ -1,0 +1,1 @@
+"""Machinery shared by every optimizer generation: the step pipeline, state, sparse rows, clipping, constants."""

@@ -1,0 +1,44 @@
+"""Gradient clipping by value, per-tensor norm and global norm (spec §1.6, §2.5).
+
+Functions take and return lists of dense tensors and never modify their inputs (the inputs may be the user's
+``.grad`` tensors). Sparse gradients are clipped on their ``values``; the caller unwraps and rewraps them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["clip_by_value", "clip_by_norm", "clip_by_global_norm", "global_norm"]
+
+
+def clip_by_value(grads: Sequence[torch.Tensor], clipvalue: float) -> list[torch.Tensor]:
+    return [torch.clamp(g, -clipvalue, clipvalue) for g in grads]
+
+
+def clip_by_norm(grads: Sequence[torch.Tensor], clipnorm: float) -> list[torch.Tensor]:
+    """``g * c / max(||g||, c)`` per tensor; a zero norm leaves the gradient unchanged."""
+    out = []
+    for g in grads:
+        sq = torch.sum(g * g)
+        norm = torch.where(sq > 0, torch.sqrt(torch.where(sq > 0, sq, torch.ones_like(sq))), sq)
+        out.append((g * clipnorm) / torch.maximum(norm, torch.tensor(clipnorm, dtype=g.dtype, device=g.device)))
+    return out
+
+
+def global_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``sqrt(sum_i sum(g_i ** 2))``, accumulated on the first gradient's device."""
+    device = grads[0].device
+    sums = [torch.sum(g * g).to(device) for g in grads]
+    return torch.sqrt(torch.sum(torch.stack([s.to(sums[0].dtype) for s in sums])))
+
+
+def clip_by_global_norm(grads: Sequence[torch.Tensor], clipnorm: float) -> list[torch.Tensor]:
+    """Scales all gradients by ``c * min(1/N, 1/c)``; a non-finite global norm N makes every gradient NaN."""
+    if not grads:
+        return []
+    norm = global_norm(grads)
+    scale = clipnorm * torch.minimum(1.0 / norm, torch.tensor(1.0 / clipnorm, dtype=norm.dtype,
+                                                                device=norm.device)) + (norm - norm)
+    return [g * scale.to(device=g.device, dtype=g.dtype) for g in grads]

@@ -1,0 +1,55 @@
+"""How a Python hyperparameter becomes a number in the variable's dtype.
+
+TensorFlow rounds constants in two ways, and the difference is visible in the results (spec §0.4):
+
+* a Python float used directly in an op is rounded once to the variable's dtype (``literal``);
+* a hyperparameter that is first turned into a tensor (Keras 3 ``ops.cast`` on the TF backend, every tf.keras
+  legacy ``_set_hyper`` value, every TF1 ``convert_to_tensor``) is rounded to float32 first and then cast to the
+  variable's dtype (``cast``). This only changes float64 variables.
+
+``d_form`` and ``f_form`` are the two ways ``1 - beta`` is computed. All results are Python floats that hold the
+exact value of the rounded constant, so passing them to ``torch._foreach_*`` ops introduces no further rounding.
+Everything is computed on CPU scalars: no device synchronisation on the hot path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["literal", "cast", "d_form", "f_form", "power", "evaluate"]
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def literal(x: float, dtype: torch.dtype) -> float:
+    """``x`` rounded once to ``dtype``."""
+    if dtype == torch.float64:
+        return float(x)
+    return torch.tensor(float(x), dtype=dtype).item()
+
+
+def cast(x: float, dtype: torch.dtype) -> float:
+    """``x`` rounded to float32 (TensorFlow's default for a Python float), then to ``dtype``."""
+    x32 = torch.tensor(float(x), dtype=torch.float32).item()
+    return literal(x32, dtype) if dtype in _HALF else x32
+
+
+def d_form(beta: float, dtype: torch.dtype) -> float:
+    """``1 - beta`` computed in float64, then rounded once to ``dtype`` (Keras 3 Adam, Lamb, RMSprop, ...)."""
+    return literal(1.0 - float(beta), dtype)
+
+
+def f_form(beta: float, dtype: torch.dtype) -> float:
+    """``1 - cast(beta)`` computed in ``dtype`` (tf.keras legacy, Keras 3 Nadam/Lion, TF1)."""
+    one = torch.tensor(1.0, dtype=dtype)
+    return (one - torch.tensor(cast(beta, dtype), dtype=dtype)).item()
+
+
+def power(base: float, exponent: float, dtype: torch.dtype) -> float:
+    """``base ** exponent`` evaluated in ``dtype`` (both operands already rounded to it)."""
+    return torch.pow(torch.tensor(base, dtype=dtype), torch.tensor(exponent, dtype=dtype)).item()
+
+
+def evaluate(fn, dtype: torch.dtype, *values: float) -> float:
+    """Evaluates ``fn`` on 0-dim tensors of ``dtype`` so every intermediate is rounded as in the reference."""
+    return fn(*(torch.tensor(v, dtype=dtype) for v in values)).item()

@@ -1,0 +1,273 @@
+"""``OptimizerCore``: variables, slots, grouping and gradient intake shared by every generation.
+
+A face (Keras 3, legacy, TF1) subclasses this and overrides the stage methods that ``run_step`` calls. The core
+owns no algorithm: it keeps track of the variables it was given, stores their state ("slots") keyed by the
+variable's position, groups variables by (device, dtype) for multi-tensor kernels, normalises gradients
+(torch sparse COO → ``IndexedSlices``) and validates them before anything changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Callable, Optional, Union
+
+import torch
+from torch import nn
+
+from ..variables import IndexedSlices, as_indexed_slices, is_sparse, named_variables, variable_name
+from . import sparse as sparse_rows
+
+__all__ = ["OptimizerCore", "Pairs", "Pair"]
+
+Pair = tuple[Any, torch.Tensor]
+Pairs = Iterable[Pair]
+
+_FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class OptimizerCore:
+    """Shared machinery; not used directly (see ``slotopt.Optimizer``, ``slotopt.legacy.Optimizer``, ...)."""
+
+    #: Whether the multi-tensor (``torch._foreach_*``) path runs over whole (device, dtype) groups.
+    foreach: bool = True
+
+    def _init_core(self) -> None:
+        self._vars: list[torch.Tensor] = []
+        self._var_names: list[str] = []
+        self._var_index: dict[int, int] = {}
+        self._slots: dict[str, dict[int, torch.Tensor]] = {}
+        self._group_cache: dict[tuple[int, ...], list[list[int]]] = {}
+
+    # ----------------------------------------------------------------------------------------- variables
+    def _register(self, variables: Any) -> list[int]:
+        """Adds variables (a module, tensors or (name, tensor) pairs) and returns their positions."""
+        positions = []
+        for name, var in named_variables(variables):
+            pos = self._var_index.get(id(var))
+            if pos is None:
+                pos = len(self._vars)
+                self._vars.append(var)
+                self._var_names.append(name)
+                self._var_index[id(var)] = pos
+            positions.append(pos)
+        return positions
+
+    def _position(self, var: torch.Tensor) -> Optional[int]:
+        return self._var_index.get(id(var))
+
+    def _name_of(self, var: torch.Tensor) -> str:
+        pos = self._position(var)
+        return self._var_names[pos] if pos is not None else variable_name(var, "variable")
+
+    # ----------------------------------------------------------------------------------------- slots
+    def _set_slot(self, slot_name: str, pos: int, tensor: torch.Tensor) -> None:
+        self._slots.setdefault(slot_name, {})[pos] = tensor
+
+    def _get_slot(self, slot_name: str, pos: int) -> Optional[torch.Tensor]:
+        return self._slots.get(slot_name, {}).get(pos)
+
+    def _slot_lists(self, names: Sequence[str], positions: Sequence[int]) -> dict[str, list[torch.Tensor]]:
+        return {n: [self._slots[n][p] for p in positions] for n in names}
+
+    # ----------------------------------------------------------------------------------------- grouping
+    def _groups(self, positions: Sequence[int]) -> list[list[int]]:
+        """Positions split into (device, dtype) groups, or one group per variable when ``foreach`` is off."""
+        key = tuple(positions)
+        cached = self._group_cache.get(key)
+        if cached is not None:
+            return cached
+        if not self.foreach:
+            groups = [[p] for p in positions]
+        else:
+            by_kind: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+            for p in positions:
+                v = self._vars[p]
+                by_kind.setdefault((v.device, v.dtype), []).append(p)
+            groups = list(by_kind.values())
+        if len(self._group_cache) > 64:
+            self._group_cache.clear()
+        self._group_cache[key] = groups
+        return groups
+
+    # ----------------------------------------------------------------------------------------- gradients
+    @staticmethod
+    def _check_gradient(grad: Any, var: torch.Tensor, where: str) -> Any:
+        """Converts a gradient to a dense tensor or ``IndexedSlices`` and checks it fits ``var``; raises if not."""
+        if grad is None:
+            return None
+        if is_sparse(grad):
+            grad = as_indexed_slices(grad)
+            values = grad.values
+            if tuple(values.shape[1:]) != tuple(var.shape[1:]) or var.dim() == 0:
+                raise ValueError(
+                    f"Sparse gradient rows of shape {tuple(values.shape[1:])} do not fit variable {where} of "
+                    f"shape {tuple(var.shape)}."
+                )
+            if grad.indices.numel() and (
+                int(grad.indices.min()) < 0 or int(grad.indices.max()) >= var.shape[0]
+            ):
+                raise ValueError(
+                    f"Sparse gradient indices for variable {where} must be in [0, {var.shape[0]}). "
+                    f"Received: indices={grad.indices.tolist()[:20]}"
+                )
+        else:
+            if not isinstance(grad, torch.Tensor):
+                try:
+                    grad = torch.as_tensor(grad, dtype=var.dtype, device=var.device)
+                except (TypeError, ValueError, RuntimeError) as err:
+                    raise TypeError(
+                        f"Gradient for variable {where} must be a tensor, an IndexedSlices or None. "
+                        f"Received: {grad!r}"
+                    ) from err
+            if grad.shape != var.shape:
+                raise ValueError(
+                    f"Gradient for variable {where} has shape {tuple(grad.shape)}, which does not match the "
+                    f"variable's shape {tuple(var.shape)}."
+                )
+            values = grad
+        if values.dtype not in _FLOAT_TYPES:
+            raise ValueError(
+                f"Gradient for variable {where} must be a floating-point tensor. Received: dtype={values.dtype}"
+            )
+        if var.dtype not in _FLOAT_TYPES:
+            raise ValueError(
+                f"Variable {where} has dtype {var.dtype}; only float16, bfloat16, float32 and float64 "
+                "variables can be optimized."
+            )
+        if values.device != var.device:
+            raise ValueError(
+                f"Gradient for variable {where} is on {values.device} but the variable is on {var.device}."
+            )
+        return grad
+
+    @staticmethod
+    def _dense(grad: Any, var: torch.Tensor) -> torch.Tensor:
+        """The dense gradient in the variable's dtype (duplicates of a sparse gradient summed)."""
+        if isinstance(grad, IndexedSlices):
+            return sparse_rows.densify(grad, var)
+        return grad if grad.dtype == var.dtype else grad.to(var.dtype)
+
+    # ----------------------------------------------------------------------------------------- torch API
+    def _default_variables(self) -> list[torch.Tensor]:
+        return [v for v in self._vars if v.requires_grad]
+
+    def _grads_from_dot_grad(self) -> list[tuple[Any, torch.Tensor]]:
+        variables = self._default_variables()
+        if not variables:
+            raise ValueError(
+                "`step()` needs variables: pass `params=` when constructing the optimizer or call "
+                "`optimizer.build(variables)` first."
+            )
+        return [(v.grad, v) for v in variables]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clears the ``.grad`` of every variable this optimizer tracks (PyTorch convention)."""
+        for v in self._vars:
+            if v.grad is None:
+                continue
+            if set_to_none:
+                v.grad = None
+            else:
+                if v.grad.grad_fn is not None:
+                    v.grad.detach_()
+                else:
+                    v.grad.requires_grad_(False)
+                v.grad.zero_()
+
+    @staticmethod
+    def _gradients_of(
+        loss: Union[Callable[[], torch.Tensor], torch.Tensor],
+        variables: Sequence[torch.Tensor],
+        grad_loss: Optional[torch.Tensor] = None,
+    ) -> list[Optional[torch.Tensor]]:
+        """Gradients of ``loss`` (a no-argument callable or a tensor with a graph); ``None`` where unused."""
+        if callable(loss) and not isinstance(loss, torch.Tensor):
+            with torch.enable_grad():
+                value = loss()
+        else:
+            value = loss
+        if not isinstance(value, torch.Tensor) or value.grad_fn is None:
+            raise ValueError(
+                "`loss` must be a no-argument callable returning a tensor, or a tensor with a graph "
+                f"(computed from the variables with autograd on). Received: {loss!r}"
+            )
+        trainable = [v for v in variables if v.requires_grad]
+        grads = torch.autograd.grad(value, trainable, grad_outputs=grad_loss, allow_unused=True)
+        by_id = {id(v): g for v, g in zip(trainable, grads)}
+        return [by_id.get(id(v)) for v in variables]
+
+    @staticmethod
+    def _resolve_var_list(var_list: Any) -> list[torch.Tensor]:
+        if callable(var_list) and not isinstance(var_list, (nn.Module, torch.Tensor)):
+            var_list = var_list()
+        return [v for _, v in named_variables(var_list)]
+
+    # ----------------------------------------------------------------------------------------- constraints
+    def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
+        for _, var in pairs:
+            constraint = getattr(var, "constraint", None)
+            if constraint is not None:
+                with torch.no_grad():
+                    var.copy_(constraint(var))
+
+    def _update_touched_rows(
+        self,
+        var: torch.Tensor,
+        grad: IndexedSlices,
+        slots: Sequence[torch.Tensor],
+        update: Callable[[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]], None],
+        deduplicate: bool = True,
+    ) -> None:
+        """Runs ``update([rows of var], [row gradients], [rows of each slot])`` on the touched rows only.
+
+        Time and memory are proportional to the number of touched rows, whatever the size of the table.
+        """
+        if deduplicate:
+            rows, values = sparse_rows.deduplicate(grad)
+        else:
+            rows, values = grad.indices, grad.values
+        targets = [var, *slots]
+        gathered = sparse_rows.gather_rows(targets, rows)
+        update(gathered[:1], [values.to(var.dtype)], gathered[1:])
+        sparse_rows.scatter_rows(targets, rows, gathered)
+
+    @staticmethod
+    def _reject_sparse_constraints(pairs: Sequence[Pair], message: Callable[[Any, Any], str]) -> None:
+        for grad, var in pairs:
+            if isinstance(grad, IndexedSlices) and getattr(var, "constraint", None) is not None:
+                raise RuntimeError(message(grad, var.constraint))
+
+    # ----------------------------------------------------------------------------------------- stages
+    # Defaults are the identity; each face overrides what its generation does (see engine/pipeline.py).
+    def _prepare_pairs(self, grads_and_vars: Pairs, **options: Any) -> Optional[list[Pair]]:
+        raise NotImplementedError
+
+    def _empty_step_result(self) -> Any:
+        return None
+
+    def _drop_missing_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        return [(g, v) for g, v in pairs if g is not None]
+
+    def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        return pairs
+
+    def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
+        return pairs
+
+    def _aggregate_gradients(self, pairs: list[Pair], **options: Any) -> list[Pair]:
+        return pairs
+
+    def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        return pairs
+
+    def _apply_weight_decay(self, pairs: list[Pair]) -> None:
+        return None
+
+    def _apply_updates(self, pairs: list[Pair]) -> None:
+        raise NotImplementedError
+
+    def _update_moving_averages(self) -> None:
+        return None
+
+    def _finish_step(self, pairs: list[Pair], **options: Any) -> Any:
+        return None

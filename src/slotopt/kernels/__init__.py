@@ -1,0 +1,8 @@
+"""Update rules written once, as functions over lists of tensors.
+
+Every kernel takes the variables, their gradients and their state as parallel lists, plus hyperparameters that
+the calling face has already rounded the way its generation rounds them (see ``slotopt.engine.constants``).
+Called with one-element lists it is the per-tensor path; with a whole (device, dtype) group it is the
+multi-tensor path. Kernels only use ``torch._foreach_*`` ops, evaluated in the order of the reference libraries,
+with no fused multiply-adds, so results match Keras/TensorFlow bit for bit where the spec says they can.
+"""

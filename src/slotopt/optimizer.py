@@ -1,0 +1,695 @@
+"""The Keras 3 ``Optimizer`` face: Keras's contract, run by the shared pipeline (``engine/pipeline.py``)."""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import torch
+
+from . import schedules as schedules_module
+from .engine import clipping
+from .engine import constants as K
+from .engine.core import OptimizerCore, Pair, Pairs
+from .engine.pipeline import run_step
+from .variables import IndexedSlices, Variable, named_variables
+
+__all__ = ["Optimizer"]
+
+LearningRate = Union[float, schedules_module.LearningRateSchedule, Callable[[], Any]]
+
+_name_counts: dict[str, int] = {}
+
+
+def _snake_case(name: str) -> str:
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def _unique_name(class_name: str) -> str:
+    base = _snake_case(class_name)
+    count = _name_counts.get(base, 0)
+    _name_counts[base] = count + 1
+    return base if count == 0 else f"{base}_{count}"
+
+
+def _initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, device: Any) -> torch.Tensor:
+    if isinstance(initializer, str):
+        if initializer == "zeros":
+            return torch.zeros(tuple(shape), dtype=dtype, device=device)
+        if initializer == "ones":
+            return torch.ones(tuple(shape), dtype=dtype, device=device)
+        raise ValueError(f"Unknown initializer: {initializer!r}. Use 'zeros', 'ones', a number or a callable.")
+    if callable(initializer):
+        return torch.as_tensor(initializer(tuple(shape), dtype), dtype=dtype, device=device)
+    return torch.full(tuple(shape), float(initializer), dtype=dtype, device=device)
+
+
+class Optimizer(OptimizerCore):
+    """The Keras 3 optimizer base class, on PyTorch tensors.
+
+    A custom optimizer overrides ``build`` (to create its state with ``add_variable_from_reference``) and
+    ``update_step(gradient, variable, learning_rate)``; everything else (clipping, weight decay, gradient
+    accumulation, loss-scale unscaling, constraints, EMA, ``iterations``) comes from the base class.
+
+    Args:
+        learning_rate: a float, a ``LearningRateSchedule`` or a no-argument callable.
+        weight_decay: decoupled weight decay ``w -= w * weight_decay * lr`` before each update.
+        clipnorm / clipvalue / global_clipnorm: gradient clipping (at most one; a value <= 0 disables it).
+        use_ema / ema_momentum / ema_overwrite_frequency: exponential moving average of the variables.
+        loss_scale_factor: gradients are divided by it (``scale_loss`` multiplies the loss by it).
+        gradient_accumulation_steps: average gradients over this many calls before each update.
+        name: defaults to a unique snake-case name such as ``"adam_1"``.
+        params: variables to build on right away (a module, tensors or ``(name, tensor)`` pairs), so that
+            ``step()`` can apply their ``.grad``.
+        foreach: run each update over whole (device, dtype) groups with ``torch._foreach_*`` (default True).
+
+    Example:
+        >>> import torch, slotopt
+        >>> class PlainSGD(slotopt.Optimizer):
+        ...     def update_step(self, gradient, variable, learning_rate):
+        ...         self.assign_sub(variable, gradient * learning_rate)
+        >>> w = slotopt.Variable(torch.ones(2), name="w")
+        >>> opt = PlainSGD(learning_rate=0.5)
+        >>> int(opt.apply_gradients([(torch.ones(2), w)]))
+        1
+        >>> w.tolist()
+        [0.5, 0.5]
+    """
+
+    #: Names of the per-variable state a built-in optimizer's kernel reads, in kernel argument order.
+    _kernel_slots: tuple[str, ...] = ()
+    #: Built-ins whose update leaves a row with zero gradient untouched may update sparse rows in place.
+    _sparse_rows_independent: bool = False
+
+    def __init__(
+        self,
+        learning_rate: LearningRate,
+        weight_decay: Optional[float] = None,
+        clipnorm: Optional[float] = None,
+        clipvalue: Optional[float] = None,
+        global_clipnorm: Optional[float] = None,
+        use_ema: bool = False,
+        ema_momentum: float = 0.99,
+        ema_overwrite_frequency: Optional[int] = None,
+        loss_scale_factor: Optional[float] = None,
+        gradient_accumulation_steps: Optional[int] = None,
+        name: Optional[str] = None,
+        *,
+        params: Any = None,
+        foreach: Optional[bool] = None,
+        **kwargs: Any,
+    ) -> None:
+        self._init_core()
+        if "decay" in kwargs:
+            if kwargs.pop("decay") is not None:
+                warnings.warn("Argument `decay` is no longer supported and will be ignored.", stacklevel=2)
+        if kwargs:
+            raise ValueError(f"Argument(s) not recognized: {kwargs}")
+        if gradient_accumulation_steps and not (
+            isinstance(gradient_accumulation_steps, int) and gradient_accumulation_steps >= 2
+        ):
+            raise ValueError(
+                "`gradient_accumulation_steps` must be an integer >= 2. "
+                f"Received: gradient_accumulation_steps={gradient_accumulation_steps}"
+            )
+        if use_ema:
+            if not 0 <= ema_momentum <= 1:
+                raise ValueError(f"`ema_momentum` must be in the range [0, 1]. Received: ema_momentum={ema_momentum}")
+            if ema_overwrite_frequency and (
+                not isinstance(ema_overwrite_frequency, int) or ema_overwrite_frequency < 1
+            ):
+                raise ValueError(
+                    "`ema_overwrite_frequency` must be an integer >= 1 or None. "
+                    f"Received: ema_overwrite_frequency={ema_overwrite_frequency}"
+                )
+        if sum(x is not None for x in (clipnorm, clipvalue, global_clipnorm)) > 1:
+            raise ValueError(
+                "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. "
+                f"Received: clipnorm={clipnorm}, clipvalue={clipvalue}, global_clipnorm={global_clipnorm}"
+            )
+        if weight_decay is not None and (not isinstance(weight_decay, (int, float)) or weight_decay < 0):
+            raise ValueError(f"Argument `weight_decay` must be a float >= 0. Received: weight_decay={weight_decay}")
+        if loss_scale_factor is not None and not loss_scale_factor > 0:
+            raise ValueError(f"Argument `loss_scale_factor` must be > 0. Received: loss_scale_factor={loss_scale_factor}")
+        self.name = name if name else _unique_name(type(self).__name__)
+        self.weight_decay = weight_decay
+        self.clipnorm = clipnorm
+        self.clipvalue = clipvalue
+        self.global_clipnorm = global_clipnorm
+        self.use_ema = use_ema
+        self.ema_momentum = ema_momentum
+        self.ema_overwrite_frequency = ema_overwrite_frequency
+        self.loss_scale_factor = loss_scale_factor
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        if foreach is not None:
+            self.foreach = bool(foreach)
+        self.built = False
+        self._variables: list[Variable] = []
+        self._trainable_positions: list[int] = []
+        self._exclude_ids: set[int] = set()
+        self._exclude_pattern: Optional[re.Pattern[str]] = None
+        self._pending_state: Optional[list[torch.Tensor]] = None
+        self._iterations = self._own_variable(torch.zeros((), dtype=torch.int64), "iteration")
+        self._learning_rate = self._build_learning_rate(learning_rate)
+        if params is not None:
+            self.build(params)
+
+    # ------------------------------------------------------------------------------------------ variables
+    def _own_variable(self, value: torch.Tensor, name: str) -> Variable:
+        var = Variable(value, name=name, trainable=False)
+        var._variable_path = f"{self.name}/{name}"
+        self._variables.append(var)
+        return var
+
+    def _build_learning_rate(self, learning_rate: Any) -> Any:
+        if isinstance(learning_rate, schedules_module.LearningRateSchedule) or callable(learning_rate):
+            return learning_rate
+        if isinstance(learning_rate, torch.Tensor) and learning_rate.dim() == 0 and learning_rate.is_floating_point():
+            learning_rate = float(learning_rate)
+        if not isinstance(learning_rate, float):
+            raise ValueError(
+                "Argument `learning_rate` should be float, or an instance of LearningRateSchedule, or a callable "
+                "(that takes in the current iteration value and returns the corresponding learning rate value). "
+                f"Received instead: learning_rate={learning_rate}"
+            )
+        if not (learning_rate >= 0 and math.isfinite(learning_rate)):
+            raise ValueError(f"Argument `learning_rate` must be a finite float >= 0. Received: learning_rate={learning_rate}")
+        return self._own_variable(torch.tensor(learning_rate, dtype=torch.float32), "learning_rate")
+
+    @property
+    def variables(self) -> list[Variable]:
+        """Every optimizer variable, in Keras order: iteration, learning_rate, averages, accumulators, slots."""
+        self._restore_pending_state()
+        return list(self._variables)
+
+    @property
+    def iterations(self) -> torch.Tensor:
+        """Number of updates applied (calls divided by ``gradient_accumulation_steps`` when accumulating)."""
+        if self.gradient_accumulation_steps:
+            return torch.div(self._iterations, self.gradient_accumulation_steps, rounding_mode="floor")
+        return self._iterations
+
+    @iterations.setter
+    def iterations(self, value: Any) -> None:
+        self._iterations.assign(int(value))
+
+    @property
+    def learning_rate(self) -> Any:
+        lr = self._learning_rate
+        if isinstance(lr, schedules_module.LearningRateSchedule):
+            return lr(self._iterations)
+        if isinstance(lr, Variable):
+            return lr
+        return lr()
+
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        current = self._learning_rate
+        if isinstance(value, schedules_module.LearningRateSchedule) or callable(value):
+            if isinstance(current, Variable):
+                self._variables = [v for v in self._variables if v is not current]
+            self._learning_rate = value
+            return
+        if isinstance(current, schedules_module.LearningRateSchedule):
+            raise TypeError(
+                "This optimizer was created with a `LearningRateSchedule` object as its `learning_rate` constructor "
+                "argument, hence its learning rate is not settable. If you need the learning rate to be settable, "
+                "you should instantiate the optimizer with a float `learning_rate` argument."
+            )
+        value = float(value)
+        if not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"Argument `learning_rate` must be a finite float >= 0. Received: learning_rate={value}")
+        if isinstance(current, Variable):
+            current.assign(value)
+        else:  # a callable was set before: go back to a variable at its old place
+            self._learning_rate = self._own_variable(torch.tensor(value, dtype=torch.float32), "learning_rate")
+            self._variables.insert(1, self._variables.pop())
+
+    @property
+    def lr(self) -> Any:
+        return self.learning_rate
+
+    @lr.setter
+    def lr(self, value: Any) -> None:
+        self.learning_rate = value
+
+    def _learning_rate_value(self) -> float:
+        """This step's learning rate as a float32 number (Keras keeps it in a float32 variable)."""
+        lr = self.learning_rate
+        value = float(lr.detach().cpu()) if isinstance(lr, torch.Tensor) else float(lr)
+        return K.cast(value, torch.float32)
+
+    def add_variable(
+        self,
+        shape: Sequence[int],
+        initializer: Any = "zeros",
+        dtype: Optional[torch.dtype] = None,
+        aggregation: str = "none",
+        name: Optional[str] = None,
+        device: Any = None,
+    ) -> Variable:
+        """Creates and tracks an optimizer variable (dtype defaults to float32)."""
+        dtype = dtype or torch.float32
+        var = self._own_variable(_initial_value(initializer, shape, dtype, device), name or "variable")
+        return var
+
+    def add_variable_from_reference(
+        self, reference_variable: torch.Tensor, name: Optional[str] = None, initializer: Any = "zeros"
+    ) -> Variable:
+        """Creates a variable with the shape, dtype and device of ``reference_variable``, named after it."""
+        ref_name = self._name_of(reference_variable).replace("/", "_").replace(":", "_")
+        value = _initial_value(initializer, reference_variable.shape, reference_variable.dtype,
+                               reference_variable.device)
+        var = self._own_variable(value, f"{ref_name}_{name}")
+        pos = self._position(reference_variable)
+        if pos is not None and name is not None:
+            self._set_slot(name, pos, var)
+        return var
+
+    def add_optimizer_variables(
+        self, trainable_variables: Sequence[torch.Tensor], name: Union[str, Sequence[str]], initializer: Any = "zeros"
+    ) -> Any:
+        """One variable per name for each trainable variable, interleaved per variable (Keras order)."""
+        names = [name] if isinstance(name, str) else list(name)
+        lists: list[list[Variable]] = [[] for _ in names]
+        for var in trainable_variables:
+            for i, n in enumerate(names):
+                lists[i].append(self.add_variable_from_reference(var, n, initializer))
+        return lists[0] if isinstance(name, str) else lists
+
+    # ------------------------------------------------------------------------------------------ build
+    def build(self, variables: Any) -> None:
+        """Creates the optimizer state for ``variables`` (a module, tensors or ``(name, tensor)`` pairs)."""
+        if self.built:
+            return
+        self._trainable_positions = self._register(variables)
+        trainable = self._trainable_variables
+        if self.use_ema:
+            self._model_variables_moving_average = self.add_optimizer_variables(trainable, "average")
+        if self.gradient_accumulation_steps:
+            self._accumulated_gradients = self.add_optimizer_variables(trainable, "gradient_accumulator")
+        self.built = True
+
+    @property
+    def _trainable_variables(self) -> list[torch.Tensor]:
+        return [self._vars[p] for p in self._trainable_positions]
+
+    # ------------------------------------------------------------------------------------------ apply
+    def apply(self, grads: Sequence[Any], trainable_variables: Optional[Sequence[torch.Tensor]] = None) -> None:
+        """Applies one step of ``grads`` to ``trainable_variables`` (default: the variables built on)."""
+        grads = list(grads)
+        if trainable_variables is None:
+            if not self.built:
+                raise ValueError(
+                    "When passing `grads` without `variables`, the optimizer must already be built on a list of "
+                    "variables. Call `optimizer.build(trainable_variables)` first. "
+                )
+            if len(grads) != len(self._trainable_positions):
+                raise ValueError(
+                    "When passing `grads` as a list of gradient tensors, the gradients must match "
+                    f"`optimizer.variables` one-to-on. Received a list of {len(grads)} gradients, but the "
+                    f"optimizer is tracking {len(self._trainable_positions)} trainable variables."
+                )
+            trainable_variables = self._trainable_variables
+        else:
+            trainable_variables = [v for _, v in named_variables(trainable_variables)] if not isinstance(
+                trainable_variables, (list, tuple)) else list(trainable_variables)
+            if len(grads) != len(trainable_variables):
+                raise ValueError(
+                    f"Received {len(grads)} gradients for {len(trainable_variables)} variables; "
+                    "`grads` and `trainable_variables` must have the same length."
+                )
+        run_step(self, list(zip(grads, trainable_variables)))
+
+    def apply_gradients(self, grads_and_vars: Pairs) -> torch.Tensor:
+        """Applies ``(gradient, variable)`` pairs and returns ``iterations``."""
+        pairs = list(grads_and_vars)
+        self.apply([g for g, _ in pairs], [v for _, v in pairs])
+        return self._iterations
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """PyTorch style: applies the ``.grad`` of the variables given at construction or to ``build``."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        pairs = self._grads_from_dot_grad()
+        if any(g is not None for g, _ in pairs):
+            with torch.no_grad():
+                run_step(self, pairs)
+        return loss
+
+    def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> torch.Tensor:
+        """Computes the gradients of ``loss`` (callable or tensor with a graph) for ``var_list`` and applies them."""
+        variables = self._resolve_var_list(var_list)
+        if not self.built:
+            self.build(var_list if not callable(var_list) or isinstance(var_list, torch.nn.Module) else variables)
+        grads = self._gradients_of(loss, variables)
+        return self.apply_gradients(zip(grads, variables))
+
+    def scale_loss(self, loss: Any) -> Any:
+        """``loss * loss_scale_factor`` when a factor is set (gradients are divided by it in ``apply``)."""
+        return loss * self.loss_scale_factor if self.loss_scale_factor is not None else loss
+
+    # ------------------------------------------------------------------------------------------ stages
+    def _prepare_pairs(self, grads_and_vars: Pairs, **options: Any) -> Optional[list[Pair]]:
+        pairs = list(grads_and_vars)
+        if not pairs:
+            return None
+        checked = [(self._check_gradient(g, v, self._name_of(v)), v) for g, v in pairs]
+        if self.built:
+            for _, v in checked:
+                if self._position(v) is None or self._position(v) not in self._trainable_set:
+                    raise ValueError(
+                        f"Unknown variable: {self._name_of(v)}. This optimizer can only be called for the variables "
+                        "it was originally built with. When working with a new set of variables, you should "
+                        "recreate a new optimizer instance."
+                    )
+        if all(g is None for g, _ in checked):
+            raise ValueError("No gradients provided for any variable.")
+        if not self.built:
+            self.build([v for _, v in checked])
+        self._restore_pending_state()
+        missing = [self._name_of(v) for g, v in checked if g is None]
+        if missing:
+            warnings.warn(
+                f"Gradients do not exist for variables {missing} when minimizing the loss. If using "
+                "`model.compile()`, did you forget to provide a `loss` argument?",
+                stacklevel=4,
+            )
+        return checked
+
+    @property
+    def _trainable_set(self) -> set[int]:
+        cached = getattr(self, "_trainable_set_cache", None)
+        if cached is None or cached[0] != len(self._trainable_positions):
+            cached = (len(self._trainable_positions), set(self._trainable_positions))
+            self._trainable_set_cache = cached
+        return cached[1]
+
+    def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        if self.loss_scale_factor is None:
+            return pairs
+        return [(_map_values(g, lambda x: x / self.loss_scale_factor), v) for g, v in pairs]
+
+    def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
+        steps = self.gradient_accumulation_steps
+        if not steps:
+            return pairs
+        dense = [(self._dense(g, v), v) for g, v in pairs]
+        accumulators = [self._get_slot("gradient_accumulator", self._position(v)) for _, v in dense]
+        if (int(self._iterations) + 1) % steps != 0:
+            torch._foreach_add_(accumulators, [g for g, _ in dense])
+            return None
+        averaged = [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
+        torch._foreach_zero_(self._accumulated_gradients)
+        return averaged
+
+    def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
+        grads = [g.values if isinstance(g, IndexedSlices) else g for g, _ in pairs]
+        if self.clipnorm and self.clipnorm > 0:
+            grads = clipping.clip_by_norm(grads, self.clipnorm)
+        elif self.global_clipnorm and self.global_clipnorm > 0:
+            grads = clipping.clip_by_global_norm(grads, self.global_clipnorm)
+        elif self.clipvalue and self.clipvalue > 0:
+            grads = clipping.clip_by_value(grads, self.clipvalue)
+        else:
+            return pairs
+        return [(_with_values(g, new), v) for (g, v), new in zip(pairs, grads)]
+
+    def exclude_from_weight_decay(
+        self, var_list: Optional[Sequence[torch.Tensor]] = None, var_names: Optional[Sequence[str]] = None
+    ) -> None:
+        """Skips weight decay for these variables, or for variables whose name matches any ``var_names`` regex."""
+        if var_list is not None:
+            self._exclude_ids = {id(v) for v in var_list}
+        if var_names:
+            self._exclude_pattern = re.compile("|".join(sorted(set(var_names))))
+
+    def _use_weight_decay(self, var: torch.Tensor) -> bool:
+        if id(var) in self._exclude_ids:
+            return False
+        return not (self._exclude_pattern is not None and self._exclude_pattern.search(self._name_of(var)))
+
+    def _apply_weight_decay(self, pairs: list[Pair]) -> None:
+        if not self.weight_decay:
+            return
+        decayed = [v for _, v in pairs if self._use_weight_decay(v)]
+        if not decayed:
+            return
+        lr32 = self._learning_rate_value()
+        for group in self._groups([self._position(v) for v in decayed]):
+            params = [self._vars[p] for p in group]
+            dtype = params[0].dtype
+            decay = torch._foreach_mul(params, K.cast(self.weight_decay, dtype))
+            torch._foreach_mul_(decay, K.literal(lr32, dtype))
+            torch._foreach_sub_(params, decay)
+
+    def _apply_updates(self, pairs: list[Pair]) -> None:
+        learning_rate = self.learning_rate
+        custom = type(self).update_step is not Optimizer.update_step
+        dense: list[Pair] = []
+        for g, v in pairs:
+            if isinstance(g, IndexedSlices) and self._sparse_rows_independent and not custom:
+                pos = self._position(v)
+                self._update_touched_rows(
+                    v, g, [self._slots[n][pos] for n in self._kernel_slots],
+                    lambda params, grads, slots: self._update_group(
+                        params, grads, {n: [s] for n, s in zip(self._kernel_slots, slots)}, learning_rate),
+                )
+            else:
+                dense.append((self._dense(g, v), v))
+        if custom:
+            for g, v in dense:
+                self.update_step(g, v, learning_rate)
+            return
+        by_pos = {self._position(v): g for g, v in dense}
+        for group in self._groups(list(by_pos)):
+            params = [self._vars[p] for p in group]
+            self._update_group(params, [by_pos[p] for p in group], self._slot_lists(self._kernel_slots, group),
+                               learning_rate)
+
+    def update_step(self, gradient: torch.Tensor, variable: torch.Tensor, learning_rate: Any) -> None:
+        """Updates one variable. Custom optimizers override this; built-ins run their multi-tensor kernel."""
+        pos = self._position(variable)
+        self._update_group([variable], [gradient], self._slot_lists(self._kernel_slots, [pos]), learning_rate)
+
+    def _update_group(
+        self,
+        params: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        slots: dict[str, list[torch.Tensor]],
+        learning_rate: Any,
+    ) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement `update_step(gradient, variable, learning_rate)`."
+        )
+
+    def _lr_for(self, learning_rate: Any, dtype: torch.dtype) -> float:
+        """``cast(learning_rate, var.dtype)``: the float32 learning rate in the variable's dtype."""
+        value = float(learning_rate.detach().cpu()) if isinstance(learning_rate, torch.Tensor) else float(learning_rate)
+        return K.cast(value, dtype)
+
+    def _step_count(self) -> int:
+        """``it + 1``: the bias-correction step of this update."""
+        return int(self.iterations) + 1
+
+    def _update_moving_averages(self) -> None:
+        if not self.use_ema:
+            return
+        it = int(self.iterations)
+        for group in self._groups(self._trainable_positions):
+            params = [self._vars[p] for p in group]
+            averages = [self._slots["average"][p] for p in group]
+            dtype = params[0].dtype
+            momentum = K.literal(self.ema_momentum, dtype) if it != 0 else 0.0
+            one_minus = K.evaluate(lambda one, m: one - m, dtype, 1.0, momentum)
+            weighted = torch._foreach_mul(params, one_minus)
+            torch._foreach_mul_(averages, momentum)
+            torch._foreach_add_(averages, weighted)
+        if self.ema_overwrite_frequency and (it + 1) % self.ema_overwrite_frequency == 0:
+            self._overwrite_with_averages(self._trainable_variables)
+
+    def _overwrite_with_averages(self, variables: Sequence[torch.Tensor]) -> None:
+        with torch.no_grad():
+            torch._foreach_copy_(list(variables), list(self._model_variables_moving_average))
+
+    def _finish_step(self, pairs: list[Pair], **options: Any) -> Any:
+        self._iterations.add_(1)
+        return self._iterations
+
+    def finalize_variable_values(self, var_list: Sequence[torch.Tensor]) -> None:
+        """With ``use_ema``, sets each variable to its moving average (call once after training)."""
+        if not self.use_ema:
+            return
+        var_list = list(var_list)
+        averages = self._model_variables_moving_average
+        if len(var_list) != len(averages):
+            raise ValueError(
+                f"The length of model variables ({len(var_list)}) to override does not match the length of model "
+                f"variables stored in the optimizer ({len(averages)}). Please check if the optimizer was called "
+                "on your model."
+            )
+        self._overwrite_with_averages(var_list)
+
+    # ------------------------------------------------------------------------------------------ assign
+    @staticmethod
+    def assign(variable: torch.Tensor, value: Any) -> None:
+        with torch.no_grad():
+            if isinstance(value, IndexedSlices):
+                variable.index_copy_(0, value.indices, value.values.to(variable.dtype))
+            else:
+                variable.copy_(torch.as_tensor(value, dtype=variable.dtype, device=variable.device))
+
+    @staticmethod
+    def assign_add(variable: torch.Tensor, value: Any) -> None:
+        with torch.no_grad():
+            if isinstance(value, IndexedSlices):
+                variable.index_add_(0, value.indices, value.values.to(variable.dtype))
+            else:
+                variable.add_(torch.as_tensor(value, dtype=variable.dtype, device=variable.device))
+
+    @staticmethod
+    def assign_sub(variable: torch.Tensor, value: Any) -> None:
+        with torch.no_grad():
+            if isinstance(value, IndexedSlices):
+                variable.index_add_(0, value.indices, -value.values.to(variable.dtype))
+            else:
+                variable.sub_(torch.as_tensor(value, dtype=variable.dtype, device=variable.device))
+
+    # ------------------------------------------------------------------------------------------ stateless
+    def stateless_apply(
+        self, optimizer_variables: Sequence[Any], grads: Sequence[Any], trainable_variables: Sequence[Any]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Pure step: returns ``(new trainable values, new optimizer variable values)`` and changes nothing."""
+        if not self.built:
+            raise ValueError(
+                f"To call `stateless_apply`, {type(self).__name__} must be built (i.e. its variables must have been "
+                "created). You can build it via `optimizer.build(trainable_variables)`."
+            )
+        own = self.variables
+        if len(optimizer_variables) != len(own):
+            raise ValueError(
+                "Argument `optimizer_variables` must be a list of tensors corresponding 1:1 to "
+                f"{type(self).__name__}().variables. Received list with length {len(optimizer_variables)}, but "
+                f"expected {len(own)} variables."
+            )
+        model = self._trainable_variables
+        if len(trainable_variables) != len(model):
+            raise ValueError(
+                "Argument `trainable_variables` must be a list of tensors corresponding 1:1 to the variables the "
+                f"optimizer was built with. Received list with length {len(trainable_variables)}, but expected "
+                f"{len(model)} variables."
+            )
+        targets = own + model
+        saved = [t.detach().clone() for t in targets]
+        with torch.no_grad():
+            try:
+                for t, value in zip(targets, list(optimizer_variables) + list(trainable_variables)):
+                    t.copy_(torch.as_tensor(value, dtype=t.dtype, device=t.device))
+                self.apply(grads)
+                new_model = [v.detach().clone() for v in model]
+                new_own = [v.detach().clone() for v in self.variables]
+            finally:
+                for t, value in zip(targets, saved):
+                    t.copy_(value)
+        return new_model, new_own
+
+    # ------------------------------------------------------------------------------------------ weights I/O
+    def get_weights(self) -> list[np.ndarray]:
+        """The values of ``variables`` as numpy arrays (Keras 3 removed this; its users asked for it back)."""
+        return [v.detach().cpu().numpy() for v in self.variables]
+
+    def set_weights(self, weights: Sequence[Any]) -> None:
+        """Assigns ``weights`` to ``variables`` in order. Before ``build``, they are kept and applied at build."""
+        weights = [torch.as_tensor(np.asarray(w)) for w in weights]
+        if not self.built:
+            self._pending_state = weights
+            return
+        own = self._variables
+        if len(weights) != len(own):
+            raise ValueError(
+                f"You called `set_weights(weights)` on optimizer {self.name} with a weight list of length "
+                f"{len(weights)}, but the optimizer was expecting {len(own)} weights."
+            )
+        for i, (var, w) in enumerate(zip(own, weights)):
+            if tuple(var.shape) != tuple(w.shape):
+                raise ValueError(
+                    f"Optimizer variable {i} ({var.path}) has shape {tuple(var.shape)} not compatible with provided "
+                    f"weight shape {tuple(w.shape)}."
+                )
+        with torch.no_grad():
+            for var, w in zip(own, weights):
+                var.copy_(w.to(dtype=var.dtype, device=var.device))
+
+    def _restore_pending_state(self) -> None:
+        if self._pending_state is not None and self.built:
+            pending, self._pending_state = self._pending_state, None
+            self.set_weights(pending)
+
+    def save_own_variables(self, store: dict) -> None:
+        """Writes ``store["0"], store["1"], ...`` (numpy arrays), as Keras saves an optimizer."""
+        for i, var in enumerate(self.variables):
+            store[str(i)] = var.detach().cpu().numpy()
+
+    def load_own_variables(self, store: Mapping[str, Any]) -> None:
+        """Reads what ``save_own_variables`` wrote. Before ``build``, the state is kept until the build."""
+        self.set_weights([store[str(i)] for i in range(len(store))])
+
+    def state_dict(self) -> dict[str, Any]:
+        """PyTorch-style checkpoint: the config and every optimizer variable in order."""
+        return {"config": self.get_config(), "variables": [v.detach().clone() for v in self.variables]}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.set_weights(list(state_dict["variables"]))
+
+    # ------------------------------------------------------------------------------------------ config
+    def get_config(self) -> dict[str, Any]:
+        lr = self._learning_rate
+        if isinstance(lr, schedules_module.LearningRateSchedule):
+            lr_config: Any = schedules_module.serialize(lr)
+        elif isinstance(lr, Variable):
+            lr_config = float(lr)
+        else:
+            lr_config = lr
+        return {
+            "name": self.name,
+            "learning_rate": lr_config,
+            "weight_decay": self.weight_decay,
+            "clipnorm": self.clipnorm,
+            "global_clipnorm": self.global_clipnorm,
+            "clipvalue": self.clipvalue,
+            "use_ema": self.use_ema,
+            "ema_momentum": self.ema_momentum,
+            "ema_overwrite_frequency": self.ema_overwrite_frequency,
+            "loss_scale_factor": self.loss_scale_factor,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], custom_objects: Optional[Mapping[str, Any]] = None) -> Optimizer:
+        config = dict(config)
+        if isinstance(config.get("learning_rate"), dict):
+            config["learning_rate"] = schedules_module.deserialize(config["learning_rate"], custom_objects)
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} built={self.built}>"
+
+
+def _map_values(grad: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(grad, IndexedSlices):
+        return IndexedSlices(fn(grad.values), grad.indices, grad.dense_shape)
+    return fn(grad)
+
+
+def _with_values(grad: Any, values: torch.Tensor) -> Any:
+    if isinstance(grad, IndexedSlices):
+        return IndexedSlices(values, grad.indices, grad.dense_shape)
+    return values

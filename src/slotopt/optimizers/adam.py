@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..engine import constants as K
+from ..kernels import adam as kernels
+from ..optimizer import LearningRate, Optimizer
+
+
+def adam_alpha(lr: float, beta_1: float, beta_2: float, t: int, dtype: torch.dtype) -> float:
+    """``(lr * sqrt(1 - b2^t)) / (1 - b1^t)`` with ``b^t`` and every step evaluated in ``dtype``."""
+    b1p = K.power(beta_1, float(t), dtype)
+    b2p = K.power(beta_2, float(t), dtype)
+    return K.evaluate(lambda lr, b1p, b2p: (lr * (1 - b2p).sqrt()) / (1 - b1p), dtype, lr, b1p, b2p)
+
+
+class Adam(Optimizer):
+    """Adam, optionally AMSGrad (Keras 3 numerics: ``1 - beta`` rounded once, epsilon outside the root).
+
+    Example:
+        >>> import torch, slotopt
+        >>> w = slotopt.Variable(torch.tensor([1.0, -1.0]), name="w")
+        >>> opt = slotopt.Adam(learning_rate=0.1)
+        >>> _ = opt.apply_gradients([(torch.tensor([0.5, -0.5]), w)])
+        >>> [round(x, 4) for x in w.tolist()]
+        [0.9, -0.9]
+        >>> [v.path for v in opt.variables][2:]
+        ['adam/w_momentum', 'adam/w_velocity']
+    """
+
+    _kernel_slots = ("momentum", "velocity")
+
+    def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, amsgrad: bool = False, weight_decay: Any = None, clipnorm: Any = None,
+                 clipvalue: Any = None, global_clipnorm: Any = None, use_ema: bool = False,
+                 ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
+                 gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
+        _check_betas(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
+                         ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.amsgrad = amsgrad
+        if amsgrad:
+            self._kernel_slots = ("momentum", "velocity", "velocity_hat")
+
+    def build(self, variables: Any) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        self._momentums, self._velocities = self.add_optimizer_variables(
+            self._trainable_variables, ["momentum", "velocity"])
+        if self.amsgrad:
+            self._velocity_hats = self.add_optimizer_variables(self._trainable_variables, "velocity_hat")
+
+    def _update_group(self, params, grads, slots, learning_rate) -> None:
+        dtype = params[0].dtype
+        alpha = adam_alpha(self._lr_for(learning_rate, dtype), K.cast(self.beta_1, dtype),
+                           K.cast(self.beta_2, dtype), self._step_count(), dtype)
+        kernels.adam(params, grads, slots["momentum"], slots["velocity"], slots.get("velocity_hat"), alpha=alpha,
+                     one_minus_beta_1=K.d_form(self.beta_1, dtype), one_minus_beta_2=K.d_form(self.beta_2, dtype),
+                     epsilon=K.literal(self.epsilon, dtype))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
+                "amsgrad": self.amsgrad}
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay ``w -= w * weight_decay * lr`` (default 0.004) before each update.
+
+    Example:
+        >>> import torch, slotopt
+        >>> w = slotopt.Variable(torch.tensor([1.0]), name="w")
+        >>> opt = slotopt.AdamW(learning_rate=0.1, weight_decay=0.5)
+        >>> _ = opt.apply_gradients([(torch.tensor([0.0]), w)])
+        >>> round(w.item(), 4)
+        0.95
+    """
+
+    def __init__(self, learning_rate: LearningRate = 0.001, weight_decay: Any = 0.004, beta_1: float = 0.9,
+                 beta_2: float = 0.999, epsilon: float = 1e-7, amsgrad: bool = False, **kwargs: Any) -> None:
+        if weight_decay is None:
+            raise ValueError(f"Argument `weight_decay` must be a float. Received: weight_decay={weight_decay}")
+        super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                         amsgrad=amsgrad, weight_decay=weight_decay, **kwargs)
+
+
+def _check_betas(**values: float) -> None:
+    """Rejects hyperparameters that are not finite numbers >= 0 (betas must also be < 1... or == 1)."""
+    for name, value in values.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"Argument `{name}` must be a finite number >= 0. Received: {name}={value!r}")
+        if name.startswith("beta") and value > 1:
+            raise ValueError(f"Argument `{name}` must be in [0, 1]. Received: {name}={value!r}")
+
+
+__all__ = ["Adam", "AdamW", "adam_alpha"]

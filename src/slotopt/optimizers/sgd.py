@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..engine import constants as K
+from ..kernels import sgd as kernels
+from ..optimizer import LearningRate, Optimizer
+
+
+class SGD(Optimizer):
+    """Gradient descent with optional momentum and Nesterov momentum (Keras 3 numerics).
+
+    ``m <- m * momentum - g * lr``; ``w <- w + m`` (or ``w <- w + m * momentum - g * lr`` with Nesterov).
+
+    Example:
+        >>> import torch, slotopt
+        >>> w = slotopt.Variable(torch.tensor([1.0, 2.0]), name="w")
+        >>> opt = slotopt.SGD(learning_rate=0.1, momentum=0.9)
+        >>> _ = opt.apply_gradients([(torch.tensor([1.0, 1.0]), w)])
+        >>> [round(x, 4) for x in w.tolist()]
+        [0.9, 1.9]
+    """
+
+    def __init__(self, learning_rate: LearningRate = 0.01, momentum: float = 0.0, nesterov: bool = False,
+                 weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None, global_clipnorm: Any = None,
+                 use_ema: bool = False, ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
+                 loss_scale_factor: Any = None, gradient_accumulation_steps: Any = None, name: Any = None,
+                 **kwargs: Any) -> None:
+        if not isinstance(momentum, float) or momentum < 0 or momentum > 1:
+            raise ValueError(f"`momentum` must be a float between [0, 1]. Received: momentum={momentum}")
+        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
+                         ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
+        self.momentum = momentum
+        self.nesterov = nesterov
+        self._kernel_slots = ("momentum",) if momentum != 0 else ()
+        self._sparse_rows_independent = momentum == 0
+
+    def build(self, variables: Any) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        if self.momentum != 0:
+            self.momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
+
+    def _update_group(self, params, grads, slots, learning_rate) -> None:
+        dtype = params[0].dtype
+        lr = self._lr_for(learning_rate, dtype)
+        if self.momentum != 0:
+            kernels.keras_momentum(params, grads, slots["momentum"], lr=lr, momentum=K.cast(self.momentum, dtype),
+                                   nesterov=self.nesterov)
+        else:
+            kernels.sgd(params, grads, lr=lr)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
+
+
+__all__ = ["SGD"]
