@@ -2,8 +2,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ..engine import constants as K
 from ..kernels import sgd as kernels
 from ..optimizer import LearningRate, Optimizer

@@ -1,0 +1,9 @@
+"""Adadelta."""
+
+from __future__ import annotations
+
+import torch
+
+__all__: list[str] = []
+
+Tensors = list[torch.Tensor]

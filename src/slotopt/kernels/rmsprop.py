@@ -1,0 +1,9 @@
+"""RMSprop, plain and centered, with and without momentum."""
+
+from __future__ import annotations
+
+import torch
+
+__all__: list[str] = []
+
+Tensors = list[torch.Tensor]
