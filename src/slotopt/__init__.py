@@ -6,6 +6,7 @@ same update kernels (``slotopt.kernels``).
 """
 
 from . import schedules
+from .composite import CompositeOptimizer
 from .optimizer import Optimizer
 from .optimizers.adam import Adam, AdamW
 from .optimizers.sgd import SGD
@@ -13,4 +14,4 @@ from .variables import IndexedSlices, Variable
 
 __version__ = "0.1.0"
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Variable", "IndexedSlices", "schedules"]
+__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Variable", "IndexedSlices", "schedules"]

@@ -15,7 +15,9 @@ Two rounding rules for Python constants are reproduced (they only differ for flo
   turned into a float32 tensor first and then cast, as TensorFlow does;
 * a Python number used directly in an op (``1 - p``, ``0.5 * ...``, ``pi``) is rounded once to the dtype.
 
-The result is a tensor on the step's device (CPU for a Python step) and never requires grad.
+The result is a tensor on the step's device (CPU for a Python step) and never requires grad. The constant
+tensors of a call are cached per (device, hyperparameter values) while the hyperparameters are plain Python
+values, so an optimizer step pays only for the few ops that involve the step.
 """
 
 from __future__ import annotations
@@ -98,7 +100,9 @@ def _initial_lr(value: Any, device: torch.device) -> torch.Tensor:
 def _step_tensor(step: Step, device: torch.device) -> torch.Tensor:
     """The step as Keras sees it (a Python int is an integer tensor, a Python float a float32 one)."""
     if isinstance(step, bool):
-        raise TypeError(f"A learning-rate schedule step must be a number or a tensor. Received: step={step!r}")
+        raise TypeError(
+            f"A learning-rate schedule step must be a number or a tensor. Received: step={step!r}"
+        )
     if isinstance(step, int):
         return torch.tensor(step, dtype=torch.int64, device=device)
     return _to_tensor(step, device)
@@ -292,7 +296,9 @@ class PiecewiseConstantDecay(LearningRateSchedule):
         device = _device_of(step)
         s = _step_tensor(step, device)
         raw = (*self.boundaries, *self.values)
-        c = _cached(self, device, raw, lambda dev: self._constants(dev, s.dtype), (s.dtype, len(self.boundaries)))
+        c = _cached(
+            self, device, raw, lambda dev: self._constants(dev, s.dtype), (s.dtype, len(self.boundaries))
+        )
         bounds, vals, out_dtype = c["bounds"], c["values"], c["values"][0].dtype
         if not bounds:
             return vals[0].expand(s.shape).clone()
@@ -513,7 +519,13 @@ class CosineDecay(LearningRateSchedule):
 
     def __call__(self, step: Step) -> torch.Tensor:
         device = _device_of(step)
-        raw = (self.initial_learning_rate, self.decay_steps, self.alpha, self.warmup_target, self.warmup_steps)
+        raw = (
+            self.initial_learning_rate,
+            self.decay_steps,
+            self.alpha,
+            self.warmup_target,
+            self.warmup_steps,
+        )
         c = _cached(self, device, raw, self._constants)
         s = _step_tensor(step, device).to(c["lr0"].dtype)
         if self.warmup_target is None:
@@ -651,7 +663,12 @@ def serialize(schedule: LearningRateSchedule) -> Dict[str, Any]:
     config = schedule.get_config()
     if _BUILTINS.get(cls.__name__) is cls:
         return {"module": _MODULE, "class_name": cls.__name__, "config": config, "registered_name": None}
-    return {"module": cls.__module__, "class_name": cls.__name__, "config": config, "registered_name": cls.__name__}
+    return {
+        "module": cls.__module__,
+        "class_name": cls.__name__,
+        "config": config,
+        "registered_name": cls.__name__,
+    }
 
 
 def deserialize(
@@ -673,7 +690,9 @@ def deserialize(
             f"Received: config={config!r}"
         )
     if "class_name" not in config:
-        raise ValueError(f"A serialized learning rate schedule needs a `class_name` key. Received: config={config}")
+        raise ValueError(
+            f"A serialized learning rate schedule needs a `class_name` key. Received: config={config}"
+        )
     class_name = config["class_name"]
     inner = config.get("config") or {}
     custom = dict(custom_objects or {})

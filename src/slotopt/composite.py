@@ -1,0 +1,341 @@
+"""``CompositeOptimizer``: different optimizers for different variables (TensorFlow Recommenders' API).
+
+Each entry is ``(optimizer, variables)`` where ``variables`` is a no-argument callable returning variables (as
+in TFRS), a list of variables, or a list of name patterns (``fnmatch`` style, e.g. ``"*embedding*"``) matched
+against variable names. Patterns let a composite be configured before the model exists, and make it
+serializable. Sub-optimizers may be of any slotopt generation.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import torch
+
+from .engine.core import OptimizerCore
+from .variables import named_variables, variable_name
+
+__all__ = ["CompositeOptimizer"]
+
+VariableSpec = Union[Callable[[], Sequence[torch.Tensor]], Sequence[torch.Tensor], Sequence[str]]
+
+
+def _is_patterns(spec: Any) -> bool:
+    return isinstance(spec, (list, tuple)) and len(spec) > 0 and all(isinstance(s, str) for s in spec)
+
+
+def _optimizer_weights(optimizer: Any) -> list[torch.Tensor]:
+    """The optimizer's weights in its own order, whatever its generation."""
+    weights = getattr(optimizer, "weights", None)
+    if weights is not None and not callable(weights):
+        return list(weights)
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
+class CompositeOptimizer:
+    """Routes each ``(gradient, variable)`` pair to the optimizer that owns the variable.
+
+    Args:
+        optimizers_and_vars: ``[(optimizer, variables), ...]``; ``variables`` is a callable returning
+            variables, a list of variables, or a list of name patterns such as ``["*embedding*"]``.
+        name: the composite's name.
+        params: optional variables (a module or ``(name, tensor)`` pairs) whose names patterns match against,
+            and whose ``.grad`` ``step()`` applies.
+
+    Every call validates first: a variable owned by two optimizers, or by none, raises ``ValueError`` before
+    anything is updated. An optimizer that gets no gradient in a call does not step.
+
+    Example:
+        >>> import torch, slotopt
+        >>> model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 1))
+        >>> opt = slotopt.CompositeOptimizer(
+        ...     [(slotopt.Adagrad(learning_rate=0.1), ["0.*"]), (slotopt.Adam(learning_rate=0.01), ["1.*"])],
+        ...     params=model)
+        >>> model(torch.tensor([1, 2])).sum().backward()
+        >>> _ = opt.step()
+        >>> [int(o.iterations) for o in opt.optimizers]
+        [1, 1]
+        >>> opt.get_config()["optimizers_and_vars"][0]["variables"]
+        ['0.*']
+    """
+
+    def __init__(self, optimizers_and_vars: Sequence[tuple[Any, VariableSpec]], name: str = "CompositeOptimizer",
+                 *, params: Any = None) -> None:
+        if not optimizers_and_vars:
+            raise ValueError(f"`optimizers_and_vars` can't be empty. Received: optimizers_and_vars={optimizers_and_vars!r}")
+        entries = []
+        for i, entry in enumerate(optimizers_and_vars):
+            if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
+                raise ValueError(
+                    f"Each entry of `optimizers_and_vars` must be an (optimizer, variables) pair. Received at index "
+                    f"{i}: {entry!r}"
+                )
+            optimizer, spec = entry
+            if not (callable(spec) or isinstance(spec, (list, tuple))):
+                raise ValueError(
+                    "The variables of each optimizer must be a callable, a list of variables or a list of name "
+                    f"patterns. Received at index {i}: {spec!r}"
+                )
+            entries.append((optimizer, spec))
+        if len({id(opt) for opt, _ in entries}) != len(entries):
+            raise ValueError("The same optimizer instance appears twice in `optimizers_and_vars`.")
+        self.name = name
+        self._entries = entries
+        self._names: dict[int, str] = {}
+        self._params: list[torch.Tensor] = []
+        self._pending_weights: Optional[list[Any]] = None
+        self.built = False
+        if params is not None:
+            self._remember(params)
+
+    # ---------------------------------------------------------------------------------------- ownership
+    def _remember(self, variables: Any) -> list[torch.Tensor]:
+        out = []
+        for name, var in named_variables(variables):
+            if id(var) not in self._names:
+                self._names[id(var)] = name
+                self._params.append(var)
+            out.append(var)
+        return out
+
+    def _name_of(self, var: torch.Tensor) -> str:
+        return self._names.get(id(var)) or variable_name(var, "")
+
+    def _owner_map(self, candidates: Sequence[torch.Tensor]) -> dict[int, int]:
+        """``id(variable) -> entry index`` for explicit lists/callables, plus pattern matches among ``candidates``."""
+        owners: dict[int, int] = {}
+
+        def claim(var: torch.Tensor, index: int) -> None:
+            previous = owners.get(id(var))
+            if previous is not None and previous != index:
+                raise ValueError(
+                    "The set of variables handled by each optimizer should be disjoint, but variable "
+                    f"{self._name_of(var) or repr(var)} is handled both by {self._describe(previous)} and "
+                    f"{self._describe(index)}."
+                )
+            owners[id(var)] = index
+
+        for index, (_, spec) in enumerate(self._entries):
+            if _is_patterns(spec):
+                continue
+            for var in (spec() if callable(spec) else spec):
+                claim(var, index)
+        for var in candidates:
+            name = self._name_of(var)
+            for index, (_, spec) in enumerate(self._entries):
+                if _is_patterns(spec) and name and any(fnmatch.fnmatchcase(name, p) for p in spec):
+                    claim(var, index)
+        return owners
+
+    def _describe(self, index: int) -> str:
+        optimizer = self._entries[index][0]
+        return f"optimizer {index} ({type(optimizer).__name__} {getattr(optimizer, 'name', '')!s})".replace(" )", ")")
+
+    def _variables_of(self, index: int, owners: dict[int, int]) -> list[torch.Tensor]:
+        spec = self._entries[index][1]
+        if not _is_patterns(spec):
+            return list(spec() if callable(spec) else spec)
+        return [v for v in self._params if owners.get(id(v)) == index]
+
+    # ---------------------------------------------------------------------------------------- build
+    def build(self, variables: Any = None) -> None:
+        """Builds every sub-optimizer on its variables (``variables``: a module or named pairs for patterns)."""
+        if variables is not None:
+            self._remember(variables)
+        owners = self._owner_map(self._params)
+        for index, (optimizer, _) in enumerate(self._entries):
+            own = self._variables_of(index, owners)
+            if not own:
+                continue
+            named = [(self._name_of(v) or f"variable_{i}", v) for i, v in enumerate(own)]
+            if hasattr(optimizer, "build"):
+                optimizer.build(named)
+            elif hasattr(optimizer, "_create_all_weights"):
+                optimizer._create_all_weights(own)
+        self.built = True
+        if self._pending_weights is not None:
+            pending, self._pending_weights = self._pending_weights, None
+            self.set_weights(pending)
+
+    # ---------------------------------------------------------------------------------------- apply
+    def apply_gradients(self, grads_and_vars: Any, name: Optional[str] = None,
+                        experimental_aggregate_gradients: bool = True,
+                        skip_gradients_aggregation: Optional[bool] = None) -> None:
+        """Sends each pair to its optimizer (groups ordered by first appearance) after validating all of them."""
+        pairs = list(grads_and_vars)
+        owners = self._owner_map([v for _, v in pairs])
+        groups: dict[int, list[tuple[Any, torch.Tensor]]] = {}
+        for grad, var in pairs:
+            index = owners.get(id(var))
+            if index is None:
+                raise ValueError(
+                    f"Variable {self._name_of(var) or repr(var)} is not handled by any optimizer. This would cause it to "
+                    "be not trained."
+                )
+            OptimizerCore._check_gradient(grad, var, self._name_of(var) or "variable")
+            groups.setdefault(index, []).append((grad, var))
+        if not any(g is not None for g, _ in pairs) and pairs:
+            raise ValueError("No gradients provided for any variable.")
+        if not self.built and self._pending_weights is not None:
+            self._remember([(self._name_of(v) or f"variable_{i}", v) for i, (_, v) in enumerate(pairs)])
+            self.build()
+        options = {"name": name, "experimental_aggregate_gradients": experimental_aggregate_gradients}
+        if skip_gradients_aggregation is not None:
+            options["skip_gradients_aggregation"] = skip_gradients_aggregation
+        for index, group in groups.items():
+            if all(g is None for g, _ in group):
+                continue  # an optimizer with nothing to apply does not step
+            optimizer = self._entries[index][0]
+            optimizer.apply_gradients(group, **_accepted(optimizer.apply_gradients, options))
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """PyTorch style: applies the ``.grad`` of the variables given as ``params`` (or to ``build``)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        variables = self._params or [v for i in range(len(self._entries))
+                                     for v in self._variables_of(i, self._owner_map([]))]
+        pairs = [(v.grad, v) for v in variables if v.requires_grad and v.grad is not None]
+        if pairs:
+            self.apply_gradients(pairs)
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer, _ in self._entries:
+            if hasattr(optimizer, "zero_grad"):
+                optimizer.zero_grad(set_to_none=set_to_none)
+        for v in self._params:
+            if v.grad is not None:
+                if set_to_none:
+                    v.grad = None
+                else:
+                    v.grad.zero_()
+
+    # ---------------------------------------------------------------------------------------- state
+    @property
+    def optimizers(self) -> list[Any]:
+        return [optimizer for optimizer, _ in self._entries]
+
+    @property
+    def iterations(self) -> Any:
+        """The first sub-optimizer's iteration count."""
+        return self._entries[0][0].iterations
+
+    @iterations.setter
+    def iterations(self, value: Any) -> None:
+        for optimizer, _ in self._entries:
+            optimizer.iterations = value
+
+    @property
+    def weights(self) -> list[torch.Tensor]:
+        """Every sub-optimizer's weights, in constructor order."""
+        return [w for optimizer, _ in self._entries for w in _optimizer_weights(optimizer)]
+
+    def variables(self) -> list[torch.Tensor]:
+        return self.weights
+
+    def get_weights(self) -> list[np.ndarray]:
+        return [w.detach().cpu().numpy() for w in self.weights]
+
+    def set_weights(self, weights: Sequence[Any]) -> None:
+        """Assigns weights in ``weights`` order; before ``build`` they are kept and applied when it builds."""
+        weights = list(weights)
+        if not self.built and not self.weights:
+            self._pending_weights = weights
+            return
+        counts = [len(_optimizer_weights(optimizer)) for optimizer, _ in self._entries]
+        if len(weights) != sum(counts):
+            raise ValueError(
+                f"You called `set_weights(weights)` on optimizer {self.name} with a weight list of length "
+                f"{len(weights)}, but the optimizer was expecting {sum(counts)} weights."
+            )
+        start = 0
+        for (optimizer, _), count in zip(self._entries, counts):
+            optimizer.set_weights(weights[start:start + count])
+            start += count
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"weights": [torch.as_tensor(w) for w in self.get_weights()]}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.set_weights(list(state_dict["weights"]))
+
+    # ---------------------------------------------------------------------------------------- config
+    def get_config(self) -> dict[str, Any]:
+        """Serializable when every group is given as name patterns."""
+        entries = []
+        for optimizer, spec in self._entries:
+            if not _is_patterns(spec):
+                kind = "a callable" if callable(spec) else "a list of variables"
+                raise NotImplementedError(
+                    f"CompositeOptimizer cannot be serialized because it uses {kind} to get variables. "
+                    "Give each optimizer's variables as a list of name patterns (e.g. ['*embedding*']) to make "
+                    "it serializable."
+                )
+            entries.append({
+                "optimizer": {"module": type(optimizer).__module__, "class_name": type(optimizer).__name__,
+                              "config": optimizer.get_config()},
+                "variables": list(spec),
+            })
+        return {"name": self.name, "optimizers_and_vars": entries}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any],
+                    custom_objects: Optional[Mapping[str, Any]] = None) -> CompositeOptimizer:
+        entries = []
+        for entry in config["optimizers_and_vars"]:
+            spec = entry["optimizer"]
+            klass = (custom_objects or {}).get(spec["class_name"])
+            if klass is None:
+                module = spec.get("module", "slotopt")
+                if not module.startswith("slotopt"):
+                    raise ValueError(f"Unknown optimizer module {module!r}; pass the class in `custom_objects`.")
+                klass = _find_class(module, spec["class_name"])
+            entries.append((klass.from_config(spec["config"], custom_objects) if _takes_custom(klass)
+                            else klass.from_config(spec["config"]), list(entry["variables"])))
+        return cls(entries, name=config.get("name", "CompositeOptimizer"))
+
+    def __getattr__(self, item: str) -> Any:
+        if item in ("learning_rate", "lr"):
+            raise AttributeError(
+                f"CompositeOptimizer has no `{item}`: each sub-optimizer has its own (see `.optimizers`)."
+            )
+        raise AttributeError(item)
+
+
+def _find_class(module: str, class_name: str) -> Any:
+    mod = importlib.import_module(module)
+    klass = getattr(mod, class_name, None)
+    if klass is None:
+        package = importlib.import_module("slotopt.legacy" if ".legacy" in module else
+                                          "slotopt.v1" if ".v1" in module else "slotopt")
+        klass = getattr(package, class_name, None)
+    if klass is None:
+        raise ValueError(f"Unknown optimizer class {class_name!r} in {module!r}.")
+    return klass
+
+
+def _takes_custom(klass: Any) -> bool:
+    try:
+        return "custom_objects" in inspect.signature(klass.from_config).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _accepted(fn: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The subset of ``options`` that ``fn`` accepts (generations differ in ``apply_gradients`` arguments)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return {k: v for k, v in options.items() if v is not None}
+    return {k: v for k, v in options.items() if k in params and v is not None}
+
