@@ -8,10 +8,21 @@ same update kernels (``slotopt.kernels``).
 from . import schedules
 from .composite import CompositeOptimizer
 from .optimizer import Optimizer
+from .optimizers.adadelta import Adadelta
+from .optimizers.adafactor import Adafactor
+from .optimizers.adagrad import Adagrad
 from .optimizers.adam import Adam, AdamW
+from .optimizers.adamax import Adamax
+from .optimizers.ftrl import Ftrl
+from .optimizers.lamb import Lamb
+from .optimizers.lion import Lion
+from .optimizers.loss_scale import LossScaleOptimizer
+from .optimizers.nadam import Nadam
+from .optimizers.rmsprop import RMSprop
 from .optimizers.sgd import SGD
+from .serialization import deserialize, get, serialize
 from .variables import IndexedSlices, Variable
 
 __version__ = "0.1.0"
 
-__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Variable", "IndexedSlices", "schedules"]
+__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules"]

@@ -242,7 +242,7 @@ class CompositeOptimizer:
         return self.weights
 
     def get_weights(self) -> list[np.ndarray]:
-        return [w.detach().cpu().numpy() for w in self.weights]
+        return [w.detach().cpu().numpy().copy() for w in self.weights]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns weights in ``weights`` order; before ``build`` they are kept and applied when it builds."""

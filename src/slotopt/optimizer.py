@@ -49,7 +49,18 @@ def _initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, d
     return torch.full(tuple(shape), float(initializer), dtype=dtype, device=device)
 
 
-class Optimizer(OptimizerCore):
+class _BuildsAfterInit(type):
+    """Builds on ``params=`` once the whole constructor chain (subclass attributes included) has run."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        optimizer = super().__call__(*args, **kwargs)
+        params, optimizer._initial_params = optimizer._initial_params, None
+        if params is not None:
+            optimizer.build(params)
+        return optimizer
+
+
+class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     """The Keras 3 optimizer base class, on PyTorch tensors.
 
     A custom optimizer overrides ``build`` (to create its state with ``add_variable_from_reference``) and
@@ -86,6 +97,14 @@ class Optimizer(OptimizerCore):
     #: Built-ins whose update leaves a row with zero gradient untouched may update sparse rows in place.
     _sparse_rows_independent: bool = False
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "_super_init_called" not in self.__dict__:
+            raise RuntimeError(
+                f"In optimizer '{type(self).__name__}', you forgot to call `super().__init__()` as the first "
+                "statement in the `__init__()` method. Go add it!"
+            )
+        object.__setattr__(self, name, value)
+
     def __init__(
         self,
         learning_rate: LearningRate,
@@ -104,6 +123,7 @@ class Optimizer(OptimizerCore):
         foreach: Optional[bool] = None,
         **kwargs: Any,
     ) -> None:
+        object.__setattr__(self, "_super_init_called", True)
         self._init_core()
         if "decay" in kwargs:
             if kwargs.pop("decay") is not None:
@@ -156,8 +176,7 @@ class Optimizer(OptimizerCore):
         self._pending_state: Optional[list[torch.Tensor]] = None
         self._iterations = self._own_variable(torch.zeros((), dtype=torch.int64), "iteration")
         self._learning_rate = self._build_learning_rate(learning_rate)
-        if params is not None:
-            self.build(params)
+        self._initial_params = params
 
     # ------------------------------------------------------------------------------------------ variables
     def _own_variable(self, value: torch.Tensor, name: str) -> Variable:
@@ -190,6 +209,7 @@ class Optimizer(OptimizerCore):
     @property
     def iterations(self) -> torch.Tensor:
         """Number of updates applied (calls divided by ``gradient_accumulation_steps`` when accumulating)."""
+        self._restore_pending_state()
         if self.gradient_accumulation_steps:
             return torch.div(self._iterations, self.gradient_accumulation_steps, rounding_mode="floor")
         return self._iterations
@@ -200,6 +220,7 @@ class Optimizer(OptimizerCore):
 
     @property
     def learning_rate(self) -> Any:
+        self._restore_pending_state()
         lr = self._learning_rate
         if isinstance(lr, schedules_module.LearningRateSchedule):
             return lr(self._iterations)
@@ -220,6 +241,13 @@ class Optimizer(OptimizerCore):
                 "This optimizer was created with a `LearningRateSchedule` object as its `learning_rate` constructor "
                 "argument, hence its learning rate is not settable. If you need the learning rate to be settable, "
                 "you should instantiate the optimizer with a float `learning_rate` argument."
+            )
+        if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.dtype.is_complex:
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(
+                "Argument `learning_rate` must be a float, a LearningRateSchedule or a callable. "
+                f"Received: learning_rate={value!r}"
             )
         value = float(value)
         if not (value >= 0 and math.isfinite(value)):
@@ -299,6 +327,14 @@ class Optimizer(OptimizerCore):
     def _trainable_variables(self) -> list[torch.Tensor]:
         return [self._vars[p] for p in self._trainable_positions]
 
+    def _get_variable_index(self, variable: torch.Tensor) -> int:
+        """Index of ``variable`` in the list the optimizer was built on (how a custom ``update_step`` finds the
+        slots it created with ``add_optimizer_variables``)."""
+        index = getattr(self, "_trainable_index", None)
+        if index is None or len(index) != len(self._trainable_set):
+            index = self._trainable_index = {p: i for i, p in enumerate(self._trainable_positions)}
+        return index[self._position(variable)]
+
     # ------------------------------------------------------------------------------------------ apply
     def apply(self, grads: Sequence[Any], trainable_variables: Optional[Sequence[torch.Tensor]] = None) -> None:
         """Applies one step of ``grads`` to ``trainable_variables`` (default: the variables built on)."""
@@ -361,10 +397,11 @@ class Optimizer(OptimizerCore):
         pairs = list(grads_and_vars)
         if not pairs:
             return None
-        checked = [(self._check_gradient(g, v, self._name_of(v)), v) for g, v in pairs]
+        checked = [(self._check_gradient(g, v, lambda v=v: self._name_of(v)), v) for g, v in pairs]
         if self.built:
+            index, trainable = self._var_index, self._trainable_set
             for _, v in checked:
-                if self._position(v) is None or self._position(v) not in self._trainable_set:
+                if index.get(id(v)) not in trainable:
                     raise ValueError(
                         f"Unknown variable: {self._name_of(v)}. This optimizer can only be called for the variables "
                         "it was originally built with. When working with a new set of variables, you should "
@@ -427,10 +464,8 @@ class Optimizer(OptimizerCore):
         self, var_list: Optional[Sequence[torch.Tensor]] = None, var_names: Optional[Sequence[str]] = None
     ) -> None:
         """Skips weight decay for these variables, or for variables whose name matches any ``var_names`` regex."""
-        if var_list is not None:
-            self._exclude_ids = {id(v) for v in var_list}
-        if var_names:
-            self._exclude_pattern = re.compile("|".join(sorted(set(var_names))))
+        self._exclude_ids = {id(v) for v in var_list} if var_list else set()
+        self._exclude_pattern = re.compile("|".join(sorted(set(var_names)))) if var_names else None
 
     def _use_weight_decay(self, var: torch.Tensor) -> bool:
         if id(var) in self._exclude_ids:
@@ -453,6 +488,7 @@ class Optimizer(OptimizerCore):
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
         learning_rate = self.learning_rate
+        self._before_updates(learning_rate)
         custom = type(self).update_step is not Optimizer.update_step
         dense: list[Pair] = []
         for g, v in pairs:
@@ -469,11 +505,15 @@ class Optimizer(OptimizerCore):
             for g, v in dense:
                 self.update_step(g, v, learning_rate)
             return
-        by_pos = {self._position(v): g for g, v in dense}
+        index = self._var_index
+        by_pos = {index[id(v)]: g for g, v in dense}
         for group in self._groups(list(by_pos)):
             params = [self._vars[p] for p in group]
             self._update_group(params, [by_pos[p] for p in group], self._slot_lists(self._kernel_slots, group),
                                learning_rate)
+
+    def _before_updates(self, learning_rate: Any) -> None:
+        """Runs once per update step, before any variable is updated (per-step scalars such as Nadam's product)."""
 
     def update_step(self, gradient: torch.Tensor, variable: torch.Tensor, learning_rate: Any) -> None:
         """Updates one variable. Custom optimizers override this; built-ins run their multi-tensor kernel."""
@@ -604,11 +644,11 @@ class Optimizer(OptimizerCore):
     # ------------------------------------------------------------------------------------------ weights I/O
     def get_weights(self) -> list[np.ndarray]:
         """The values of ``variables`` as numpy arrays (Keras 3 removed this; its users asked for it back)."""
-        return [v.detach().cpu().numpy() for v in self.variables]
+        return [v.detach().cpu().numpy().copy() for v in self.variables]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns ``weights`` to ``variables`` in order. Before ``build``, they are kept and applied at build."""
-        weights = [torch.as_tensor(np.asarray(w)) for w in weights]
+        weights = [torch.tensor(np.asarray(w)) for w in weights]  # copies: kept values must not alias the caller's
         if not self.built:
             self._pending_state = weights
             return
@@ -636,7 +676,7 @@ class Optimizer(OptimizerCore):
     def save_own_variables(self, store: dict) -> None:
         """Writes ``store["0"], store["1"], ...`` (numpy arrays), as Keras saves an optimizer."""
         for i, var in enumerate(self.variables):
-            store[str(i)] = var.detach().cpu().numpy()
+            store[str(i)] = var.detach().cpu().numpy().copy()
 
     def load_own_variables(self, store: Mapping[str, Any]) -> None:
         """Reads what ``save_own_variables`` wrote. Before ``build``, the state is kept until the build."""

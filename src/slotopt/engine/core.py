@@ -91,10 +91,17 @@ class OptimizerCore:
 
     # ----------------------------------------------------------------------------------------- gradients
     @staticmethod
-    def _check_gradient(grad: Any, var: torch.Tensor, where: str) -> Any:
-        """Converts a gradient to a dense tensor or ``IndexedSlices`` and checks it fits ``var``; raises if not."""
+    def _check_gradient(grad: Any, var: torch.Tensor, name: Union[str, Callable[[], str]]) -> Any:
+        """Converts a gradient to a dense tensor or ``IndexedSlices`` and checks it fits ``var``; raises if not.
+
+        ``name`` may be a callable, so that the variable's name is only looked up for an error message.
+        """
         if grad is None:
             return None
+        if type(grad) is torch.Tensor and grad.layout == torch.strided and grad.shape == var.shape and \
+                grad.dtype in _FLOAT_TYPES and var.dtype in _FLOAT_TYPES and grad.device == var.device:
+            return grad  # the common case, checked cheaply
+        where = name() if callable(name) else name
         if is_sparse(grad):
             grad = as_indexed_slices(grad)
             values = grad.values

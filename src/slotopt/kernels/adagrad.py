@@ -4,6 +4,160 @@ from __future__ import annotations
 
 import torch
 
-__all__: list[str] = []
+__all__ = ["adagrad"]
 
 Tensors = list[torch.Tensor]
+
+
+def adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, epsilon: float,
+            epsilon_inside_root: bool = True) -> None:
+    """Adagrad: ``acc += g*g``; ``w -= (lr * g) / sqrt(acc + eps)``.
+
+    ``epsilon_inside_root=True`` is Keras 3; ``False`` gives ``w -= (g * lr) / (sqrt(acc) + eps)``
+    (tf.keras legacy ``ApplyAdagradV2``). A row whose gradient is zero is left unchanged whenever the
+    denominator is positive, so the rule may run on the touched rows of a sparse gradient only.
+    """
+    torch._foreach_add_(accumulators, torch._foreach_mul(grads, grads))
+    if epsilon_inside_root:
+        denom = torch._foreach_add(accumulators, epsilon)
+        torch._foreach_sqrt_(denom)
+    else:
+        denom = torch._foreach_sqrt(accumulators)
+        torch._foreach_add_(denom, epsilon)
+    step = torch._foreach_mul(grads, lr)
+    torch._foreach_div_(step, denom)
+    torch._foreach_sub_(params, step)
+
+
+def _rsqrt(tensors: Tensors) -> Tensors:
+    """``1 / sqrt(x)`` with two roundings, as TensorFlow's CPU ``rsqrt`` evaluates in float64."""
+    roots = torch._foreach_sqrt(tensors)
+    torch._foreach_reciprocal_(roots)
+    return roots
+
+
+def _scalar_over(scalar: float, tensors: Tensors) -> Tensors:
+    """``scalar / x`` with ONE rounding (``scalar / tensor`` in torch is ``reciprocal(x) * scalar``)."""
+    out = [torch.full_like(t, scalar) for t in tensors]
+    torch._foreach_div_(out, tensors)
+    return out
+
+
+def apply_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float,
+                  scalar_rows: bool = False) -> None:
+    """TensorFlow's ``ApplyAdagrad`` / ``SparseApplyAdagrad`` (no epsilon; TF1 ``AdagradOptimizer``).
+
+    ``acc <- acc + g * g``; ``w <- w - (g * lr) * rsqrt(acc)`` with ``rsqrt(a) = 1 / sqrt(a)``. The sparse kernel
+    for rows of one element (``scalar_rows``) divides instead: ``w <- w - (lr * g) / sqrt(acc)``.
+    """
+    torch._foreach_add_(accumulators, torch._foreach_mul(grads, grads))
+    step = torch._foreach_mul(grads, lr)
+    if scalar_rows:
+        torch._foreach_div_(step, torch._foreach_sqrt(accumulators))
+    else:
+        torch._foreach_mul_(step, _rsqrt(accumulators))
+    torch._foreach_sub_(params, step)
+
+
+def apply_proximal_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, l1: float,
+                           l2: float, l1_positive: bool, scalar_rows: bool = False) -> None:
+    """TensorFlow's ``ApplyProximalAdagrad`` / ``SparseApplyProximalAdagrad`` (TF1 ``ProximalAdagradOptimizer``).
+
+    ``acc <- acc + g * g``; ``eta = lr * rsqrt(acc)``; ``prox = w - g * eta``; then the FOBOS step
+    ``w <- sign(prox) * max(|prox| - eta * l1, 0) / (1 + l2 * eta)`` (``prox / (1 + l2 * eta)`` when l1 <= 0).
+    ``scalar_rows`` (sparse rows of one element): ``eta = lr / sqrt(acc)`` and the denominator and division
+    in float64.
+    """
+    from .sgd import fobos_shrink
+
+    torch._foreach_add_(accumulators, torch._foreach_mul(grads, grads))
+    if scalar_rows:
+        eta = _scalar_over(lr, torch._foreach_sqrt(accumulators))
+    else:
+        eta = _rsqrt(accumulators)
+        torch._foreach_mul_(eta, lr)
+    torch._foreach_sub_(params, torch._foreach_mul(grads, eta))
+    threshold = torch._foreach_mul(eta, l1) if l1_positive else 0.0
+    l2_eta = torch._foreach_mul(eta, l2)
+    if scalar_rows:
+        l2_eta = [x.double() for x in l2_eta]
+    denominator = torch._foreach_add(l2_eta, 1.0)
+    fobos_shrink(params, threshold, denominator, l1_positive=l1_positive, widen=scalar_rows)
+
+
+def apply_adagrad_da(params: Tensors, grads: Tensors, grad_sums: Tensors, squared_sums: Tensors, *, lr: float,
+                     t_l1: float, l2_t_lr: float, l1_positive: bool) -> None:
+    """TensorFlow's dense ``ApplyAdagradDA`` (TF1 ``AdagradDAOptimizer``); the old ``w`` is not used.
+
+    ``ga <- ga + g``; ``gg <- gg + g * g``; ``den = l2 * (t * lr) + sqrt(gg)``;
+    ``w <- ((-lr) * sign(ga)) * max(|ga| - t * l1, 0) / den`` if l1 > 0, else ``w <- -(lr * ga) / den``.
+    ``t_l1`` and ``l2_t_lr`` are rounded by the caller in the variable dtype (``t`` goes through float32).
+    """
+    torch._foreach_add_(grad_sums, grads)
+    torch._foreach_add_(squared_sums, torch._foreach_mul(grads, grads))
+    denominator = torch._foreach_sqrt(squared_sums)
+    torch._foreach_add_(denominator, l2_t_lr)
+    if l1_positive:
+        numerator = torch._foreach_sign(grad_sums)
+        torch._foreach_mul_(numerator, -lr)
+        magnitude = torch._foreach_abs(grad_sums)
+        torch._foreach_sub_(magnitude, t_l1)
+        torch._foreach_clamp_min_(magnitude, 0.0)
+        torch._foreach_mul_(numerator, magnitude)
+    else:
+        numerator = torch._foreach_mul(grad_sums, lr)
+        torch._foreach_neg_(numerator)
+    torch._foreach_div_(numerator, denominator)
+    torch._foreach_copy_(params, numerator)
+
+
+def apply_adagrad_da_rows(params: Tensors, grads: Tensors, grad_sums: Tensors, squared_sums: Tensors, *,
+                          t: float, l1: float, l2: float, t_lr: float, l1_positive: bool) -> None:
+    """TensorFlow's ``SparseApplyAdagradDA`` on rows of more than one element (same math, other rounding):
+
+    ``den = l2 + sqrt(gg) / (t * lr)``; ``w <- (-sign(ga)) * max(|ga| / t - l1, 0) / den`` if l1 > 0, else
+    ``w <- -(ga / t) / den``. ``t`` is the step converted straight to the variable dtype.
+    """
+    torch._foreach_add_(grad_sums, grads)
+    torch._foreach_add_(squared_sums, torch._foreach_mul(grads, grads))
+    denominator = torch._foreach_sqrt(squared_sums)
+    torch._foreach_div_(denominator, t_lr)
+    torch._foreach_add_(denominator, l2)
+    if l1_positive:
+        numerator = torch._foreach_sign(grad_sums)
+        torch._foreach_neg_(numerator)
+        magnitude = torch._foreach_abs(grad_sums)
+        torch._foreach_div_(magnitude, t)
+        torch._foreach_sub_(magnitude, l1)
+        torch._foreach_clamp_min_(magnitude, 0.0)
+        torch._foreach_mul_(numerator, magnitude)
+    else:
+        numerator = torch._foreach_div(grad_sums, t)
+        torch._foreach_neg_(numerator)
+    torch._foreach_div_(numerator, denominator)
+    torch._foreach_copy_(params, numerator)
+
+
+def apply_adagrad_da_scalar_rows(params: Tensors, grads: Tensors, grad_sums: Tensors, squared_sums: Tensors, *,
+                                 lr: float, t_l1: float, t_l2_lr: float, l1_positive: bool) -> None:
+    """TensorFlow's ``SparseApplyAdagradDA`` on rows of one element, evaluated in float64 and rounded back:
+
+    ``ga <- ga + g``, ``gg <- gg + g * g`` (each in float64, rounded once); ``sqrt(gg)`` in the variable dtype;
+    ``w <- (sign(-ga) * lr) * max(|ga| - t * l1, 0) / (t * l2 * lr + sqrt(gg))`` if l1 > 0, else
+    ``w <- ((-ga) * lr) / (t * l2 * lr + sqrt(gg))``. ``t_l1`` and ``t_l2_lr`` are float64 products.
+    """
+    for w, g, ga, gg in zip(params, grads, grad_sums, squared_sums):
+        wide = g.double()
+        ga.copy_(ga.double().add_(wide))
+        gg.copy_(gg.double().add_(wide * wide))
+        denominator = torch.sqrt(gg).double().add_(t_l2_lr)
+        if l1_positive:
+            numerator = torch.sign(torch.neg(ga)).double().mul_(lr)
+            numerator.mul_(torch.abs(ga).double().sub_(t_l1).clamp_min_(0.0))
+        else:
+            numerator = torch.neg(ga).double().mul_(lr)
+        w.copy_(numerator.div_(denominator))
+
+
+__all__ += ["apply_adagrad", "apply_proximal_adagrad", "apply_adagrad_da", "apply_adagrad_da_rows",
+            "apply_adagrad_da_scalar_rows"]

@@ -4,6 +4,42 @@ from __future__ import annotations
 
 import torch
 
-__all__: list[str] = []
+__all__ = ["ftrl"]
 
 Tensors = list[torch.Tensor]
+
+
+def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensors, *, lr: float,
+         power: float, l1: float, two_l2: float, shrinkage: float, scalar_rows: bool = False) -> None:
+    """FTRL-Proximal as Keras 3 evaluates it (``power = -learning_rate_power``).
+
+    ``g' = g + shrinkage * w`` (``shrinkage = 2 * l2_shrinkage``); ``n' = n + g*g`` (plain g);
+    ``z += g' - ((n'^power - n^power) / lr) * w``; ``q = n'^power / lr + two_l2`` where
+    ``two_l2 = 2 * (l2 + beta / (2 * lr))``; ``w = (clip(z, -l1, l1) - z) / q``; ``n = n'``.
+
+    This is also TensorFlow's ``ApplyFtrl``/``ApplyFtrlV2`` and row-sparse ``SparseApplyFtrl(V2)`` kernel
+    (TF1 ``FtrlOptimizer``, tf.keras legacy ``Ftrl``; ``pow(x, 0.5)`` is ``sqrt`` in torch). ``scalar_rows``:
+    TensorFlow's sparse kernel for rows of one element associates ``z' = (z + g') - sigma * w``.
+    """
+    adjusted = torch._foreach_mul(params, shrinkage)
+    torch._foreach_add_(adjusted, grads)
+    new_accumulators = torch._foreach_mul(grads, grads)
+    torch._foreach_add_(new_accumulators, accumulators)
+    new_power = torch._foreach_pow(new_accumulators, power)
+    sigma = torch._foreach_sub(new_power, torch._foreach_pow(accumulators, power))
+    torch._foreach_div_(sigma, lr)
+    torch._foreach_mul_(sigma, params)
+    if scalar_rows:
+        torch._foreach_add_(linears, adjusted)
+        torch._foreach_sub_(linears, sigma)
+    else:
+        torch._foreach_sub_(adjusted, sigma)
+        torch._foreach_add_(linears, adjusted)
+    quadratic = torch._foreach_div(new_power, lr)
+    torch._foreach_add_(quadratic, two_l2)
+    clipped = torch._foreach_clamp_min(linears, -l1)
+    torch._foreach_clamp_max_(clipped, l1)
+    torch._foreach_sub_(clipped, linears)
+    torch._foreach_div_(clipped, quadratic)
+    torch._foreach_copy_(params, clipped)
+    torch._foreach_copy_(accumulators, new_accumulators)

@@ -4,6 +4,18 @@ from __future__ import annotations
 
 import torch
 
-__all__: list[str] = []
+__all__ = ["lion"]
 
 Tensors = list[torch.Tensor]
+
+
+def lion(params: Tensors, grads: Tensors, momenta: Tensors, *, lr: float, beta_1: float, one_minus_beta_1: float,
+         beta_2: float, one_minus_beta_2: float) -> None:
+    """Lion: ``w -= lr * sign(m * b1 + g * (1 - b1))``; then ``m = m * b2 + g * (1 - b2)`` (``sign(0) = 0``)."""
+    direction = torch._foreach_mul(momenta, beta_1)
+    torch._foreach_add_(direction, torch._foreach_mul(grads, one_minus_beta_1))
+    torch._foreach_sign_(direction)
+    torch._foreach_mul_(direction, lr)
+    torch._foreach_sub_(params, direction)
+    torch._foreach_mul_(momenta, beta_2)
+    torch._foreach_add_(momenta, torch._foreach_mul(grads, one_minus_beta_2))

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.blocks import elementwise
+
 __all__ = ["sgd", "keras_momentum"]
 
 Tensors = list[torch.Tensor]
 
 
+@elementwise
 def sgd(params: Tensors, grads: Tensors, *, lr: float) -> None:
     """``w <- w - g * lr``."""
     torch._foreach_sub_(params, torch._foreach_mul(grads, lr))
 
 
+@elementwise
 def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, *, lr: float, momentum: float,
                    nesterov: bool) -> None:
     """Keras momentum (Keras 3 and tf.keras legacy):
@@ -29,3 +33,77 @@ def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, *, lr: flo
         torch._foreach_add_(params, lookahead)
     else:
         torch._foreach_add_(params, momenta)
+
+
+
+def momentum(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, momentum: float,
+             nesterov: bool, lr_times_momentum: float | None = None) -> None:
+    """TensorFlow's ``ApplyMomentum`` / ``SparseApplyMomentum`` (TF1 ``MomentumOptimizer``).
+
+    ``a <- a * mu + g``; then ``w <- w - a * lr``, or with Nesterov ``w <- w - (g * lr + (a * mu) * lr)`` (new a).
+    The sparse kernel associates the Nesterov term as ``a * (lr * mu)``: pass ``lr_times_momentum`` (rounded
+    in the variable dtype) to get that form.
+    """
+    torch._foreach_mul_(accumulators, momentum)
+    torch._foreach_add_(accumulators, grads)
+    if not nesterov:
+        torch._foreach_sub_(params, torch._foreach_mul(accumulators, lr))
+        return
+    step = torch._foreach_mul(grads, lr)
+    if lr_times_momentum is None:
+        lookahead = torch._foreach_mul(accumulators, momentum)
+        torch._foreach_mul_(lookahead, lr)
+    else:
+        lookahead = torch._foreach_mul(accumulators, lr_times_momentum)
+    torch._foreach_add_(step, lookahead)
+    torch._foreach_sub_(params, step)
+
+
+def scatter_sgd(param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, *, lr: float) -> None:
+    """``w[i_k] <- w[i_k] + (-g_k) * lr`` for every row k in order, duplicates NOT summed first.
+
+    TensorFlow's sparse gradient descent (``resource_scatter_add``); with a repeated index the rows are added
+    one at a time, which rounds differently from ``w - (g_a + g_b) * lr``.
+    """
+    param.index_add_(0, indices, torch.neg(values).mul_(lr))
+
+
+def fobos_shrink(prox: Tensors, threshold: float | Tensors, denominator: float | Tensors, *,
+                 l1_positive: bool, widen: bool = False) -> None:
+    """The FOBOS proximal step, in place on ``prox``:
+
+    ``prox <- sign(prox) * max(|prox| - threshold, 0) / denominator`` (``prox / denominator`` when l1 is not
+    positive), where ``threshold`` is ``lr * l1`` (or ``eta * l1`` per element) and ``denominator`` is
+    ``1 + l2 * lr`` (or ``1 + l2 * eta``), both rounded by the caller. With ``widen`` the denominator is float64
+    and the division is done in float64 and rounded back once, as TensorFlow's scalar-row sparse kernels do.
+    """
+    if l1_positive:
+        magnitude = torch._foreach_abs(prox)
+        torch._foreach_sub_(magnitude, threshold)
+        torch._foreach_clamp_min_(magnitude, 0.0)
+        numerator = torch._foreach_sign(prox)
+        torch._foreach_mul_(numerator, magnitude)
+    elif not widen:
+        torch._foreach_div_(prox, denominator)
+        return
+    else:
+        numerator = list(prox)
+    if widen:
+        numerator = [n.double() for n in numerator]
+    torch._foreach_div_(numerator, denominator)
+    torch._foreach_copy_(prox, numerator)
+
+
+def proximal_gradient_descent(params: Tensors, grads: Tensors, *, lr: float, lr_l1: float, denominator: float,
+                              l1_positive: bool, widen: bool = False) -> None:
+    """TensorFlow's ``ApplyProximalGradientDescent`` (FOBOS): ``prox = w - g * lr``; then
+    ``w <- sign(prox) * max(|prox| - lr * l1, 0) / (1 + l2 * lr)`` (``prox / (1 + l2 * lr)`` when l1 <= 0).
+
+    ``lr_l1`` and ``denominator`` (``1 + l2 * lr``) are rounded by the caller: in the variable dtype for the
+    dense and row-sparse kernels, in float64 for the scalar-row sparse kernel (then pass ``widen=True``).
+    """
+    torch._foreach_sub_(params, torch._foreach_mul(grads, lr))
+    fobos_shrink(params, lr_l1, denominator, l1_positive=l1_positive, widen=widen)
+
+
+__all__ += ["momentum", "scatter_sgd", "fobos_shrink", "proximal_gradient_descent"]

@@ -1,0 +1,100 @@
+"""Summing gradients across processes (the default gradient aggregator of the tf.keras legacy optimizers).
+
+TensorFlow's OptimizerV2 sums gradients over the replicas of its distribution strategy before clipping and
+updating. The PyTorch counterpart is a ``torch.distributed`` process group: when one is initialised with more
+than one process, ``all_reduce_sum_gradients`` sums every gradient over all processes; otherwise it returns the
+pairs unchanged (no copy, no communication).
+
+Dense gradients are summed with one ``all_reduce`` per (device, dtype) bucket: they are flattened into one
+buffer, reduced, and split back, so the caller's gradient tensors (possibly ``.grad``) are never modified.
+Row-sparse gradients (``IndexedSlices``) are gathered, not reduced: the result holds every process's rows,
+concatenated in rank order, with duplicates left for the optimizer to sum (as TensorFlow's all-reduce of
+``IndexedSlices`` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ..variables import IndexedSlices, as_indexed_slices, is_sparse
+
+__all__ = ["is_distributed", "world_size", "all_reduce_sum_gradients"]
+
+
+def world_size() -> int:
+    """Number of processes in the default ``torch.distributed`` group (1 when it is not initialised)."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return dist.get_world_size()
+
+
+def is_distributed() -> bool:
+    """True when a ``torch.distributed`` default group with more than one process is initialised."""
+    return world_size() > 1
+
+
+def all_reduce_sum_gradients(grads_and_vars: Iterable[tuple[Any, torch.Tensor]]) -> list[tuple[Any, torch.Tensor]]:
+    """Sums each gradient over all processes; the identity on a single process.
+
+    ``None`` gradients stay ``None``. Every process must call this with the same variables in the same order
+    (as with any collective).
+
+    Example:
+        >>> import torch
+        >>> from slotopt.engine.distributed import all_reduce_sum_gradients
+        >>> g, w = torch.ones(2), torch.zeros(2)
+        >>> all_reduce_sum_gradients([(g, w)])[0][0] is g  # not distributed: unchanged
+        True
+    """
+    pairs = list(grads_and_vars)
+    if not is_distributed():
+        return pairs
+    out: list[Any] = [g for g, _ in pairs]
+    buckets: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, (grad, _) in enumerate(pairs):
+        if grad is None:
+            continue
+        if is_sparse(grad):
+            out[i] = _all_gather_rows(as_indexed_slices(grad))
+        else:
+            buckets.setdefault((grad.device, grad.dtype), []).append(i)
+    for positions in buckets.values():
+        tensors = [pairs[i][0] for i in positions]
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM)
+        for i, piece, t in zip(positions, torch.split(flat, [t.numel() for t in tensors]), tensors):
+            out[i] = piece.view(t.shape)
+    return [(g, v) for g, (_, v) in zip(out, pairs)]
+
+
+def _all_gather_rows(grad: IndexedSlices) -> IndexedSlices:
+    """Concatenates every process's ``(indices, values)`` in rank order (row counts may differ)."""
+    dist = torch.distributed
+    n = world_size()
+    count = torch.tensor([grad.indices.numel()], dtype=torch.int64, device=grad.indices.device)
+    counts = [torch.zeros_like(count) for _ in range(n)]
+    dist.all_gather(counts, count)
+    sizes = [int(c) for c in counts]
+    longest = max(sizes)
+    indices = _padded(grad.indices, longest)
+    values = _padded(grad.values, longest)
+    gathered_indices = [torch.empty_like(indices) for _ in range(n)]
+    gathered_values = [torch.empty_like(values) for _ in range(n)]
+    dist.all_gather(gathered_indices, indices)
+    dist.all_gather(gathered_values, values)
+    return IndexedSlices(
+        torch.cat([v[:k] for v, k in zip(gathered_values, sizes)]),
+        torch.cat([i[:k] for i, k in zip(gathered_indices, sizes)]),
+        grad.dense_shape,
+    )
+
+
+def _padded(t: torch.Tensor, rows: int) -> torch.Tensor:
+    if t.shape[0] == rows:
+        return t.contiguous()
+    pad = torch.zeros((rows - t.shape[0],) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
+    return torch.cat([t, pad])

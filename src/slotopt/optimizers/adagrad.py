@@ -1,0 +1,74 @@
+"""Keras 3 Adagrad."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..engine import constants as K
+from ..kernels import adagrad as kernels
+from ..optimizer import LearningRate, Optimizer
+from .rmsprop import _check_non_negative
+
+
+class Adagrad(Optimizer):
+    """Adagrad (Keras 3 numerics: epsilon inside the square root).
+
+    ``acc += g*g``; ``w -= (lr * g) / sqrt(acc + epsilon)``, with ``acc`` starting at
+    ``initial_accumulator_value`` (state: ``accumulator`` per variable). A sparse gradient updates only the rows
+    it touches, which gives the same result as its dense equivalent (a zero gradient leaves a row unchanged).
+
+    Example:
+        >>> import torch, slotopt
+        >>> w = slotopt.Variable(torch.tensor([1.0]), name="w")
+        >>> opt = slotopt.Adagrad(learning_rate=0.5, initial_accumulator_value=0.0, epsilon=0.0)
+        >>> _ = opt.apply_gradients([(torch.tensor([2.0]), w)])
+        >>> w.item()
+        0.5
+    """
+
+    _kernel_slots = ("accumulator",)
+
+    def __init__(self, learning_rate: LearningRate = 0.001, initial_accumulator_value: float = 0.1,
+                 epsilon: float = 1e-7, weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False, ema_momentum: float = 0.99,
+                 ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
+                 gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
+        _check_non_negative(initial_accumulator_value=initial_accumulator_value, epsilon=epsilon)
+        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
+                         ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
+        self.initial_accumulator_value = initial_accumulator_value
+        self.epsilon = epsilon
+
+    @property
+    def _sparse_rows_independent(self) -> bool:  # type: ignore[override]
+        # Untouched rows stay exactly as they are only if the denominator is > 0 even in float16.
+        return (K.literal(self.initial_accumulator_value, torch.float16) > 0
+                or K.literal(self.epsilon, torch.float16) > 0)
+
+    def build(self, variables: Any) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        self._accumulators = self.add_optimizer_variables(
+            self._trainable_variables, "accumulator", initializer=constant_initializer(self.initial_accumulator_value))
+
+    def _update_group(self, params, grads, slots, learning_rate) -> None:
+        dtype = params[0].dtype
+        kernels.adagrad(params, grads, slots["accumulator"], lr=self._lr_for(learning_rate, dtype),
+                        epsilon=K.literal(self.epsilon, dtype))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "initial_accumulator_value": self.initial_accumulator_value,
+                "epsilon": self.epsilon}
+
+
+def constant_initializer(value: float):
+    """Keras's ``Constant`` initializer: ``cast(value, dtype)`` (float32 first, then the slot's dtype)."""
+    def initialize(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.full(shape, K.cast(value, dtype), dtype=dtype)
+    return initialize
+
+
+__all__ = ["Adagrad"]

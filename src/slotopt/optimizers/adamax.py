@@ -1,0 +1,63 @@
+"""Keras 3 Adamax."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine import constants as K
+from ..kernels import adam as kernels
+from ..optimizer import LearningRate, Optimizer
+from .adam import _check_betas
+
+
+class Adamax(Optimizer):
+    """Adamax: Adam with the infinity norm in place of the second moment (Keras 3 numerics).
+
+    With ``t`` the 1-based step: ``m += (g - m) * (1 - beta_1)``; ``u = max(beta_2 * u, |g|)``;
+    ``w -= (lr * m) / ((1 - beta_1^t) * (u + epsilon))``. ``1 - beta_1`` is rounded once to the variable's
+    dtype (D-form); state is ``[momentum, norm]`` per variable.
+
+    Example:
+        >>> import torch, slotopt
+        >>> w = slotopt.Variable(torch.tensor([1.0, -1.0]), name="w")
+        >>> opt = slotopt.Adamax(learning_rate=0.5)
+        >>> _ = opt.apply_gradients([(torch.tensor([2.0, -2.0]), w)])
+        >>> [round(x, 4) for x in w.tolist()]
+        [0.5, -0.5]
+        >>> [v.path for v in opt.variables][2:]
+        ['adamax/w_momentum', 'adamax/w_norm']
+    """
+
+    _kernel_slots = ("momentum", "norm")
+
+    def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False, ema_momentum: float = 0.99,
+                 ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
+                 gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
+        _check_betas(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
+                         ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+
+    def build(self, variables: Any) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        self._m, self._u = self.add_optimizer_variables(self._trainable_variables, ["momentum", "norm"])
+
+    def _update_group(self, params, grads, slots, learning_rate) -> None:
+        dtype = params[0].dtype
+        beta_1_power = K.power(K.cast(self.beta_1, dtype), float(self._step_count()), dtype)
+        kernels.adamax(params, grads, slots["momentum"], slots["norm"], lr=self._lr_for(learning_rate, dtype),
+                       one_minus_beta_1=K.d_form(self.beta_1, dtype), beta_2=K.literal(self.beta_2, dtype),
+                       epsilon=K.literal(self.epsilon, dtype),
+                       one_minus_beta_1_power=K.evaluate(lambda p: 1 - p, dtype, beta_1_power))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+__all__ = ["Adamax"]

@@ -1,0 +1,66 @@
+"""Keras 3 Lamb."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine import constants as K
+from ..kernels import adam as kernels
+from ..optimizer import LearningRate, Optimizer
+from .adam import _check_betas
+
+
+class Lamb(Optimizer):
+    """LAMB: the Adam direction rescaled per variable by a trust ratio (Keras 3 numerics).
+
+    ``m += (g - m) * (1 - beta_1)``; ``v += (g*g - v) * (1 - beta_2)`` (both ``1 - beta`` rounded once, D-form);
+    ``u = (m / (1 - beta_1^t)) / (sqrt(v / (1 - beta_2^t)) + epsilon)``;
+    ``r = ||w|| / ||u||`` (1 if either norm is 0; norms over the whole variable); ``w -= (r * lr) * u``.
+    As in Keras, ``Lamb`` is exported but not registered for ``slotopt.get("lamb")``.
+
+    Example:
+        >>> import torch, slotopt
+        >>> w = slotopt.Variable(torch.tensor([3.0, 4.0]), name="w")
+        >>> opt = slotopt.Lamb(learning_rate=0.1)
+        >>> _ = opt.apply_gradients([(torch.tensor([1.0, 1.0]), w)])
+        >>> [round(x, 3) for x in w.tolist()]
+        [2.646, 3.646]
+    """
+
+    _kernel_slots = ("momentum", "velocity")
+
+    def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False, ema_momentum: float = 0.99,
+                 ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
+                 gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
+        _check_betas(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
+                         ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+
+    def build(self, variables: Any) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        self._momentums, self._velocities = self.add_optimizer_variables(
+            self._trainable_variables, ["momentum", "velocity"])
+
+    def _update_group(self, params, grads, slots, learning_rate) -> None:
+        dtype = params[0].dtype
+        t = float(self._step_count())
+        b1p = K.power(K.cast(self.beta_1, dtype), t, dtype)
+        b2p = K.power(K.cast(self.beta_2, dtype), t, dtype)
+        kernels.lamb(params, grads, slots["momentum"], slots["velocity"], lr=self._lr_for(learning_rate, dtype),
+                     one_minus_beta_1=K.d_form(self.beta_1, dtype), one_minus_beta_2=K.d_form(self.beta_2, dtype),
+                     one_minus_beta_1_power=K.evaluate(lambda p: 1 - p, dtype, b1p),
+                     one_minus_beta_2_power=K.evaluate(lambda p: 1 - p, dtype, b2p),
+                     epsilon=K.literal(self.epsilon, dtype))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+__all__ = ["Lamb"]

@@ -1,0 +1,96 @@
+"""Keras 3 Nadam."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..engine import constants as K
+from ..kernels import adam as kernels
+from ..optimizer import LearningRate, Optimizer
+from .adam import _check_betas
+
+
+def _momentum_schedule(beta_1: float, decay: float, t: float, dtype: torch.dtype) -> float:
+    """``beta_1 * (1 - 0.5 * decay^t)`` evaluated in ``dtype``."""
+    return K.evaluate(lambda b, d, t: b * (1.0 - 0.5 * torch.pow(d, t)), dtype, beta_1, decay, t)
+
+
+class Nadam(Optimizer):
+    """Nadam: Adam with Nesterov momentum and Dozat's momentum schedule (Keras 3 numerics).
+
+    With ``t`` the 1-based step and ``mu_t = beta_1 * (1 - 0.5 * 0.96^t)``, the optimizer keeps the running
+    product ``P_t = mu_1 * ... * mu_t`` in the scalar variable ``u_product`` (created last, path
+    ``<name>/variable``, updated once per step before the variables). Per variable, with ``P' = P_t * mu_{t+1}``:
+    ``m += (g - m) * (1 - beta_1)``; ``v += (g*g - v) * (1 - beta_2)`` (``1 - beta`` computed in the variable's
+    dtype, F-form); ``m_hat = (mu_{t+1} * m) / (1 - P') + ((1 - mu_t) * g) / (1 - P_t)``;
+    ``v_hat = v / (1 - beta_2^t)``; ``w -= (m_hat * lr) / (sqrt(v_hat) + epsilon)``.
+
+    Example:
+        >>> import torch, slotopt
+        >>> w = slotopt.Variable(torch.tensor([1.0]), name="w")
+        >>> opt = slotopt.Nadam(learning_rate=0.1)
+        >>> _ = opt.apply_gradients([(torch.tensor([1.0]), w)])
+        >>> round(w.item(), 4)
+        0.8937
+        >>> [v.path for v in opt.variables][-1], round(float(opt.variables[-1]), 4)
+        ('nadam/variable', 0.468)
+    """
+
+    _kernel_slots = ("momentum", "velocity")
+
+    def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False, ema_momentum: float = 0.99,
+                 ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
+                 gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
+        _check_betas(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
+                         ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+
+    def build(self, variables: Any) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        trainable = self._trainable_variables
+        self._momentums, self._velocities = self.add_optimizer_variables(trainable, ["momentum", "velocity"])
+        dtype = trainable[0].dtype if trainable else torch.float32
+        self._u_product = self.add_variable((), initializer="ones", dtype=dtype, name="variable")
+
+    def _before_updates(self, learning_rate: Any) -> None:
+        # P_t = (P_{t-1} * beta_1) * (1 - 0.5 * 0.96^t): bare Python literals, in u_product's dtype.
+        product = self._u_product
+        dtype = product.dtype
+        value = K.evaluate(lambda p, b, d, t: (p * b) * (1.0 - 0.5 * torch.pow(d, t)), dtype, float(product),
+                           K.literal(self.beta_1, dtype), K.literal(0.96, dtype), float(self._step_count()))
+        product.fill_(value)
+
+    def _update_group(self, params, grads, slots, learning_rate) -> None:
+        dtype = params[0].dtype
+        t = float(self._step_count())
+        beta_1 = K.cast(self.beta_1, dtype)
+        decay = K.cast(0.96, dtype)
+        mu = _momentum_schedule(beta_1, decay, t, dtype)
+        mu_next = _momentum_schedule(beta_1, decay, t + 1, dtype)
+        product = K.literal(float(self._u_product), dtype)
+        product_next = K.evaluate(lambda p, m: p * m, dtype, product, mu_next)
+        beta_2_power = K.power(K.cast(self.beta_2, dtype), t, dtype)
+
+        def one_minus(x: float) -> float:
+            return K.evaluate(lambda y: 1 - y, dtype, x)
+
+        kernels.nadam(params, grads, slots["momentum"], slots["velocity"], lr=self._lr_for(learning_rate, dtype),
+                      one_minus_beta_1=K.f_form(self.beta_1, dtype), one_minus_beta_2=K.f_form(self.beta_2, dtype),
+                      mu_next=mu_next, one_minus_mu=one_minus(mu), one_minus_product=one_minus(product),
+                      one_minus_product_next=one_minus(product_next),
+                      one_minus_beta_2_power=one_minus(beta_2_power), epsilon=K.literal(self.epsilon, dtype))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+__all__ = ["Nadam"]

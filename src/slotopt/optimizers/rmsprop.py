@@ -1,0 +1,91 @@
+"""Keras 3 RMSprop."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..engine import constants as K
+from ..kernels import rmsprop as kernels
+from ..optimizer import LearningRate, Optimizer
+
+
+def _check_fractions(**values: Any) -> None:
+    """Rejects hyperparameters that are not finite numbers in [0, 1]."""
+    for name, value in values.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
+                or not 0 <= value <= 1:
+            raise ValueError(f"Argument `{name}` must be a number in [0, 1]. Received: {name}={value!r}")
+
+
+def _check_non_negative(**values: Any) -> None:
+    """Rejects hyperparameters that are not finite numbers >= 0."""
+    for name, value in values.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"Argument `{name}` must be a finite number >= 0. Received: {name}={value!r}")
+
+
+class RMSprop(Optimizer):
+    """RMSprop, optionally centered and with momentum (Keras 3 numerics: epsilon inside the square root).
+
+    ``v = rho * v + (1 - rho) * g*g``; centered: ``a = rho * a + (1 - rho) * g`` and
+    ``inc = (lr * g) / sqrt((v - a*a) + epsilon)``, else ``inc = (lr * g) / sqrt(v + epsilon)``;
+    with ``momentum > 0``: ``mom = momentum * mom + inc``, ``w -= mom``; else ``w -= inc``.
+    ``1 - rho`` is rounded once (D-form). State (grouped, not interleaved): ``velocity`` for every variable, then
+    ``momentum`` for every variable (momentum > 0), then ``average_gradient`` for every variable (centered).
+
+    Example:
+        >>> import torch, slotopt
+        >>> w = slotopt.Variable(torch.tensor([1.0]), name="w")
+        >>> opt = slotopt.RMSprop(learning_rate=0.1, rho=0.75, epsilon=0.0)
+        >>> _ = opt.apply_gradients([(torch.tensor([2.0]), w)])
+        >>> round(w.item(), 4)
+        0.8
+        >>> [v.path for v in opt.variables][2:]
+        ['rm_sprop/w_velocity']
+    """
+
+    def __init__(self, learning_rate: LearningRate = 0.001, rho: float = 0.9, momentum: float = 0.0,
+                 epsilon: float = 1e-7, centered: bool = False, weight_decay: Any = None, clipnorm: Any = None,
+                 clipvalue: Any = None, global_clipnorm: Any = None, use_ema: bool = False,
+                 ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
+                 gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
+        _check_fractions(rho=rho, momentum=momentum)
+        _check_non_negative(epsilon=epsilon)
+        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
+                         ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
+        self.rho = rho
+        self.momentum = momentum
+        self.epsilon = epsilon
+        self.centered = centered
+        self._kernel_slots = self._slot_names()
+
+    def _slot_names(self) -> tuple[str, ...]:
+        return ("velocity",) + (("momentum",) if self.momentum > 0 else ()) + (
+            ("average_gradient",) if self.centered else ())
+
+    def build(self, variables: Any) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        trainable = self._trainable_variables
+        # The variants present are fixed at build time, as the slots are.
+        self._kernel_slots = self._slot_names()
+        self._velocities = self.add_optimizer_variables(trainable, "velocity")
+        self._momentums = self.add_optimizer_variables(trainable, "momentum") if self.momentum > 0 else []
+        self._average_gradients = (
+            self.add_optimizer_variables(trainable, "average_gradient") if self.centered else [])
+
+    def _update_group(self, params, grads, slots, learning_rate) -> None:
+        dtype = params[0].dtype
+        kernels.rmsprop(params, grads, slots["velocity"], slots.get("momentum"), slots.get("average_gradient"),
+                        lr=self._lr_for(learning_rate, dtype), rho=K.literal(self.rho, dtype),
+                        one_minus_rho=K.d_form(self.rho, dtype), momentum_decay=K.literal(self.momentum, dtype),
+                        epsilon=K.literal(self.epsilon, dtype))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon,
+                "centered": self.centered}
+
+
+__all__ = ["RMSprop"]
