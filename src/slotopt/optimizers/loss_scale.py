@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -43,7 +43,8 @@ class LossScaleOptimizer(Optimizer):
 
     ``variables`` is ``[iteration, learning_rate, step_counter, dynamic_scale]`` followed by the inner optimizer's
     variables. ``iterations`` and ``learning_rate`` are the inner optimizer's. The wrapper's own ``iteration`` is
-    never incremented (as in Keras).
+    never incremented (as in Keras). With the PyTorch-style ``step()``, the ``.grad`` tensors must come from
+    ``scale_loss(loss).backward()``; ``minimize`` scales the loss itself.
 
     Args:
         inner_optimizer: the Keras 3 optimizer that applies the unscaled gradients (its ``loss_scale_factor`` is
@@ -214,10 +215,6 @@ class LossScaleOptimizer(Optimizer):
         else:
             scaled = self.scale_loss(loss)
         return super().minimize(scaled, var_list, tape)
-
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """Applies the ``.grad`` of the variables, which must come from ``scale_loss(loss).backward()``."""
-        return super().step(closure)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         super().zero_grad(set_to_none)
