@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.blocks import elementwise
+from . import roots
+
 __all__ = ["adadelta"]
 
 Tensors = list[torch.Tensor]
@@ -35,6 +38,7 @@ def adadelta(params: Tensors, grads: Tensors, accumulated_grad: Tensors, accumul
     torch._foreach_add_(params, delta)
 
 
+@elementwise
 def apply_adadelta(params: Tensors, grads: Tensors, accum: Tensors, accum_update: Tensors, *, lr: float,
                    rho: float, one_minus_rho: float, epsilon: float) -> None:
     """TensorFlow's ``ApplyAdadelta`` / ``SparseApplyAdadelta`` kernel (TF1 ``AdadeltaOptimizer`` and the
@@ -49,10 +53,8 @@ def apply_adadelta(params: Tensors, grads: Tensors, accum: Tensors, accum_update
     torch._foreach_mul_(scaled, one_minus_rho)
     torch._foreach_add_(accum, scaled)
     update = torch._foreach_add(accum_update, epsilon)
-    torch._foreach_sqrt_(update)
-    inverse_root = torch._foreach_add(accum, epsilon)
-    torch._foreach_sqrt_(inverse_root)
-    torch._foreach_reciprocal_(inverse_root)
+    roots.sqrt_(update)
+    inverse_root = roots.rsqrt(torch._foreach_add(accum, epsilon))
     torch._foreach_mul_(update, inverse_root)
     torch._foreach_mul_(update, grads)
     torch._foreach_sub_(params, torch._foreach_mul(update, lr))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.blocks import elementwise
+from . import roots
+
 __all__ = ["adagrad"]
 
 Tensors = list[torch.Tensor]
@@ -31,9 +34,7 @@ def adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float
 
 def _rsqrt(tensors: Tensors) -> Tensors:
     """``1 / sqrt(x)`` with two roundings, as TensorFlow's CPU ``rsqrt`` evaluates in float64."""
-    roots = torch._foreach_sqrt(tensors)
-    torch._foreach_reciprocal_(roots)
-    return roots
+    return roots.rsqrt(tensors)
 
 
 def _scalar_over(scalar: float, tensors: Tensors) -> Tensors:
@@ -43,6 +44,7 @@ def _scalar_over(scalar: float, tensors: Tensors) -> Tensors:
     return out
 
 
+@elementwise
 def apply_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float,
                   scalar_rows: bool = False) -> None:
     """TensorFlow's ``ApplyAdagrad`` / ``SparseApplyAdagrad`` (no epsilon; TF1 ``AdagradOptimizer``).
@@ -53,12 +55,13 @@ def apply_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr:
     torch._foreach_add_(accumulators, torch._foreach_mul(grads, grads))
     step = torch._foreach_mul(grads, lr)
     if scalar_rows:
-        torch._foreach_div_(step, torch._foreach_sqrt(accumulators))
+        torch._foreach_div_(step, roots.sqrt(accumulators))
     else:
         torch._foreach_mul_(step, _rsqrt(accumulators))
     torch._foreach_sub_(params, step)
 
 
+@elementwise
 def apply_proximal_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, l1: float,
                            l2: float, l1_positive: bool, scalar_rows: bool = False) -> None:
     """TensorFlow's ``ApplyProximalAdagrad`` / ``SparseApplyProximalAdagrad`` (TF1 ``ProximalAdagradOptimizer``).
@@ -72,7 +75,7 @@ def apply_proximal_adagrad(params: Tensors, grads: Tensors, accumulators: Tensor
 
     torch._foreach_add_(accumulators, torch._foreach_mul(grads, grads))
     if scalar_rows:
-        eta = _scalar_over(lr, torch._foreach_sqrt(accumulators))
+        eta = _scalar_over(lr, roots.sqrt(accumulators))
     else:
         eta = _rsqrt(accumulators)
         torch._foreach_mul_(eta, lr)
@@ -85,6 +88,7 @@ def apply_proximal_adagrad(params: Tensors, grads: Tensors, accumulators: Tensor
     fobos_shrink(params, threshold, denominator, l1_positive=l1_positive, widen=scalar_rows)
 
 
+@elementwise
 def apply_adagrad_da(params: Tensors, grads: Tensors, grad_sums: Tensors, squared_sums: Tensors, *, lr: float,
                      t_l1: float, l2_t_lr: float, l1_positive: bool) -> None:
     """TensorFlow's dense ``ApplyAdagradDA`` (TF1 ``AdagradDAOptimizer``); the old ``w`` is not used.
@@ -95,7 +99,7 @@ def apply_adagrad_da(params: Tensors, grads: Tensors, grad_sums: Tensors, square
     """
     torch._foreach_add_(grad_sums, grads)
     torch._foreach_add_(squared_sums, torch._foreach_mul(grads, grads))
-    denominator = torch._foreach_sqrt(squared_sums)
+    denominator = roots.sqrt(squared_sums)
     torch._foreach_add_(denominator, l2_t_lr)
     if l1_positive:
         numerator = torch._foreach_sign(grad_sums)
@@ -111,6 +115,7 @@ def apply_adagrad_da(params: Tensors, grads: Tensors, grad_sums: Tensors, square
     torch._foreach_copy_(params, numerator)
 
 
+@elementwise
 def apply_adagrad_da_rows(params: Tensors, grads: Tensors, grad_sums: Tensors, squared_sums: Tensors, *,
                           t: float, l1: float, l2: float, t_lr: float, l1_positive: bool) -> None:
     """TensorFlow's ``SparseApplyAdagradDA`` on rows of more than one element (same math, other rounding):
@@ -120,7 +125,7 @@ def apply_adagrad_da_rows(params: Tensors, grads: Tensors, grad_sums: Tensors, s
     """
     torch._foreach_add_(grad_sums, grads)
     torch._foreach_add_(squared_sums, torch._foreach_mul(grads, grads))
-    denominator = torch._foreach_sqrt(squared_sums)
+    denominator = roots.sqrt(squared_sums)
     torch._foreach_div_(denominator, t_lr)
     torch._foreach_add_(denominator, l2)
     if l1_positive:
@@ -138,6 +143,7 @@ def apply_adagrad_da_rows(params: Tensors, grads: Tensors, grad_sums: Tensors, s
     torch._foreach_copy_(params, numerator)
 
 
+@elementwise
 def apply_adagrad_da_scalar_rows(params: Tensors, grads: Tensors, grad_sums: Tensors, squared_sums: Tensors, *,
                                  lr: float, t_l1: float, t_l2_lr: float, l1_positive: bool) -> None:
     """TensorFlow's ``SparseApplyAdagradDA`` on rows of one element, evaluated in float64 and rounded back:
@@ -150,7 +156,7 @@ def apply_adagrad_da_scalar_rows(params: Tensors, grads: Tensors, grad_sums: Ten
         wide = g.double()
         ga.copy_(ga.double().add_(wide))
         gg.copy_(gg.double().add_(wide * wide))
-        denominator = torch.sqrt(gg).double().add_(t_l2_lr)
+        denominator = roots.sqrt([gg])[0].double().add_(t_l2_lr)
         if l1_positive:
             numerator = torch.sign(torch.neg(ga)).double().mul_(lr)
             numerator.mul_(torch.abs(ga).double().sub_(t_l1).clamp_min_(0.0))

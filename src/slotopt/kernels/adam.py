@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 
 from ..engine.blocks import elementwise
+from . import roots
 
 __all__ = ["adam", "adam_moments", "adamax", "nadam", "lamb"]
 
@@ -43,7 +44,7 @@ def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
     if v_hat is not None:
         torch._foreach_maximum_(v_hat, v)
         v = v_hat
-    denom = torch._foreach_sqrt(v)
+    denom = roots.sqrt(v)
     torch._foreach_add_(denom, epsilon)
     step = torch._foreach_mul(m, alpha)
     torch._foreach_div_(step, denom)
@@ -143,7 +144,7 @@ def sparse_apply_adam(params: Tensors, rows: Tensors, grads: Tensors, m: Tensors
     if v_hat is not None:
         torch._foreach_maximum_(v_hat, v)
         v = v_hat
-    denom = torch._foreach_sqrt(v)
+    denom = roots.sqrt(v)
     torch._foreach_add_(denom, epsilon)
     step = torch._foreach_mul(m, alpha)
     torch._foreach_div_(step, denom)

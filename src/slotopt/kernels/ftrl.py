@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import torch
 
+from . import roots
+
 __all__ = ["ftrl"]
 
 Tensors = list[torch.Tensor]
 
 
 def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensors, *, lr: float,
-         power: float, l1: float, two_l2: float, shrinkage: float, scalar_rows: bool = False) -> None:
+         power: float, l1: float, two_l2: float, shrinkage: float, scalar_rows: bool = False,
+         root: bool = False) -> None:
     """FTRL-Proximal as Keras 3 evaluates it (``power = -learning_rate_power``).
 
     ``g' = g + shrinkage * w`` (``shrinkage = 2 * l2_shrinkage``); ``n' = n + g*g`` (plain g);
@@ -19,14 +22,16 @@ def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensor
 
     This is also TensorFlow's ``ApplyFtrl``/``ApplyFtrlV2`` and row-sparse ``SparseApplyFtrl(V2)`` kernel
     (TF1 ``FtrlOptimizer``, tf.keras legacy ``Ftrl``; ``pow(x, 0.5)`` is ``sqrt`` in torch). ``scalar_rows``:
-    TensorFlow's sparse kernel for rows of one element associates ``z' = (z + g') - sigma * w``.
+    TensorFlow's sparse kernel for rows of one element associates ``z' = (z + g') - sigma * w``. ``root``:
+    TensorFlow's kernels take an IEEE ``sqrt`` for ``learning_rate_power == -0.5`` (pass ``power=0.5``) where a
+    Python ``tf.pow`` would use Eigen's ``pow``.
     """
     adjusted = torch._foreach_mul(params, shrinkage)
     torch._foreach_add_(adjusted, grads)
     new_accumulators = torch._foreach_mul(grads, grads)
     torch._foreach_add_(new_accumulators, accumulators)
-    new_power = torch._foreach_pow(new_accumulators, power)
-    sigma = torch._foreach_sub(new_power, torch._foreach_pow(accumulators, power))
+    new_power = roots.sqrt(new_accumulators) if root else torch._foreach_pow(new_accumulators, power)
+    sigma = torch._foreach_sub(new_power, roots.sqrt(accumulators) if root else torch._foreach_pow(accumulators, power))
     torch._foreach_div_(sigma, lr)
     torch._foreach_mul_(sigma, params)
     if scalar_rows:

@@ -6,6 +6,9 @@ from typing import Optional
 
 import torch
 
+from ..engine.blocks import elementwise
+from . import roots
+
 __all__ = ["rmsprop"]
 
 Tensors = list[torch.Tensor]
@@ -52,6 +55,7 @@ def rmsprop(params: Tensors, grads: Tensors, velocity: Tensors, momentum: Option
         torch._foreach_sub_(params, increment)
 
 
+@elementwise
 def apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg: Tensors | None, *, lr: float,
                   one_minus_rho: float, momentum: float, epsilon: float) -> None:
     """TensorFlow's fused ``ApplyRMSProp`` / ``ApplyCenteredRMSProp`` kernels (TF1 ``RMSPropOptimizer``; the
@@ -73,7 +77,7 @@ def apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg
         torch._foreach_add_(denom, epsilon)
     else:
         denom = torch._foreach_add(ms, epsilon)
-    torch._foreach_sqrt_(denom)
+    roots.sqrt_(denom)
     increment = torch._foreach_mul(grads, lr)
     torch._foreach_div_(increment, denom)
     torch._foreach_mul_(mom, momentum)
@@ -81,6 +85,7 @@ def apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg
     torch._foreach_sub_(params, mom)
 
 
+@elementwise
 def sparse_apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg: Tensors | None, *,
                          lr: float, rho: float, one_minus_rho: float, momentum: float, epsilon: float) -> None:
     """TensorFlow's ``SparseApplyRMSProp`` / ``SparseApplyCenteredRMSProp`` on the touched rows (other forms
@@ -99,8 +104,7 @@ def sparse_apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tens
         torch._foreach_mul_(mg, rho)
         torch._foreach_add_(mg, torch._foreach_mul(grads, one_minus_rho))
         torch._foreach_sub_(denom, torch._foreach_mul(mg, mg))
-    torch._foreach_sqrt_(denom)
-    torch._foreach_reciprocal_(denom)
+    denom = roots.rsqrt(denom)
     torch._foreach_mul_(denom, lr)
     torch._foreach_mul_(denom, grads)
     torch._foreach_mul_(mom, momentum)

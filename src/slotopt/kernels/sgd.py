@@ -36,6 +36,7 @@ def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, *, lr: flo
 
 
 
+@elementwise
 def momentum(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, momentum: float,
              nesterov: bool, lr_times_momentum: float | None = None) -> None:
     """TensorFlow's ``ApplyMomentum`` / ``SparseApplyMomentum`` (TF1 ``MomentumOptimizer``).
@@ -94,6 +95,7 @@ def fobos_shrink(prox: Tensors, threshold: float | Tensors, denominator: float |
     torch._foreach_copy_(prox, numerator)
 
 
+@elementwise
 def proximal_gradient_descent(params: Tensors, grads: Tensors, *, lr: float, lr_l1: float, denominator: float,
                               l1_positive: bool, widen: bool = False) -> None:
     """TensorFlow's ``ApplyProximalGradientDescent`` (FOBOS): ``prox = w - g * lr``; then

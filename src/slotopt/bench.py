@@ -1,0 +1,464 @@
+"""``slotopt bench``: optimizer step time, slotopt against ``torch.optim``, in one run.
+
+Dense workloads (float32):
+
+* ``large``: one 4096x4096 tensor (16.8M parameters);
+* ``model``: 150 tensors, 31.5M parameters, shaped like a small transformer (24x[512,512], 12x[2048,512],
+  12x[512,2048], 90x[512], 12x[2048]);
+* ``small``: 2000 tensors of 1024 elements (per-tensor overhead dominates).
+
+For Adam, AdamW, SGD with momentum, RMSprop and Adagrad it times one step of the slotopt Keras 3 class
+(``build`` once, then ``apply(grads)``) and of ``torch.optim`` with ``foreach=False`` (a Python loop over
+tensors), ``foreach=True`` and ``fused=True`` (where torch supports it), with the same hyperparameters.
+Each number is the median over N timed steps after a warm-up. slotopt's kernels keep Keras's evaluation order
+(separate multiply and add, no fused multiply-add) to match Keras bit for bit, so they do more memory passes
+than torch's; the ratio columns show the price.
+
+Sparse workload: a 1,000,000 x 64 embedding table with 1,024 rows (drawn with repetition, like a batch of
+lookups) touched per step, gradients as torch sparse COO tensors (what ``nn.Embedding(sparse=True)`` gives).
+Each optimizer runs in a fresh subprocess, which reports the median step time and the peak memory growth:
+on the CPU the growth of the process's resident-set high-water mark (``VmHWM`` in ``/proc/self/status`` on
+Linux, ``resource.getrusage(...).ru_maxrss`` elsewhere) from the moment the table and gradients exist, i.e.
+optimizer state plus step temporaries. On Linux the high-water mark is first reset to the current RSS
+(``/proc/self/clear_refs``), so that a peak from import or set-up time cannot hide the optimizer's; where that is
+not possible, a growth smaller than the earlier peak reads as 0. Memory allocated but never written
+(zero-filled pages) does not count in RSS. On CUDA
+``torch.cuda.max_memory_allocated`` minus the memory allocated before the optimizer is created.
+
+Benchmarks measure the machine they run on; numbers move with other load. They are never part of the tests.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, TextIO
+
+import torch
+
+__all__ = ["WORKLOADS", "OPTIMIZERS", "SPARSE_OPTIMIZERS", "Measurement", "time_steps", "run_bench"]
+
+Shapes = list[tuple[int, ...]]
+
+WORKLOADS: dict[str, Shapes] = {
+    "large": [(4096, 4096)],
+    "model": [(512, 512)] * 24 + [(2048, 512)] * 12 + [(512, 2048)] * 12 + [(512,)] * 90 + [(2048,)] * 12,
+    "small": [(1024,)] * 2000,
+}
+
+IMPLEMENTATIONS = ("slotopt", "torch loop", "torch foreach", "torch fused")
+
+
+def _slotopt_class(name: str, module: str = "slotopt") -> Optional[type]:
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """One benchmarked algorithm: the slotopt class and arguments, and the torch.optim equivalent."""
+
+    label: str
+    slotopt_name: str
+    slotopt_kwargs: dict[str, Any]
+    torch_name: str
+    torch_kwargs: dict[str, Any]
+
+
+#: Same hyperparameters on both sides (epsilon 1e-7 as in Keras; torch's own default is 1e-8).
+OPTIMIZERS: list[OptimizerSpec] = [
+    OptimizerSpec("Adam", "Adam", {"learning_rate": 1e-3}, "Adam", {"lr": 1e-3, "eps": 1e-7}),
+    OptimizerSpec("AdamW", "AdamW", {"learning_rate": 1e-3, "weight_decay": 0.004},
+                  "AdamW", {"lr": 1e-3, "eps": 1e-7, "weight_decay": 0.004}),
+    OptimizerSpec("SGD-momentum", "SGD", {"learning_rate": 0.01, "momentum": 0.9},
+                  "SGD", {"lr": 0.01, "momentum": 0.9}),
+    OptimizerSpec("RMSprop", "RMSprop", {"learning_rate": 1e-3}, "RMSprop", {"lr": 1e-3, "alpha": 0.9, "eps": 1e-7}),
+    OptimizerSpec("Adagrad", "Adagrad", {"learning_rate": 1e-3},
+                  "Adagrad", {"lr": 1e-3, "initial_accumulator_value": 0.1, "eps": 1e-7}),
+]
+
+#: The sparse row: (label, kind, module or torch class, class name, kwargs, what the step touches).
+SPARSE_OPTIMIZERS: list[tuple[str, str, str, dict[str, Any], str]] = [
+    ("slotopt.legacy.Adam", "slotopt.legacy", "Adam", {"learning_rate": 1e-3},
+     "tf.keras semantics: moments decayed and table updated on all rows"),
+    ("torch.optim.SparseAdam", "torch", "SparseAdam", {"lr": 1e-3, "eps": 1e-7},
+     "lazy: touched rows only (not Keras semantics)"),
+    ("slotopt.Adam", "slotopt", "Adam", {"learning_rate": 1e-3},
+     "Keras 3 semantics: dense update of the summed gradient"),
+    ("slotopt.legacy.Adagrad", "slotopt.legacy", "Adagrad", {"learning_rate": 1e-3},
+     "touched rows only (= dense result)"),
+    ("slotopt.Adagrad", "slotopt", "Adagrad", {"learning_rate": 1e-3}, "touched rows only (= dense result)"),
+    ("torch.optim.Adagrad", "torch", "Adagrad", {"lr": 1e-3, "initial_accumulator_value": 0.1, "eps": 1e-7},
+     "touched rows only"),
+]
+
+SPARSE_ROWS, SPARSE_DIM, SPARSE_TOUCHED = 1_000_000, 64, 1024
+
+
+@dataclass
+class Measurement:
+    """Median milliseconds per step of one (workload, optimizer, implementation), or why it did not run."""
+
+    workload: str
+    optimizer: str
+    implementation: str
+    ms: float = math.nan
+    peak_mb: float = math.nan
+    note: str = ""
+    samples: list[float] = field(default_factory=list)
+    failed: bool = False
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(step: Callable[[], Any], steps: int, warmup: int, device: str = "cpu") -> list[float]:
+    """Runs ``warmup`` untimed steps, then returns the duration of each of ``steps`` steps in milliseconds."""
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    samples = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        samples.append((time.perf_counter() - start) * 1000.0)
+    return samples
+
+
+def _make_tensors(shapes: Shapes, device: str, seed: int = 0) -> tuple[list[torch.nn.Parameter], list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    params = [torch.nn.Parameter(torch.randn(s, generator=g).to(device)) for s in shapes]
+    grads = [(torch.randn(s, generator=g) * 0.01).to(device) for s in shapes]
+    return params, grads
+
+
+def _torch_optimizer(spec: OptimizerSpec, params: list[torch.nn.Parameter], impl: str) -> Any:
+    cls = getattr(torch.optim, spec.torch_name)
+    flags = {"torch loop": {"foreach": False}, "torch foreach": {"foreach": True}, "torch fused": {"fused": True}}[impl]
+    return cls(params, **spec.torch_kwargs, **flags)
+
+
+def _measure_dense(workload: str, spec: OptimizerSpec, impl: str, params: list[torch.nn.Parameter],
+                   grads: list[torch.Tensor], steps: int, warmup: int, device: str) -> Measurement:
+    m = Measurement(workload, spec.label, impl)
+    try:
+        if impl == "slotopt":
+            cls = _slotopt_class(spec.slotopt_name)
+            if cls is None:
+                m.note = f"slotopt.{spec.slotopt_name} not available"
+                return m
+            opt = cls(**spec.slotopt_kwargs)
+            opt.build(params)
+
+            def step() -> None:
+                opt.apply(grads)
+        else:
+            for p, g in zip(params, grads):
+                p.grad = g
+            opt = _torch_optimizer(spec, params, impl)
+
+            def step() -> None:
+                opt.step()
+        m.samples = time_steps(step, steps, warmup, device)
+        m.ms = statistics.median(m.samples)
+    except Exception as err:  # e.g. no fused kernel for this optimizer/device
+        if impl == "torch fused":
+            m.note = "n/a"
+        else:
+            m.note, m.failed = f"{type(err).__name__}: {err}", True
+    finally:
+        for p in params:
+            p.grad = None
+        opt = None
+        gc.collect()
+    return m
+
+
+# ------------------------------------------------------------------------------------------- sparse worker
+def _reset_peak_rss() -> bool:
+    """Resets this process's resident-set high-water mark to its current RSS (Linux >= 4.0), if allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_kb() -> int:
+    """This process's resident-set high-water mark in KiB: ``VmHWM`` on Linux, else ``ru_maxrss``.
+
+    ``ru_maxrss`` survives ``execve`` (a subprocess starts with its parent's peak), ``VmHWM`` does not.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak  # macOS reports bytes
+
+
+def _sparse_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs one sparse measurement in this (fresh) process and returns step times and peak memory growth."""
+    device, steps, warmup = spec["device"], spec["steps"], spec["warmup"]
+    torch.manual_seed(0)
+    rows, dim, touched = spec["rows"], spec["dim"], spec["touched"]
+    table = torch.nn.Parameter(torch.empty(rows, dim, device=device).normal_(0.0, 0.01))  # in place: no temporary
+    grads = []
+    for _ in range(4):
+        indices = torch.randint(0, rows, (1, touched), device=device)
+        values = torch.randn(touched, dim, device=device) * 0.01
+        grads.append(torch.sparse_coo_tensor(indices, values, (rows, dim), check_invariants=False))
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        gc.collect()
+        _reset_peak_rss()
+        base = _peak_rss_kb()
+    kind, name, kwargs = spec["kind"], spec["name"], spec["kwargs"]
+    counter = [0]
+    if kind == "torch":
+        opt = getattr(torch.optim, name)([table], **kwargs)
+
+        def step() -> None:
+            table.grad = grads[counter[0] % len(grads)]
+            counter[0] += 1
+            opt.step()
+    else:
+        cls = _slotopt_class(name, kind)
+        if cls is None:
+            return {"error": f"{kind}.{name} not available"}
+        opt = cls(**kwargs)
+
+        def step() -> None:
+            opt.apply_gradients([(grads[counter[0] % len(grads)], table)])
+            counter[0] += 1
+    samples = time_steps(step, steps, warmup, device)
+    if device == "cuda":
+        peak_mb = (torch.cuda.max_memory_allocated() - base) / 2**20
+    else:
+        peak_mb = (_peak_rss_kb() - base) / 1024
+    return {"samples": samples, "peak_mb": peak_mb}
+
+
+def _measure_sparse(entry: tuple[str, str, str, dict[str, Any], str], steps: int, warmup: int, device: str,
+                    rows: int) -> Measurement:
+    label, kind, name, kwargs, note = entry
+    m = Measurement("sparse", label, kind, note=note)
+    if kind != "torch" and _slotopt_class(name, kind) is None:
+        m.note = f"{kind}.{name} not available yet"
+        return m
+    spec = {"device": device, "steps": steps, "warmup": warmup, "rows": rows, "dim": SPARSE_DIM,
+            "touched": SPARSE_TOUCHED, "kind": kind, "name": name, "kwargs": kwargs}
+    env = dict(os.environ)
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.run([sys.executable, "-m", "slotopt.bench", "--sparse-worker", json.dumps(spec)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        m.note, m.failed = f"failed: {tail}", True
+        return m
+    result = json.loads(lines[-1])
+    if "error" in result:
+        m.note = result["error"]
+        return m
+    m.samples = result["samples"]
+    m.ms = statistics.median(m.samples)
+    m.peak_mb = result["peak_mb"]
+    return m
+
+
+# ------------------------------------------------------------------------------------------- report
+def _fmt_ms(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
+
+
+def _ratio(a: float, b: float) -> str:
+    return "-" if math.isnan(a) or math.isnan(b) or b == 0 else f"{a / b:.2f}x"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 2) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(row: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def format_dense(results: list[Measurement]) -> str:
+    """ms per step for each implementation, and slotopt / torch-foreach and slotopt / torch-fused ratios."""
+    by_key = {(m.workload, m.optimizer, m.implementation): m for m in results}
+    rows = []
+    for workload in dict.fromkeys(m.workload for m in results):
+        for opt in dict.fromkeys(m.optimizer for m in results if m.workload == workload):
+            ms = {impl: by_key[(workload, opt, impl)].ms if (workload, opt, impl) in by_key else math.nan
+                  for impl in IMPLEMENTATIONS}
+            rows.append((workload, opt, *(_fmt_ms(ms[i]) for i in IMPLEMENTATIONS),
+                         _ratio(ms["slotopt"], ms["torch foreach"]), _ratio(ms["slotopt"], ms["torch fused"])))
+    header = ("workload", "optimizer", *(f"{i} ms" for i in IMPLEMENTATIONS), "slotopt/foreach", "slotopt/fused")
+    notes = sorted({f"{m.optimizer} {m.implementation}: {m.note}" for m in results if m.note and m.note != "n/a"})
+    return _table(header, rows) + "".join(f"\n  note: {n}" for n in notes)
+
+
+def format_sparse(results: list[Measurement], rows: int) -> str:
+    header = ("optimizer", "ms/step", "peak extra MB", "what a step updates")
+    body = [(m.optimizer, _fmt_ms(m.ms), "-" if math.isnan(m.peak_mb) else f"{m.peak_mb:.0f}", m.note)
+            for m in results]
+    title = (f"Sparse: {rows:,} x {SPARSE_DIM} float32 embedding table, {SPARSE_TOUCHED} touched rows per step "
+             f"(torch sparse COO gradients)")
+    return title + "\n" + _table(header, body, left=1).replace("\n", "\n", 1)
+
+
+def plot(dense: list[Measurement], sparse: list[Measurement], path: str, title: str, sparse_rows: int) -> None:
+    """Grouped bar chart: one panel per workload, one bar per implementation, log-scale ms per step."""
+    from .demo import require
+
+    matplotlib = require("matplotlib", "the benchmark chart")
+    matplotlib.use("Agg")
+    plt = require("matplotlib.pyplot", "the benchmark chart")
+    ticker = require("matplotlib.ticker", "the benchmark chart")
+    workloads = list(dict.fromkeys(m.workload for m in dense))
+    panels = max(len(workloads) + (1 if sparse else 0), 1)
+    ncols = 1 if panels == 1 else 2
+    nrows = math.ceil(panels / ncols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(6.8 * ncols, 4.6 * nrows), squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    colors = dict(zip(IMPLEMENTATIONS, ("#d62728", "#7f7f7f", "#1f77b4", "#2ca02c")))
+
+    def readable_log_axis(ax: Any) -> None:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+
+    for ax, workload in zip(axes, workloads):
+        opts = list(dict.fromkeys(m.optimizer for m in dense if m.workload == workload))
+        by_key = {(m.optimizer, m.implementation): m.ms for m in dense if m.workload == workload}
+        width = 0.8 / len(IMPLEMENTATIONS)
+        for k, impl in enumerate(IMPLEMENTATIONS):
+            xs = [i + (k - (len(IMPLEMENTATIONS) - 1) / 2) * width for i in range(len(opts))]
+            ys = [by_key.get((o, impl), math.nan) for o in opts]
+            ax.bar(xs, [0 if math.isnan(y) else y for y in ys], width, label=impl, color=colors[impl])
+            for x, y in zip(xs, ys):
+                if math.isnan(y):
+                    ax.annotate("n/a", (x, 0), xycoords=("data", "axes fraction"), xytext=(0, 3),
+                                textcoords="offset points", ha="center", va="bottom", fontsize=7, rotation=90)
+        ax.set_xticks(range(len(opts)))
+        ax.set_xticklabels(opts)
+        readable_log_axis(ax)
+        ax.set_ylabel("ms per step (median, log scale)")
+        ax.set_title(f"{workload}: {_describe_workload(workload)}", fontsize=10)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    if sparse:
+        ax = axes[len(workloads)]
+        shown = [m for m in sparse if not math.isnan(m.ms)]
+        names = [m.optimizer for m in shown]
+        bars = ax.bar(range(len(shown)), [m.ms for m in shown],
+                      color=["#1f77b4" if n.startswith("torch") else "#d62728" for n in names])
+        for bar, m in zip(bars, shown):
+            ax.annotate(f"{m.peak_mb:.0f} MB", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(shown)))
+        ax.set_xticklabels([n.replace(".optim", "").replace("slotopt.", "slotopt\n").replace("torch.", "torch\n")
+                            for n in names], fontsize=8)
+        readable_log_axis(ax)
+        ax.set_ylabel("ms per step (median, log scale)")
+        ax.set_title(f"sparse: {sparse_rows:,} x {SPARSE_DIM} embedding, {SPARSE_TOUCHED} rows/step "
+                     "(bar label: peak extra memory)", fontsize=10)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    fig.suptitle(title, fontsize=12)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _describe_workload(name: str) -> str:
+    shapes = WORKLOADS[name]
+    total = sum(math.prod(s) for s in shapes)
+    return f"{len(shapes)} tensor{'s' if len(shapes) > 1 else ''}, {total / 1e6:.1f}M params"
+
+
+# ------------------------------------------------------------------------------------------- entry point
+def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", device: str = "cpu",
+              workloads: Optional[list[str]] = None, steps: Optional[int] = None,
+              stream: TextIO = sys.stdout) -> int:
+    """Runs the benchmark, prints the tables and writes the chart; returns 0, or 1 if a measurement raised."""
+    if png:
+        from .demo import require
+
+        require("matplotlib", "the benchmark chart (skip it with --no-png)")  # fail before measuring
+    steps = steps or (5 if quick else 20)
+    warmup = 1 if quick else 3
+    chosen = workloads or ["large", "model", "small", "sparse"]
+    sparse_rows = SPARSE_ROWS // 10 if quick else SPARSE_ROWS
+    print(f"slotopt bench: torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, "
+          f"{os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}; "
+          f"median of {steps} steps after {warmup} warm-up{' (quick)' if quick else ''}", file=stream, flush=True)
+    dense: list[Measurement] = []
+    for workload in (w for w in chosen if w in WORKLOADS):
+        params, grads = _make_tensors(WORKLOADS[workload], device)
+        for spec in OPTIMIZERS:
+            for impl in IMPLEMENTATIONS:
+                dense.append(_measure_dense(workload, spec, impl, params, grads, steps, warmup, device))
+            print(f"  {workload:<6} {spec.label:<13} done", file=sys.stderr, flush=True)
+        del params, grads
+        gc.collect()
+    sparse: list[Measurement] = []
+    if "sparse" in chosen:
+        for entry in SPARSE_OPTIMIZERS:
+            sparse.append(_measure_sparse(entry, steps, warmup, device, sparse_rows))
+            print(f"  sparse {entry[0]:<24} done", file=sys.stderr, flush=True)
+    if dense:
+        print("\nDense step time, milliseconds per step (lower is better)", file=stream)
+        print(format_dense(dense), file=stream)
+    if sparse:
+        print("\n" + format_sparse(sparse, sparse_rows), file=stream)
+        print("peak extra MB: " + ("growth of torch.cuda.max_memory_allocated" if device == "cuda" else
+              "growth of the peak resident set size (VmHWM / ru_maxrss) of a fresh subprocess") +
+              " once the table and gradients exist: optimizer state plus step temporaries.", file=stream)
+    if png and (dense or sparse):
+        path = os.path.abspath(png)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        plot(dense, sparse, path, f"slotopt vs torch.optim step time ({device}, torch {torch.__version__})",
+             sparse_rows)
+        print(f"\nChart written to {path}", file=stream, flush=True)
+    return 1 if any(m.failed for m in dense + sparse) else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--sparse-worker":
+        print(json.dumps(_sparse_worker(json.loads(sys.argv[2]))))
+    else:
+        from .cli import main
+
+        sys.exit(main(["bench", *sys.argv[1:]]))

@@ -1,0 +1,862 @@
+"""The tf.keras legacy ``OptimizerV2`` face: TensorFlow's contract, run by the shared pipeline.
+
+Everything OptimizerV2 users rely on is here: hyperparameters set with ``_set_hyper`` (numbers become float32
+"variables"; tensors and callables are read at every step) and readable/assignable as attributes; ``iterations``
+created lazily; slots (``add_slot``/``get_slot``); ``weights`` / ``get_weights`` / ``set_weights``;
+``minimize`` / ``apply_gradients``; ``get_config`` / ``from_config``; the ``decay`` argument; clipping by value,
+norm and global norm followed by ``gradient_transformers``; and the subclassing hooks ``_create_slots``,
+``_prepare_local`` (``apply_state``), ``_resource_apply_dense``, ``_resource_apply_sparse``,
+``_transform_unaggregated_gradients``, ``_aggregate_gradients`` and ``_transform_gradients``.
+
+One step is ``engine.pipeline.run_step``; this class only decides what its stages do (see ``_prepare_pairs``,
+``_aggregate_gradients``, ``_transform_gradients``, ``_apply_updates`` and ``_finish_step``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import schedules as schedules_module
+from ..engine import clipping
+from ..engine import sparse as sparse_rows
+from ..engine.core import OptimizerCore, Pair
+from ..engine.distributed import all_reduce_sum_gradients
+from ..engine.pipeline import run_step
+from ..optimizer import _unique_name
+from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables, variable_name
+from .hyperparameters import as_scalar, initial_value, is_hyper_value, is_number
+
+__all__ = ["Optimizer", "OptimizerV2", "ApplyState", "Hyperparameter", "grouped_dense"]
+
+#: ``{(device, dtype): {coefficient name: 0-dim CPU tensor in that dtype}}``, built once per step.
+ApplyState = dict[tuple[torch.device, torch.dtype], dict[str, Any]]
+Hyperparameter = Union[float, int, torch.Tensor, Callable[[], Any], schedules_module.LearningRateSchedule]
+
+_ALLOWED_KWARGS = ("clipnorm", "clipvalue", "lr", "decay", "global_clipnorm")
+_AGGREGATION_STAGE = "_slotopt_aggregation_stage"
+_GROUPED = "_slotopt_grouped"
+
+
+def _aggregation_stage(hook: Callable[[Any, list[Pair]], Any]) -> Callable[..., list[Pair]]:
+    """Turns an ``_aggregate_gradients(grads_and_vars)`` hook into the pipeline's aggregation stage.
+
+    Called by the pipeline (with the step's options) it runs ``_transform_unaggregated_gradients`` and then the
+    hook, or nothing at all with ``experimental_aggregate_gradients=False``. Called with only the pairs (a
+    subclass's ``super()._aggregate_gradients(grads_and_vars)``) it is the plain hook.
+    """
+
+    @functools.wraps(hook)
+    def stage(self: Any, grads_and_vars: Any, **options: Any) -> list[Pair]:
+        if not options:
+            return hook(self, grads_and_vars)
+        if not options.get("experimental_aggregate_gradients", True):
+            return list(grads_and_vars)
+        pairs = list(self._transform_unaggregated_gradients(list(grads_and_vars)))
+        return list(hook(self, pairs))
+
+    setattr(stage, _AGGREGATION_STAGE, True)
+    return stage
+
+
+def grouped_dense(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks a built-in ``_resource_apply_dense`` whose class also runs dense gradients by (device, dtype) group
+    through ``_apply_dense_group``. A subclass that overrides ``_resource_apply_dense`` loses the mark, and its
+    own per-variable method is called instead."""
+    setattr(method, _GROUPED, True)
+    return method
+
+
+class Optimizer(OptimizerCore):
+    """Base class of the tf.keras legacy optimizers (``tf.keras.optimizers.legacy.Optimizer``, OptimizerV2).
+
+    A custom optimizer implements ``_create_slots(var_list)`` (calling ``add_slot``), optionally
+    ``_prepare_local(var_device, var_dtype, apply_state)`` for per-step coefficients, and
+    ``_resource_apply_dense(grad, var, apply_state)`` / ``_resource_apply_sparse(grad, var, indices,
+    apply_state)``, which update ``var`` in place (they run under ``torch.no_grad()``). Hyperparameters are
+    declared with ``self._set_hyper(name, value)`` and read with ``self._get_hyper(name, dtype)``.
+
+    One ``apply_gradients`` call: drop pairs without a gradient → create ``iterations``, the hyperparameter
+    variables and the slots → ``_prepare`` (``lr_t`` = the learning rate, from a schedule called with
+    ``float(iterations)`` and divided by ``1 + decay * iterations``) → ``_transform_unaggregated_gradients`` →
+    ``_aggregate_gradients`` (``gradient_aggregator``: sums over ``torch.distributed`` processes) →
+    ``_transform_gradients`` (clip by value, then norm, then global norm, then each of
+    ``gradient_transformers``) → one update per variable (sparse gradients have their duplicate indices summed
+    first) → constraints → ``iterations += 1``. Invalid input raises before anything changes.
+
+    Args:
+        name: the optimizer's name (its weights are called ``<name>/iter``, ``<name>/<var>/<slot>``).
+        gradient_aggregator: ``fn(grads_and_vars) -> grads_and_vars`` run before clipping (default: sum over
+            processes when ``torch.distributed`` is initialised with more than one process).
+        gradient_transformers: functions ``fn(grads_and_vars) -> grads_and_vars`` run after clipping.
+        clipvalue / clipnorm / global_clipnorm: gradient clipping (``clipnorm`` and ``global_clipnorm`` are
+            exclusive; none may be combined with ``gradient_transformers``).
+        decay: inverse-time decay of the learning rate, ``lr / (1 + decay * iterations)``.
+        lr: deprecated alias of ``learning_rate`` (read by the subclasses).
+
+    Example:
+        >>> import torch, slotopt
+        >>> class HalfStep(slotopt.legacy.Optimizer):
+        ...     def __init__(self, learning_rate=0.5, name="HalfStep", **kwargs):
+        ...         super().__init__(name, **kwargs)
+        ...         self._set_hyper("learning_rate", learning_rate)
+        ...     def _create_slots(self, var_list):
+        ...         for var in var_list:
+        ...             self.add_slot(var, "last_step")
+        ...     def _resource_apply_dense(self, grad, var, apply_state=None):
+        ...         lr = apply_state[(var.device, var.dtype)]["lr_t"]
+        ...         step = self.get_slot(var, "last_step")
+        ...         step.copy_(grad * lr)
+        ...         var.sub_(step)
+        >>> w = slotopt.Variable(torch.tensor([1.0, 2.0]), name="w")
+        >>> opt = HalfStep()
+        >>> int(opt.apply_gradients([(torch.tensor([1.0, 1.0]), w)]))
+        1
+        >>> w.tolist(), [v.path for v in opt.weights]
+        ([0.5, 1.5], ['HalfStep/iter', 'HalfStep/w/last_step'])
+    """
+
+    #: tf.keras sets this on every built-in optimizer but Ftrl; nothing reads it any more.
+    _HAS_AGGREGATE_GRAD = False
+    #: Per-class cache: does a method accept ``apply_state``?
+    _accepts_apply_state: dict[tuple[type, str], bool] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        hook = cls.__dict__.get("_aggregate_gradients")
+        if hook is not None and not getattr(hook, _AGGREGATION_STAGE, False):
+            cls._aggregate_gradients = _aggregation_stage(hook)
+
+    def __init__(
+        self,
+        name: Optional[str],
+        gradient_aggregator: Optional[Callable[[list[Pair]], Any]] = None,
+        gradient_transformers: Optional[Sequence[Callable[[list[Pair]], Any]]] = None,
+        **kwargs: Any,
+    ) -> None:
+        object.__setattr__(self, "_hyper", {})
+        for key, value in kwargs.items():
+            if key not in _ALLOWED_KWARGS:
+                raise TypeError(
+                    f"Unexpected keyword argument passed to optimizer: {key}. Allowed kwargs are "
+                    f"{set(_ALLOWED_KWARGS)}."
+                )
+            if value is None:
+                continue
+            if key == "lr":
+                if not is_hyper_value(value):
+                    raise TypeError(
+                        "Argument `lr` must be a number, a scalar tensor, a LearningRateSchedule or a callable. "
+                        f"Received: lr={value!r}"
+                    )
+            elif not is_number(value):
+                raise TypeError(f"Argument `{key}` must be a number or None. Received: {key}={value!r}")
+            if is_number(value) and value < 0:
+                raise ValueError(f"Expected {key} >= 0, received: {value}")
+            if key == "lr":
+                warnings.warn("The `lr` argument is deprecated, use `learning_rate` instead.", UserWarning,
+                              stacklevel=3)
+        if gradient_aggregator is not None and not callable(gradient_aggregator):
+            raise TypeError(
+                "Argument `gradient_aggregator` must be a callable `fn(grads_and_vars) -> grads_and_vars` or None. "
+                f"Received: gradient_aggregator={gradient_aggregator!r}"
+            )
+        transformers = list(gradient_transformers) if gradient_transformers is not None else []
+        if not all(callable(fn) for fn in transformers):
+            raise TypeError(
+                "Argument `gradient_transformers` must be a list of callables `fn(grads_and_vars) -> "
+                f"grads_and_vars`. Received: gradient_transformers={gradient_transformers!r}"
+            )
+        clipnorm = kwargs.pop("clipnorm", None)
+        global_clipnorm = kwargs.pop("global_clipnorm", None)
+        clipvalue = kwargs.pop("clipvalue", None)
+        if clipnorm is not None and global_clipnorm is not None:
+            raise ValueError(
+                "Cannot accept both `clipnorm` and `global_clipnorm`. Received: "
+                f"`clipnorm`={clipnorm}, `global_clipnorm`={global_clipnorm}."
+            )
+        for key, value in (("clipnorm", clipnorm), ("global_clipnorm", global_clipnorm), ("clipvalue", clipvalue)):
+            if value is not None and transformers:
+                self._raise_clip_with_transformers(key, value, transformers)
+        decay = kwargs.pop("decay", 0.0)
+        decay = 0.0 if decay is None else decay
+        if decay < 0.0:
+            raise ValueError(f"decay cannot be less than 0. Received: decay={decay}.")
+
+        self._init_core()
+        self._name = name if name else _unique_name(type(self).__name__)
+        self._initial_decay = decay
+        self._weights: list[torch.Tensor] = []
+        self._slot_names: list[str] = []
+        self._iterations: Optional[torch.Tensor] = None
+        self._hypers_created = False
+        self._hyper_variables: dict[str, Variable] = {}
+        self._slots_created_for: set[tuple[int, ...]] = set()
+        self._apply_state: Optional[ApplyState] = None
+        self.gradient_aggregator = gradient_aggregator if gradient_aggregator is not None else all_reduce_sum_gradients
+        self.gradient_transformers = transformers
+        self._clipnorm = clipnorm
+        self._global_clipnorm = global_clipnorm
+        self._clipvalue = clipvalue
+
+    # -------------------------------------------------------------------------------------------- attributes
+    def __getattr__(self, name: str) -> Any:
+        """Hyperparameters read as attributes (``opt.learning_rate``, ``opt.lr``, ``opt.beta_1``...)."""
+        if name.startswith("__") or name == "_hyper":
+            raise AttributeError(name)
+        hyper = self.__dict__.get("_hyper")
+        key = "learning_rate" if name == "lr" else name
+        if hyper is not None and key in hyper:
+            return self._get_hyper(key)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """``opt.<hyperparameter> = value`` (and ``opt.lr = value``) goes through ``_set_hyper``."""
+        if name == "lr":
+            name = "learning_rate"
+        hyper = self.__dict__.get("_hyper")
+        if hyper is not None and name in hyper:
+            self._set_hyper(name, value)
+            return
+        if name == "foreach":
+            self.__dict__.get("_group_cache", {}).clear()
+        object.__setattr__(self, name, value)
+
+    def __dir__(self) -> Iterable[str]:
+        names = set(super().__dir__()) | set(self._hyper)
+        if "learning_rate" in self._hyper:
+            names.add("lr")
+        return sorted(names)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    # -------------------------------------------------------------------------------------------- clipping
+    @staticmethod
+    def _raise_clip_with_transformers(key: str, value: Any, transformers: Any) -> None:
+        raise ValueError(
+            f"`{key}` cannot be set when `gradient_transformers` is set. Instead, use the `gradient_transformers` "
+            "to specify clipping and other transformations. Received: "
+            f"val={value}, gradient_transformers={transformers}."
+        )
+
+    def _check_clip(self, key: str, value: Any) -> None:
+        if value is None:
+            return
+        if self.gradient_transformers:
+            self._raise_clip_with_transformers(key, value, self.gradient_transformers)
+        if not is_number(value):
+            raise TypeError(f"Argument `{key}` must be a number or None. Received: {key}={value!r}")
+        if value < 0:
+            raise ValueError(f"Expected {key} >= 0, received: {value}")
+
+    @property
+    def clipnorm(self) -> Optional[float]:
+        """Clips each gradient to this norm (``g * c / max(||g||, c)``); None disables it."""
+        return self._clipnorm
+
+    @clipnorm.setter
+    def clipnorm(self, value: Optional[float]) -> None:
+        self._check_clip("clipnorm", value)
+        self._clipnorm = value
+
+    @property
+    def global_clipnorm(self) -> Optional[float]:
+        """Scales all gradients so that their global norm is at most this value; None disables it."""
+        return self._global_clipnorm
+
+    @global_clipnorm.setter
+    def global_clipnorm(self, value: Optional[float]) -> None:
+        self._check_clip("global_clipnorm", value)
+        self._global_clipnorm = value
+
+    @property
+    def clipvalue(self) -> Optional[float]:
+        """Clips every gradient element to ``[-clipvalue, clipvalue]``; None disables it."""
+        return self._clipvalue
+
+    @clipvalue.setter
+    def clipvalue(self, value: Optional[float]) -> None:
+        self._check_clip("clipvalue", value)
+        self._clipvalue = value
+
+    # -------------------------------------------------------------------------------------------- hyperparameters
+    def _set_hyper(self, name: str, value: Hyperparameter) -> None:
+        """Sets hyperparameter ``name``: a number, a scalar tensor, a no-argument callable or a schedule.
+
+        Once the hyperparameter variables exist, a number or tensor is assigned into the float32 variable
+        (rounded to float32); a callable or a schedule replaces it.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"Hyperparameter names must be strings. Received: {name!r}")
+        if not is_hyper_value(value):
+            raise TypeError(
+                f"Hyperparameter `{name}` must be a number, a scalar tensor, a LearningRateSchedule or a "
+                f"no-argument callable. Received: {name}={value!r}"
+            )
+        previous = self._hyper.get(name)
+        variable = self._hyper_variables.get(name)
+        if variable is not None and previous is variable and not callable(value):
+            with torch.no_grad():
+                variable.copy_(as_scalar(value, torch.float32))
+            return
+        self._hyper[name] = value
+
+    def _get_hyper(self, name: str, dtype: Optional[torch.dtype] = None) -> Any:
+        """The hyperparameter's value: a schedule as is; a callable is called; then cast to ``dtype`` if given
+        (a 0-dim CPU tensor). Without ``dtype``, a number set before the first step is its float32 variable."""
+        if not self._hypers_created:
+            self._create_hypers()
+        value = self._hyper[name]
+        if isinstance(value, schedules_module.LearningRateSchedule):
+            return value
+        if callable(value):
+            value = value()
+        if dtype is not None:
+            try:
+                return as_scalar(value, dtype)
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise TypeError(
+                    f"Hyperparameter `{name}` must evaluate to a number or a scalar tensor. Received: {value!r}"
+                ) from err
+        return value
+
+    def _create_hypers(self) -> None:
+        """Turns every number hyperparameter into a float32 variable (in sorted name order)."""
+        if self._hypers_created:
+            return
+        for name, value in sorted(self._hyper.items()):
+            if isinstance(value, torch.Tensor) or callable(value):
+                continue
+            variable = Variable(as_scalar(value, torch.float32), name=name, trainable=False)
+            variable._variable_path = f"{self._name}/{name}"
+            self._hyper[name] = variable
+            self._hyper_variables[name] = variable
+        self._hypers_created = True
+
+    def _serialize_hyperparameter(self, name: str) -> Any:
+        """A schedule → its serialized dict; a callable → its current value; a tensor → a numpy scalar."""
+        value = self._hyper[name]
+        if isinstance(value, schedules_module.LearningRateSchedule):
+            return schedules_module.serialize(value)
+        if callable(value):
+            value = value()
+        if isinstance(value, torch.Tensor):
+            return value.detach().cpu().numpy()[()]
+        return value
+
+    @staticmethod
+    def _call_if_callable(param: Any) -> Any:
+        return param() if callable(param) else param
+
+    def _decayed_lr(self, var_dtype: torch.dtype) -> torch.Tensor:
+        """This step's learning rate in ``var_dtype``: the schedule at ``float(iterations)`` (first step: 0),
+        then divided by ``1 + decay * iterations`` when ``decay > 0``."""
+        lr_t = self._get_hyper("learning_rate", var_dtype)
+        if isinstance(lr_t, schedules_module.LearningRateSchedule):
+            local_step = self.iterations.detach().to(var_dtype)
+            lr_t = as_scalar(lr_t(local_step), var_dtype)
+        if self._initial_decay > 0.0:
+            local_step = self.iterations.detach().to(var_dtype)
+            decay_t = as_scalar(self._initial_decay, var_dtype)
+            lr_t = lr_t / (1.0 + decay_t * local_step)
+        return lr_t
+
+    # -------------------------------------------------------------------------------------------- weights
+    def _register(self, variables: Any) -> list[int]:
+        """Adds variables (a module, tensors or ``(name, tensor)`` pairs); names are made unique."""
+        positions = []
+        for name, var in named_variables(variables):
+            pos = self._var_index.get(id(var))
+            if pos is None:
+                pos = len(self._vars)
+                if name in self._var_names:
+                    name = f"{name}_{pos}"
+                self._vars.append(var)
+                self._var_names.append(name)
+                self._var_index[id(var)] = pos
+            positions.append(pos)
+        return positions
+
+    def _new_variable(self, value: torch.Tensor, name: str, trainable: bool = False) -> Variable:
+        var = Variable(value, name=name, trainable=trainable)
+        var._variable_path = f"{self._name}/{name}"
+        return var
+
+    @property
+    def iterations(self) -> torch.Tensor:
+        """The number of steps applied (an int64 CPU variable, created on first use as ``<name>/iter``)."""
+        if self._iterations is None:
+            self._iterations = self._new_variable(torch.zeros((), dtype=torch.int64), "iter")
+            self._weights.append(self._iterations)
+        return self._iterations
+
+    @iterations.setter
+    def iterations(self, variable: Any) -> None:
+        if self._iterations is not None:
+            raise RuntimeError(
+                "Cannot set `iterations` to a new Variable after the Optimizer weights have been created. Here it "
+                f"is attempting to set `iterations` to {variable}."
+            )
+        if is_number(variable) and float(variable).is_integer():
+            variable = self._new_variable(torch.tensor(int(variable), dtype=torch.int64), "iter")
+        elif not (isinstance(variable, torch.Tensor) and variable.numel() == 1 and not variable.is_floating_point()
+                  and not variable.is_complex() and variable.device.type == "cpu"):
+            raise TypeError(
+                "Argument `iterations` must be an integer or a 0-dim integer tensor on the CPU (e.g. "
+                f"`slotopt.Variable(0, dtype=torch.int64)`). Received: iterations={variable!r}"
+            )
+        self._iterations = variable
+        self._weights.append(variable)
+
+    def add_weight(
+        self,
+        name: str,
+        shape: Sequence[int] = (),
+        dtype: Optional[torch.dtype] = None,
+        initializer: Any = "zeros",
+        trainable: Optional[bool] = None,
+        synchronization: Any = None,
+        aggregation: Any = None,
+    ) -> Variable:
+        """Creates an optimizer variable on the CPU (float32 unless ``dtype`` is given). It is not added to
+        ``weights``: append it to ``self._weights`` to checkpoint it with ``get_weights``."""
+        dtype = dtype or torch.float32
+        value = initial_value(initializer, shape, dtype, "cpu")
+        return self._new_variable(value, name, trainable=bool(trainable) if trainable is not None else False)
+
+    def add_slot(self, var: torch.Tensor, slot_name: str, initializer: Any = "zeros",
+                 shape: Optional[Sequence[int]] = None) -> Variable:
+        """Creates (once) the slot ``slot_name`` of ``var``: a variable on ``var``'s device, with its dtype and
+        shape (or ``shape``), appended to ``weights``. Returns the existing slot on later calls."""
+        if not isinstance(slot_name, str):
+            raise TypeError(f"Argument `slot_name` must be a string. Received: slot_name={slot_name!r}")
+        if not isinstance(var, torch.Tensor):
+            raise TypeError(f"Argument `var` must be a tensor. Received: var={var!r}")
+        pos = self._position(var)
+        if pos is None:
+            pos = self._register([var])[0]
+        slot = self._get_slot(slot_name, pos)
+        if slot is None:
+            value = initial_value(initializer, var.shape if shape is None else shape, var.dtype, var.device)
+            var_name = self._var_names[pos]
+            slot = Variable(value, name=f"{var_name}/{slot_name}", trainable=False)
+            slot._variable_path = f"{self._name}/{var_name}/{slot_name}"
+            self._set_slot(slot_name, pos, slot)
+            self._weights.append(slot)
+        if slot_name not in self._slot_names:
+            self._slot_names.append(slot_name)
+        return slot
+
+    def get_slot(self, var: torch.Tensor, slot_name: str) -> Variable:
+        """The slot ``slot_name`` of ``var``; ``KeyError`` if it does not exist."""
+        pos = self._position(var)
+        slot = self._get_slot(slot_name, pos) if pos is not None else None
+        if slot is None:
+            what = variable_name(var, "<unnamed>") if pos is None else self._var_names[pos]
+            raise KeyError(
+                f"Optimizer {self._name} has no slot {slot_name!r} for variable {what}. Slot names: "
+                f"{self._slot_names}."
+            )
+        return slot
+
+    def get_slot_names(self) -> list[str]:
+        """The slot names, in creation order."""
+        return list(self._slot_names)
+
+    def _create_slots(self, var_list: list[torch.Tensor]) -> None:
+        """Subclasses create their slots here with ``add_slot`` (called at every step; ``add_slot`` is
+        idempotent)."""
+
+    def _create_all_weights(self, var_list: Sequence[torch.Tensor]) -> None:
+        """Creates ``iterations``, the hyperparameter variables and the slots of ``var_list``."""
+        _ = self.iterations
+        self._create_hypers()
+        var_list = list(var_list)
+        index = self._var_index
+        positions = tuple(index.get(id(v)) for v in var_list)
+        if None in positions:
+            positions = tuple(self._register(var_list))
+        if positions not in self._slots_created_for:
+            self._create_slots(var_list)
+            if len(self._slots_created_for) > 64:
+                self._slots_created_for.clear()
+            self._slots_created_for.add(positions)
+
+    def build(self, var_list: Any) -> None:
+        """Creates every weight for ``var_list`` (a module, tensors or ``(name, tensor)`` pairs) now, so that
+        slots are named after the module's parameters and ``set_weights`` can run before the first step."""
+        named = named_variables(var_list)
+        self._register(named)
+        self._create_all_weights([v for _, v in named])
+
+    @property
+    def weights(self) -> list[torch.Tensor]:
+        """``[iterations] + extra weights + slots``, in creation order."""
+        return list(self._weights)
+
+    def variables(self) -> list[torch.Tensor]:
+        """Same as ``weights`` (a method, as in tf.keras)."""
+        return list(self._weights)
+
+    def get_weights(self) -> list[np.ndarray]:
+        """The weights' values as numpy arrays: the iteration count first, then the state in creation order."""
+        return [w.detach().cpu().numpy() for w in self._weights]
+
+    def set_weights(self, weights: Sequence[Any]) -> None:
+        """Assigns ``weights`` (from ``get_weights``) to the weights, after checking every length and shape."""
+        params = self._weights
+        if isinstance(weights, (str, bytes)) or not isinstance(weights, Iterable):
+            raise TypeError(f"Argument `weights` must be a list of arrays. Received: weights={weights!r}")
+        weights = list(weights)
+        if len(params) != len(weights):
+            raise ValueError(
+                f"You called `set_weights(weights)` on optimizer {self._name} with a  weight list of length "
+                f"{len(weights)}, but the optimizer was expecting {len(params)} weights. Provided weights: "
+                f"{str(weights)[:50]}..."
+            )
+        if not params:
+            return
+        values = []
+        for i, (param, w) in enumerate(zip(params, weights)):
+            try:
+                value = torch.as_tensor(np.asarray(w.detach().cpu() if isinstance(w, torch.Tensor) else w))
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise TypeError(f"Argument `weights` entry {i} is not an array of numbers: {w!r}") from err
+            if tuple(value.shape) != tuple(param.shape):
+                raise ValueError(
+                    f"Optimizer weight shape {tuple(param.shape)} not compatible with provided weight shape "
+                    f"{tuple(value.shape)}."
+                )
+            values.append(value)
+        with torch.no_grad():
+            for param, value in zip(params, values):
+                param.copy_(value.to(dtype=param.dtype, device=param.device))
+
+    def state_dict(self) -> dict[str, Any]:
+        """PyTorch-style checkpoint: ``{"config", "weights"}``."""
+        return {"config": self.get_config(), "weights": [w.detach().clone() for w in self._weights]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.set_weights(list(state_dict["weights"]))
+
+    # -------------------------------------------------------------------------------------------- config
+    def get_config(self) -> dict[str, Any]:
+        """``{"name"}`` plus the clip arguments that are set; subclasses add their hyperparameters."""
+        config: dict[str, Any] = {"name": self._name}
+        if self.clipnorm is not None:
+            config["clipnorm"] = self.clipnorm
+        if self.clipvalue is not None:
+            config["clipvalue"] = self.clipvalue
+        if self.global_clipnorm is not None:
+            config["global_clipnorm"] = self.global_clipnorm
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: Optional[dict[str, Any]] = None) -> Optimizer:
+        """Recreates an optimizer from ``get_config()`` (``lr`` is renamed, a schedule dict deserialized)."""
+        config = dict(config)
+        if "lr" in config:
+            config["learning_rate"] = config.pop("lr")
+        if isinstance(config.get("learning_rate"), dict):
+            config["learning_rate"] = schedules_module.deserialize(config["learning_rate"],
+                                                                   custom_objects=custom_objects)
+        return cls(**config)
+
+    # -------------------------------------------------------------------------------------------- apply
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, torch.Tensor]], name: Optional[str] = None,
+                        experimental_aggregate_gradients: bool = True) -> Optional[torch.Tensor]:
+        """Applies ``(gradient, variable)`` pairs and returns ``iterations`` (None when the list is empty).
+
+        Gradients may be dense tensors, ``IndexedSlices``, torch sparse COO row gradients or None (skipped).
+        With ``experimental_aggregate_gradients=False`` the gradients are taken as already aggregated across
+        processes (``_transform_unaggregated_gradients`` and ``_aggregate_gradients`` are skipped).
+        """
+        return run_step(self, grads_and_vars, name=name,
+                        experimental_aggregate_gradients=bool(experimental_aggregate_gradients))
+
+    def minimize(self, loss: Any, var_list: Any, grad_loss: Optional[torch.Tensor] = None,
+                 name: Optional[str] = None, tape: Any = None) -> Optional[torch.Tensor]:
+        """Computes the gradients of ``loss`` for ``var_list`` and applies them.
+
+        ``loss`` is a no-argument callable or a tensor computed with autograd (the graph plays the role of
+        TensorFlow's tape; ``tape`` is accepted and ignored). ``var_list`` is a list of variables, a module, or a
+        no-argument callable returning them (called after ``loss``).
+        """
+        grads_and_vars = self._compute_gradients(loss, var_list=var_list, grad_loss=grad_loss, tape=tape)
+        return self.apply_gradients(grads_and_vars, name=name)
+
+    def _compute_gradients(self, loss: Any, var_list: Any, grad_loss: Optional[torch.Tensor] = None,
+                           tape: Any = None) -> list[tuple[Optional[torch.Tensor], torch.Tensor]]:
+        if callable(loss) and not isinstance(loss, torch.Tensor):
+            with torch.enable_grad():
+                loss = loss()
+        if callable(var_list) and not isinstance(var_list, (nn.Module, torch.Tensor)):
+            var_list = var_list()
+        named = named_variables(var_list)
+        self._register(named)
+        variables = [v for _, v in named]
+        loss = self._transform_loss(loss)
+        grads = self._gradients_of(loss, variables, grad_loss)
+        return list(zip(grads, variables))
+
+    def _transform_loss(self, loss: Any) -> Any:
+        """Called by ``minimize`` on the loss before differentiating it."""
+        return loss
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """PyTorch style: applies the ``.grad`` of every variable this optimizer has seen (``build`` or an
+        earlier step); variables without ``.grad`` are skipped."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        variables = self._default_variables()
+        if not variables:
+            raise ValueError("`step()` needs variables: call `optimizer.build(variables)` first.")
+        pairs = [(v.grad, v) for v in variables if v.grad is not None]
+        if pairs:
+            self.apply_gradients(pairs)
+        return loss
+
+    # -------------------------------------------------------------------------------------------- stages
+    def _prepare_pairs(self, grads_and_vars: Any, **options: Any) -> Optional[list[Pair]]:
+        """Validates every pair, creates the weights and computes ``apply_state``; raises before any change."""
+        if isinstance(grads_and_vars, (torch.Tensor, str, bytes)) or not isinstance(grads_and_vars, Iterable):
+            raise TypeError(
+                "Argument `grads_and_vars` must be an iterable of (gradient, variable) pairs. "
+                f"Received: grads_and_vars={grads_and_vars!r}"
+            )
+        pairs = list(grads_and_vars)
+        checked: list[Pair] = []
+        seen: set[int] = set()
+        for i, item in enumerate(pairs):
+            if not (isinstance(item, (tuple, list)) and len(item) == 2):
+                raise TypeError(
+                    f"Argument `grads_and_vars` must hold (gradient, variable) pairs. Received at index {i}: {item!r}"
+                )
+            grad, var = item
+            if not isinstance(var, torch.Tensor):
+                raise TypeError(
+                    f"Argument `grads_and_vars` holds a variable that is not a tensor at index {i}: {var!r}"
+                )
+            if id(var) in seen:
+                raise ValueError(
+                    f"Variable {self._name_of(var)} appears more than once in `grads_and_vars`; sum its "
+                    "gradients first."
+                )
+            seen.add(id(var))
+            checked.append((self._check_gradient(grad, var, lambda var=var: self._name_of(var)), var))
+        present = [(g, v) for g, v in checked if g is not None]
+        if checked and not present:
+            raise ValueError(
+                f"No gradients provided for any variable: {([self._name_of(v) for _, v in checked],)}. "
+                f"Provided `grads_and_vars` is {tuple((g, self._name_of(v)) for g, v in checked)}."
+            )
+        self._reject_sparse_constraints(
+            present,
+            lambda grad, constraint: "Cannot use a constraint function on a sparse variable. Received: "
+                                     f"grad={grad}, var.constraint={constraint}.",
+        )
+        self._check_supported(present)
+        if len(present) != len(checked):
+            missing = [self._name_of(v) for g, v in checked if g is None]
+            warnings.warn(
+                f"Gradients do not exist for variables {missing} when minimizing the loss. If you're using "
+                "`model.compile()`, did you forget to provide a `loss` argument?",
+                stacklevel=4,
+            )
+        self._create_all_weights([v for _, v in present])
+        if not present:
+            return None
+        self._apply_state = self._prepare([v for _, v in present])
+        return checked
+
+    def _check_supported(self, pairs: list[Pair]) -> None:
+        """A subclass without ``_resource_apply_sparse`` (or ``_dense``) cannot take such gradients."""
+        cls = type(self)
+        for grad, var in pairs:
+            sparse = isinstance(grad, IndexedSlices)
+            if sparse and cls._resource_apply_sparse is Optimizer._resource_apply_sparse and \
+                    cls._resource_apply_sparse_duplicate_indices is Optimizer._resource_apply_sparse_duplicate_indices:
+                raise NotImplementedError(
+                    f"{cls.__name__} does not implement `_resource_apply_sparse`, so it cannot apply the sparse "
+                    f"gradient of variable {self._name_of(var)}."
+                )
+            if not sparse and cls._resource_apply_dense is Optimizer._resource_apply_dense:
+                raise NotImplementedError(
+                    f"{cls.__name__} does not implement `_resource_apply_dense`, so it cannot apply the dense "
+                    f"gradient of variable {self._name_of(var)}."
+                )
+
+    def _prepare(self, var_list: Sequence[torch.Tensor]) -> ApplyState:
+        """``apply_state`` for this step: ``_prepare_local`` once per (device, dtype) of ``var_list``."""
+        apply_state: ApplyState = {}
+        for key in dict.fromkeys((v.device, v.dtype) for v in var_list):
+            apply_state[key] = {}
+            self._prepare_local(key[0], key[1], apply_state)
+        return apply_state
+
+    def _prepare_local(self, var_device: torch.device, var_dtype: torch.dtype, apply_state: ApplyState) -> None:
+        """Per-(device, dtype) coefficients of this step; the base sets ``lr_t`` (see ``_decayed_lr``)."""
+        if "learning_rate" in self._hyper:
+            apply_state[(var_device, var_dtype)]["lr_t"] = self._decayed_lr(var_dtype)
+
+    def _fallback_apply_state(self, var_device: torch.device, var_dtype: torch.dtype) -> dict[str, Any]:
+        """Coefficients computed on demand, for a ``_resource_apply_*`` called without ``apply_state``."""
+        apply_state: ApplyState = {(var_device, var_dtype): {}}
+        self._prepare_local(var_device, var_dtype, apply_state)
+        return apply_state[(var_device, var_dtype)]
+
+    def _coefficients(self, var: torch.Tensor, apply_state: Optional[ApplyState]) -> dict[str, Any]:
+        key = (var.device, var.dtype)
+        return (apply_state or {}).get(key) or self._fallback_apply_state(*key)
+
+    def _transform_unaggregated_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
+        """Hook run before ``_aggregate_gradients`` (identity)."""
+        return grads_and_vars
+
+    @_aggregation_stage
+    def _aggregate_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
+        """Aggregates gradients across processes with ``gradient_aggregator`` (subclasses may override)."""
+        return self.gradient_aggregator(grads_and_vars)
+
+    def _transform_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
+        """Clips by value, then by norm, then by global norm, then runs each ``gradient_transformers`` fn."""
+        pairs = list(grads_and_vars)
+        if self._clipvalue is not None:
+            pairs = _map_grads(pairs, lambda grads: clipping.clip_by_value(grads, self._clipvalue))
+        if self._clipnorm is not None:
+            pairs = _map_grads(pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm))
+        if self._global_clipnorm is not None:
+            pairs = _map_grads(pairs, lambda grads: _clip_by_global_norm(grads, self._global_clipnorm))
+        for fn in self.gradient_transformers:
+            pairs = list(fn(pairs))
+        return pairs
+
+    def _apply_updates(self, pairs: list[Pair]) -> None:
+        apply_state = self._apply_state
+        dense: list[Pair] = []
+        for grad, var in pairs:
+            if grad is None:
+                continue
+            if is_sparse(grad):
+                grad = as_indexed_slices(grad)
+                values = grad.values if grad.values.dtype == var.dtype else grad.values.to(var.dtype)
+                self._call_with_state("_resource_apply_sparse", self._resource_apply_sparse_duplicate_indices,
+                                      (values, var, grad.indices), apply_state)
+            else:
+                dense.append((grad if grad.dtype == var.dtype else grad.to(var.dtype), var))
+        if not dense:
+            return
+        if getattr(type(self)._resource_apply_dense, _GROUPED, False):
+            by_pos = {self._position(v): g for g, v in dense}
+            for group in self._groups(list(by_pos)):
+                params = [self._vars[p] for p in group]
+                key = (params[0].device, params[0].dtype)
+                coefficients = (apply_state or {}).get(key) or self._fallback_apply_state(*key)
+                self._apply_dense_group(params, [by_pos[p] for p in group], group, coefficients)
+        else:
+            for grad, var in dense:
+                self._call_with_state("_resource_apply_dense", self._resource_apply_dense, (grad, var), apply_state)
+
+    def _call_with_state(self, hook_name: str, fn: Callable[..., Any], args: tuple, apply_state: Any) -> Any:
+        """Calls ``fn(*args)``, adding ``apply_state=`` when ``hook_name`` accepts it (as tf.keras does)."""
+        key = (type(self), hook_name)
+        accepts = self._accepts_apply_state.get(key)
+        if accepts is None:
+            try:
+                params = inspect.signature(getattr(self, hook_name)).parameters
+                accepts = "apply_state" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+            except (TypeError, ValueError):
+                accepts = False
+            self._accepts_apply_state[key] = accepts
+        return fn(*args, apply_state=apply_state) if accepts else fn(*args)
+
+    def _finish_step(self, pairs: list[Pair], **options: Any) -> torch.Tensor:
+        self._apply_state = None
+        iterations = self.iterations
+        iterations.add_(1)
+        return iterations
+
+    # -------------------------------------------------------------------------------------------- update hooks
+    def _apply_dense_group(self, params: list[torch.Tensor], grads: list[torch.Tensor], positions: list[int],
+                           coefficients: dict[str, Any]) -> None:
+        """Built-ins: one multi-tensor update of a (device, dtype) group of dense gradients."""
+        raise NotImplementedError
+
+    def _resource_apply_dense(self, grad: torch.Tensor, var: torch.Tensor,
+                              apply_state: Optional[ApplyState] = None) -> Any:
+        """Updates ``var`` in place with the dense gradient ``grad``. Subclasses implement this."""
+        raise NotImplementedError("Must be implemented in subclasses.")
+
+    def _resource_apply_sparse_duplicate_indices(self, grad: torch.Tensor, handle: torch.Tensor,
+                                                 indices: torch.Tensor, **kwargs: Any) -> Any:
+        """Sums the rows of repeated ``indices``, then calls ``_resource_apply_sparse`` with unique indices."""
+        unique_indices, summed = sparse_rows.deduplicate(IndexedSlices(grad, indices))
+        return self._resource_apply_sparse(summed, handle, unique_indices, **kwargs)
+
+    def _resource_apply_sparse(self, grad: torch.Tensor, handle: torch.Tensor, indices: torch.Tensor,
+                               apply_state: Optional[ApplyState] = None) -> Any:
+        """Updates rows ``indices`` (unique) of ``handle`` with ``grad[i]``. Subclasses implement this."""
+        raise NotImplementedError("Must be implemented in subclasses.")
+
+    @staticmethod
+    def _resource_scatter_add(x: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``x[i] += v`` in place; returns ``x``."""
+        return x.index_add_(0, i, v.to(x.dtype))
+
+    @staticmethod
+    def _resource_scatter_update(x: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``x[i] = v`` in place; returns ``x``."""
+        return x.index_copy_(0, i, v.to(x.dtype))
+
+    def _lazy_rows(self, var: torch.Tensor, grad: torch.Tensor, indices: torch.Tensor,
+                   slots: Sequence[torch.Tensor], update: Callable[..., None]) -> None:
+        """Built-ins: ``update`` on the touched rows only (``indices`` already unique)."""
+        self._update_touched_rows(var, IndexedSlices(grad, indices), slots, update, deduplicate=False)
+
+    def __repr__(self) -> str:
+        return f"<slotopt.legacy.{type(self).__name__} name={self._name!r}>"
+
+
+#: tf.keras's name for the same class.
+OptimizerV2 = Optimizer
+
+
+def _values(grad: Any) -> torch.Tensor:
+    return grad.values if isinstance(grad, IndexedSlices) else grad
+
+
+def _map_grads(pairs: list[Pair], fn: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> list[Pair]:
+    """Applies ``fn`` to the gradients' values (the ``values`` of ``IndexedSlices``) and rewraps them."""
+    present = [(i, g) for i, (g, _) in enumerate(pairs) if g is not None]
+    if not present:
+        return pairs
+    new = fn([_values(as_indexed_slices(g) if is_sparse(g) else g) for _, g in present])
+    out = list(pairs)
+    for (i, g), values in zip(present, new):
+        if is_sparse(g):
+            g = as_indexed_slices(g)
+            out[i] = (IndexedSlices(values, g.indices, g.dense_shape), pairs[i][1])
+        else:
+            out[i] = (values, pairs[i][1])
+    return out
+
+
+def _clip_by_global_norm(grads: list[torch.Tensor], clipnorm: float) -> list[torch.Tensor]:
+    """TensorFlow's ``clip_by_global_norm``, which also accepts ``clipnorm = 0``: the scale is then
+    ``0 * (1 / N) + (N - N)``, zero for a finite non-zero norm N and NaN otherwise."""
+    if clipnorm > 0:
+        return clipping.clip_by_global_norm(grads, clipnorm)
+    norm = clipping.global_norm(grads)
+    scale = 0.0 * (1.0 / norm) + (norm - norm)
+    return [g * scale.to(device=g.device, dtype=g.dtype) for g in grads]

@@ -1,0 +1,37 @@
+"""TF1's ``tf.compat.v1.train`` optimizers on PyTorch tensors, with TF1-exact numerics.
+
+``slotopt.v1.AdamOptimizer(0.001)`` is ``tf.compat.v1.train.AdamOptimizer(0.001)``: the same constructor
+arguments and positional order, the same slots (``get_slot``, ``get_slot_names``, ``variables()``), the same
+errors, and the same bits as TensorFlow 2.21's CPU kernels where the spec says they can be reproduced.
+``loss`` for ``minimize``/``compute_gradients`` is a no-argument callable (TF1 eager style) or a tensor
+computed with autograd on; ``global_step`` is an integer tensor such as
+``slotopt.Variable(0, name="global_step", dtype=torch.int64)``. See ``docs/tf1_migration.md``.
+"""
+
+from .adadelta import AdadeltaOptimizer
+from .adagrad import AdagradOptimizer, ProximalAdagradOptimizer
+from .adagrad_da import AdagradDAOptimizer
+from .adam import AdamOptimizer
+from .ftrl import FtrlOptimizer
+from .gradient_descent import GradientDescentOptimizer, ProximalGradientDescentOptimizer
+from .momentum import MomentumOptimizer
+from .optimizer import GATE_GRAPH, GATE_NONE, GATE_OP, InvalidArgumentError, Optimizer
+from .rmsprop import RMSPropOptimizer
+
+__all__ = [
+    "Optimizer",
+    "GradientDescentOptimizer",
+    "MomentumOptimizer",
+    "AdamOptimizer",
+    "AdagradOptimizer",
+    "AdadeltaOptimizer",
+    "RMSPropOptimizer",
+    "FtrlOptimizer",
+    "ProximalGradientDescentOptimizer",
+    "ProximalAdagradOptimizer",
+    "AdagradDAOptimizer",
+    "InvalidArgumentError",
+    "GATE_NONE",
+    "GATE_OP",
+    "GATE_GRAPH",
+]

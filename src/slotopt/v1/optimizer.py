@@ -1,0 +1,700 @@
+"""The TF1 ``tf.compat.v1.train.Optimizer`` face, run by the shared pipeline (``engine/pipeline.py``).
+
+TF1 semantics kept here (spec ``tf1_optimizers.md`` §1):
+
+* no step counter of its own; an optional user ``global_step`` (an integer tensor) is incremented after every
+  update and after ``_finish``;
+* hyperparameters are converted on every ``apply_gradients`` call (``_prepare``): a Python float becomes a
+  float32 scalar first, so a float64 variable sees ``float64(float32(x))`` (§0.4);
+* slots are created lazily, only for variables that have a gradient in the current call;
+* the subclass contract is TF1's: ``_create_slots``, ``_prepare``, ``_apply_dense``, ``_apply_sparse`` (and the
+  ``_resource_apply_*`` twins), ``_finish``.
+
+Everything is validated before anything changes: a call that raises leaves variables, slots and
+``global_step`` as they were.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree
+
+from ..engine import sparse as sparse_rows
+from ..engine.core import OptimizerCore, Pair, Pairs
+from ..engine.pipeline import run_step
+from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
+
+__all__ = ["Optimizer", "InvalidArgumentError", "GATE_NONE", "GATE_OP", "GATE_GRAPH"]
+
+GATE_NONE = 0
+GATE_OP = 1
+GATE_GRAPH = 2
+
+_VALID_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_VALID_DTYPES_TEXT = "[torch.float32, torch.float64, torch.float16, torch.bfloat16]"
+
+Loss = Union[Callable[[], torch.Tensor], torch.Tensor]
+
+
+class InvalidArgumentError(ValueError):
+    """TensorFlow's ``tf.errors.InvalidArgumentError``: a kernel rejected an argument's value at apply time."""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) or (
+        isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf")
+
+
+def convert_to_tensor(value: Any, name: str) -> torch.Tensor:
+    """A hyperparameter as TensorFlow's ``convert_to_tensor`` makes it: a 0-dim CPU tensor.
+
+    Python floats and ``np.float32`` become float32, Python ints int32, ``np.float64`` float64; tensors keep
+    their dtype. This is what decides the rounding of a Python-float hyperparameter used on float64 variables.
+    """
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0:
+            raise ValueError(f"Argument `{name}` must be a scalar. Received a tensor of shape {tuple(value.shape)}.")
+        if value.dtype.is_complex or value.dtype == torch.bool:
+            raise TypeError(f"Argument `{name}` must be a real number. Received: dtype={value.dtype}")
+        return value.detach()
+    if isinstance(value, (bool, np.bool_)):
+        return torch.tensor(int(value), dtype=torch.int32)
+    if isinstance(value, (np.generic, np.ndarray)) and _is_number(value):  # before float: np.float64 is a float
+        return torch.from_numpy(np.array(value)).reshape(())
+    if isinstance(value, int):
+        return torch.tensor(value, dtype=torch.int32 if -2**31 <= value < 2**31 else torch.int64)
+    if isinstance(value, float):
+        return torch.tensor(value, dtype=torch.float32)
+    if callable(value):
+        raise ValueError(
+            f"Attempt to convert a value ({value!r}) with an unsupported type ({type(value)}) to a Tensor. "
+            f"Argument `{name}` does not accept callables in this optimizer.")
+    raise TypeError(f"Argument `{name}` must be a number or a scalar tensor. Received: {name}={value!r}")
+
+
+def check_hyperparameter(value: Any, name: str, allow_callable: bool) -> None:
+    """Raises now (at construction) for a value that ``convert_to_tensor`` would reject at apply time."""
+    if allow_callable and callable(value) and not isinstance(value, torch.Tensor):
+        return
+    convert_to_tensor(value, name)
+
+
+def cast(tensor: torch.Tensor, dtype: torch.dtype) -> float:
+    """``math_ops.cast(tensor, dtype)`` as a Python float holding the exact value in ``dtype``."""
+    if tensor.dtype != dtype:
+        tensor = tensor.to(dtype)
+    return float(tensor)
+
+
+def in_dtype(fn: Callable[..., torch.Tensor], dtype: torch.dtype, *values: float) -> float:
+    """Evaluates ``fn`` on 0-dim tensors of ``dtype``: every intermediate is rounded as in the kernel."""
+    return float(fn(*(torch.tensor(v, dtype=dtype) for v in values)))
+
+
+class _AccessRecorder(TorchFunctionMode):
+    """Records the leaf tensors that require grad in the order torch functions first receive them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[int, torch.Tensor] = {}
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        for leaf in _pytree.tree_leaves((args, kwargs)):
+            if isinstance(leaf, torch.Tensor) and leaf.is_leaf and leaf.requires_grad and id(leaf) not in self.seen:
+                self.seen[id(leaf)] = leaf
+        return func(*args, **kwargs)
+
+
+def _graph_leaves(value: torch.Tensor) -> list[torch.Tensor]:
+    """Leaf tensors of ``value``'s autograd graph in the order the forward pass first used them.
+
+    A leaf's first use is the earliest-created backward node (``_sequence_nr``) that consumes it.
+    """
+    first_use: dict[int, tuple[int, int]] = {}
+    leaves: dict[int, torch.Tensor] = {}
+    visited: set[int] = set()
+    stack = [value.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in visited:
+            continue
+        visited.add(id(node))
+        order = node._sequence_nr() if hasattr(node, "_sequence_nr") else 0
+        for position, (child, _) in enumerate(node.next_functions):
+            variable = getattr(child, "variable", None)
+            if isinstance(variable, torch.Tensor):
+                leaves.setdefault(id(variable), variable)
+                key = (order, position)
+                if key < first_use.get(id(variable), (2**63, 0)):
+                    first_use[id(variable)] = key
+            elif child is not None:
+                stack.append(child)
+    return sorted(leaves.values(), key=lambda v: first_use[id(v)])
+
+
+class Optimizer(OptimizerCore):
+    """Base class of the TF1 optimizers (``tf.compat.v1.train.Optimizer``), on PyTorch tensors.
+
+    Subclasses implement TF1's hooks. ``_create_slots(var_list)`` creates per-variable state with
+    ``_zeros_slot`` / ``_get_or_make_slot``; ``_prepare()`` converts hyperparameters once per call;
+    ``_apply_dense(grad, var)`` updates one variable in place from a dense gradient and
+    ``_apply_sparse(grad, var)`` from an ``IndexedSlices`` whose indices are unique (duplicates are summed
+    first). ``_resource_apply_dense(grad, handle)`` / ``_resource_apply_sparse(grad, handle, indices)`` are
+    the resource-variable spellings; by default they call the former, so either family is enough.
+    ``_finish(update_ops, name)`` runs once after every variable of a call was updated.
+
+    ``apply_gradients(grads_and_vars, global_step=None)`` runs one step: validation, slot creation,
+    ``_prepare``, the update of every variable that has a gradient (in order), its constraint (dense
+    gradients only), ``_finish``, then ``global_step += 1``.
+
+    Args:
+        use_locking: accepted for compatibility; it has no effect (updates are never concurrent here).
+        name: non-empty; used to name slot variables (``"<var>/<name>"``).
+        use_own_namescope_for_non_slot_vars: name non-slot variables ``"<name>/<var>"`` (names only).
+
+    Example:
+        >>> import torch, slotopt
+        >>> class PlainSGD(slotopt.v1.Optimizer):
+        ...     def __init__(self, lr):
+        ...         super().__init__(False, "PlainSGD")
+        ...         self._lr = lr
+        ...     def _apply_dense(self, grad, var):
+        ...         var.sub_(grad * self._lr)
+        >>> w = slotopt.Variable(torch.ones(2), name="w")
+        >>> step = slotopt.Variable(0, name="global_step", dtype=torch.int64)
+        >>> PlainSGD(0.5).apply_gradients([(torch.ones(2), w)], global_step=step)
+        >>> w.tolist(), int(step)
+        ([0.5, 0.5], 1)
+    """
+
+    GATE_NONE = GATE_NONE
+    GATE_OP = GATE_OP
+    GATE_GRAPH = GATE_GRAPH
+
+    #: Names of the slots a built-in's kernel reads, in kernel argument order (built-ins only).
+    _kernel_slots: tuple[str, ...] = ()
+    #: Variable dtypes TensorFlow registers the optimizer's kernels for.
+    _supported_dtypes: tuple[torch.dtype, ...] = _VALID_DTYPES
+
+    def __init__(self, use_locking: bool, name: str, use_own_namescope_for_non_slot_vars: bool = False) -> None:
+        if not name:
+            raise ValueError("Must specify the optimizer name")
+        self._init_core()
+        self._use_locking = use_locking
+        self._name = name
+        self._use_own_namescope_for_non_slot_vars = use_own_namescope_for_non_slot_vars
+        self._non_slot_dict: dict[str, Variable] = {}
+        self._state_names: set[str] = set()
+        self._unnamed_count = 0
+        self._update_ops: list[Any] = []
+        self._constraints_done = False
+        self._pending_state: dict[str, torch.Tensor] = {}
+
+    def get_name(self) -> str:
+        return self._name
+
+    # ------------------------------------------------------------------------------------------ minimize
+    def minimize(
+        self,
+        loss: Loss,
+        global_step: Optional[torch.Tensor] = None,
+        var_list: Any = None,
+        gate_gradients: int = GATE_OP,
+        aggregation_method: Any = None,
+        colocate_gradients_with_ops: bool = False,
+        name: Optional[str] = None,
+        grad_loss: Any = None,
+    ) -> None:
+        """``compute_gradients`` then ``apply_gradients``. Returns None (TF1 eager behaviour)."""
+        grads_and_vars = self.compute_gradients(loss, var_list=var_list, gate_gradients=gate_gradients,
+                                                aggregation_method=aggregation_method,
+                                                colocate_gradients_with_ops=colocate_gradients_with_ops,
+                                                grad_loss=grad_loss)
+        if not [v for g, v in grads_and_vars if g is not None]:
+            raise ValueError(
+                "No gradients provided for any variable, check your graph for ops that do not support gradients, "
+                f"between variables {[str(v) for _, v in grads_and_vars]} and loss {loss}.")
+        return self.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+
+    def compute_gradients(
+        self,
+        loss: Loss,
+        var_list: Any = None,
+        gate_gradients: int = GATE_OP,
+        aggregation_method: Any = None,
+        colocate_gradients_with_ops: bool = False,
+        grad_loss: Any = None,
+    ) -> list[tuple[Optional[torch.Tensor], torch.Tensor]]:
+        """``[(gradient, variable), ...]`` for ``loss``; the gradient is ``None`` for a variable it does not use.
+
+        ``loss`` is a no-argument callable (TF1 eager) or a tensor computed with autograd on (TF1 graph mode).
+        Without ``var_list``: for a callable, the trainable tensors it reads, in first-access order (TF's
+        ``tape.watched_variables()``); for a tensor, the trainable leaves of its autograd graph in the order the
+        forward pass first used them (TF1 graph mode takes every trainable variable of the graph; variables the
+        loss does not use cannot be seen from a tensor, so they are not listed). ``grad_loss`` is the output
+        gradient (``grad_loss=3.0`` triples every gradient).
+        ``aggregation_method`` and ``colocate_gradients_with_ops`` have no effect; ``gate_gradients`` is only
+        validated for a tensor loss, as in TF1. A tensor loss's graph is freed by the call.
+        """
+        is_function = callable(loss) and not isinstance(loss, torch.Tensor)
+        if not is_function:
+            if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+                raise RuntimeError(
+                    "`loss` passed to Optimizer.compute_gradients should be a function when eager execution is "
+                    "enabled. (A tensor is accepted only when it was computed with autograd recording, i.e. "
+                    f"it has a grad_fn.) Received: loss={loss!r}")
+            if gate_gradients not in (GATE_NONE, GATE_OP, GATE_GRAPH):
+                raise ValueError(
+                    "gate_gradients must be one of: Optimizer.GATE_NONE, Optimizer.GATE_OP, "
+                    f"Optimizer.GATE_GRAPH.  Not {gate_gradients}")
+            self._assert_valid_dtypes([loss], "loss")
+            if isinstance(grad_loss, torch.Tensor):
+                self._assert_valid_dtypes([grad_loss], "grad_loss")
+
+        variables = None if var_list is None else self._resolve_var_list(var_list)
+        watched: list[torch.Tensor] = []
+        if is_function and variables is not None:
+            watched = [v for v in variables if isinstance(v, torch.Tensor) and v.is_leaf
+                       and not v.requires_grad and (v.is_floating_point() or v.is_complex())]
+        try:
+            for v in watched:  # TF's tape.watch(var_list): non-trainable variables get gradients too
+                v.requires_grad_(True)
+            if is_function:
+                recorder = _AccessRecorder()
+                with torch.enable_grad():
+                    if variables is None:
+                        with recorder:
+                            value = loss()
+                        variables = list(recorder.seen.values())
+                    else:
+                        value = loss()
+            else:
+                value = loss
+                if variables is None:
+                    variables = _graph_leaves(value)
+                if not variables:
+                    raise ValueError("No variables to optimize.")
+            grads_by_id = self._gradients_by_id(value, variables, grad_loss)
+        finally:
+            for v in watched:
+                v.requires_grad_(False)
+        pairs = [(grads_by_id.get(id(v)), v) for v in variables]
+        if not is_function:
+            self._assert_valid_dtypes([v for g, v in pairs if g is not None], "variable")
+        return pairs
+
+    @staticmethod
+    def _gradients_by_id(value: Any, variables: Sequence[Any], grad_loss: Any) -> dict[int, Any]:
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"`loss` must return a tensor. Received: {value!r}")
+        targets = [v for v in variables if isinstance(v, torch.Tensor) and v.requires_grad]
+        if not targets or value.grad_fn is None:
+            return {}
+        output_grad = None
+        if grad_loss is not None:
+            output_grad = torch.broadcast_to(torch.as_tensor(grad_loss, dtype=value.dtype, device=value.device),
+                                             value.shape)
+        elif value.numel() != 1:
+            output_grad = torch.ones_like(value)
+        grads = torch.autograd.grad(value, targets, grad_outputs=output_grad, allow_unused=True)
+        return {id(v): g for v, g in zip(targets, grads)}
+
+    @staticmethod
+    def _assert_valid_dtypes(tensors: Sequence[torch.Tensor], what: str) -> None:
+        for t in tensors:
+            if t.dtype not in _VALID_DTYPES:
+                label = variable_name(t, what)
+                raise ValueError(f"Invalid type {t.dtype} for {label}, expected: {_VALID_DTYPES_TEXT}.")
+
+    # ------------------------------------------------------------------------------------------ apply
+    def apply_gradients(self, grads_and_vars: Pairs, global_step: Optional[torch.Tensor] = None,
+                        name: Optional[str] = None) -> None:
+        """Applies one step of ``(gradient, variable)`` pairs; ``None`` gradients are skipped.
+
+        ``global_step`` (an integer scalar tensor, e.g. ``slotopt.Variable(0, dtype=torch.int64)``) is
+        incremented by one after every update and after ``_finish``. Returns None (TF1 eager behaviour).
+        """
+        self._apply_name = name or self._name
+        return run_step(self, grads_and_vars, global_step=global_step)
+
+    def _prepare_pairs(self, grads_and_vars: Pairs, global_step: Optional[torch.Tensor] = None,
+                       **options: Any) -> Optional[list[Pair]]:
+        pairs = tuple(grads_and_vars)
+        if not pairs:
+            raise ValueError("No variables provided.")
+        converted: list[Pair] = []
+        for i, item in enumerate(pairs):
+            if not (isinstance(item, (tuple, list)) and len(item) == 2):
+                raise TypeError(
+                    f"`grads_and_vars` must contain (gradient, variable) pairs. Received at position {i}: {item!r}")
+            grad, var = item
+            if not isinstance(var, torch.Tensor):
+                raise NotImplementedError("Trying to optimize unsupported type ", var)
+            if grad is not None:
+                if not var.is_leaf:
+                    raise NotImplementedError("Trying to update a Tensor ", var)
+                grad = self._convert_gradient(grad, var)
+            converted.append((grad, var))
+        var_list = [v for g, v in converted if g is not None]
+        if not var_list:
+            raise ValueError(f"No gradients provided for any variable: {[str(v) for _, v in converted]}.")
+        for i, (grad, var) in enumerate(converted):
+            if grad is None:
+                continue
+            where = variable_name(var, "variable")
+            self._assert_valid_dtypes([var], "variable")
+            if var.dtype not in self._supported_dtypes:
+                raise TypeError(
+                    f"{type(self).__name__} supports variables of dtype {list(self._supported_dtypes)} only "
+                    f"(TensorFlow registers no kernel for others). Received: variable {where} of dtype {var.dtype}")
+            converted[i] = (self._check_gradient(grad, var, where), var)
+        self._reject_sparse_constraints(
+            converted, lambda g, c: "Cannot use a constraint function on a sparse variable.")
+        self._check_global_step(global_step)
+
+        saved = self._snapshot()
+        try:
+            for var in var_list:
+                self._register_variable(var)
+            self._create_slots(var_list)
+            self._prepare()
+            self._check_prepared([(g, v) for g, v in converted if g is not None])
+        except BaseException:
+            self._restore(saved)
+            raise
+        self._update_ops = []
+        self._constraints_done = False
+        return converted
+
+    def _convert_gradient(self, grad: Any, var: torch.Tensor) -> Any:
+        if isinstance(grad, IndexedSlices):
+            return grad
+        if isinstance(grad, torch.Tensor):
+            return as_indexed_slices(grad) if is_sparse(grad) else grad
+        try:
+            dtype = var.dtype if var.dtype in _VALID_DTYPES else None
+            return torch.as_tensor(np.asarray(grad), dtype=dtype, device=var.device)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"Gradient must be convertible to a Tensor or IndexedSlices, or None: {grad}") from err
+
+    @staticmethod
+    def _check_global_step(global_step: Any) -> None:
+        if global_step is None:
+            return
+        if not isinstance(global_step, torch.Tensor) or global_step.dtype.is_floating_point \
+                or global_step.dtype.is_complex or global_step.dtype == torch.bool or global_step.dim() != 0:
+            raise TypeError(
+                "Argument `global_step` must be an integer scalar tensor that can be incremented in place, e.g. "
+                "slotopt.Variable(0, name='global_step', dtype=torch.int64). "
+                f"Received: global_step={global_step!r}")
+
+    def _check_prepared(self, pairs: list[Pair]) -> None:
+        """Hook: validates the converted hyperparameters against this call's gradients (kernel checks)."""
+
+    def _register_variable(self, var: torch.Tensor) -> int:
+        pos = self._position(var)
+        if pos is not None:
+            return pos
+        name = getattr(var, "name", None)
+        if not (isinstance(name, str) and name):
+            name = "Variable" if self._unnamed_count == 0 else f"Variable_{self._unnamed_count}"
+            self._unnamed_count += 1
+        return self._register([(name.split(":")[0], var)])[0]
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        return ({k: dict(d) for k, d in self._slots.items()}, dict(self._non_slot_dict), set(self._state_names),
+                len(self._vars), self._unnamed_count, dict(self._pending_state))
+
+    def _restore(self, saved: tuple[Any, ...]) -> None:
+        slots, non_slot, names, count, unnamed, pending = saved
+        self._pending_state = pending
+        self._slots = slots
+        self._non_slot_dict = non_slot
+        self._state_names = names
+        for var in self._vars[count:]:
+            self._var_index.pop(id(var), None)
+        del self._vars[count:]
+        del self._var_names[count:]
+        self._unnamed_count = unnamed
+        self._group_cache.clear()
+
+    # ------------------------------------------------------------------------------------------ update stages
+    def _apply_updates(self, pairs: list[Pair]) -> None:
+        ops = self._update_ops
+        vars_seen: set[int] = set()
+        repeated = False
+        for _, v in pairs:
+            repeated = repeated or id(v) in vars_seen
+            vars_seen.add(id(v))
+        fused = (not repeated and type(self)._dense_update is not Optimizer._dense_update
+                 and type(self)._apply_dense is Optimizer._apply_dense
+                 and type(self)._resource_apply_dense is Optimizer._resource_apply_dense)
+        if fused:
+            by_pos = {self._position(v): self._dense(g, v) for g, v in pairs if not isinstance(g, IndexedSlices)}
+            for group in self._groups(list(by_pos)):
+                self._dense_update([self._vars[p] for p in group], [by_pos[p] for p in group],
+                                   self._slot_lists(self._kernel_slots, group))
+            for g, v in pairs:
+                if isinstance(g, IndexedSlices):
+                    ops.append(self._resource_apply_sparse_duplicate_indices(g.values, v, g.indices))
+            return
+        for g, v in pairs:
+            if isinstance(g, IndexedSlices):
+                ops.append(self._resource_apply_sparse_duplicate_indices(g.values, v, g.indices))
+                continue
+            ops.append(self._resource_apply_dense(self._dense(g, v), v))
+            if repeated and getattr(v, "constraint", None) is not None:
+                v.copy_(v.constraint(v))
+        self._constraints_done = repeated
+
+    def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
+        if not self._constraints_done:
+            super()._apply_constraints(pairs)
+
+    def _finish_step(self, pairs: list[Pair], global_step: Optional[torch.Tensor] = None, **options: Any) -> None:
+        if global_step is None:
+            self._finish(self._update_ops, self._apply_name)
+        else:
+            self._finish(self._update_ops, "update")
+            global_step.add_(1)
+        self._update_ops = []
+        return None
+
+    # ------------------------------------------------------------------------------------------ subclass hooks
+    def _create_slots(self, var_list: list[torch.Tensor]) -> None:
+        """Creates the slots of the variables that have a gradient in this call (idempotent)."""
+
+    def _prepare(self) -> None:
+        """Converts hyperparameters (called once per ``apply_gradients``, after ``_create_slots``)."""
+
+    def _finish(self, update_ops: list[Any], name_scope: str) -> Any:
+        """Runs after every variable of the call was updated (Adam advances its beta powers here)."""
+        return None
+
+    def _resource_apply_dense(self, grad: torch.Tensor, handle: torch.Tensor) -> Any:
+        """Updates ``handle`` in place from a dense gradient. Defaults to ``_apply_dense``."""
+        return self._apply_dense(grad, handle)
+
+    def _apply_dense(self, grad: torch.Tensor, var: torch.Tensor) -> Any:
+        """Updates ``var`` in place from a dense gradient (built-ins: their kernel on a one-element list)."""
+        if type(self)._dense_update is Optimizer._dense_update:
+            raise NotImplementedError(
+                f"{type(self).__name__} must implement `_apply_dense(grad, var)` or "
+                "`_resource_apply_dense(grad, handle)`.")
+        pos = self._position(var)
+        self._dense_update([var], [grad], self._slot_lists(self._kernel_slots, [pos]))
+        return None
+
+    def _resource_apply_sparse_duplicate_indices(self, grad: torch.Tensor, handle: torch.Tensor,
+                                                 indices: torch.Tensor) -> Any:
+        """Sums the rows of repeated indices, then calls ``_resource_apply_sparse``."""
+        if type(self)._apply_sparse_duplicate_indices is not Optimizer._apply_sparse_duplicate_indices:
+            return self._apply_sparse_duplicate_indices(IndexedSlices(grad, indices, tuple(handle.shape)), handle)
+        unique, summed = sparse_rows.deduplicate(IndexedSlices(grad, indices, tuple(handle.shape)))
+        return self._resource_apply_sparse(summed, handle, unique)
+
+    def _apply_sparse_duplicate_indices(self, grad: IndexedSlices, var: torch.Tensor) -> Any:
+        """Sums the rows of repeated indices, then calls ``_apply_sparse``."""
+        unique, summed = sparse_rows.deduplicate(grad)
+        return self._apply_sparse(IndexedSlices(summed, unique, tuple(var.shape)), var)
+
+    def _resource_apply_sparse(self, grad: torch.Tensor, handle: torch.Tensor, indices: torch.Tensor) -> Any:
+        """Updates the rows ``indices`` (unique) of ``handle``. Defaults to ``_apply_sparse``; built-ins update
+        only the touched rows of the variable and its slots."""
+        if type(self)._sparse_update is Optimizer._sparse_update:
+            return self._apply_sparse(IndexedSlices(grad, indices, tuple(handle.shape)), handle)
+        pos = self._position(handle)
+        names = self._kernel_slots
+        scalar_rows = math.prod(handle.shape[1:]) == 1
+        self._update_touched_rows(
+            handle, IndexedSlices(grad, indices, tuple(handle.shape)), [self._slots[n][pos] for n in names],
+            lambda params, grads, slots: self._sparse_update(
+                params, grads, {n: [s] for n, s in zip(names, slots)}, scalar_rows=scalar_rows),
+            deduplicate=False)
+        return None
+
+    def _apply_sparse(self, grad: IndexedSlices, var: torch.Tensor) -> Any:
+        """Updates ``var`` from an ``IndexedSlices`` gradient with unique indices."""
+        if type(self)._sparse_update is Optimizer._sparse_update:
+            raise NotImplementedError(
+                f"{type(self).__name__} must implement `_apply_sparse(grad, var)` or "
+                "`_resource_apply_sparse(grad, handle, indices)` to take sparse gradients.")
+        return self._resource_apply_sparse(grad.values, var, grad.indices)
+
+    # Built-in optimizers implement these two with their multi-tensor kernels.
+    def _dense_update(self, params: list[torch.Tensor], grads: list[torch.Tensor],
+                      slots: dict[str, list[torch.Tensor]]) -> None:
+        raise NotImplementedError
+
+    def _sparse_update(self, params: list[torch.Tensor], grads: list[torch.Tensor],
+                       slots: dict[str, list[torch.Tensor]], scalar_rows: bool) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------ slots
+    def _unique_state_name(self, base: str) -> str:
+        name, k = base, 0
+        while name in self._state_names:
+            k += 1
+            name = f"{base}_{k}"
+        self._state_names.add(name)
+        return name
+
+    def _make_slot(self, var: torch.Tensor, value: torch.Tensor, slot_name: str, op_name: str) -> Variable:
+        pos = self._register_variable(var)
+        existing = self._get_slot(slot_name, pos)
+        if existing is not None:
+            return existing  # type: ignore[return-value]
+        slot = Variable(value.to(device=var.device), name=self._unique_state_name(f"{self._var_names[pos]}/{op_name}"),
+                        trainable=False)
+        self._restore_pending(slot)
+        self._set_slot(slot_name, pos, slot)
+        return slot
+
+    def _zeros_slot(self, var: torch.Tensor, slot_name: str, op_name: str) -> Variable:
+        """A slot of zeros shaped like ``var`` (created once per ``(slot_name, var)``)."""
+        if self._get_slot(slot_name, self._register_variable(var)) is not None:
+            return self._get_slot(slot_name, self._position(var))  # type: ignore[return-value]
+        return self._make_slot(var, torch.zeros_like(var, memory_format=torch.contiguous_format), slot_name, op_name)
+
+    def _get_or_make_slot(self, var: torch.Tensor, val: Any, slot_name: str, op_name: str) -> Variable:
+        """A slot whose initial value is ``val`` (its dtype is ``val``'s)."""
+        if self._get_slot(slot_name, self._register_variable(var)) is not None:
+            return self._get_slot(slot_name, self._position(var))  # type: ignore[return-value]
+        return self._make_slot(var, torch.as_tensor(val), slot_name, op_name)
+
+    def _get_or_make_slot_with_initializer(self, var: torch.Tensor, initializer: Any, shape: Sequence[int],
+                                           dtype: torch.dtype, slot_name: str, op_name: str) -> Variable:
+        """A slot made by ``initializer(shape, dtype)`` (or filled with a number)."""
+        if self._get_slot(slot_name, self._register_variable(var)) is not None:
+            return self._get_slot(slot_name, self._position(var))  # type: ignore[return-value]
+        if callable(initializer):
+            value = torch.as_tensor(initializer(tuple(shape), dtype), dtype=dtype)
+        else:
+            value = torch.full(tuple(shape), float(initializer), dtype=dtype)
+        return self._make_slot(var, value, slot_name, op_name)
+
+    def get_slot(self, var: torch.Tensor, name: str) -> Optional[Variable]:
+        """The slot ``name`` of ``var``, or None if it was not created (yet)."""
+        pos = self._position(var)
+        if pos is None:
+            return None
+        return self._get_slot(name, pos)  # type: ignore[return-value]
+
+    def get_slot_names(self) -> list[str]:
+        """Names of the slots created so far, sorted."""
+        return sorted(name for name, table in self._slots.items() if table)
+
+    def _create_non_slot_variable(self, initial_value: Any, name: str, colocate_with: Any = None) -> Variable:
+        """One variable per name for the whole optimizer (e.g. Adam's ``beta1_power``); kept on the CPU."""
+        var = self._non_slot_dict.get(name)
+        if var is None:
+            full = f"{self._name}/{name}" if self._use_own_namescope_for_non_slot_vars else name
+            value = convert_to_tensor(initial_value, name) if not isinstance(initial_value, torch.Tensor) \
+                else initial_value.detach().to("cpu")
+            var = Variable(value, name=self._unique_state_name(full), trainable=False)
+            self._restore_pending(var)
+            self._non_slot_dict[name] = var
+        return var
+
+    def _get_non_slot_variable(self, name: str, graph: Any = None) -> Optional[Variable]:
+        return self._non_slot_dict.get(name)
+
+    def _non_slot_variables(self) -> list[Variable]:
+        return list(self._non_slot_dict.values())
+
+    def variables(self) -> list[Variable]:
+        """Every optimizer variable (non-slot variables and slots), sorted by name as TF sorts ``v.name``."""
+        state = self._non_slot_variables() + [s for table in self._slots.values() for s in table.values()]
+        return sorted(state, key=lambda v: f"{v.name}:0")  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer state: every variable of ``variables()``, keyed by name (e.g. ``"w/Adam"``)."""
+        return {"name": self._name, "variables": {v.name: v.detach().clone() for v in self.variables()}}
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        """Restores what ``state_dict()`` saved. Values for slots that do not exist yet are kept and applied when
+        the slot is created (TF1's deferred slot restoration), so this may be called before the first step."""
+        values = state_dict.get("variables") if hasattr(state_dict, "get") else None
+        if not isinstance(values, dict):
+            raise ValueError("`state_dict` must be a dict with a 'variables' dict, as returned by state_dict(). "
+                             f"Received: {type(state_dict).__name__}")
+        existing = {v.name: v for v in self.variables()}
+        tensors = {name: torch.as_tensor(value) for name, value in values.items()}
+        for name, value in tensors.items():
+            if name in existing and tuple(existing[name].shape) != tuple(value.shape):
+                raise ValueError(f"Optimizer variable {name} has shape {tuple(existing[name].shape)}; the state has "
+                                 f"shape {tuple(value.shape)}.")
+        for name, value in tensors.items():
+            if name in existing:
+                with torch.no_grad():
+                    existing[name].copy_(value)
+            else:
+                self._pending_state[name] = value
+
+    def _restore_pending(self, var: Variable) -> None:
+        value = self._pending_state.pop(var.name, None) if var.name is not None else None
+        if value is not None:
+            if tuple(value.shape) != tuple(var.shape):
+                raise ValueError(f"Optimizer variable {var.name} has shape {tuple(var.shape)}; the restored state "
+                                 f"has shape {tuple(value.shape)}.")
+            with torch.no_grad():
+                var.copy_(value)
+
+    # ------------------------------------------------------------------------------------------ hyperparameters
+    @staticmethod
+    def _call_if_callable(param: Any) -> Any:
+        return param() if callable(param) and not isinstance(param, torch.Tensor) else param
+
+    def __repr__(self) -> str:
+        return f"<slotopt.v1.{type(self).__name__} name={self._name!r}>"
+
+
+class BuiltinOptimizer(Optimizer):
+    """Shared plumbing of the built-in TF1 optimizers: hyperparameter conversion and per-dtype constants.
+
+    ``_hyper`` maps each hyperparameter name to its constructor value; ``_callable_hypers`` says whether
+    callables are allowed (TF1 calls them in ``_prepare``). ``_prepare`` converts every value with
+    ``convert_to_tensor``; ``self._t(name, dtype)`` is the converted value cast to ``dtype``.
+    """
+
+    _callable_hypers: bool = True
+
+    def __init__(self, use_locking: bool, name: str, hyper: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(use_locking, name, **kwargs)
+        for key, value in hyper.items():
+            check_hyperparameter(value, key, self._callable_hypers)
+        self._hyper = dict(hyper)
+        self._prepared: dict[str, torch.Tensor] = {}
+        self._cast_cache: dict[tuple[str, torch.dtype], float] = {}
+
+    def _prepare(self) -> None:
+        prepared = {}
+        for key, value in self._hyper.items():
+            value = self._call_if_callable(value) if self._callable_hypers else value
+            prepared[key] = convert_to_tensor(value, key)
+        self._prepared = prepared
+        self._cast_cache = {}
+
+    def _t(self, key: str, dtype: torch.dtype) -> float:
+        """The hyperparameter converted in ``_prepare`` and cast to ``dtype`` (TF's ``math_ops.cast``)."""
+        cached = self._cast_cache.get((key, dtype))
+        if cached is None:
+            cached = self._cast_cache[(key, dtype)] = cast(self._prepared[key], dtype)
+        return cached
+
+    def _check_positive(self, pairs: list[Pair], checks: Sequence[tuple[str, str, str]]) -> None:
+        """Kernel-side checks ``(hyper, 'positive' | 'non-negative' | 'non-positive', message)`` per dtype."""
+        for dtype in {v.dtype for _, v in pairs}:
+            for key, kind, message in checks:
+                value = self._t(key, dtype)
+                ok = {"positive": value > 0, "non-negative": value >= 0, "non-positive": value <= 0}[kind]
+                if not ok:
+                    raise InvalidArgumentError(f"{message}[] (received {key}={value})")
