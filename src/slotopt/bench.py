@@ -424,6 +424,10 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     print(f"slotopt bench: torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}; "
           f"median of {steps} steps after {warmup} warm-up{' (quick)' if quick else ''}", file=stream, flush=True)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > 0.5:
+        print(f"note: the 1-minute load average is {load:.1f} before starting: other processes compete for the "
+              f"{os.cpu_count()} CPUs, so expect noisy numbers", file=stream, flush=True)
     dense: list[Measurement] = []
     for workload in (w for w in chosen if w in WORKLOADS):
         params, grads = _make_tensors(WORKLOADS[workload], device)
