@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from . import roots
+
 __all__ = ["adafactor"]
 
 Tensors = list[torch.Tensor]
@@ -33,6 +35,6 @@ def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensor
             velocity.copy_((row / torch.mean(row, dim=-1, keepdim=True)).unsqueeze(-1) * col.unsqueeze(-2))
         else:
             velocity.mul_(beta_2).add_(regulated * one_minus_beta_2)
-        update = grad / velocity.sqrt()
+        update = grad / roots.sqrt([velocity])[0]
         update = update / torch.clamp_min(_rms(update) / clip_threshold, 1.0)
         param.sub_(update * alpha)

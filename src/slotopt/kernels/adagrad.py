@@ -23,9 +23,9 @@ def adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float
     torch._foreach_add_(accumulators, torch._foreach_mul(grads, grads))
     if epsilon_inside_root:
         denom = torch._foreach_add(accumulators, epsilon)
-        torch._foreach_sqrt_(denom)
+        roots.sqrt_(denom)
     else:
-        denom = torch._foreach_sqrt(accumulators)
+        denom = roots.sqrt(accumulators)
         torch._foreach_add_(denom, epsilon)
     step = torch._foreach_mul(grads, lr)
     torch._foreach_div_(step, denom)

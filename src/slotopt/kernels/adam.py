@@ -94,7 +94,7 @@ def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float,
     torch._foreach_div_(current, one_minus_product)
     torch._foreach_add_(m_hat, current)
     denom = torch._foreach_div(v, one_minus_beta_2_power)
-    torch._foreach_sqrt_(denom)
+    roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     torch._foreach_mul_(m_hat, lr)
     torch._foreach_div_(m_hat, denom)
@@ -113,7 +113,7 @@ def lamb(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float, 
     adam_moments(grads, m, v, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
     updates = torch._foreach_div(m, one_minus_beta_1_power)
     denom = torch._foreach_div(v, one_minus_beta_2_power)
-    torch._foreach_sqrt_(denom)
+    roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     torch._foreach_div_(updates, denom)
     for param, update in zip(params, updates):
@@ -196,7 +196,7 @@ def _nadam_momentum_term(grads: Tensors, m_rows: Tensors, *, one_minus_product: 
 def _nadam_denominator(v_rows: Tensors, *, one_minus_beta_2_power: float, epsilon: float) -> Tensors:
     """``sqrt(v / (1 - b2^t)) + eps`` (new tensors)."""
     denom = torch._foreach_div(v_rows, one_minus_beta_2_power)
-    torch._foreach_sqrt_(denom)
+    roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     return denom
 

@@ -37,12 +37,12 @@ def rmsprop(params: Tensors, grads: Tensors, velocity: Tensors, momentum: Option
         denom = torch._foreach_sub(velocity, torch._foreach_mul(average_gradient, average_gradient))
         if epsilon_inside_root:
             torch._foreach_add_(denom, epsilon)
-        torch._foreach_sqrt_(denom)
+        roots.sqrt_(denom)
     elif epsilon_inside_root:
         denom = torch._foreach_add(velocity, epsilon)
-        torch._foreach_sqrt_(denom)
+        roots.sqrt_(denom)
     else:
-        denom = torch._foreach_sqrt(velocity)
+        denom = roots.sqrt(velocity)
     if not epsilon_inside_root:
         torch._foreach_add_(denom, epsilon)
     increment = torch._foreach_mul(grads, lr)
@@ -134,7 +134,7 @@ def sparse_rmsprop(params: Tensors, rows: Tensors, grads: Tensors, rms: Tensors,
             mg_i.index_add_(0, r, g * one_minus_rho)
         mg_rows = [mg_i.index_select(0, r) for mg_i, r in zip(mg, rows)]
         torch._foreach_sub_(denom, torch._foreach_mul(mg_rows, mg_rows))
-    torch._foreach_sqrt_(denom)
+    roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     step = torch._foreach_mul(grads, -lr)
     torch._foreach_div_(step, denom)
