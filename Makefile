@@ -1,0 +1,39 @@
+# First ten minutes: `make demo` and `make test` set everything up themselves.
+#   - create .venv (python3 -m venv) if it is missing;
+#   - install torch==2.13.0 first, only if the venv cannot import torch (an unpinned torch would pull a
+#     multi-GB CUDA build; the pinned one is the CPU build);
+#   - install slotopt in editable mode with the demo and test extras (re-run when pyproject.toml changes).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_VERSION ?= 2.13.0
+STAMP := $(VENV)/.slotopt-installed
+
+.PHONY: demo test setup parity bench clean-venv
+
+demo: $(STAMP)
+	$(VENV)/bin/slotopt demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+parity: $(STAMP)
+	$(VENV)/bin/slotopt parity
+
+bench: $(STAMP)
+	$(VENV)/bin/slotopt bench
+
+setup: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
+	$(PIP) install -e '.[demo,test]'
+	@touch $(STAMP)
+
+clean-venv:
+	rm -rf $(VENV)
