@@ -180,7 +180,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
 
     # ------------------------------------------------------------------------------------------ variables
     def _own_variable(self, value: torch.Tensor, name: str) -> Variable:
-        var = Variable(value, name=name, trainable=False)
+        var = Variable._adopt(value, name=name, trainable=False)
         var._variable_path = f"{self.name}/{name}"
         self._variables.append(var)
         return var

@@ -71,6 +71,19 @@ class Variable(nn.Parameter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # construction happens in __new__
         pass
 
+    @classmethod
+    def _adopt(cls, data: torch.Tensor, name: Optional[str], trainable: bool = False) -> Variable:
+        """Wraps a tensor the caller just created, without the copy the public constructor makes.
+
+        Optimizers create their state this way: a slot for a large embedding table is allocated once.
+        """
+        requires_grad = bool(trainable) and data.is_floating_point()
+        var = torch.Tensor._make_subclass(cls, data.detach(), requires_grad)
+        var._variable_name = name
+        var._variable_path = None
+        var.constraint = None
+        return var
+
     @property  # type: ignore[override]
     def name(self) -> Optional[str]:
         return self._variable_name

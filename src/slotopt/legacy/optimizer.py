@@ -448,7 +448,7 @@ class Optimizer(OptimizerCore):
         if slot is None:
             value = initial_value(initializer, var.shape if shape is None else shape, var.dtype, var.device)
             var_name = self._var_names[pos]
-            slot = Variable(value, name=f"{var_name}/{slot_name}", trainable=False)
+            slot = Variable._adopt(value, name=f"{var_name}/{slot_name}", trainable=False)
             slot._variable_path = f"{self._name}/{var_name}/{slot_name}"
             self._set_slot(slot_name, pos, slot)
             self._weights.append(slot)

@@ -598,7 +598,7 @@ class Optimizer(OptimizerCore):
             full = f"{self._name}/{name}" if self._use_own_namescope_for_non_slot_vars else name
             value = convert_to_tensor(initial_value, name) if not isinstance(initial_value, torch.Tensor) \
                 else initial_value.detach().to("cpu")
-            var = Variable(value, name=self._unique_state_name(full), trainable=False)
+            var = Variable._adopt(value, name=self._unique_state_name(full), trainable=False)
             self._restore_pending(var)
             self._non_slot_dict[name] = var
         return var
