@@ -16,6 +16,7 @@ from .engine import clipping
 from .engine import constants as K
 from .engine.core import OptimizerCore, Pair, Pairs
 from .engine.pipeline import run_step
+from .engine.state import FlatState
 from .variables import IndexedSlices, Variable, named_variables
 
 __all__ = ["Optimizer"]
@@ -35,6 +36,15 @@ def _unique_name(class_name: str) -> str:
     count = _name_counts.get(base, 0)
     _name_counts[base] = count + 1
     return base if count == 0 else f"{base}_{count}"
+
+
+def _constant_fill(initializer: Any) -> Optional[float]:
+    """The constant an initializer fills with, or None when it is not a constant."""
+    if isinstance(initializer, str):
+        return {"zeros": 0.0, "ones": 1.0}.get(initializer)
+    if isinstance(initializer, (int, float)) and not isinstance(initializer, bool):
+        return float(initializer)
+    return None
 
 
 def _initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, device: Any) -> torch.Tensor:
@@ -94,6 +104,8 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
 
     #: Names of the per-variable state a built-in optimizer's kernel reads, in kernel argument order.
     _kernel_slots: tuple[str, ...] = ()
+    #: Built-ins whose update is element-wise (no whole-tensor norms) may run over packed or cut tensors.
+    _elementwise_update: bool = True
     #: Built-ins whose update leaves a row with zero gradient untouched may update sparse rows in place.
     _sparse_rows_independent: bool = False
 
@@ -125,6 +137,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     ) -> None:
         object.__setattr__(self, "_super_init_called", True)
         self._init_core()
+        self._flat_state = FlatState()
         if "decay" in kwargs:
             if kwargs.pop("decay") is not None:
                 warnings.warn("Argument `decay` is no longer supported and will be ignored.", stacklevel=2)
@@ -290,9 +303,12 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         self, reference_variable: torch.Tensor, name: Optional[str] = None, initializer: Any = "zeros"
     ) -> Variable:
         """Creates a variable with the shape, dtype and device of ``reference_variable``, named after it."""
-        ref_name = self._name_of(reference_variable).replace("/", "_").replace(":", "_")
         value = _initial_value(initializer, reference_variable.shape, reference_variable.dtype,
                                reference_variable.device)
+        return self._slot_from(reference_variable, name, value)
+
+    def _slot_from(self, reference_variable: torch.Tensor, name: Optional[str], value: torch.Tensor) -> Variable:
+        ref_name = self._name_of(reference_variable).replace("/", "_").replace(":", "_")
         var = self._own_variable(value, f"{ref_name}_{name}")
         pos = self._position(reference_variable)
         if pos is not None and name is not None:
@@ -302,12 +318,26 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     def add_optimizer_variables(
         self, trainable_variables: Sequence[torch.Tensor], name: Union[str, Sequence[str]], initializer: Any = "zeros"
     ) -> Any:
-        """One variable per name for each trainable variable, interleaved per variable (Keras order)."""
+        """One variable per name for each trainable variable, interleaved per variable (Keras order).
+
+        With a constant initializer, the state of small variables is packed into one buffer per name (each
+        slot is a view of it), so that element-wise updates run over many small tensors in one call.
+        """
         names = [name] if isinstance(name, str) else list(name)
+        positions = [self._position(v) for v in trainable_variables]
+        packed: dict[str, dict[int, torch.Tensor]] = {}
+        fill = _constant_fill(initializer)
+        if fill is not None and None not in positions:
+            refs = list(zip(positions, trainable_variables))
+            packed = {n: self._flat_state.allocate(n, refs, fill) for n in names}
         lists: list[list[Variable]] = [[] for _ in names]
-        for var in trainable_variables:
+        for var, pos in zip(trainable_variables, positions):
             for i, n in enumerate(names):
-                lists[i].append(self.add_variable_from_reference(var, n, initializer))
+                view = packed.get(n, {}).get(pos)  # type: ignore[arg-type]
+                if view is not None:
+                    lists[i].append(self._slot_from(var, n, view))
+                else:
+                    lists[i].append(self.add_variable_from_reference(var, n, initializer))
         return lists[0] if isinstance(name, str) else lists
 
     # ------------------------------------------------------------------------------------------ build
@@ -397,7 +427,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         pairs = list(grads_and_vars)
         if not pairs:
             return None
-        checked = [(self._check_gradient(g, v, lambda v=v: self._name_of(v)), v) for g, v in pairs]
+        checked = self._checked_pairs(pairs)
         if self.built:
             index, trainable = self._var_index, self._trainable_set
             for _, v in checked:
@@ -449,15 +479,15 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
 
     def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
         """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
-        grads = [g.values if isinstance(g, IndexedSlices) else g for g, _ in pairs]
         if self.clipnorm and self.clipnorm > 0:
-            grads = clipping.clip_by_norm(grads, self.clipnorm)
+            clip, limit = clipping.clip_by_norm, self.clipnorm
         elif self.global_clipnorm and self.global_clipnorm > 0:
-            grads = clipping.clip_by_global_norm(grads, self.global_clipnorm)
+            clip, limit = clipping.clip_by_global_norm, self.global_clipnorm
         elif self.clipvalue and self.clipvalue > 0:
-            grads = clipping.clip_by_value(grads, self.clipvalue)
+            clip, limit = clipping.clip_by_value, self.clipvalue
         else:
             return pairs
+        grads = clip([g.values if isinstance(g, IndexedSlices) else g for g, _ in pairs], limit)
         return [(_with_values(g, new), v) for (g, v), new in zip(pairs, grads)]
 
     def exclude_from_weight_decay(
@@ -508,9 +538,33 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         index = self._var_index
         by_pos = {index[id(v)]: g for g, v in dense}
         for group in self._groups(list(by_pos)):
-            params = [self._vars[p] for p in group]
-            self._update_group(params, [by_pos[p] for p in group], self._slot_lists(self._kernel_slots, group),
-                               learning_rate)
+            group = self._update_packed(group, by_pos, learning_rate)
+            if group:
+                params = [self._vars[p] for p in group]
+                self._update_group(params, [by_pos[p] for p in group],
+                                   self._slot_lists(self._kernel_slots, group), learning_rate)
+
+    def _update_packed(self, group: list[int], grads: dict[int, torch.Tensor], learning_rate: Any) -> list[int]:
+        """Updates the group's small variables whose state is packed, as one tensor; returns the rest.
+
+        The variables and gradients are packed into flat tensors, the kernel runs once over them and the
+        packed state, and the variables are written back: the same element-wise arithmetic, in one call.
+        """
+        if not (self._elementwise_update and self._kernel_slots) or len(group) < 2:
+            return group
+        first = self._vars[group[0]]
+        kind = (first.device, first.dtype)
+        covered = self._flat_state.covered(self._kernel_slots, kind)
+        if covered is None or not set(covered) <= set(group):
+            return group
+        params = [self._vars[p] for p in covered]
+        flat = self._flat_state
+        flat_params = flat.stage("params", covered, params)
+        flat_grads = flat.stage("grads", covered, [grads[p] for p in covered])
+        self._update_group([flat_params], [flat_grads], flat.buffers(self._kernel_slots, kind), learning_rate)
+        flat.unstage("params", params)
+        done = set(covered)
+        return [p for p in group if p not in done]
 
     def _before_updates(self, learning_rate: Any) -> None:
         """Runs once per update step, before any variable is updated (per-step scalars such as Nadam's product)."""

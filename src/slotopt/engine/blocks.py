@@ -54,10 +54,12 @@ class BlockPlan:
             ]
 
 
-def plan_blocks(tensors: Sequence[torch.Tensor], max_elements: int = CPU_BLOCK_ELEMENTS) -> BlockPlan:
+def plan_blocks(tensors: Sequence[torch.Tensor], max_elements: Optional[int] = None) -> BlockPlan:
     """Plans blocks for tensors shaped like ``tensors`` (all on one device)."""
     if not tensors or tensors[0].device.type != "cpu":
         return BlockPlan([], whole=True)
+    if max_elements is None:
+        max_elements = CPU_BLOCK_ELEMENTS
     blocks: list[list[Piece]] = []
     current: list[Piece] = []
     filled = 0

@@ -90,6 +90,18 @@ class OptimizerCore:
         return groups
 
     # ----------------------------------------------------------------------------------------- gradients
+    def _checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
+        """``_check_gradient`` for every pair; ordinary dense gradients take an inline fast path."""
+        out: list[Pair] = []
+        strided, floats = torch.strided, _FLOAT_TYPES
+        for grad, var in pairs:
+            if type(grad) is torch.Tensor and grad.dtype is var.dtype and grad.layout is strided and \
+                    grad.dtype in floats and grad.shape == var.shape and grad.device == var.device:
+                out.append((grad, var))
+            else:
+                out.append((self._check_gradient(grad, var, lambda var=var: self._name_of(var)), var))
+        return out
+
     @staticmethod
     def _check_gradient(grad: Any, var: torch.Tensor, name: Union[str, Callable[[], str]]) -> Any:
         """Converts a gradient to a dense tensor or ``IndexedSlices`` and checks it fits ``var``; raises if not.

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch._C._nn import flatten_dense_tensors, unflatten_dense_tensors
 
 __all__ = ["sqrt", "sqrt_", "rsqrt"]
 
 Tensors = list[torch.Tensor]
 
 _NUMPY_DTYPES = (torch.float64, torch.float32, torch.float16)
+_MANY = 8  # from this many tensors on, pack them into one buffer for a single NumPy call
 
 
 def _sqrt_cpu_(t: torch.Tensor) -> None:
@@ -32,19 +34,34 @@ def _sqrt_cpu_(t: torch.Tensor) -> None:
 
 def sqrt_(tensors: Tensors) -> None:
     """``x <- sqrt(x)`` in place, correctly rounded."""
-    other = [t for t in tensors if t.device.type != "cpu"]
-    if other:
-        torch._foreach_sqrt_(other)
-    for t in tensors:
-        if t.device.type == "cpu":
+    if not tensors:
+        return
+    if tensors[0].device.type != "cpu":
+        torch._foreach_sqrt_(tensors)
+    elif len(tensors) < _MANY:
+        for t in tensors:
             _sqrt_cpu_(t)
+    else:
+        torch._foreach_copy_(tensors, sqrt(tensors))
 
 
 def sqrt(tensors: Tensors) -> Tensors:
-    """``sqrt(x)`` as new tensors, correctly rounded."""
-    roots = [t.detach().clone() for t in tensors]
-    sqrt_(roots)
-    return roots
+    """``sqrt(x)`` as new tensors, correctly rounded.
+
+    Many small CPU tensors are packed into one buffer first, so NumPy is called once, not once per tensor.
+    """
+    if not tensors:
+        return []
+    if tensors[0].device.type != "cpu":
+        return list(torch._foreach_sqrt(tensors))
+    if len(tensors) < _MANY:
+        roots = [t.detach().clone() for t in tensors]
+        for root in roots:
+            _sqrt_cpu_(root)
+        return roots
+    flat = flatten_dense_tensors([t.detach() for t in tensors])
+    _sqrt_cpu_(flat)
+    return list(unflatten_dense_tensors(flat, tensors))
 
 
 def rsqrt(tensors: Tensors) -> Tensors:

@@ -36,6 +36,8 @@ class Adafactor(Optimizer):
         ['adafactor/kernel', 'adafactor/kernel', 'adafactor/kernel_velocity']
     """
 
+    _elementwise_update = False  # per-tensor norms
+
     _kernel_slots = ("r", "c", "velocity")
 
     def __init__(self, learning_rate: LearningRate = 0.001, beta_2_decay: float = -0.8, epsilon_1: float = 1e-30,

@@ -27,6 +27,8 @@ class Lamb(Optimizer):
         [2.646, 3.646]
     """
 
+    _elementwise_update = False  # per-tensor norms
+
     _kernel_slots = ("momentum", "velocity")
 
     def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
