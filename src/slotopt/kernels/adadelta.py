@@ -12,6 +12,7 @@ __all__ = ["adadelta"]
 Tensors = list[torch.Tensor]
 
 
+@elementwise
 def adadelta(params: Tensors, grads: Tensors, accumulated_grad: Tensors, accumulated_delta: Tensors, *,
              lr: float, rho: float, one_minus_rho: float, epsilon: float) -> None:
     """Adadelta as Keras 3 evaluates it.

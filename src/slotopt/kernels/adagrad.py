@@ -12,6 +12,7 @@ __all__ = ["adagrad"]
 Tensors = list[torch.Tensor]
 
 
+@elementwise
 def adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, epsilon: float,
             epsilon_inside_root: bool = True) -> None:
     """Adagrad: ``acc += g*g``; ``w -= (lr * g) / sqrt(acc + eps)``.

@@ -51,6 +51,7 @@ def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
     torch._foreach_sub_(params, step)
 
 
+@elementwise
 def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, *, lr: float, one_minus_beta_1: float,
            beta_2: float, epsilon: float, one_minus_beta_1_power: float,
            scaled_lr: Optional[float] = None) -> None:
@@ -77,6 +78,7 @@ def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, *, lr: float
     torch._foreach_sub_(params, step)
 
 
+@elementwise
 def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float, one_minus_beta_1: float,
           one_minus_beta_2: float, mu_next: float, one_minus_mu: float, one_minus_product: float,
           one_minus_product_next: float, one_minus_beta_2_power: float, epsilon: float) -> None:

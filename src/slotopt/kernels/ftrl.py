@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.blocks import elementwise
 from . import roots
 
 __all__ = ["ftrl"]
@@ -11,6 +12,7 @@ __all__ = ["ftrl"]
 Tensors = list[torch.Tensor]
 
 
+@elementwise
 def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensors, *, lr: float,
          power: float, l1: float, two_l2: float, shrinkage: float, scalar_rows: bool = False,
          root: bool = False) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.blocks import elementwise
+
 __all__ = ["lion"]
 
 Tensors = list[torch.Tensor]
 
 
+@elementwise
 def lion(params: Tensors, grads: Tensors, momenta: Tensors, *, lr: float, beta_1: float, one_minus_beta_1: float,
          beta_2: float, one_minus_beta_2: float) -> None:
     """Lion: ``w -= lr * sign(m * b1 + g * (1 - b1))``; then ``m = m * b2 + g * (1 - b2)`` (``sign(0) = 0``)."""

@@ -14,6 +14,7 @@ __all__ = ["rmsprop"]
 Tensors = list[torch.Tensor]
 
 
+@elementwise
 def rmsprop(params: Tensors, grads: Tensors, velocity: Tensors, momentum: Optional[Tensors],
             average_gradient: Optional[Tensors], *, lr: float, rho: float, one_minus_rho: float,
             momentum_decay: float, epsilon: float, epsilon_inside_root: bool = True) -> None:
