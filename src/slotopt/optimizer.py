@@ -17,6 +17,7 @@ from .engine import constants as K
 from .engine.core import OptimizerCore, Pair, Pairs
 from .engine.pipeline import run_step
 from .engine.state import FlatState
+from .kernels.weight_decay import decoupled_weight_decay
 from .variables import IndexedSlices, Variable, named_variables
 
 __all__ = ["Optimizer"]
@@ -38,25 +39,23 @@ def _unique_name(class_name: str) -> str:
     return base if count == 0 else f"{base}_{count}"
 
 
-def _constant_fill(initializer: Any) -> Optional[float]:
-    """The constant an initializer fills with, or None when it is not a constant."""
+def _constant_fill(initializer: Any) -> Optional[Callable[[torch.dtype], float]]:
+    """For a constant initializer, its value in a given dtype; None when it is not a constant."""
     if isinstance(initializer, str):
-        return {"zeros": 0.0, "ones": 1.0}.get(initializer)
+        value = {"zeros": 0.0, "ones": 1.0}.get(initializer)
+        return None if value is None else (lambda dtype: value)
     if isinstance(initializer, (int, float)) and not isinstance(initializer, bool):
-        return float(initializer)
+        return lambda dtype: K.cast(float(initializer), dtype)  # Keras's Constant: cast(value, dtype)
     return None
 
 
 def _initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, device: Any) -> torch.Tensor:
+    fill = _constant_fill(initializer)
+    if fill is not None:
+        return torch.full(tuple(shape), fill(dtype), dtype=dtype, device=device)
     if isinstance(initializer, str):
-        if initializer == "zeros":
-            return torch.zeros(tuple(shape), dtype=dtype, device=device)
-        if initializer == "ones":
-            return torch.ones(tuple(shape), dtype=dtype, device=device)
         raise ValueError(f"Unknown initializer: {initializer!r}. Use 'zeros', 'ones', a number or a callable.")
-    if callable(initializer):
-        return torch.as_tensor(initializer(tuple(shape), dtype), dtype=dtype, device=device)
-    return torch.full(tuple(shape), float(initializer), dtype=dtype, device=device)
+    return torch.as_tensor(initializer(tuple(shape), dtype), dtype=dtype, device=device)
 
 
 class _BuildsAfterInit(type):
@@ -320,24 +319,32 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     ) -> Any:
         """One variable per name for each trainable variable, interleaved per variable (Keras order).
 
-        With a constant initializer, the state of small variables is packed into one buffer per name (each
-        slot is a view of it), so that element-wise updates run over many small tensors in one call.
+        ``initializer`` applies to every name, or is a list with one initializer per name. With constant
+        initializers, the state of small variables is packed into one buffer per name (each slot is a view of
+        it), so that element-wise updates run over many small tensors in one call.
         """
         names = [name] if isinstance(name, str) else list(name)
+        initializers = list(initializer) if isinstance(initializer, (list, tuple)) else [initializer] * len(names)
+        if len(initializers) != len(names):
+            raise ValueError(
+                f"Expected one initializer per name ({len(names)}). Received: initializer={initializer!r}"
+            )
         positions = [self._position(v) for v in trainable_variables]
         packed: dict[str, dict[int, torch.Tensor]] = {}
-        fill = _constant_fill(initializer)
-        if fill is not None and None not in positions:
+        if None not in positions:
             refs = list(zip(positions, trainable_variables))
-            packed = {n: self._flat_state.allocate(n, refs, fill) for n in names}
+            for n, init in zip(names, initializers):
+                fill = _constant_fill(init)
+                if fill is not None:
+                    packed[n] = self._flat_state.allocate(n, refs, fill)
         lists: list[list[Variable]] = [[] for _ in names]
         for var, pos in zip(trainable_variables, positions):
-            for i, n in enumerate(names):
+            for i, (n, init) in enumerate(zip(names, initializers)):
                 view = packed.get(n, {}).get(pos)  # type: ignore[arg-type]
                 if view is not None:
                     lists[i].append(self._slot_from(var, n, view))
                 else:
-                    lists[i].append(self.add_variable_from_reference(var, n, initializer))
+                    lists[i].append(self.add_variable_from_reference(var, n, init))
         return lists[0] if isinstance(name, str) else lists
 
     # ------------------------------------------------------------------------------------------ build
@@ -462,7 +469,8 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
         if self.loss_scale_factor is None:
             return pairs
-        return [(_map_values(g, lambda x: x / self.loss_scale_factor), v) for g, v in pairs]
+        factor = self.loss_scale_factor
+        return clipping.map_gradient_values(pairs, lambda grads: [g / factor for g in grads])
 
     def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
         steps = self.gradient_accumulation_steps
@@ -487,8 +495,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
             clip, limit = clipping.clip_by_value, self.clipvalue
         else:
             return pairs
-        grads = clip([g.values if isinstance(g, IndexedSlices) else g for g, _ in pairs], limit)
-        return [(_with_values(g, new), v) for (g, v), new in zip(pairs, grads)]
+        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit))
 
     def exclude_from_weight_decay(
         self, var_list: Optional[Sequence[torch.Tensor]] = None, var_names: Optional[Sequence[str]] = None
@@ -512,9 +519,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         for group in self._groups([self._position(v) for v in decayed]):
             params = [self._vars[p] for p in group]
             dtype = params[0].dtype
-            decay = torch._foreach_mul(params, K.cast(self.weight_decay, dtype))
-            torch._foreach_mul_(decay, K.literal(lr32, dtype))
-            torch._foreach_sub_(params, decay)
+            decoupled_weight_decay(params, weight_decay=K.cast(self.weight_decay, dtype), lr=K.literal(lr32, dtype))
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
         learning_rate = self.learning_rate
@@ -775,15 +780,3 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} built={self.built}>"
-
-
-def _map_values(grad: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    if isinstance(grad, IndexedSlices):
-        return IndexedSlices(fn(grad.values), grad.indices, grad.dense_shape)
-    return fn(grad)
-
-
-def _with_values(grad: Any, values: torch.Tensor) -> Any:
-    if isinstance(grad, IndexedSlices):
-        return IndexedSlices(values, grad.indices, grad.dense_shape)
-    return values

@@ -83,27 +83,34 @@ def plan_blocks(tensors: Sequence[torch.Tensor], max_elements: Optional[int] = N
     return BlockPlan(blocks, whole=False, numels=[t.numel() for t in tensors])
 
 
-_plans: dict[tuple[str, tuple[int, ...]], BlockPlan] = {}
+_plans: dict[tuple[int, tuple[int, ...]], BlockPlan] = {}
 
 
-def elementwise(kernel: Callable[..., None]) -> Callable[..., None]:
+def elementwise(kernel: Optional[Callable[..., None]] = None, *,
+                scale: int = 1) -> Any:
     """Marks a kernel as element-wise: on the CPU it then runs block by block (see module docstring).
 
     The kernel's positional arguments are parallel tensor lists (``None`` for an absent optional list); its
     keyword arguments are scalars. Results are bit-identical to one call over the whole lists.
+    ``scale`` multiplies the block size, for kernels with few operands and temporaries (``@elementwise(scale=2)``):
+    blocks as large as the cache allows amortise the per-operation cost, but temporaries beyond the allocator's
+    reuse threshold would be returned to the system and faulted in again at every block.
     """
+    if kernel is None:
+        return functools.partial(elementwise, scale=scale)
 
     @functools.wraps(kernel)
     def run(*lists: Optional[Sequence[torch.Tensor]], **scalars: Any) -> None:
         first = lists[0]
         if not first or first[0].device.type != "cpu":
             return kernel(*lists, **scalars)
-        key = ("cpu", tuple(t.numel() for t in first))
+        block_elements = CPU_BLOCK_ELEMENTS * scale
+        key = (block_elements, tuple(t.numel() for t in first))
         plan = _plans.get(key)
         if plan is None:
             if len(_plans) > 256:
                 _plans.clear()
-            plan = _plans[key] = plan_blocks(first)
+            plan = _plans[key] = plan_blocks(first, block_elements)
         present = [tensors for tensors in lists if tensors is not None]
         if plan.whole or not plan.applies_to(present):
             return kernel(*lists, **scalars)

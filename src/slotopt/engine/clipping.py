@@ -6,11 +6,17 @@ Functions take and return lists of dense tensors and never modify their inputs (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any, Callable, TypeVar
 
 import torch
 
-__all__ = ["clip_by_value", "clip_by_norm", "clip_by_global_norm", "global_norm"]
+from ..variables import IndexedSlices, as_indexed_slices, is_sparse
+
+__all__ = ["clip_by_value", "clip_by_norm", "clip_by_global_norm", "global_norm", "map_gradient_values"]
+
+T = TypeVar("T")
 
 
 def clip_by_value(grads: Sequence[torch.Tensor], clipvalue: float) -> list[torch.Tensor]:
@@ -35,10 +41,30 @@ def global_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def clip_by_global_norm(grads: Sequence[torch.Tensor], clipnorm: float) -> list[torch.Tensor]:
-    """Scales all gradients by ``c * min(1/N, 1/c)``; a non-finite global norm N makes every gradient NaN."""
+    """Scales all gradients by ``c * min(1/N, 1/c) + (N - N)``.
+
+    A non-finite global norm N makes every gradient NaN; ``c = 0`` (which tf.keras legacy accepts) gives zero
+    gradients for a finite non-zero N and NaN otherwise, as TensorFlow does.
+    """
     if not grads:
         return []
     norm = global_norm(grads)
-    scale = clipnorm * torch.minimum(1.0 / norm, torch.tensor(1.0 / clipnorm, dtype=norm.dtype,
+    inverse_limit = 1.0 / clipnorm if clipnorm else math.inf
+    scale = clipnorm * torch.minimum(1.0 / norm, torch.tensor(inverse_limit, dtype=norm.dtype,
                                                                 device=norm.device)) + (norm - norm)
     return [g * scale.to(device=g.device, dtype=g.dtype) for g in grads]
+
+
+def map_gradient_values(pairs: Sequence[tuple[Any, T]],
+                        fn: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> list[tuple[Any, T]]:
+    """Applies ``fn`` to the gradients (the ``values`` of sparse ones) and rewraps them; ``None`` stays."""
+    present = [(i, g if isinstance(g, IndexedSlices) or not is_sparse(g) else as_indexed_slices(g))
+               for i, (g, _) in enumerate(pairs) if g is not None]
+    if not present:
+        return list(pairs)
+    new = fn([g.values if isinstance(g, IndexedSlices) else g for _, g in present])
+    out = list(pairs)
+    for (i, g), values in zip(present, new):
+        out[i] = (IndexedSlices(values, g.indices, g.dense_shape) if isinstance(g, IndexedSlices) else values,
+                  pairs[i][1])
+    return out

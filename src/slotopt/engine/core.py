@@ -34,18 +34,25 @@ class OptimizerCore:
     def _init_core(self) -> None:
         self._vars: list[torch.Tensor] = []
         self._var_names: list[str] = []
+        self._taken_names: set[str] = set()
         self._var_index: dict[int, int] = {}
         self._slots: dict[str, dict[int, torch.Tensor]] = {}
         self._group_cache: dict[tuple[int, ...], list[list[int]]] = {}
 
     # ----------------------------------------------------------------------------------------- variables
     def _register(self, variables: Any) -> list[int]:
-        """Adds variables (a module, tensors or (name, tensor) pairs) and returns their positions."""
+        """Adds variables (a module, tensors or (name, tensor) pairs) and returns their positions.
+
+        Names are made unique (``name_<position>`` for a repeat), since state is named after them.
+        """
         positions = []
         for name, var in named_variables(variables):
             pos = self._var_index.get(id(var))
             if pos is None:
                 pos = len(self._vars)
+                if name in self._taken_names:
+                    name = f"{name}_{pos}"
+                self._taken_names.add(name)
                 self._vars.append(var)
                 self._var_names.append(name)
                 self._var_index[id(var)] = pos

@@ -10,7 +10,7 @@ in between is one call. Each slot is still an ordinary tensor for the user: a vi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch._C._nn import flatten_dense_tensors, unflatten_dense_tensors
@@ -46,8 +46,9 @@ class FlatState:
         return var.numel() <= SMALL_TENSOR_ELEMENTS and var.is_contiguous()
 
     def allocate(self, slot_name: str, refs: Sequence[tuple[int, torch.Tensor]],
-                 fill: float) -> dict[int, torch.Tensor]:
-        """Packs the state ``slot_name`` of the packable ``(position, variable)`` pairs, filled with ``fill``.
+                 fill: Callable[[torch.dtype], float]) -> dict[int, torch.Tensor]:
+        """Packs the state ``slot_name`` of the packable ``(position, variable)`` pairs, filled with
+        ``fill(dtype)``.
 
         Returns ``{position: view}`` for the packed variables (others are left to the caller).
         """
@@ -59,7 +60,7 @@ class FlatState:
         for (device, dtype), members in by_kind.items():
             if len(members) < 2 or (slot_name, device, dtype) in self._buffers:
                 continue
-            buffer = torch.full((sum(v.numel() for _, v in members),), fill, dtype=dtype, device=device)
+            buffer = torch.full((sum(v.numel() for _, v in members),), fill(dtype), dtype=dtype, device=device)
             self._buffers[(slot_name, device, dtype)] = buffer
             self._positions[(slot_name, device, dtype)] = tuple(pos for pos, _ in members)
             for (pos, _), view in zip(members, unflatten_dense_tensors(buffer, [v for _, v in members])):

@@ -11,13 +11,13 @@ __all__ = ["sgd", "keras_momentum"]
 Tensors = list[torch.Tensor]
 
 
-@elementwise
+@elementwise(scale=2)
 def sgd(params: Tensors, grads: Tensors, *, lr: float) -> None:
     """``w <- w - g * lr``."""
     torch._foreach_sub_(params, torch._foreach_mul(grads, lr))
 
 
-@elementwise
+@elementwise(scale=2)
 def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, *, lr: float, momentum: float,
                    nesterov: bool) -> None:
     """Keras momentum (Keras 3 and tf.keras legacy):
@@ -36,7 +36,7 @@ def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, *, lr: flo
 
 
 
-@elementwise
+@elementwise(scale=2)
 def momentum(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, momentum: float,
              nesterov: bool, lr_times_momentum: float | None = None) -> None:
     """TensorFlow's ``ApplyMomentum`` / ``SparseApplyMomentum`` (TF1 ``MomentumOptimizer``).

@@ -371,21 +371,6 @@ class Optimizer(OptimizerCore):
         return lr_t
 
     # -------------------------------------------------------------------------------------------- weights
-    def _register(self, variables: Any) -> list[int]:
-        """Adds variables (a module, tensors or ``(name, tensor)`` pairs); names are made unique."""
-        positions = []
-        for name, var in named_variables(variables):
-            pos = self._var_index.get(id(var))
-            if pos is None:
-                pos = len(self._vars)
-                if name in self._var_names:
-                    name = f"{name}_{pos}"
-                self._vars.append(var)
-                self._var_names.append(name)
-                self._var_index[id(var)] = pos
-            positions.append(pos)
-        return positions
-
     def _new_variable(self, value: torch.Tensor, name: str, trainable: bool = False) -> Variable:
         var = Variable(value, name=name, trainable=trainable)
         var._variable_path = f"{self._name}/{name}"
@@ -733,11 +718,12 @@ class Optimizer(OptimizerCore):
         """Clips by value, then by norm, then by global norm, then runs each ``gradient_transformers`` fn."""
         pairs = list(grads_and_vars)
         if self._clipvalue is not None:
-            pairs = _map_grads(pairs, lambda grads: clipping.clip_by_value(grads, self._clipvalue))
+            pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self._clipvalue))
         if self._clipnorm is not None:
-            pairs = _map_grads(pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm))
+            pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm))
         if self._global_clipnorm is not None:
-            pairs = _map_grads(pairs, lambda grads: _clip_by_global_norm(grads, self._global_clipnorm))
+            pairs = clipping.map_gradient_values(
+                pairs, lambda grads: clipping.clip_by_global_norm(grads, self._global_clipnorm))
         for fn in self.gradient_transformers:
             pairs = list(fn(pairs))
         return pairs
@@ -830,33 +816,3 @@ class Optimizer(OptimizerCore):
 
 #: tf.keras's name for the same class.
 OptimizerV2 = Optimizer
-
-
-def _values(grad: Any) -> torch.Tensor:
-    return grad.values if isinstance(grad, IndexedSlices) else grad
-
-
-def _map_grads(pairs: list[Pair], fn: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> list[Pair]:
-    """Applies ``fn`` to the gradients' values (the ``values`` of ``IndexedSlices``) and rewraps them."""
-    present = [(i, g) for i, (g, _) in enumerate(pairs) if g is not None]
-    if not present:
-        return pairs
-    new = fn([_values(as_indexed_slices(g) if is_sparse(g) else g) for _, g in present])
-    out = list(pairs)
-    for (i, g), values in zip(present, new):
-        if is_sparse(g):
-            g = as_indexed_slices(g)
-            out[i] = (IndexedSlices(values, g.indices, g.dense_shape), pairs[i][1])
-        else:
-            out[i] = (values, pairs[i][1])
-    return out
-
-
-def _clip_by_global_norm(grads: list[torch.Tensor], clipnorm: float) -> list[torch.Tensor]:
-    """TensorFlow's ``clip_by_global_norm``, which also accepts ``clipnorm = 0``: the scale is then
-    ``0 * (1 / N) + (N - N)``, zero for a finite non-zero norm N and NaN otherwise."""
-    if clipnorm > 0:
-        return clipping.clip_by_global_norm(grads, clipnorm)
-    norm = clipping.global_norm(grads)
-    scale = 0.0 * (1.0 / norm) + (norm - norm)
-    return [g * scale.to(device=g.device, dtype=g.dtype) for g in grads]

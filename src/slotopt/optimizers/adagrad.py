@@ -52,7 +52,7 @@ class Adagrad(Optimizer):
             return
         super().build(variables)
         self._accumulators = self.add_optimizer_variables(
-            self._trainable_variables, "accumulator", initializer=constant_initializer(self.initial_accumulator_value))
+            self._trainable_variables, "accumulator", initializer=self.initial_accumulator_value)
 
     def _update_group(self, params, grads, slots, learning_rate) -> None:
         dtype = params[0].dtype
@@ -62,13 +62,6 @@ class Adagrad(Optimizer):
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "initial_accumulator_value": self.initial_accumulator_value,
                 "epsilon": self.epsilon}
-
-
-def constant_initializer(value: float):
-    """Keras's ``Constant`` initializer: ``cast(value, dtype)`` (float32 first, then the slot's dtype)."""
-    def initialize(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        return torch.full(shape, K.cast(value, dtype), dtype=dtype)
-    return initialize
 
 
 __all__ = ["Adagrad"]

@@ -8,7 +8,6 @@ from typing import Any
 from ..engine import constants as K
 from ..kernels import ftrl as kernels
 from ..optimizer import LearningRate, Optimizer
-from .adagrad import constant_initializer
 
 
 def _check_number(name: str, value: Any) -> None:
@@ -73,11 +72,8 @@ class Ftrl(Optimizer):
         if self.built:
             return
         super().build(variables)
-        accumulator_init = constant_initializer(self.initial_accumulator_value)
-        self._accumulators, self._linears = [], []
-        for var in self._trainable_variables:  # interleaved per variable, each slot with its own initializer
-            self._accumulators.append(self.add_variable_from_reference(var, "accumulator", accumulator_init))
-            self._linears.append(self.add_variable_from_reference(var, "linear"))
+        self._accumulators, self._linears = self.add_optimizer_variables(
+            self._trainable_variables, ["accumulator", "linear"], [self.initial_accumulator_value, "zeros"])
 
     def _update_group(self, params, grads, slots, learning_rate) -> None:
         dtype = params[0].dtype

@@ -9,8 +9,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from ..engine.clipping import map_gradient_values
 from ..engine.core import Pair
-from ..optimizer import Optimizer, _map_values
+from ..optimizer import Optimizer
 from ..variables import IndexedSlices, named_variables
 
 __all__ = ["LossScaleOptimizer"]
@@ -229,8 +230,8 @@ class LossScaleOptimizer(Optimizer):
         if _all_finite([g.values if isinstance(g, IndexedSlices) else g for g, _ in pairs]):
             scale = self._dynamic_scale.detach()
             self.inner_optimizer.apply_gradients(
-                [(_map_values(g, lambda x: x.to(torch.promote_types(x.dtype, torch.float32)) / scale), v)
-                 for g, v in pairs]
+                map_gradient_values(
+                    pairs, lambda grads: [g.to(torch.promote_types(g.dtype, torch.float32)) / scale for g in grads])
             )
             if int(self._step_counter) == self.dynamic_growth_steps - 1:
                 self._step_counter.zero_()

@@ -421,6 +421,7 @@ class Optimizer(OptimizerCore):
         for var in self._vars[count:]:
             self._var_index.pop(id(var), None)
         del self._vars[count:]
+        self._taken_names.difference_update(self._var_names[count:])
         del self._var_names[count:]
         self._unnamed_count = unnamed
         self._group_cache.clear()
