@@ -28,7 +28,7 @@ class Adafactor(Optimizer):
     Example:
         >>> import torch, slotopt
         >>> w = slotopt.Variable(torch.tensor([[1.0, -1.0], [1.0, -1.0]]), name="kernel")
-        >>> opt = slotopt.Adafactor(learning_rate=0.5)
+        >>> opt = slotopt.Adafactor(learning_rate=0.5, name="adafactor")
         >>> _ = opt.apply_gradients([(torch.tensor([[1.0, 1.0], [1.0, 1.0]]), w)])
         >>> [[round(x, 4) for x in row] for row in w.tolist()]
         [[0.5, -1.5], [0.5, -1.5]]

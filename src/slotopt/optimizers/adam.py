@@ -23,7 +23,7 @@ class Adam(Optimizer):
     Example:
         >>> import torch, slotopt
         >>> w = slotopt.Variable(torch.tensor([1.0, -1.0]), name="w")
-        >>> opt = slotopt.Adam(learning_rate=0.1)
+        >>> opt = slotopt.Adam(learning_rate=0.1, name="adam")
         >>> _ = opt.apply_gradients([(torch.tensor([0.5, -0.5]), w)])
         >>> [round(x, 4) for x in w.tolist()]
         [0.9, -0.9]

@@ -20,7 +20,7 @@ class Adamax(Optimizer):
     Example:
         >>> import torch, slotopt
         >>> w = slotopt.Variable(torch.tensor([1.0, -1.0]), name="w")
-        >>> opt = slotopt.Adamax(learning_rate=0.5)
+        >>> opt = slotopt.Adamax(learning_rate=0.5, name="adamax")
         >>> _ = opt.apply_gradients([(torch.tensor([2.0, -2.0]), w)])
         >>> [round(x, 4) for x in w.tolist()]
         [0.5, -0.5]

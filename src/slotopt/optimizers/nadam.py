@@ -30,7 +30,7 @@ class Nadam(Optimizer):
     Example:
         >>> import torch, slotopt
         >>> w = slotopt.Variable(torch.tensor([1.0]), name="w")
-        >>> opt = slotopt.Nadam(learning_rate=0.1)
+        >>> opt = slotopt.Nadam(learning_rate=0.1, name="nadam")
         >>> _ = opt.apply_gradients([(torch.tensor([1.0]), w)])
         >>> round(w.item(), 4)
         0.8937

@@ -37,7 +37,7 @@ class RMSprop(Optimizer):
     Example:
         >>> import torch, slotopt
         >>> w = slotopt.Variable(torch.tensor([1.0]), name="w")
-        >>> opt = slotopt.RMSprop(learning_rate=0.1, rho=0.75, epsilon=0.0)
+        >>> opt = slotopt.RMSprop(learning_rate=0.1, rho=0.75, epsilon=0.0, name="rm_sprop")
         >>> _ = opt.apply_gradients([(torch.tensor([2.0]), w)])
         >>> round(w.item(), 4)
         0.8
