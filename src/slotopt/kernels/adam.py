@@ -9,7 +9,7 @@ import torch
 from ..engine.blocks import elementwise
 from . import roots
 
-__all__ = ["adam", "adam_moments", "adamax", "nadam", "lamb"]
+__all__ = ["adam", "adam_variable_update", "adam_moments", "adamax", "nadam", "lamb"]
 
 Tensors = list[torch.Tensor]
 
@@ -41,6 +41,14 @@ def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
     The caller rounds ``1 - b`` in its generation's form (D-form for Keras 3, F-form for legacy).
     """
     adam_moments(grads, m, v, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
+    adam_variable_update(params, m, v, v_hat, alpha=alpha, epsilon=epsilon)
+
+
+@elementwise
+def adam_variable_update(params: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors], *, alpha: float,
+                         epsilon: float) -> None:
+    """The variable step of Adam, given updated moments: with AMSGrad ``v_hat = max(v_hat, v)`` replaces
+    ``v``; then ``w -= (m * alpha) / (sqrt(v) + eps)``."""
     if v_hat is not None:
         torch._foreach_maximum_(v_hat, v)
         v = v_hat
@@ -143,14 +151,7 @@ def sparse_apply_adam(params: Tensors, rows: Tensors, grads: Tensors, m: Tensors
         m_i.index_add_(0, r, g * one_minus_beta_1)
         squared = g * (g * one_minus_beta_2) if graph_form else (g * g).mul_(one_minus_beta_2)
         v_i.index_add_(0, r, squared)
-    if v_hat is not None:
-        torch._foreach_maximum_(v_hat, v)
-        v = v_hat
-    denom = roots.sqrt(v)
-    torch._foreach_add_(denom, epsilon)
-    step = torch._foreach_mul(m, alpha)
-    torch._foreach_div_(step, denom)
-    torch._foreach_sub_(params, step)
+    adam_variable_update(params, m, v, v_hat, alpha=alpha, epsilon=epsilon)  # blocked: small temporaries
 
 
 __all__ += ["sparse_apply_adam"]
