@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from . import schedules as schedules_module
-from .engine import blocks, clipping
+from .engine import clipping
 from .engine import constants as K
 from .engine import sparse as sparse_rows
 from .engine.core import OptimizerCore, Pair, Pairs
@@ -536,7 +536,12 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
                         params, grads, {n: [s] for n, s in zip(self._kernel_slots, slots)}, learning_rate),
                 )
             elif isinstance(g, IndexedSlices) and not custom and self._elementwise_update and v.device.type == "cpu":
-                self._update_by_row_blocks(v, g, learning_rate)
+                # Keras 3: a sparse gradient moves every row exactly as its dense equivalent would.
+                pos = self._position(v)
+                sparse_rows.update_by_row_blocks(
+                    v, g, [self._slots[n][pos] for n in self._kernel_slots],
+                    lambda params, grads, slots: self._update_group(
+                        params, grads, {n: [s] for n, s in zip(self._kernel_slots, slots)}, learning_rate))
             else:
                 dense.append((self._dense(g, v), v))
         if custom:
@@ -546,59 +551,14 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         index = self._var_index
         by_pos = {index[id(v)]: g for g, v in dense}
         for group in self._groups(list(by_pos)):
-            group = self._update_packed(group, by_pos, learning_rate)
+            if self._elementwise_update and self._kernel_slots:
+                group = self._flat_state.update_packed(
+                    group, self._vars, by_pos, self._kernel_slots,
+                    lambda params, grads, slots: self._update_group(params, grads, slots, learning_rate))
             if group:
                 params = [self._vars[p] for p in group]
                 self._update_group(params, [by_pos[p] for p in group],
                                    self._slot_lists(self._kernel_slots, group), learning_rate)
-
-    def _update_by_row_blocks(self, var: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> None:
-        """A sparse gradient's exact dense result, without a table-sized dense gradient.
-
-        Keras 3 defines a sparse gradient's update as that of the equivalent dense gradient, so every row moves.
-        An element-wise rule can run over the table a block of rows at a time, each block with the dense
-        gradient of its own rows only: the time is that of a dense step, the extra memory that of one block.
-        (On accelerators the dense gradient is used instead: there the per-block bookkeeping costs more.)
-        """
-        rows, values = sparse_rows.deduplicate(grad)
-        order = torch.argsort(rows)
-        rows, values = rows[order], values[order].to(var.dtype)
-        row_elements = max(1, var[0].numel())
-        block_rows = max(1, (blocks.CPU_BLOCK_ELEMENTS * 8) // row_elements)
-        starts = list(range(0, var.shape[0], block_rows))
-        bounds = torch.searchsorted(rows, torch.tensor(starts + [var.shape[0]], dtype=rows.dtype)).tolist()
-        pos = self._position(var)
-        slots = [self._slots[n][pos] for n in self._kernel_slots]
-        for i, start in enumerate(starts):
-            stop = min(start + block_rows, var.shape[0])
-            block_grad = torch.zeros((stop - start, *var.shape[1:]), dtype=var.dtype, device=var.device)
-            lo, hi = bounds[i], bounds[i + 1]
-            if hi > lo:
-                block_grad.index_copy_(0, rows[lo:hi] - start, values[lo:hi])
-            self._update_group([var[start:stop]], [block_grad],
-                               {n: [s[start:stop]] for n, s in zip(self._kernel_slots, slots)}, learning_rate)
-
-    def _update_packed(self, group: list[int], grads: dict[int, torch.Tensor], learning_rate: Any) -> list[int]:
-        """Updates the group's small variables whose state is packed, as one tensor; returns the rest.
-
-        The variables and gradients are packed into flat tensors, the kernel runs once over them and the
-        packed state, and the variables are written back: the same element-wise arithmetic, in one call.
-        """
-        if not (self._elementwise_update and self._kernel_slots) or len(group) < 2:
-            return group
-        first = self._vars[group[0]]
-        kind = (first.device, first.dtype)
-        covered = self._flat_state.covered(self._kernel_slots, kind)
-        if covered is None or not set(covered) <= set(group):
-            return group
-        params = [self._vars[p] for p in covered]
-        flat = self._flat_state
-        flat_params = flat.stage("params", covered, params)
-        flat_grads = flat.stage("grads", covered, [grads[p] for p in covered])
-        self._update_group([flat_params], [flat_grads], flat.buffers(self._kernel_slots, kind), learning_rate)
-        flat.unstage("params", params)
-        done = set(covered)
-        return [p for p in group if p not in done]
 
     def _before_updates(self, learning_rate: Any) -> None:
         """Runs once per update step, before any variable is updated (per-step scalars such as Nadam's product)."""

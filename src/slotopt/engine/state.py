@@ -97,5 +97,29 @@ class FlatState:
         first = targets[0]
         torch._foreach_copy_(list(targets), self._staging[(role, first.device, first.dtype)][2])
 
+    def update_packed(self, group: Sequence[int], variables: Sequence[torch.Tensor],
+                      grads: dict[int, torch.Tensor], slot_names: Sequence[str],
+                      update: Callable[[list[torch.Tensor], list[torch.Tensor], dict[str, list[torch.Tensor]]], None],
+                      ) -> list[int]:
+        """Runs ``update`` once over the packed small variables of ``group``; returns the positions left over.
+
+        The variables and gradients are staged into flat buffers, the element-wise rule runs over them and the
+        packed state as single tensors, and the variables are written back: the same arithmetic, in one call.
+        """
+        if len(group) < 2:
+            return list(group)
+        first = variables[group[0]]
+        kind = (first.device, first.dtype)
+        covered = self.covered(slot_names, kind)
+        if covered is None or not set(covered) <= set(group):
+            return list(group)
+        params = [variables[p] for p in covered]
+        flat_params = self.stage("params", covered, params)
+        flat_grads = self.stage("grads", covered, [grads[p] for p in covered])
+        update([flat_params], [flat_grads], self.buffers(slot_names, kind))
+        self.unstage("params", params)
+        done = set(covered)
+        return [p for p in group if p not in done]
+
     def buffers(self, slot_names: Sequence[str], kind: Kind) -> dict[str, list[torch.Tensor]]:
         return {name: [self._buffers[(name, *kind)]] for name in slot_names}
