@@ -193,7 +193,70 @@ def _check_positive(name: str, value: Any) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class ExponentialDecay(LearningRateSchedule):
+class _ClassDefaultName:
+    """Default of ``name``: the schedule's own name (``None`` is a valid, different choice)."""
+
+    def __repr__(self) -> str:
+        return "<the schedule's default name>"
+
+
+_CLASS_NAME: Any = _ClassDefaultName()
+
+
+class _StepDecay(LearningRateSchedule):
+    """Shared by the schedules of ``initial_learning_rate``, ``decay_steps``, ``decay_rate`` and ``staircase``:
+    they differ only in how the exponent ``p = step / decay_steps`` (floored with ``staircase``) is used."""
+
+    _default_name = ""
+
+    def __init__(
+        self,
+        initial_learning_rate: ScalarLike,
+        decay_steps: Number,
+        decay_rate: ScalarLike,
+        staircase: bool = False,
+        name: Optional[str] = _CLASS_NAME,  # type: ignore[assignment]
+    ) -> None:
+        self.initial_learning_rate = initial_learning_rate
+        self.decay_steps = decay_steps
+        self.decay_rate = decay_rate
+        self.staircase = staircase
+        self.name = self._default_name if name is _CLASS_NAME else name
+        _check_positive("decay_steps", decay_steps)
+
+    def _constants(self, device: torch.device) -> Dict[str, Any]:
+        lr0 = _initial_lr(self.initial_learning_rate, device)
+        return {
+            "lr0": lr0,
+            "decay_steps": _cast(self.decay_steps, lr0.dtype, device),
+            "decay_rate": _cast(self.decay_rate, lr0.dtype, device),
+            "one": _cast(1, lr0.dtype, device),
+        }
+
+    def __call__(self, step: Step) -> torch.Tensor:
+        device = _device_of(step)
+        raw = (self.initial_learning_rate, self.decay_steps, self.decay_rate)
+        c = _cached(self, device, raw, self._constants)
+        s = _step_tensor(step, device).to(c["lr0"].dtype)
+        p = s / c["decay_steps"]
+        if self.staircase:
+            p = torch.floor(p)
+        return self._decay(c, p)
+
+    def _decay(self, c: Dict[str, Any], p: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def get_config(self) -> Dict[str, Any]:
+        return {
+            "initial_learning_rate": self.initial_learning_rate,
+            "decay_steps": self.decay_steps,
+            "decay_rate": self.decay_rate,
+            "staircase": self.staircase,
+            "name": self.name,
+        }
+
+
+class ExponentialDecay(_StepDecay):
     """Exponential decay: ``lr = initial_learning_rate * decay_rate ** (step / decay_steps)``.
 
     With ``staircase=True`` the exponent is ``floor(step / decay_steps)``, so the rate drops in discrete jumps
@@ -206,47 +269,10 @@ class ExponentialDecay(LearningRateSchedule):
     0.5
     """
 
-    def __init__(
-        self,
-        initial_learning_rate: ScalarLike,
-        decay_steps: Number,
-        decay_rate: ScalarLike,
-        staircase: bool = False,
-        name: Optional[str] = "ExponentialDecay",
-    ) -> None:
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.decay_rate = decay_rate
-        self.staircase = staircase
-        self.name = name
-        _check_positive("decay_steps", decay_steps)
+    _default_name = "ExponentialDecay"
 
-    def _constants(self, device: torch.device) -> Dict[str, Any]:
-        lr0 = _initial_lr(self.initial_learning_rate, device)
-        return {
-            "lr0": lr0,
-            "decay_steps": _cast(self.decay_steps, lr0.dtype, device),
-            "decay_rate": _cast(self.decay_rate, lr0.dtype, device),
-        }
-
-    def __call__(self, step: Step) -> torch.Tensor:
-        device = _device_of(step)
-        raw = (self.initial_learning_rate, self.decay_steps, self.decay_rate)
-        c = _cached(self, device, raw, self._constants)
-        s = _step_tensor(step, device).to(c["lr0"].dtype)
-        p = s / c["decay_steps"]
-        if self.staircase:
-            p = torch.floor(p)
+    def _decay(self, c: Dict[str, Any], p: torch.Tensor) -> torch.Tensor:
         return c["lr0"] * torch.pow(c["decay_rate"], p)
-
-    def get_config(self) -> Dict[str, Any]:
-        return {
-            "initial_learning_rate": self.initial_learning_rate,
-            "decay_steps": self.decay_steps,
-            "decay_rate": self.decay_rate,
-            "staircase": self.staircase,
-            "name": self.name,
-        }
 
 
 class PiecewiseConstantDecay(LearningRateSchedule):
@@ -397,7 +423,7 @@ class PolynomialDecay(LearningRateSchedule):
         }
 
 
-class InverseTimeDecay(LearningRateSchedule):
+class InverseTimeDecay(_StepDecay):
     """Inverse-time decay: ``lr = initial_learning_rate / (1 + decay_rate * step / decay_steps)``.
 
     With ``staircase=True``, ``step / decay_steps`` is floored first.
@@ -409,48 +435,10 @@ class InverseTimeDecay(LearningRateSchedule):
     0.5
     """
 
-    def __init__(
-        self,
-        initial_learning_rate: ScalarLike,
-        decay_steps: Number,
-        decay_rate: ScalarLike,
-        staircase: bool = False,
-        name: Optional[str] = "InverseTimeDecay",
-    ) -> None:
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.decay_rate = decay_rate
-        self.staircase = staircase
-        self.name = name
-        _check_positive("decay_steps", decay_steps)
+    _default_name = "InverseTimeDecay"
 
-    def _constants(self, device: torch.device) -> Dict[str, Any]:
-        lr0 = _initial_lr(self.initial_learning_rate, device)
-        return {
-            "lr0": lr0,
-            "decay_steps": _cast(self.decay_steps, lr0.dtype, device),
-            "decay_rate": _cast(self.decay_rate, lr0.dtype, device),
-            "one": _cast(1, lr0.dtype, device),
-        }
-
-    def __call__(self, step: Step) -> torch.Tensor:
-        device = _device_of(step)
-        raw = (self.initial_learning_rate, self.decay_steps, self.decay_rate)
-        c = _cached(self, device, raw, self._constants)
-        s = _step_tensor(step, device).to(c["lr0"].dtype)
-        p = s / c["decay_steps"]
-        if self.staircase:
-            p = torch.floor(p)
+    def _decay(self, c: Dict[str, Any], p: torch.Tensor) -> torch.Tensor:
         return c["lr0"] / (c["one"] + c["decay_rate"] * p)
-
-    def get_config(self) -> Dict[str, Any]:
-        return {
-            "initial_learning_rate": self.initial_learning_rate,
-            "decay_steps": self.decay_steps,
-            "decay_rate": self.decay_rate,
-            "staircase": self.staircase,
-            "name": self.name,
-        }
 
 
 class CosineDecay(LearningRateSchedule):
