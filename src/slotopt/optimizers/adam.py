@@ -17,7 +17,31 @@ def adam_alpha(lr: float, beta_1: float, beta_2: float, t: int, dtype: torch.dty
     return K.evaluate(lambda lr, b1p, b2p: (lr * (1 - b2p).sqrt()) / (1 - b1p), dtype, lr, b1p, b2p)
 
 
-class Adam(Optimizer):
+class MomentOptimizer(Optimizer):
+    """Base of the Keras 3 optimizers configured by ``beta_1``, ``beta_2`` and ``epsilon`` (Adam, AdamW, Adamax,
+    Nadam, Lamb): their constructor, validation and config keys, written once. The base ``Optimizer``
+    arguments (``weight_decay``, ``clipnorm``, ``use_ema``, ...) are passed by keyword.
+
+    Example:
+        >>> import slotopt
+        >>> opt = slotopt.Adamax(learning_rate=0.01, beta_2=0.99, clipnorm=1.0)
+        >>> isinstance(opt, slotopt.optimizers.adam.MomentOptimizer), opt.beta_2, opt.clipnorm
+        (True, 0.99, 1.0)
+    """
+
+    def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, **kwargs: Any) -> None:
+        _check_betas(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+        super().__init__(learning_rate, **kwargs)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+class Adam(MomentOptimizer):
     """Adam, optionally AMSGrad (Keras 3 numerics: ``1 - beta`` rounded once, epsilon outside the root).
 
     Example:
@@ -34,16 +58,8 @@ class Adam(Optimizer):
     _kernel_slots = ("momentum", "velocity")
 
     def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, amsgrad: bool = False, weight_decay: Any = None, clipnorm: Any = None,
-                 clipvalue: Any = None, global_clipnorm: Any = None, use_ema: bool = False,
-                 ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
-                 gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
-        _check_betas(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
-        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
-                         ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
+                 epsilon: float = 1e-7, amsgrad: bool = False, **kwargs: Any) -> None:
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, **kwargs)
         self.amsgrad = amsgrad
         if amsgrad:
             self._kernel_slots = ("momentum", "velocity", "velocity_hat")
@@ -66,8 +82,7 @@ class Adam(Optimizer):
                      epsilon=K.literal(self.epsilon, dtype))
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
-                "amsgrad": self.amsgrad}
+        return {**super().get_config(), "amsgrad": self.amsgrad}
 
 
 class AdamW(Adam):
@@ -99,4 +114,4 @@ def _check_betas(**values: float) -> None:
             raise ValueError(f"Argument `{name}` must be in [0, 1]. Received: {name}={value!r}")
 
 
-__all__ = ["Adam", "AdamW", "adam_alpha"]
+__all__ = ["MomentOptimizer", "Adam", "AdamW", "adam_alpha"]

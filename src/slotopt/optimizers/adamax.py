@@ -6,11 +6,10 @@ from typing import Any
 
 from ..engine import constants as K
 from ..kernels import adam as kernels
-from ..optimizer import LearningRate, Optimizer
-from .adam import _check_betas
+from .adam import MomentOptimizer
 
 
-class Adamax(Optimizer):
+class Adamax(MomentOptimizer):
     """Adamax: Adam with the infinity norm in place of the second moment (Keras 3 numerics).
 
     With ``t`` the 1-based step: ``m += (g - m) * (1 - beta_1)``; ``u = max(beta_2 * u, |g|)``;
@@ -30,18 +29,6 @@ class Adamax(Optimizer):
 
     _kernel_slots = ("momentum", "norm")
 
-    def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
-                 global_clipnorm: Any = None, use_ema: bool = False, ema_momentum: float = 0.99,
-                 ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
-                 gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
-        _check_betas(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
-        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
-                         ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-
     def build(self, variables: Any) -> None:
         if self.built:
             return
@@ -56,8 +43,6 @@ class Adamax(Optimizer):
                        epsilon=K.literal(self.epsilon, dtype),
                        one_minus_beta_1_power=K.evaluate(lambda p: 1 - p, dtype, beta_1_power))
 
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
 
 
 __all__ = ["Adamax"]

@@ -8,8 +8,7 @@ import torch
 
 from ..engine import constants as K
 from ..kernels import adam as kernels
-from ..optimizer import LearningRate, Optimizer
-from .adam import _check_betas
+from .adam import MomentOptimizer
 
 
 def _momentum_schedule(beta_1: float, decay: float, t: float, dtype: torch.dtype) -> float:
@@ -17,7 +16,7 @@ def _momentum_schedule(beta_1: float, decay: float, t: float, dtype: torch.dtype
     return K.evaluate(lambda b, d, t: b * (1.0 - 0.5 * torch.pow(d, t)), dtype, beta_1, decay, t)
 
 
-class Nadam(Optimizer):
+class Nadam(MomentOptimizer):
     """Nadam: Adam with Nesterov momentum and Dozat's momentum schedule (Keras 3 numerics).
 
     With ``t`` the 1-based step and ``mu_t = beta_1 * (1 - 0.5 * 0.96^t)``, the optimizer keeps the running
@@ -39,18 +38,6 @@ class Nadam(Optimizer):
     """
 
     _kernel_slots = ("momentum", "velocity")
-
-    def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
-                 global_clipnorm: Any = None, use_ema: bool = False, ema_momentum: float = 0.99,
-                 ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
-                 gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
-        _check_betas(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
-        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
-                         ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
 
     def build(self, variables: Any) -> None:
         if self.built:
@@ -89,8 +76,6 @@ class Nadam(Optimizer):
                       one_minus_product_next=one_minus(product_next),
                       one_minus_beta_2_power=one_minus(beta_2_power), epsilon=K.literal(self.epsilon, dtype))
 
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
 
 
 __all__ = ["Nadam"]
