@@ -18,6 +18,7 @@ from .engine import sparse as sparse_rows
 from .engine.core import OptimizerCore, Pair, Pairs
 from .engine.pipeline import run_step
 from .engine.state import FlatState
+from .kernels.ema import moving_average
 from .kernels.weight_decay import decoupled_weight_decay
 from .variables import IndexedSlices, Variable, named_variables
 
@@ -598,9 +599,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
             dtype = params[0].dtype
             momentum = K.literal(self.ema_momentum, dtype) if it != 0 else 0.0
             one_minus = K.evaluate(lambda one, m: one - m, dtype, 1.0, momentum)
-            weighted = torch._foreach_mul(params, one_minus)
-            torch._foreach_mul_(averages, momentum)
-            torch._foreach_add_(averages, weighted)
+            moving_average(params, averages, momentum=momentum, one_minus_momentum=one_minus)
         if self.ema_overwrite_frequency and (it + 1) % self.ema_overwrite_frequency == 0:
             self._overwrite_with_averages(self._trainable_variables)
 

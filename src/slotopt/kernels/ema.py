@@ -1,0 +1,19 @@
+"""Exponential moving average of the variables (Keras 3's ``use_ema``)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..engine.blocks import elementwise
+
+__all__ = ["moving_average"]
+
+Tensors = list[torch.Tensor]
+
+
+@elementwise(scale=2)
+def moving_average(params: Tensors, averages: Tensors, *, momentum: float, one_minus_momentum: float) -> None:
+    """``avg <- avg * momentum + w * (1 - momentum)`` (after the update; momentum 0 on the first step)."""
+    weighted = torch._foreach_mul(params, one_minus_momentum)
+    torch._foreach_mul_(averages, momentum)
+    torch._foreach_add_(averages, weighted)
