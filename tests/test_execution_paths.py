@@ -20,6 +20,9 @@ KERAS3 = {
     "RMSprop": dict(learning_rate=0.01, centered=True, momentum=0.5), "Adagrad": dict(learning_rate=0.1),
     "Adadelta": dict(learning_rate=1.0), "Ftrl": dict(learning_rate=0.1, l1_regularization_strength=0.01),
     "Lion": dict(learning_rate=0.01), "Adafactor": dict(learning_rate=0.01), "Lamb": dict(learning_rate=0.01),
+    "SGD-ema": dict(learning_rate=0.1, momentum=0.5, use_ema=True, ema_momentum=0.75),
+    "Adam-accumulation": dict(learning_rate=0.01, gradient_accumulation_steps=2, weight_decay=0.25),
+    "AdamW-global_clipnorm": dict(learning_rate=0.01, global_clipnorm=1.0),
 }
 LEGACY = {
     "SGD": dict(learning_rate=0.1, momentum=0.9), "Adam": dict(learning_rate=0.01), "Adamax": {}, "Nadam": {},
