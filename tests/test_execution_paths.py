@@ -72,7 +72,12 @@ def test_grouped_blocked_packed_paths_equal_one_tensor_at_a_time(api, name, kwar
         assert torch.equal(a, b), f"variable {i} {tuple(a.shape)} differs: max {float((a - b).abs().max())}"
 
 
-@pytest.mark.parametrize("name,kwargs", [(n, k) for n, k in KERAS3.items()], ids=list(KERAS3))
+# Clipping is the exception to "sparse equals dense": Keras takes the norm over the rows as given, before
+# duplicates are summed (spec §1.6).
+SPARSE_LIKE_DENSE = {n: k for n, k in KERAS3.items() if not any("clip" in key for key in k)}
+
+
+@pytest.mark.parametrize("name,kwargs", list(SPARSE_LIKE_DENSE.items()), ids=list(SPARSE_LIKE_DENSE))
 def test_keras3_sparse_gradient_by_row_blocks_equals_dense(name, kwargs, monkeypatch):
     """Keras 3: a sparse gradient gives exactly the dense result, also when the table is updated a block of
     rows at a time (blocks made tiny here, so that rows fall in many blocks, some in none)."""
