@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine import constants as K
 from ..kernels import adadelta as kernels
-from .optimizer import BuiltinOptimizer, in_dtype
+from .optimizer import BuiltinOptimizer
 
 
 class AdadeltaOptimizer(BuiltinOptimizer):
@@ -45,7 +46,7 @@ class AdadeltaOptimizer(BuiltinOptimizer):
         rho = self._t("rho", dtype)
         kernels.apply_adadelta(params, grads, slots["accum"], slots["accum_update"],
                                lr=self._t("learning_rate", dtype), rho=rho,
-                               one_minus_rho=in_dtype(lambda r: 1 - r, dtype, rho), epsilon=self._t("epsilon", dtype))
+                               one_minus_rho=K.evaluate(lambda r: 1 - r, dtype, rho), epsilon=self._t("epsilon", dtype))
 
     def _sparse_update(self, params, grads, slots, scalar_rows: bool) -> None:
         self._dense_update(params, grads, slots)

@@ -6,8 +6,9 @@ from typing import Any
 
 import torch
 
+from ..engine import constants as K
 from ..kernels import adagrad as kernels
-from .optimizer import BuiltinOptimizer, InvalidArgumentError, in_dtype
+from .optimizer import BuiltinOptimizer, InvalidArgumentError
 
 
 class AdagradDAOptimizer(BuiltinOptimizer):
@@ -74,8 +75,8 @@ class AdagradDAOptimizer(BuiltinOptimizer):
         t = float(torch.tensor(self._step, dtype=torch.float32).to(dtype))
         mul = lambda a, b: a * b  # noqa: E731
         kernels.apply_adagrad_da(params, grads, slots["gradient_accumulator"], slots["gradient_squared_accumulator"],
-                                 lr=lr, t_l1=in_dtype(mul, dtype, t, l1),
-                                 l2_t_lr=in_dtype(mul, dtype, l2, in_dtype(mul, dtype, t, lr)), l1_positive=l1 > 0)
+                                 lr=lr, t_l1=K.evaluate(mul, dtype, t, l1),
+                                 l2_t_lr=K.evaluate(mul, dtype, l2, K.evaluate(mul, dtype, t, lr)), l1_positive=l1 > 0)
 
     def _sparse_update(self, params, grads, slots, scalar_rows: bool) -> None:
         dtype = params[0].dtype
@@ -88,7 +89,7 @@ class AdagradDAOptimizer(BuiltinOptimizer):
             return
         t = float(torch.tensor(self._step, dtype=dtype))
         kernels.apply_adagrad_da_rows(params, grads, ga, gg, t=t, l1=l1, l2=l2,
-                                      t_lr=in_dtype(lambda a, b: a * b, dtype, t, lr), l1_positive=l1 > 0)
+                                      t_lr=K.evaluate(lambda a, b: a * b, dtype, t, lr), l1_positive=l1 > 0)
 
 
 __all__ = ["AdagradDAOptimizer"]

@@ -6,8 +6,9 @@ from typing import Any, Optional
 
 import torch
 
+from ..engine import constants as K
 from ..kernels import ftrl as kernels
-from .optimizer import BuiltinOptimizer, cast, in_dtype
+from .optimizer import BuiltinOptimizer, cast
 
 
 class FtrlOptimizer(BuiltinOptimizer):
@@ -110,11 +111,11 @@ class FtrlOptimizer(BuiltinOptimizer):
         two = lambda x: 2 * x  # noqa: E731
         shrinkage = 0.0
         if self._l2_shrinkage_regularization_strength > 0.0:
-            shrinkage = in_dtype(two, dtype, self._t("l2_shrinkage", dtype))
+            shrinkage = K.evaluate(two, dtype, self._t("l2_shrinkage", dtype))
         power = -self._t("learning_rate_power", dtype)
         kernels.ftrl(params, grads, slots["accum"], slots["linear"], lr=self._t("learning_rate", dtype),
                      power=power, root=power == 0.5, l1=self._t("l1", dtype),
-                     two_l2=in_dtype(two, dtype, cast(self._prepared["adjusted_l2"], dtype)), shrinkage=shrinkage,
+                     two_l2=K.evaluate(two, dtype, cast(self._prepared["adjusted_l2"], dtype)), shrinkage=shrinkage,
                      scalar_rows=scalar_rows)
 
     def _dense_update(self, params, grads, slots) -> None:

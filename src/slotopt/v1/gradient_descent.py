@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from ..engine import constants as K
 from ..kernels import sgd as kernels
 from ..variables import IndexedSlices
-from .optimizer import BuiltinOptimizer, in_dtype
+from .optimizer import BuiltinOptimizer
 
 
 class GradientDescentOptimizer(BuiltinOptimizer):
@@ -85,9 +86,9 @@ class ProximalGradientDescentOptimizer(BuiltinOptimizer):
     def _update(self, params, grads, widen: bool) -> None:
         dtype = params[0].dtype
         lr, l1, l2 = self._t("learning_rate", dtype), self._t("l1", dtype), self._t("l2", dtype)
-        l2_lr = in_dtype(lambda a, b: a * b, dtype, l2, lr)
-        denominator = 1.0 + l2_lr if widen else in_dtype(lambda x: 1 + x, dtype, l2_lr)
-        kernels.proximal_gradient_descent(params, grads, lr=lr, lr_l1=in_dtype(lambda a, b: a * b, dtype, lr, l1),
+        l2_lr = K.evaluate(lambda a, b: a * b, dtype, l2, lr)
+        denominator = 1.0 + l2_lr if widen else K.evaluate(lambda x: 1 + x, dtype, l2_lr)
+        kernels.proximal_gradient_descent(params, grads, lr=lr, lr_l1=K.evaluate(lambda a, b: a * b, dtype, lr, l1),
                                           denominator=denominator, l1_positive=l1 > 0, widen=widen)
 
     def _dense_update(self, params, grads, slots) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine import constants as K
 from ..kernels import sgd as kernels
-from .optimizer import BuiltinOptimizer, in_dtype
+from .optimizer import BuiltinOptimizer
 
 
 class MomentumOptimizer(BuiltinOptimizer):
@@ -50,7 +51,7 @@ class MomentumOptimizer(BuiltinOptimizer):
         dtype = params[0].dtype
         lr, mu = self._t("learning_rate", dtype), self._t("momentum", dtype)
         kernels.momentum(params, grads, slots["momentum"], lr=lr, momentum=mu, nesterov=self._use_nesterov,
-                         lr_times_momentum=in_dtype(lambda a, b: a * b, dtype, lr, mu))
+                         lr_times_momentum=K.evaluate(lambda a, b: a * b, dtype, lr, mu))
 
 
 __all__ = ["MomentumOptimizer"]

@@ -92,11 +92,6 @@ def cast(tensor: torch.Tensor, dtype: torch.dtype) -> float:
     return float(tensor)
 
 
-def in_dtype(fn: Callable[..., torch.Tensor], dtype: torch.dtype, *values: float) -> float:
-    """Evaluates ``fn`` on 0-dim tensors of ``dtype``: every intermediate is rounded as in the kernel."""
-    return float(fn(*(torch.tensor(v, dtype=dtype) for v in values)))
-
-
 class _AccessRecorder(TorchFunctionMode):
     """Records the leaf tensors that require grad in the order torch functions first receive them."""
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine import constants as K
 from ..kernels import rmsprop as kernels
-from .optimizer import BuiltinOptimizer, in_dtype
+from .optimizer import BuiltinOptimizer
 
 
 class RMSPropOptimizer(BuiltinOptimizer):
@@ -50,7 +51,7 @@ class RMSPropOptimizer(BuiltinOptimizer):
 
     def _constants(self, dtype) -> dict[str, float]:
         rho = self._t("decay", dtype)
-        return {"lr": self._t("learning_rate", dtype), "one_minus_rho": in_dtype(lambda r: 1 - r, dtype, rho),
+        return {"lr": self._t("learning_rate", dtype), "one_minus_rho": K.evaluate(lambda r: 1 - r, dtype, rho),
                 "momentum": self._t("momentum", dtype), "epsilon": self._t("epsilon", dtype)}
 
     def _dense_update(self, params, grads, slots) -> None:
