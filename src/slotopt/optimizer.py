@@ -17,7 +17,7 @@ from .engine import constants as K
 from .engine import sparse as sparse_rows
 from .engine.core import OptimizerCore, Pair, Pairs
 from .engine.pipeline import run_step
-from .engine.state import FlatState
+from .engine.state import FlatState, constant_fill, initial_value
 from .kernels.ema import moving_average
 from .kernels.weight_decay import decoupled_weight_decay
 from .variables import IndexedSlices, Variable, named_variables
@@ -41,23 +41,8 @@ def _unique_name(class_name: str) -> str:
     return base if count == 0 else f"{base}_{count}"
 
 
-def _constant_fill(initializer: Any) -> Optional[Callable[[torch.dtype], float]]:
-    """For a constant initializer, its value in a given dtype; None when it is not a constant."""
-    if isinstance(initializer, str):
-        value = {"zeros": 0.0, "ones": 1.0}.get(initializer)
-        return None if value is None else (lambda dtype: value)
-    if isinstance(initializer, (int, float)) and not isinstance(initializer, bool):
-        return lambda dtype: K.cast(float(initializer), dtype)  # Keras's Constant: cast(value, dtype)
-    return None
-
-
 def _initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, device: Any) -> torch.Tensor:
-    fill = _constant_fill(initializer)
-    if fill is not None:
-        return torch.full(tuple(shape), fill(dtype), dtype=dtype, device=device)
-    if isinstance(initializer, str):
-        raise ValueError(f"Unknown initializer: {initializer!r}. Use 'zeros', 'ones', a number or a callable.")
-    return torch.as_tensor(initializer(tuple(shape), dtype), dtype=dtype, device=device)
+    return initial_value(initializer, shape, dtype, device, round_number=K.cast)  # Keras's Constant
 
 
 class _BuildsAfterInit(type):
@@ -336,7 +321,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         if None not in positions:
             refs = list(zip(positions, trainable_variables))
             for n, init in zip(names, initializers):
-                fill = _constant_fill(init)
+                fill = constant_fill(init, K.cast)
                 if fill is not None:
                     packed[n] = self._flat_state.allocate(n, refs, fill)
         lists: list[list[Variable]] = [[] for _ in names]

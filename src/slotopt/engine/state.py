@@ -10,17 +10,55 @@ in between is one call. Each slot is still an ordinary tensor for the user: a vi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 from torch._C._nn import flatten_dense_tensors, unflatten_dense_tensors
 
-__all__ = ["FlatState", "SMALL_TENSOR_ELEMENTS", "pack", "unpack_into"]
+__all__ = ["FlatState", "SMALL_TENSOR_ELEMENTS", "pack", "unpack_into", "constant_fill", "initial_value"]
 
 #: Variables up to this many elements get their state packed.
 SMALL_TENSOR_ELEMENTS = 1 << 15
 
 Kind = tuple[torch.device, torch.dtype]
+
+
+def constant_fill(initializer: Any, round_number: Callable[[float, torch.dtype], float]
+                  ) -> Optional[Callable[[torch.dtype], float]]:
+    """For a constant initializer ("zeros", "ones" or a number), its value in a given dtype; else None.
+
+    ``round_number`` is the generation's rule for a number: Keras 3's ``Constant`` casts through float32
+    (``constants.cast``), tf.keras legacy rounds it straight to the slot's dtype (``constants.literal``).
+    """
+    if isinstance(initializer, str):
+        value = {"zeros": 0.0, "ones": 1.0}.get(initializer)
+        return None if value is None else (lambda dtype: value)
+    if isinstance(initializer, (int, float, np.integer, np.floating)) and not isinstance(initializer, bool):
+        return lambda dtype: round_number(float(initializer), dtype)
+    return None
+
+
+def initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, device: Any,
+                  round_number: Callable[[float, torch.dtype], float]) -> torch.Tensor:
+    """The initial value of a slot: "zeros", "ones", a number, a tensor, or a callable ``fn(shape, dtype)``."""
+    shape = tuple(int(s) for s in shape)
+    fill = constant_fill(initializer, round_number)
+    if fill is not None:
+        return torch.full(shape, fill(dtype), dtype=dtype, device=device)
+    if isinstance(initializer, (torch.Tensor, np.ndarray)):
+        return torch.as_tensor(initializer).to(dtype=dtype, device=device).clone()
+    if callable(initializer):
+        return torch.as_tensor(initializer(shape, dtype)).to(dtype=dtype, device=device)
+    if isinstance(initializer, str):
+        raise ValueError(
+            f"Unknown initializer: {initializer!r}. Use 'zeros', 'ones', a number, a tensor or a callable "
+            "`fn(shape, dtype)`."
+        )
+    raise TypeError(
+        "Argument `initializer` must be 'zeros', 'ones', a number, a tensor or a callable `fn(shape, dtype)`. "
+        f"Received: initializer={initializer!r}"
+    )
 
 
 def pack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..engine import constants as K
+from ..engine import state
 
 __all__ = ["is_number", "is_hyper_value", "as_scalar", "literal_scalar", "initial_value", "momentum_enabled",
            "epsilon_or_default", "floats", "DEFAULT_EPSILON"]
@@ -60,27 +61,8 @@ def literal_scalar(value: float, dtype: torch.dtype) -> torch.Tensor:
 
 
 def initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, device: Any) -> torch.Tensor:
-    """The initial value of a slot or weight: "zeros", "ones", a number, a tensor, or ``fn(shape, dtype)``."""
-    shape = tuple(int(s) for s in shape)
-    if isinstance(initializer, str):
-        if initializer == "zeros":
-            return torch.zeros(shape, dtype=dtype, device=device)
-        if initializer == "ones":
-            return torch.ones(shape, dtype=dtype, device=device)
-        raise ValueError(
-            f"Unknown initializer: {initializer!r}. Use 'zeros', 'ones', a number, a tensor or a callable "
-            "`fn(shape, dtype)`."
-        )
-    if isinstance(initializer, (torch.Tensor, np.ndarray)):
-        return torch.as_tensor(initializer).to(dtype=dtype, device=device).clone()
-    if callable(initializer):
-        return torch.as_tensor(initializer(shape, dtype)).to(dtype=dtype, device=device)
-    if is_number(initializer):
-        return torch.full(shape, float(initializer), dtype=dtype, device=device)
-    raise TypeError(
-        "Argument `initializer` must be 'zeros', 'ones', a number, a tensor or a callable `fn(shape, dtype)`. "
-        f"Received: initializer={initializer!r}"
-    )
+    """A slot's initial value; a number is rounded straight to the slot's dtype (``add_slot``'s initializer)."""
+    return state.initial_value(initializer, shape, dtype, device, round_number=K.literal)
 
 
 def momentum_enabled(momentum: Any) -> bool:
