@@ -388,3 +388,17 @@ def test_custom_optimizer_must_call_super_init_first():
     with pytest.raises(RuntimeError, match=r"In optimizer 'Forgetful', you forgot to call `super\(\).__init__\(\)` "
                                            r"as the first statement in the `__init__\(\)` method. Go add it!"):
         Forgetful()
+
+
+def test_constraint_on_a_sparse_gradient_raises_before_anything_changes():
+    so = slotopt
+    table = so.Variable(torch.ones(4, 2), name="table", constraint=lambda v: v.clamp(max=0.5))
+    bias = so.Variable(torch.ones(2), name="bias")
+    opt = so.Adam(learning_rate=0.1)
+    opt.build([table, bias])
+    before = [v.detach().clone() for v in [table, bias, *opt.variables]]
+    grad = so.IndexedSlices(torch.ones(1, 2), torch.tensor([1]), (4, 2))
+    with pytest.raises(RuntimeError, match="constraint function on a sparse variable"):
+        opt.apply_gradients([(torch.ones(2), bias), (grad, table)])
+    after = [v.detach() for v in [table, bias, *opt.variables]]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))

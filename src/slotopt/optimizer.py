@@ -433,6 +433,10 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
                     )
         if all(g is None for g, _ in checked):
             raise ValueError("No gradients provided for any variable.")
+        # A constraint rewrites the whole variable: with a sparse gradient slotopt refuses it in every generation.
+        self._reject_sparse_constraints(
+            checked, lambda grad, constraint: "Cannot use a constraint function on a sparse variable. Received: "
+                                              f"grad={grad}, var.constraint={constraint}.")
         if not self.built:
             self.build([v for _, v in checked])
         self._restore_pending_state()
