@@ -147,6 +147,11 @@ def _rebuild_variable(data: torch.Tensor, name: Optional[str], trainable: bool, 
     return Variable(data, name=name, trainable=trainable, constraint=constraint)
 
 
+# A saved Variable (without a constraint function) is plain data: let torch.load(weights_only=True) rebuild it.
+if hasattr(torch.serialization, "add_safe_globals"):
+    torch.serialization.add_safe_globals([_rebuild_variable])
+
+
 class IndexedSlices:
     """A sparse gradient made of rows: ``dense[indices[i]] += values[i]`` (indices may repeat).
 

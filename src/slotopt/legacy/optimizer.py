@@ -527,8 +527,10 @@ class Optimizer(OptimizerCore):
                 param.copy_(value.to(dtype=param.dtype, device=param.device))
 
     def state_dict(self) -> dict[str, Any]:
-        """PyTorch-style checkpoint: ``{"config", "weights"}``."""
-        return {"config": self.get_config(), "weights": [w.detach().clone() for w in self._weights]}
+        """PyTorch-style checkpoint: ``{"config", "weights"}``, loadable with ``torch.load(weights_only=True)``
+        (the config's numpy scalars become Python numbers)."""
+        config = {k: v.item() if isinstance(v, np.generic) else v for k, v in self.get_config().items()}
+        return {"config": config, "weights": [w.detach().clone() for w in self._weights]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.set_weights(list(state_dict["weights"]))
