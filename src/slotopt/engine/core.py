@@ -280,7 +280,7 @@ class OptimizerCore:
     def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
         return pairs
 
-    def _aggregate_gradients(self, pairs: list[Pair], **options: Any) -> list[Pair]:
+    def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:
         return pairs
 
     def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:

@@ -32,7 +32,7 @@ def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     pairs = opt._unscale_gradients(pairs)
     update = opt._accumulate_gradients(pairs)  # None on an accumulate-only call
     if update:
-        update = opt._aggregate_gradients(update, **options)
+        update = opt._aggregate_across_processes(update, **options)
         update = opt._transform_gradients(update)  # clipping, gradient transformers
         opt._apply_weight_decay(update)
         opt._apply_updates(update)

@@ -9,12 +9,11 @@ norm and global norm followed by ``gradient_transformers``; and the subclassing 
 ``_transform_unaggregated_gradients``, ``_aggregate_gradients`` and ``_transform_gradients``.
 
 One step is ``engine.pipeline.run_step``; this class only decides what its stages do (see ``_prepare_pairs``,
-``_aggregate_gradients``, ``_transform_gradients``, ``_apply_updates`` and ``_finish_step``).
+``_aggregate_across_processes``, ``_transform_gradients``, ``_apply_updates`` and ``_finish_step``).
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import warnings
 from collections.abc import Iterable, Sequence
@@ -41,29 +40,7 @@ ApplyState = dict[tuple[torch.device, torch.dtype], dict[str, Any]]
 Hyperparameter = Union[float, int, torch.Tensor, Callable[[], Any], schedules_module.LearningRateSchedule]
 
 _ALLOWED_KWARGS = ("clipnorm", "clipvalue", "lr", "decay", "global_clipnorm")
-_AGGREGATION_STAGE = "_slotopt_aggregation_stage"
 _GROUPED = "_slotopt_grouped"
-
-
-def _aggregation_stage(hook: Callable[[Any, list[Pair]], Any]) -> Callable[..., list[Pair]]:
-    """Turns an ``_aggregate_gradients(grads_and_vars)`` hook into the pipeline's aggregation stage.
-
-    Called by the pipeline (with the step's options) it runs ``_transform_unaggregated_gradients`` and then the
-    hook, or nothing at all with ``experimental_aggregate_gradients=False``. Called with only the pairs (a
-    subclass's ``super()._aggregate_gradients(grads_and_vars)``) it is the plain hook.
-    """
-
-    @functools.wraps(hook)
-    def stage(self: Any, grads_and_vars: Any, **options: Any) -> list[Pair]:
-        if not options:
-            return hook(self, grads_and_vars)
-        if not options.get("experimental_aggregate_gradients", True):
-            return list(grads_and_vars)
-        pairs = list(self._transform_unaggregated_gradients(list(grads_and_vars)))
-        return list(hook(self, pairs))
-
-    setattr(stage, _AGGREGATION_STAGE, True)
-    return stage
 
 
 def grouped_dense(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -127,12 +104,6 @@ class Optimizer(OptimizerCore):
     _HAS_AGGREGATE_GRAD = False
     #: Per-class cache: does a method accept ``apply_state``?
     _accepts_apply_state: dict[tuple[type, str], bool] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        hook = cls.__dict__.get("_aggregate_gradients")
-        if hook is not None and not getattr(hook, _AGGREGATION_STAGE, False):
-            cls._aggregate_gradients = _aggregation_stage(hook)
 
     def __init__(
         self,
@@ -711,10 +682,16 @@ class Optimizer(OptimizerCore):
         """Hook run before ``_aggregate_gradients`` (identity)."""
         return grads_and_vars
 
-    @_aggregation_stage
     def _aggregate_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
         """Aggregates gradients across processes with ``gradient_aggregator`` (subclasses may override)."""
         return self.gradient_aggregator(grads_and_vars)
+
+    def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:
+        """The pipeline's aggregation stage: ``_transform_unaggregated_gradients`` then ``_aggregate_gradients``,
+        or nothing with ``experimental_aggregate_gradients=False`` (the gradients are already aggregated)."""
+        if not options.get("experimental_aggregate_gradients", True):
+            return pairs
+        return list(self._aggregate_gradients(list(self._transform_unaggregated_gradients(pairs))))
 
     def _transform_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
         """Clips by value, then by norm, then by global norm, then runs each ``gradient_transformers`` fn."""
