@@ -170,6 +170,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         self.built = False
         self._variables: list[Variable] = []
         self._trainable_positions: list[int] = []
+        self._trainable_index: dict[int, int] = {}  # position -> index in the built variable list
         self._exclude_ids: set[int] = set()
         self._exclude_pattern: Optional[re.Pattern[str]] = None
         self._pending_state: Optional[list[torch.Tensor]] = None
@@ -265,12 +266,6 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     def lr(self, value: Any) -> None:
         self.learning_rate = value
 
-    def _learning_rate_value(self) -> float:
-        """This step's learning rate as a float32 number (Keras keeps it in a float32 variable)."""
-        lr = self.learning_rate
-        value = float(lr.detach().cpu()) if isinstance(lr, torch.Tensor) else float(lr)
-        return K.cast(value, torch.float32)
-
     def add_variable(
         self,
         shape: Sequence[int],
@@ -340,6 +335,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         if self.built:
             return
         self._trainable_positions = self._register(variables)
+        self._trainable_index = {p: i for i, p in enumerate(self._trainable_positions)}
         trainable = self._trainable_variables
         if self.use_ema:
             self._model_variables_moving_average = self.add_optimizer_variables(trainable, "average")
@@ -354,10 +350,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     def _get_variable_index(self, variable: torch.Tensor) -> int:
         """Index of ``variable`` in the list the optimizer was built on (how a custom ``update_step`` finds the
         slots it created with ``add_optimizer_variables``)."""
-        index = getattr(self, "_trainable_index", None)
-        if index is None or len(index) != len(self._trainable_set):
-            index = self._trainable_index = {p: i for i, p in enumerate(self._trainable_positions)}
-        return index[self._position(variable)]
+        return self._trainable_index[self._position(variable)]
 
     # ------------------------------------------------------------------------------------------ apply
     def apply(self, grads: Sequence[Any], trainable_variables: Optional[Sequence[torch.Tensor]] = None) -> None:
@@ -423,7 +416,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
             return None
         checked = self._checked_pairs(pairs)
         if self.built:
-            index, trainable = self._var_index, self._trainable_set
+            index, trainable = self._var_index, self._trainable_index
             for _, v in checked:
                 if index.get(id(v)) not in trainable:
                     raise ValueError(
@@ -448,14 +441,6 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
                 stacklevel=4,
             )
         return checked
-
-    @property
-    def _trainable_set(self) -> set[int]:
-        cached = getattr(self, "_trainable_set_cache", None)
-        if cached is None or cached[0] != len(self._trainable_positions):
-            cached = (len(self._trainable_positions), set(self._trainable_positions))
-            self._trainable_set_cache = cached
-        return cached[1]
 
     def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
         if self.loss_scale_factor is None:
@@ -506,11 +491,12 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         decayed = [v for _, v in pairs if self._use_weight_decay(v)]
         if not decayed:
             return
-        lr32 = self._learning_rate_value()
+        learning_rate = self.learning_rate
         for group in self._groups([self._position(v) for v in decayed]):
             params = [self._vars[p] for p in group]
             dtype = params[0].dtype
-            decoupled_weight_decay(params, weight_decay=K.cast(self.weight_decay, dtype), lr=K.literal(lr32, dtype))
+            decoupled_weight_decay(params, weight_decay=K.cast(self.weight_decay, dtype),
+                                   lr=self._lr_for(learning_rate, dtype))
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
         learning_rate = self.learning_rate

@@ -167,12 +167,9 @@ def _compare_state(case: dict[str, Any], opt: Any, variables: list[torch.Tensor]
             result.failures.append(f"{len(weights)} weights, expected {len(case['weights'])}")
         for i, (w, e) in enumerate(zip(weights, case["weights"])):
             result.compare(f"weight {i}", np.asarray(w), e, dtype)
-    if "slot_names" in case and case["api"] != "v1":
-        if list(opt.get_slot_names()) != case["slot_names"]:
-            result.failures.append(f"slot names {opt.get_slot_names()} != {case['slot_names']}")
+    if "slot_names" in case and list(opt.get_slot_names()) != case["slot_names"]:
+        result.failures.append(f"slot names {opt.get_slot_names()} != {case['slot_names']}")
     if case["api"] == "v1":
-        if "slot_names" in case and list(opt.get_slot_names()) != case["slot_names"]:
-            result.failures.append(f"slot names {opt.get_slot_names()} != {case['slot_names']}")
         if "global_step" in case and int(global_step) != case["global_step"]:
             result.failures.append(f"global_step {int(global_step)} != {case['global_step']}")
         for slot_name, values in case.get("slots", {}).items():

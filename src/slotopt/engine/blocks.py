@@ -64,9 +64,8 @@ def plan_blocks(tensors: Sequence[torch.Tensor], max_elements: Optional[int] = N
     current: list[Piece] = []
     filled = 0
     for i, t in enumerate(tensors):
-        n = t.numel()
-        start = 0
-        while start < n or (n == 0 and start == 0):
+        n, start = t.numel(), 0
+        while True:  # at least one piece per tensor, even an empty one
             take = min(n - start, max_elements - filled)
             current.append((i, start, start + take))
             filled += take
@@ -74,7 +73,7 @@ def plan_blocks(tensors: Sequence[torch.Tensor], max_elements: Optional[int] = N
             if filled >= max_elements:
                 blocks.append(current)
                 current, filled = [], 0
-            if n == 0:
+            if start >= n:
                 break
     if current:
         blocks.append(current)

@@ -98,7 +98,8 @@ class OptimizerCore:
 
     # ----------------------------------------------------------------------------------------- gradients
     def _checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
-        """``_check_gradient`` for every pair; ordinary dense gradients take an inline fast path."""
+        """``_check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
+        shape, dtype and device) are recognised inline, without the call."""
         out: list[Pair] = []
         strided, floats = torch.strided, _FLOAT_TYPES
         for grad, var in pairs:
@@ -117,9 +118,6 @@ class OptimizerCore:
         """
         if grad is None:
             return None
-        if type(grad) is torch.Tensor and grad.layout == torch.strided and grad.shape == var.shape and \
-                grad.dtype in _FLOAT_TYPES and var.dtype in _FLOAT_TYPES and grad.device == var.device:
-            return grad  # the common case, checked cheaply
         where = name() if callable(name) else name
         if is_sparse(grad):
             grad = as_indexed_slices(grad)

@@ -14,9 +14,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
-from torch._C._nn import flatten_dense_tensors, unflatten_dense_tensors
+from torch._C._nn import unflatten_dense_tensors
 
-__all__ = ["FlatState", "SMALL_TENSOR_ELEMENTS", "pack", "unpack_into", "constant_fill", "initial_value"]
+__all__ = ["FlatState", "SMALL_TENSOR_ELEMENTS", "constant_fill", "initial_value"]
 
 #: Variables up to this many elements get their state packed.
 SMALL_TENSOR_ELEMENTS = 1 << 15
@@ -59,16 +59,6 @@ def initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, de
         "Argument `initializer` must be 'zeros', 'ones', a number, a tensor or a callable `fn(shape, dtype)`. "
         f"Received: initializer={initializer!r}"
     )
-
-
-def pack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """A new flat tensor holding ``tensors`` one after another."""
-    return flatten_dense_tensors(list(tensors))
-
-
-def unpack_into(targets: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
-    """Copies a flat tensor made by ``pack`` back into ``targets``."""
-    torch._foreach_copy_(list(targets), list(unflatten_dense_tensors(flat, list(targets))))
 
 
 class FlatState:

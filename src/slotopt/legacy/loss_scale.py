@@ -287,8 +287,8 @@ class LossScaleOptimizer(Optimizer):
                 raise TypeError(
                     f"Argument `grads_and_vars` must hold (gradient, variable) pairs. Received at index {i}: {item!r}"
                 )
-            grad, var = item
-            checked.append((inner._check_gradient(grad, var, lambda var=var: inner._name_of(var)), var))
+            checked.append(tuple(item))
+        checked = inner._checked_pairs(checked)
         present: list[Pair] = [(g, v) for g, v in checked if g is not None]
         if checked and not present:
             raise ValueError(

@@ -612,7 +612,8 @@ class Optimizer(OptimizerCore):
                     "gradients first."
                 )
             seen.add(id(var))
-            checked.append((self._check_gradient(grad, var, lambda var=var: self._name_of(var)), var))
+            checked.append((grad, var))
+        checked = self._checked_pairs(checked)
         present = [(g, v) for g, v in checked if g is not None]
         if checked and not present:
             raise ValueError(
