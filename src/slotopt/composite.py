@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .engine.core import OptimizerCore
+from .engine.torch_protocol import TorchProtocol
 from .variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]
@@ -38,7 +39,7 @@ def _optimizer_weights(optimizer: Any) -> list[torch.Tensor]:
     return list(variables() if callable(variables) else variables)
 
 
-class CompositeOptimizer:
+class CompositeOptimizer(TorchProtocol):
     """Routes each ``(gradient, variable)`` pair to the optimizer that owns the variable.
 
     Args:
@@ -50,6 +51,9 @@ class CompositeOptimizer:
 
     Every call validates first: a variable owned by two optimizers, or by none, raises ``ValueError`` before
     anything is updated. An optimizer that gets no gradient in a call does not step.
+
+    It is a ``torch.optim.Optimizer``: ``param_groups`` are the sub-optimizers' groups (the same dicts, so a torch
+    LR scheduler drives each sub-optimizer), ``state`` and ``state_dict`` cover every sub-optimizer.
 
     Example:
         >>> import torch, slotopt
@@ -85,6 +89,7 @@ class CompositeOptimizer:
             entries.append((optimizer, spec))
         if len({id(opt) for opt, _ in entries}) != len(entries):
             raise ValueError("The same optimizer instance appears twice in `optimizers_and_vars`.")
+        self._init_torch_protocol()
         self.name = name
         self._entries = entries
         self._names: dict[int, str] = {}
@@ -92,7 +97,7 @@ class CompositeOptimizer:
         self._pending_weights: Optional[list[Any]] = None
         self.built = False
         if params is not None:
-            self._remember(params)
+            self.build(params)
 
     # ---------------------------------------------------------------------------------------- ownership
     def _remember(self, variables: Any) -> list[torch.Tensor]:
@@ -162,6 +167,7 @@ class CompositeOptimizer:
         if self._pending_weights is not None:
             pending, self._pending_weights = self._pending_weights, None
             self.set_weights(pending)
+        self._apply_pending_torch_state()
 
     # ---------------------------------------------------------------------------------------- apply
     def apply_gradients(self, grads_and_vars: Any, name: Optional[str] = None,
@@ -193,19 +199,6 @@ class CompositeOptimizer:
                 continue  # an optimizer with nothing to apply does not step
             optimizer = self._entries[index][0]
             optimizer.apply_gradients(group, **_accepted(optimizer.apply_gradients, options))
-
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """PyTorch style: applies the ``.grad`` of the variables given as ``params`` (or to ``build``)."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        variables = self._params or [v for i in range(len(self._entries))
-                                     for v in self._variables_of(i, self._owner_map([]))]
-        pairs = [(v.grad, v) for v in variables if v.requires_grad and v.grad is not None]
-        if pairs:
-            self.apply_gradients(pairs)
-        return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for optimizer, _ in self._entries:
@@ -261,11 +254,66 @@ class CompositeOptimizer:
             optimizer.set_weights(weights[start:start + count])
             start += count
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"weights": [torch.as_tensor(w) for w in self.get_weights()]}
+    # ---------------------------------------------------------------------------------------- torch protocol
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """Every sub-optimizer's parameter groups (the same dicts), in constructor order."""
+        return [g for optimizer in self._torch_optimizers() for g in optimizer.param_groups]
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        self.set_weights(list(state_dict["weights"]))
+    @param_groups.setter
+    def param_groups(self, groups: Any) -> None:
+        raise AttributeError("A CompositeOptimizer's param_groups are its sub-optimizers'; set those instead.")
+
+    def _torch_optimizers(self) -> list[TorchProtocol]:
+        return [o for o, _ in self._entries if isinstance(o, TorchProtocol)]
+
+    def _owner_of_group(self, index: int) -> tuple[TorchProtocol, int]:
+        for optimizer in self._torch_optimizers():
+            if index < len(optimizer.param_groups):
+                return optimizer, index
+            index -= len(optimizer.param_groups)
+        raise IndexError(index)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        raise NotImplementedError(
+            "CompositeOptimizer routes variables to its sub-optimizers: call `add_param_group` on the "
+            "sub-optimizer that should own the parameters (see `.optimizers`).")
+
+    def _has_learning_rate(self) -> bool:
+        return False
+
+    def _check_group_values(self, group: Mapping[str, Any], index: int) -> None:
+        optimizer, local = self._owner_of_group(index)
+        optimizer._check_group_values(group, local)
+
+    def _sync_param_groups(self) -> None:
+        for optimizer in self._torch_optimizers():
+            optimizer._sync_param_groups()
+
+    def _publish_param_groups(self) -> None:
+        for optimizer in self._torch_optimizers():
+            optimizer._publish_param_groups()
+
+    def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
+        for optimizer in self._torch_optimizers():
+            entry = optimizer._param_state(param)
+            if entry:
+                return entry
+        return {}
+
+    def _before_state_io(self) -> None:
+        for optimizer in self._torch_optimizers():
+            optimizer._before_state_io()
+
+    def _after_state_load(self) -> None:
+        for optimizer in self._torch_optimizers():
+            optimizer._after_state_load()
+
+    def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
+        if "weights" not in state_dict:
+            return False
+        self.set_weights(list(state_dict["weights"]))  # slotopt 0.1's {"weights": [...]}
+        return True
 
     # ---------------------------------------------------------------------------------------- config
     def get_config(self) -> dict[str, Any]:

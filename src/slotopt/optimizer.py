@@ -45,18 +45,7 @@ def _initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, d
     return initial_value(initializer, shape, dtype, device, round_number=K.cast)  # Keras's Constant
 
 
-class _BuildsAfterInit(type):
-    """Builds on ``params=`` once the whole constructor chain (subclass attributes included) has run."""
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        optimizer = super().__call__(*args, **kwargs)
-        params, optimizer._initial_params = optimizer._initial_params, None
-        if params is not None:
-            optimizer.build(params)
-        return optimizer
-
-
-class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
+class Optimizer(OptimizerCore):
     """The Keras 3 optimizer base class, on PyTorch tensors.
 
     A custom optimizer overrides ``build`` (to create its state with ``add_variable_from_reference``) and
@@ -102,6 +91,8 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
                 "statement in the `__init__()` method. Go add it!"
             )
         object.__setattr__(self, name, value)
+        if name in self.__dict__.get("_hyper_keys_cache", ()):
+            self._broadcast(name, value)  # an attribute set applies to every parameter group
 
     def __init__(
         self,
@@ -117,7 +108,6 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         gradient_accumulation_steps: Optional[int] = None,
         name: Optional[str] = None,
         *,
-        params: Any = None,
         foreach: Optional[bool] = None,
         **kwargs: Any,
     ) -> None:
@@ -176,7 +166,6 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         self._pending_state: Optional[list[torch.Tensor]] = None
         self._iterations = self._own_variable(torch.zeros((), dtype=torch.int64), "iteration")
         self._learning_rate = self._build_learning_rate(learning_rate)
-        self._initial_params = params
 
     # ------------------------------------------------------------------------------------------ variables
     def _own_variable(self, value: torch.Tensor, name: str) -> Variable:
@@ -222,14 +211,23 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     def learning_rate(self) -> Any:
         self._restore_pending_state()
         lr = self._learning_rate
-        if isinstance(lr, schedules_module.LearningRateSchedule):
-            return lr(self._iterations)
         if isinstance(lr, Variable):
             return lr
-        return lr()
+        value = lr(self._iterations) if isinstance(lr, schedules_module.LearningRateSchedule) else lr()
+        self._remember_lr(value)
+        return value
 
     @learning_rate.setter
     def learning_rate(self, value: Any) -> None:
+        self._write_learning_rate(value)
+        if not self._lr_is_driven():
+            self._broadcast("lr", float(value))
+        else:
+            self._publish_param_groups()
+
+    def _write_learning_rate(self, value: Any) -> None:
+        """``learning_rate = value`` for this optimizer only (group 0 of ``param_groups`` is written by torch
+        tools; the other groups keep their own values)."""
         current = self._learning_rate
         if isinstance(value, schedules_module.LearningRateSchedule) or callable(value):
             if isinstance(current, Variable):
@@ -385,18 +383,6 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         self.apply([g for g, _ in pairs], [v for _, v in pairs])
         return self._iterations
 
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """PyTorch style: applies the ``.grad`` of the variables given at construction or to ``build``."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        pairs = self._grads_from_dot_grad()
-        if any(g is not None for g, _ in pairs):
-            with torch.no_grad():
-                run_step(self, pairs)
-        return loss
-
     def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> torch.Tensor:
         """Computes the gradients of ``loss`` (callable or tensor with a graph) for ``var_list`` and applies them."""
         variables = self._resolve_var_list(var_list)
@@ -408,6 +394,89 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     def scale_loss(self, loss: Any) -> Any:
         """``loss * loss_scale_factor`` when a factor is set (gradients are divided by it in ``apply``)."""
         return loss * self.loss_scale_factor if self.loss_scale_factor is not None else loss
+
+
+    # ------------------------------------------------------------------------------------------ torch protocol
+    # The hooks of ``engine/torch_protocol.py``: what a parameter group carries for a Keras 3 optimizer.
+    _GLOBAL_OPTIONS = frozenset({
+        "name", "learning_rate", "clipnorm", "clipvalue", "global_clipnorm", "use_ema", "ema_momentum",
+        "ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
+
+    def _hyperparameter_keys(self) -> tuple[str, ...]:
+        keys = self.__dict__.get("_hyper_keys_cache")
+        if keys is None:
+            keys = tuple(k for k, v in self.get_config().items()
+                         if k not in self._GLOBAL_OPTIONS and isinstance(v, (int, float)))
+            self.__dict__["_hyper_keys_cache"] = keys
+        return keys
+
+    def _read_hyperparameter(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def _write_hyperparameter(self, key: str, value: Any) -> None:
+        object.__setattr__(self, key, value)
+
+    def _current_lr(self) -> float:
+        return float(self.learning_rate)
+
+    def _lr_is_driven(self) -> bool:
+        return not isinstance(self._learning_rate, Variable)
+
+    def _swap_hyperparameters(self, overrides: Mapping[str, Any]) -> Callable[[], None]:
+        saved = {}
+        for key, value in overrides.items():
+            attr = "_learning_rate" if key == "lr" else key
+            saved[attr] = self.__dict__[attr]
+            if key == "lr":
+                value = Variable._adopt(torch.tensor(float(value), dtype=torch.float32), "learning_rate")
+            self.__dict__[attr] = value
+        return lambda: self.__dict__.update(saved)
+
+    def _shared_state(self) -> dict[str, torch.Tensor]:
+        slots = {id(t) for table in self._slots.values() for t in table.values()}
+        shared = {"step": self._iterations}
+        for var in self._variables:
+            if id(var) not in slots and var is not self._iterations and var is not self._learning_rate:
+                shared[var.name] = var
+        return shared
+
+    def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
+        if not self.built:
+            self.build(groups)
+            return
+        # Rebuild on the old and new variables together (Keras's variable order), keeping every value.
+        self._restore_pending_state()
+        saved = {v.path: v.detach().clone() for v in self._variables}
+        iterations, learning_rate = self._iterations, self._learning_rate
+        old = [(self._var_names[p], self._vars[p]) for p in self._trainable_positions]
+        known = len(self._vars)
+        self._register(groups)
+        new = list(zip(self._var_names[known:], self._vars[known:]))
+        self._variables = [v for v in (iterations, learning_rate) if isinstance(v, Variable)]
+        self._slots = {}
+        self._flat_state = FlatState()
+        self._group_cache.clear()
+        self.built = False
+        self.build(old + new)
+        with torch.no_grad():
+            for var in self._variables:
+                if var.path in saved:
+                    var.copy_(saved[var.path])
+
+    def _apply_step(self, pairs: list[Pair]) -> None:
+        run_step(self, pairs)
+
+    def _before_state_io(self) -> None:
+        self._restore_pending_state()
+
+    def _after_state_load(self) -> None:
+        self._publish_param_groups()
+
+    def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
+        if "variables" not in state_dict:
+            return False
+        self.set_weights(list(state_dict["variables"]))  # slotopt 0.1's {"config", "variables"}
+        return True
 
     # ------------------------------------------------------------------------------------------ stages
     def _prepare_pairs(self, grads_and_vars: Pairs, **options: Any) -> Optional[list[Pair]]:
@@ -491,16 +560,23 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         decayed = [v for _, v in pairs if self._use_weight_decay(v)]
         if not decayed:
             return
-        learning_rate = self.learning_rate
+        learning_rate = self._learning_rate_of_step()
         for group in self._groups([self._position(v) for v in decayed]):
             params = [self._vars[p] for p in group]
             dtype = params[0].dtype
             decoupled_weight_decay(params, weight_decay=K.cast(self.weight_decay, dtype),
                                    lr=self._lr_for(learning_rate, dtype))
 
+    def _start_updates(self) -> None:
+        self.__dict__["_step_learning_rate"] = self.learning_rate  # a schedule is evaluated once per update
+        self._before_updates(self._step_learning_rate)
+
+    def _learning_rate_of_step(self) -> Any:
+        """This update's learning rate: the schedule's value from ``_start_updates``, or the (group's) variable."""
+        return self._step_learning_rate if self._lr_is_driven() else self.learning_rate
+
     def _apply_updates(self, pairs: list[Pair]) -> None:
-        learning_rate = self.learning_rate
-        self._before_updates(learning_rate)
+        learning_rate = self._learning_rate_of_step()
         custom = type(self).update_step is not Optimizer.update_step
         dense: list[Pair] = []
         for g, v in pairs:
@@ -694,6 +770,8 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         if self._pending_state is not None and self.built:
             pending, self._pending_state = self._pending_state, None
             self.set_weights(pending)
+        if self.built and "_pending_torch_state" in self.__dict__:
+            self._apply_pending_torch_state()
 
     def save_own_variables(self, store: dict) -> None:
         """Writes ``store["0"], store["1"], ...`` (numpy arrays), as Keras saves an optimizer."""
@@ -703,13 +781,6 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     def load_own_variables(self, store: Mapping[str, Any]) -> None:
         """Reads what ``save_own_variables`` wrote. Before ``build``, the state is kept until the build."""
         self.set_weights([store[str(i)] for i in range(len(store))])
-
-    def state_dict(self) -> dict[str, Any]:
-        """PyTorch-style checkpoint: the config and every optimizer variable in order."""
-        return {"config": self.get_config(), "variables": [v.detach().clone() for v in self.variables]}
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        self.set_weights(list(state_dict["variables"]))
 
     # ------------------------------------------------------------------------------------------ config
     def get_config(self) -> dict[str, Any]:

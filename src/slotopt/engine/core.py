@@ -16,6 +16,7 @@ from torch import nn
 
 from ..variables import IndexedSlices, as_indexed_slices, is_sparse, named_variables, variable_name
 from . import sparse as sparse_rows
+from .torch_protocol import TorchProtocol, is_param_group_list
 
 __all__ = ["OptimizerCore", "Pairs", "Pair"]
 
@@ -25,8 +26,23 @@ Pairs = Iterable[Pair]
 _FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-class OptimizerCore:
-    """Shared machinery; not used directly (see ``slotopt.Optimizer``, ``slotopt.legacy.Optimizer``, ...)."""
+class BuildsOnParams(type):
+    """Takes the keyword argument ``params=`` (a module, tensors, named pairs or torch param-group dicts) of every
+    optimizer and builds on it once the whole constructor chain (subclass attributes included) has run."""
+
+    def __call__(cls, *args: Any, params: Any = None, **kwargs: Any) -> Any:
+        optimizer = super().__call__(*args, **kwargs)
+        if params is not None:
+            optimizer.build(params)
+        return optimizer
+
+
+class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
+    """Shared machinery; not used directly (see ``slotopt.Optimizer``, ``slotopt.legacy.Optimizer``, ...).
+
+    Every generation is a ``torch.optim.Optimizer`` through ``TorchProtocol``: each variable the core
+    registers joins a parameter group.
+    """
 
     #: Whether the multi-tensor (``torch._foreach_*``) path runs over whole (device, dtype) groups.
     foreach: bool = True
@@ -38,15 +54,34 @@ class OptimizerCore:
         self._var_index: dict[int, int] = {}
         self._slots: dict[str, dict[int, torch.Tensor]] = {}
         self._group_cache: dict[tuple[int, ...], list[list[int]]] = {}
+        self._init_torch_protocol()
 
     # ----------------------------------------------------------------------------------------- variables
     def _register(self, variables: Any) -> list[int]:
-        """Adds variables (a module, tensors or (name, tensor) pairs) and returns their positions.
+        """Adds variables (a module, tensors, (name, tensor) pairs, or torch param-group dicts) and returns
+        their positions. New variables join a parameter group (a dict's own group, else the first).
 
         Names are made unique (``name_<position>`` for a repeat), since state is named after them.
         """
+        if is_param_group_list(variables):
+            positions = []
+            for group in variables:
+                if "params" not in group:
+                    raise ValueError(f"A parameter group must have a 'params' entry. Received: {dict(group)!r}")
+                params = group["params"]
+                params = [params] if isinstance(params, torch.Tensor) else params
+                first_new = len(self._vars)
+                positions += self._register_named(named_variables(params))
+                self._track(self._vars[first_new:], group)
+            return positions
+        first_new = len(self._vars)
+        positions = self._register_named(named_variables(variables))
+        self._track(self._vars[first_new:])
+        return positions
+
+    def _register_named(self, named: list[tuple[str, torch.Tensor]]) -> list[int]:
         positions = []
-        for name, var in named_variables(variables):
+        for name, var in named:
             pos = self._var_index.get(id(var))
             if pos is None:
                 pos = len(self._vars)
@@ -65,6 +100,19 @@ class OptimizerCore:
     def _name_of(self, var: torch.Tensor) -> str:
         pos = self._position(var)
         return self._var_names[pos] if pos is not None else variable_name(var, "variable")
+
+    def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
+        """torch's ``state[param]``: the variable's slots under their names, then the shared scalars."""
+        pos = self._position(param)
+        if pos is None:
+            return {}
+        entry = {name: table[pos] for name, table in self._slots.items() if pos in table}
+        entry.update(self._shared_state())
+        return entry
+
+    def _shared_state(self) -> dict[str, torch.Tensor]:
+        """Optimizer-wide state shown in every parameter's ``state`` (``step``: the iteration counter)."""
+        return {}
 
     # ----------------------------------------------------------------------------------------- slots
     def _set_slot(self, slot_name: str, pos: int, tensor: torch.Tensor) -> None:
@@ -172,32 +220,6 @@ class OptimizerCore:
         return grad if grad.dtype == var.dtype else grad.to(var.dtype)
 
     # ----------------------------------------------------------------------------------------- torch API
-    def _default_variables(self) -> list[torch.Tensor]:
-        return [v for v in self._vars if v.requires_grad]
-
-    def _grads_from_dot_grad(self) -> list[tuple[Any, torch.Tensor]]:
-        variables = self._default_variables()
-        if not variables:
-            raise ValueError(
-                "`step()` needs variables: pass `params=` when constructing the optimizer or call "
-                "`optimizer.build(variables)` first."
-            )
-        return [(v.grad, v) for v in variables]
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clears the ``.grad`` of every variable this optimizer tracks (PyTorch convention)."""
-        for v in self._vars:
-            if v.grad is None:
-                continue
-            if set_to_none:
-                v.grad = None
-            else:
-                if v.grad.grad_fn is not None:
-                    v.grad.detach_()
-                else:
-                    v.grad.requires_grad_(False)
-                v.grad.zero_()
-
     @staticmethod
     def _gradients_of(
         loss: Union[Callable[[], torch.Tensor], torch.Tensor],
@@ -283,6 +305,9 @@ class OptimizerCore:
 
     def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
         return pairs
+
+    def _start_updates(self) -> None:
+        return None
 
     def _apply_weight_decay(self, pairs: list[Pair]) -> None:
         return None

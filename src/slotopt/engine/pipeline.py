@@ -4,7 +4,9 @@ Every generation (Keras 3, tf.keras legacy, TF1) runs exactly this function. A g
 stage does by overriding the stage methods of ``OptimizerCore``; stages a generation does not have are no-ops
 there (TF1 has no clipping, only Keras 3 has accumulation, weight decay and moving averages).
 
-Validation happens entirely in ``_prepare_pairs``: when it raises, nothing has changed.
+Validation happens entirely in ``_prepare_pairs``: when it raises, nothing has changed. Values written into
+``param_groups`` since the last step (a torch LR scheduler's ``lr``) are checked and applied first; parameter
+groups with their own hyperparameters are updated with those values (one partition per such group).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
 
 
 def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
+    opt._sync_param_groups()  # torch side: what a scheduler wrote into param_groups
     pairs = opt._prepare_pairs(grads_and_vars, **options)  # validate, build; raises before any change
     if pairs is None:
         return opt._empty_step_result()
@@ -34,8 +37,13 @@ def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     if update:
         update = opt._aggregate_across_processes(update, **options)
         update = opt._transform_gradients(update)  # clipping, gradient transformers
-        opt._apply_weight_decay(update)
-        opt._apply_updates(update)
+        opt._start_updates()  # per-step scalars (Nadam's momentum product), once
+        for part, group_values in opt._param_group_partitions(update):
+            with opt._group_scope(group_values):
+                opt._apply_weight_decay(part)
+                opt._apply_updates(part)
     opt._apply_constraints(pairs)
     opt._update_moving_averages()
-    return opt._finish_step(pairs, **options)  # iterations += 1 / global_step += 1
+    result = opt._finish_step(pairs, **options)  # iterations += 1 / global_step += 1
+    opt._publish_param_groups()  # a schedule's new learning rate shows in param_groups
+    return result

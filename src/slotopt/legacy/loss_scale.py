@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..engine.core import Pair
+from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse
 from .hyperparameters import is_number
 from .optimizer import Optimizer
@@ -23,7 +24,7 @@ _DEFAULT_GROWTH_STEPS = 2000
 _MULTIPLIER = 2.0
 
 
-class LossScaleOptimizer(Optimizer):
+class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     """Wraps a legacy optimizer with loss scaling, to keep small float16 gradients from underflowing.
 
     The caller multiplies the loss by ``loss_scale`` (``get_scaled_loss``) and the gradients by
@@ -103,6 +104,8 @@ class LossScaleOptimizer(Optimizer):
         d["_gradients_have_been_unscaled"] = False
         d["_warned"] = False
         inner_optimizer.__dict__["_is_wrapped_by_loss_scale_optimizer"] = True
+        self._init_torch_protocol()
+        self._share_param_groups(inner_optimizer)
 
     # ------------------------------------------------------------------------------------------ delegation
     def __getattr__(self, name: str) -> Any:
@@ -205,8 +208,13 @@ class LossScaleOptimizer(Optimizer):
     def zero_grad(self, set_to_none: bool = True) -> None:
         self._optimizer.zero_grad(set_to_none)
 
-    def _default_variables(self) -> list[torch.Tensor]:
-        return self._optimizer._default_variables()
+    # ------------------------------------------------------------------------------------------ torch protocol
+    @property
+    def _protocol_inner(self) -> Optimizer:
+        return self._optimizer
+
+    def _wrapper_state(self) -> dict[str, torch.Tensor]:
+        return {"current_loss_scale": self._current_scale, "good_steps": self._good_steps}
 
     # ------------------------------------------------------------------------------------------ loss scale
     @property

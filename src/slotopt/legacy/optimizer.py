@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -195,10 +195,16 @@ class Optimizer(OptimizerCore):
         hyper = self.__dict__.get("_hyper")
         if hyper is not None and name in hyper:
             self._set_hyper(name, value)
+            if name == "learning_rate" and self._lr_is_driven():
+                self._publish_param_groups()
+            elif is_number(value) or isinstance(value, torch.Tensor):
+                self._broadcast("lr" if name == "learning_rate" else name, float(value))
             return
         if name == "foreach":
             self.__dict__.get("_group_cache", {}).clear()
         object.__setattr__(self, name, value)
+        if name == "epsilon" and "_param_groups" in self.__dict__ and is_number(value):
+            self._broadcast(name, value)
 
     def __dir__(self) -> Iterable[str]:
         names = set(super().__dir__()) | set(self._hyper)
@@ -291,6 +297,8 @@ class Optimizer(OptimizerCore):
             return value
         if callable(value):
             value = value()
+            if name == "learning_rate":
+                self._remember_lr(value)
         if dtype is not None:
             try:
                 return as_scalar(value, dtype)
@@ -335,6 +343,7 @@ class Optimizer(OptimizerCore):
         if isinstance(lr_t, schedules_module.LearningRateSchedule):
             local_step = self.iterations.detach().to(var_dtype)
             lr_t = as_scalar(lr_t(local_step), var_dtype)
+            self._remember_lr(lr_t)
         if self._initial_decay > 0.0:
             local_step = self.iterations.detach().to(var_dtype)
             decay_t = as_scalar(self._initial_decay, var_dtype)
@@ -446,13 +455,14 @@ class Optimizer(OptimizerCore):
             if len(self._slots_created_for) > 64:
                 self._slots_created_for.clear()
             self._slots_created_for.add(positions)
+        self._apply_pending_torch_state()
 
     def build(self, var_list: Any) -> None:
-        """Creates every weight for ``var_list`` (a module, tensors or ``(name, tensor)`` pairs) now, so that
-        slots are named after the module's parameters and ``set_weights`` can run before the first step."""
-        named = named_variables(var_list)
-        self._register(named)
-        self._create_all_weights([v for _, v in named])
+        """Creates every weight for ``var_list`` (a module, tensors, ``(name, tensor)`` pairs or torch param-group
+        dicts) now, so that slots are named after the module's parameters and ``set_weights`` can run before the
+        first step."""
+        positions = self._register(var_list)
+        self._create_all_weights([self._vars[p] for p in positions])
 
     @property
     def weights(self) -> list[torch.Tensor]:
@@ -496,15 +506,6 @@ class Optimizer(OptimizerCore):
         with torch.no_grad():
             for param, value in zip(params, values):
                 param.copy_(value.to(dtype=param.dtype, device=param.device))
-
-    def state_dict(self) -> dict[str, Any]:
-        """PyTorch-style checkpoint: ``{"config", "weights"}``, loadable with ``torch.load(weights_only=True)``
-        (the config's numpy scalars become Python numbers)."""
-        config = {k: v.item() if isinstance(v, np.generic) else v for k, v in self.get_config().items()}
-        return {"config": config, "weights": [w.detach().clone() for w in self._weights]}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.set_weights(list(state_dict["weights"]))
 
     # -------------------------------------------------------------------------------------------- config
     def get_config(self) -> dict[str, Any]:
@@ -570,20 +571,74 @@ class Optimizer(OptimizerCore):
         """Called by ``minimize`` on the loss before differentiating it."""
         return loss
 
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """PyTorch style: applies the ``.grad`` of every variable this optimizer has seen (``build`` or an
-        earlier step); variables without ``.grad`` are skipped."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        variables = self._default_variables()
-        if not variables:
-            raise ValueError("`step()` needs variables: call `optimizer.build(variables)` first.")
-        pairs = [(v.grad, v) for v in variables if v.grad is not None]
-        if pairs:
-            self.apply_gradients(pairs)
-        return loss
+
+    # -------------------------------------------------------------------------------------------- torch protocol
+    # The hooks of ``engine/torch_protocol.py``: a group carries the ``_set_hyper`` hyperparameters and ``epsilon``.
+    def _has_learning_rate(self) -> bool:
+        return "learning_rate" in self._hyper
+
+    def _hyperparameter_keys(self) -> tuple[str, ...]:
+        keys = tuple(k for k in self._hyper if k not in ("learning_rate", "decay"))
+        return keys + ("epsilon",) if is_number(self.__dict__.get("epsilon")) else keys
+
+    def _read_hyperparameter(self, key: str) -> Any:
+        if key == "epsilon":
+            return self.epsilon
+        value = self._hyper[key]
+        return float(value) if is_number(value) or isinstance(value, torch.Tensor) else value
+
+    def _write_hyperparameter(self, key: str, value: Any) -> None:
+        if key == "epsilon":
+            object.__setattr__(self, key, value)
+        else:
+            self._set_hyper(key, value)
+
+    def _current_lr(self) -> float:
+        value = self._hyper["learning_rate"]
+        if isinstance(value, schedules_module.LearningRateSchedule):
+            return float(value(self.iterations.detach().to(torch.float32)))
+        return float(self._call_if_callable(value))
+
+    def _write_learning_rate(self, value: float) -> None:
+        self._set_hyper("learning_rate", value)
+
+    def _lr_is_driven(self) -> bool:
+        value = self._hyper.get("learning_rate")
+        return isinstance(value, schedules_module.LearningRateSchedule) or (
+            callable(value) and not isinstance(value, torch.Tensor))
+
+    def _swap_hyperparameters(self, overrides: Mapping[str, Any]) -> Callable[[], None]:
+        saved_hyper, saved_state, saved_epsilon = dict(self._hyper), self._apply_state, self.__dict__.get("epsilon")
+        for key, value in overrides.items():
+            if key == "epsilon":
+                object.__setattr__(self, "epsilon", value)
+            else:  # a float32 value, as a number hyperparameter is kept
+                self._hyper["learning_rate" if key == "lr" else key] = torch.tensor(float(value), dtype=torch.float32)
+        self._apply_state = None  # coefficients are recomputed from the group's values
+
+        def restore() -> None:
+            self._hyper.clear()
+            self._hyper.update(saved_hyper)
+            self._apply_state = saved_state
+            object.__setattr__(self, "epsilon", saved_epsilon)
+        return restore
+
+    def _shared_state(self) -> dict[str, torch.Tensor]:
+        slots = {id(t) for table in self._slots.values() for t in table.values()}
+        shared = {"step": self._iterations} if self._iterations is not None else {}
+        for weight in self._weights:
+            if id(weight) not in slots and weight is not self._iterations:
+                shared[weight.name] = weight
+        return shared
+
+    def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
+        self.build(groups)
+
+    def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
+        if "weights" not in state_dict:
+            return False
+        self.set_weights(list(state_dict["weights"]))  # slotopt 0.1's {"config", "weights"}
+        return True
 
     # -------------------------------------------------------------------------------------------- stages
     def _prepare_pairs(self, grads_and_vars: Any, **options: Any) -> Optional[list[Pair]]:

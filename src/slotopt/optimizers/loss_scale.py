@@ -11,6 +11,7 @@ import torch
 
 from ..engine.clipping import map_gradient_values
 from ..engine.core import Pair
+from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..optimizer import Optimizer
 from ..variables import IndexedSlices, named_variables
 
@@ -31,7 +32,7 @@ _BASE_DEFAULTS: dict[str, Any] = {
 }
 
 
-class LossScaleOptimizer(Optimizer):
+class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     """Dynamic loss scaling for mixed-precision training, wrapping a Keras 3 optimizer.
 
     The loss is multiplied by ``dynamic_scale`` before the backward pass (``scale_loss``), so small float16
@@ -76,8 +77,6 @@ class LossScaleOptimizer(Optimizer):
         initial_scale: float = 2.0**15,
         dynamic_growth_steps: int = 2000,
         name: Optional[str] = None,
-        *,
-        params: Any = None,
         **kwargs: Any,
     ) -> None:
         if not kwargs.pop("dynamic", True):
@@ -117,9 +116,8 @@ class LossScaleOptimizer(Optimizer):
         self.initial_scale = float(initial_scale)
         self.dynamic_growth_steps = dynamic_growth_steps
         self.inner_optimizer.loss_scale_factor = None
-        if params is not None:
-            self.build(params)
-        elif inner_optimizer.built:
+        self._share_param_groups(inner_optimizer)
+        if inner_optimizer.built:
             self.build([(inner_optimizer._name_of(v), v) for v in inner_optimizer._trainable_variables])
 
     # ------------------------------------------------------------------------------------------ state
@@ -132,6 +130,13 @@ class LossScaleOptimizer(Optimizer):
         self._dynamic_scale = self.add_variable((), self.initial_scale, torch.float32, name="dynamic_scale")
         self.inner_optimizer.build(variables)
         super().build(variables)
+
+    @property
+    def _protocol_inner(self) -> Optimizer:
+        return self.inner_optimizer
+
+    def _wrapper_state(self) -> dict[str, torch.Tensor]:
+        return {"step_counter": self._step_counter, "dynamic_scale": self._dynamic_scale} if self.built else {}
 
     @property
     def dynamic_scale(self) -> torch.Tensor:
@@ -241,6 +246,9 @@ class LossScaleOptimizer(Optimizer):
         else:
             self._step_counter.zero_()
             self._dynamic_scale.mul_(0.5)
+
+    def _start_updates(self) -> None:
+        return None  # the inner optimizer evaluates its learning rate in its own step
 
     def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
         return None

@@ -17,7 +17,7 @@ Everything is validated before anything changes: a call that raises leaves varia
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -359,6 +359,7 @@ class Optimizer(OptimizerCore):
             for var in var_list:
                 self._register_variable(var)
             self._create_slots(var_list)
+            self._apply_pending_torch_state()
             self._prepare()
             self._check_prepared([(g, v) for g, v in converted if g is not None])
         except BaseException:
@@ -611,17 +612,12 @@ class Optimizer(OptimizerCore):
         return sorted(state, key=lambda v: f"{v.name}:0")  # type: ignore[return-value]
 
     # ------------------------------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """The optimizer state: every variable of ``variables()``, keyed by name (e.g. ``"w/Adam"``)."""
-        return {"name": self._name, "variables": {v.name: v.detach().clone() for v in self.variables()}}
-
-    def load_state_dict(self, state_dict: Any) -> None:
-        """Restores what ``state_dict()`` saved. Values for slots that do not exist yet are kept and applied when
-        the slot is created (TF1's deferred slot restoration), so this may be called before the first step."""
+    def _load_legacy_format(self, state_dict: Any) -> bool:
+        """Restores slotopt 0.1's ``{"name", "variables": {name: tensor}}``. Values for slots that do not exist yet
+        are kept and applied when the slot is created (TF1's deferred slot restoration)."""
         values = state_dict.get("variables") if hasattr(state_dict, "get") else None
         if not isinstance(values, dict):
-            raise ValueError("`state_dict` must be a dict with a 'variables' dict, as returned by state_dict(). "
-                             f"Received: {type(state_dict).__name__}")
+            return False
         existing = {v.name: v for v in self.variables()}
         tensors = {name: torch.as_tensor(value) for name, value in values.items()}
         for name, value in tensors.items():
@@ -634,6 +630,7 @@ class Optimizer(OptimizerCore):
                     existing[name].copy_(value)
             else:
                 self._pending_state[name] = value
+        return True
 
     def _restore_pending(self, var: Variable) -> None:
         value = self._pending_state.pop(var.name, None) if var.name is not None else None
@@ -643,6 +640,62 @@ class Optimizer(OptimizerCore):
                                  f"has shape {tuple(value.shape)}.")
             with torch.no_grad():
                 var.copy_(value)
+
+
+    # ------------------------------------------------------------------------------------------ torch protocol
+    # The hooks of ``engine/torch_protocol.py``: a group carries the constructor's hyperparameters (TF1 names).
+    def build(self, var_list: Any) -> None:
+        """Creates the slots of ``var_list`` (a module, tensors, named pairs or torch param-group dicts) now, as
+        the first ``apply_gradients`` would; ``step()`` then applies their ``.grad``."""
+        positions = self._register(var_list)
+        variables = [self._vars[p] for p in positions]
+        self._assert_valid_dtypes(variables, "variable")
+        self._create_slots(variables)
+        self._apply_pending_torch_state()
+
+    def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
+        self.build(groups)
+
+    def _hypers(self) -> dict[str, Any]:
+        return self.__dict__.get("_hyper", {})
+
+    def _has_learning_rate(self) -> bool:
+        return "learning_rate" in self._hypers()
+
+    def _hyperparameter_keys(self) -> tuple[str, ...]:
+        return tuple(k for k in self._hypers() if k != "learning_rate")
+
+    def _read_hyperparameter(self, key: str) -> Any:
+        value = self._hypers()[key]
+        return float(value) if _is_number(value) or isinstance(value, torch.Tensor) else value
+
+    def _write_hyperparameter(self, key: str, value: Any) -> None:
+        self._hypers()[key] = value
+
+    def _current_lr(self) -> float:
+        return float(self._call_if_callable(self._hypers()["learning_rate"]))
+
+    def _write_learning_rate(self, value: float) -> None:
+        self._hypers()["learning_rate"] = value
+
+    def _lr_is_driven(self) -> bool:
+        value = self._hypers().get("learning_rate")
+        return callable(value) and not isinstance(value, torch.Tensor)
+
+    def _swap_hyperparameters(self, overrides: Mapping[str, Any]) -> Callable[[], None]:
+        hypers = self._hypers()
+        saved = dict(hypers)
+        hypers.update({("learning_rate" if k == "lr" else k): v for k, v in overrides.items()})
+        self._prepare()
+
+        def restore() -> None:
+            hypers.clear()
+            hypers.update(saved)
+            self._prepare()
+        return restore
+
+    def _shared_state(self) -> dict[str, torch.Tensor]:
+        return {v.name: v for v in self._non_slot_variables()}
 
     # ------------------------------------------------------------------------------------------ hyperparameters
     @staticmethod
@@ -677,6 +730,8 @@ class BuiltinOptimizer(Optimizer):
             value = self._call_if_callable(value) if self._callable_hypers else value
             prepared[key] = convert_to_tensor(value, key)
         self._prepared = prepared
+        if self._lr_is_driven():
+            self._remember_lr(prepared["learning_rate"])
         self._cast_cache = {}
 
     def _t(self, key: str, dtype: torch.dtype) -> float:

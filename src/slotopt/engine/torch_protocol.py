@@ -1,0 +1,590 @@
+"""The ``torch.optim.Optimizer`` protocol, written once for every generation.
+
+Every slotopt optimizer (Keras 3, tf.keras legacy, TF1, the composites) is a real ``torch.optim.Optimizer``:
+``param_groups``, ``state``, ``defaults``, ``step(closure)``, ``zero_grad``, ``add_param_group``,
+``state_dict``/``load_state_dict`` in torch's format, the step and state-dict hooks and the profiler-visible
+step all come from here. The faces only answer a few questions (the hook methods at the bottom of
+``TorchProtocol``): which hyperparameters a group carries, how to read, set and temporarily override them, and
+what state a parameter has.
+
+How Keras and torch meet:
+
+* ``param_groups[0]`` is the optimizer itself: writing ``group["lr"]`` (what a torch LR scheduler does) is the
+  same as ``opt.learning_rate = value`` at the next step, with the generation's rounding; writing another
+  hyperparameter of group 0 sets the optimizer's attribute. Setting an optimizer attribute
+  (``opt.learning_rate = v``, ``opt.beta_1 = v``) sets it in every group.
+* Other groups may carry their own ``lr`` and numeric hyperparameters, which apply to their parameters only.
+* A Keras ``LearningRateSchedule`` (or callable) owns the learning rate: every group's ``lr`` shows its current
+  value, and writing a different value raises ``TypeError`` at the next step, as ``opt.learning_rate = v``
+  does in Keras. Use a float learning rate to let a torch scheduler drive it.
+* ``state[p]`` holds the parameter's slots under the generation's slot names, plus the optimizer's shared
+  scalars (``step`` is the Keras iteration counter, shared by every parameter).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+
+__all__ = ["TorchProtocol", "is_param_group_list"]
+
+_HOOK_TABLES = (
+    "_optimizer_step_pre_hooks",
+    "_optimizer_step_post_hooks",
+    "_optimizer_state_dict_pre_hooks",
+    "_optimizer_state_dict_post_hooks",
+    "_optimizer_load_state_dict_pre_hooks",
+    "_optimizer_load_state_dict_post_hooks",
+)
+
+
+def is_param_group_list(source: Any) -> bool:
+    """True for ``[{"params": ...}, ...]``, torch's way of giving parameter groups."""
+    return isinstance(source, (list, tuple)) and bool(source) and all(isinstance(g, Mapping) for g in source)
+
+
+def _as_number(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    return value
+
+
+def _differs(a: Any, b: Any) -> bool:
+    """``a != b`` for group values, with NaN equal to NaN (a schedule's learning rate before the first step)."""
+    a, b = _as_number(a), _as_number(b)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return False
+    return bool(a != b)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class TorchProtocol(torch.optim.Optimizer):
+    """The torch side of every slotopt optimizer (not used directly)."""
+
+    # ------------------------------------------------------------------------------------------ set-up
+    def _init_torch_protocol(self) -> None:
+        """What ``torch.optim.Optimizer.__init__`` sets up, without requiring parameters yet (Keras optimizers
+        may be built lazily on their first ``apply_gradients``)."""
+        torch._C._log_api_usage_once("python.optimizer")
+        d = self.__dict__
+        for table in _HOOK_TABLES:
+            d[table] = OrderedDict()
+        d["_param_groups"] = []
+        d["_published"] = []  # per group: the values slotopt last wrote or applied (to see external writes)
+        d["_warned_capturable_if_run_uncaptured"] = True
+        self._patch_step_function()
+
+    def __getstate__(self) -> dict[str, Any]:  # plain pickling/deepcopy of the whole object
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    # ------------------------------------------------------------------------------------------ groups
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.__dict__["_param_groups"]
+
+    @param_groups.setter
+    def param_groups(self, groups: list[dict[str, Any]]) -> None:
+        self.__dict__["_param_groups"] = groups
+        self.__dict__["_published"] = [dict(g) for g in groups]
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        """The optimizer-level hyperparameters (what a new group without its own values gets)."""
+        values = {key: self._read_hyperparameter(key) for key in self._hyperparameter_keys()}
+        if self._has_learning_rate():
+            values = {"lr": self._shown_lr(), **values}
+        return values
+
+    def _remember_lr(self, value: Any) -> None:
+        """A schedule's or callable's value, as the step evaluated it (shown in ``param_groups`` without
+        calling the schedule again: user schedules may count their calls)."""
+        try:
+            self.__dict__["_last_evaluated_lr"] = float(_as_number(value))
+        except (TypeError, ValueError):
+            pass  # not a number: the step's own check names it
+
+    def _shown_lr(self) -> float:
+        """The learning rate ``param_groups`` show: a schedule's value as the last step used it (NaN before the
+        first step: evaluating it here would be a call Keras does not make)."""
+        if self._lr_is_driven():
+            return self.__dict__.get("_last_evaluated_lr", math.nan)
+        return self._current_lr()
+
+    @defaults.setter
+    def defaults(self, value: Any) -> None:  # torch's base class assigns it; slotopt derives it
+        pass
+
+    def _new_group(self, params: list[torch.Tensor], options: Mapping[str, Any]) -> dict[str, Any]:
+        """A group dict: ``params``, then every hyperparameter (the group's own values over the optimizer's)."""
+        group = {"params": params, **self.defaults}
+        for key, value in options.items():
+            if key != "params":
+                group[key] = value
+        return group
+
+    def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None) -> None:
+        """Puts newly registered variables into a group: a new one for ``options`` (a param-group dict), else
+        the first group (created when there is none)."""
+        if not variables and options is None:
+            return
+        groups = self.param_groups
+        if options is not None or not groups:
+            group = self._new_group(list(variables), options or {})
+            self._check_group_values(group, len(groups))
+            groups.append(group)
+            self._published.append(dict(group))
+        else:
+            groups[0]["params"].extend(variables)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Adds a group of parameters, with its own ``lr`` and hyperparameters if given (torch's API).
+
+        The parameters get their optimizer state right away, as if the optimizer had been built with them.
+        """
+        if not isinstance(param_group, Mapping) or "params" not in param_group:
+            raise TypeError(f"Argument `param_group` must be a dict with a 'params' entry. Received: {param_group!r}")
+        params = param_group["params"]
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        elif isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, but the ordering of "
+                            "tensors in sets will change between runs. Please use a list instead.")
+        params = list(params)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        for i, p in enumerate(params):
+            name = p[0] if isinstance(p, tuple) else None
+            tensor = p[1] if isinstance(p, tuple) else p
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"Argument `param_group['params']` entry {i} is not a tensor: {p!r}")
+            if id(tensor) in seen:
+                raise ValueError(
+                    f"Argument `param_group['params']` entry {i} ({name or 'a tensor'}) is already in a parameter "
+                    "group: some parameters appear in more than one parameter group.")
+            seen.add(id(tensor))
+        probe = self._new_group([], param_group)
+        self._check_group_values(probe, len(self.param_groups))
+        self._add_variables([{**param_group, "params": params}])
+
+    def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
+        """Face hook: registers the groups' variables and creates their state (see ``build``)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------ sync
+    def _group_keys(self) -> tuple[str, ...]:
+        keys = self._hyperparameter_keys()
+        return ("lr", *keys) if self._has_learning_rate() else keys
+
+    def _check_group_values(self, group: Mapping[str, Any], index: int) -> None:
+        """Raises ``ValueError``/``TypeError`` for a group value slotopt cannot apply; changes nothing."""
+        driven = self._lr_is_driven()
+        for key in self._group_keys():
+            if key not in group:
+                continue
+            value = _as_number(group[key])
+            current = self._shown_lr() if key == "lr" else self._read_hyperparameter(key)
+            if isinstance(current, bool) or not _is_number(current):
+                if _differs(value, current):
+                    raise ValueError(
+                        f"Parameter group {index}: `{key}` decides which state the optimizer keeps and cannot differ "
+                        f"between groups. Received: {key}={value!r} (the optimizer has {current!r})")
+                continue
+            if key == "lr" and driven:
+                published = self._published[index].get("lr") if index < len(self._published) else None
+                if _differs(value, current) and _differs(value, published):
+                    raise TypeError(
+                        f"Parameter group {index}: the learning rate is driven by a Keras schedule or callable, so "
+                        f"`lr` cannot be set (received lr={value!r}). Create the optimizer with a float "
+                        "`learning_rate` to let a torch LR scheduler drive it.")
+                continue
+            if not _is_number(value) or not math.isfinite(value) or (key == "lr" and value < 0):
+                what = "a finite number >= 0" if key == "lr" else "a finite number"
+                raise ValueError(f"Parameter group {index}: `{key}` must be {what}. Received: {key}={value!r}")
+            if key != "lr":
+                self._check_hyperparameter(key, value)
+
+    def _sync_param_groups(self) -> None:
+        """Applies what was written into the groups since the last step (e.g. by a torch LR scheduler).
+
+        Group 0's values become the optimizer's (``opt.learning_rate = v`` semantics); the other groups' values
+        are used for their parameters at the update. Everything is checked before anything is applied.
+        """
+        groups = self.param_groups
+        if not groups:
+            return
+        published = self._published
+        changed = []
+        for index, group in enumerate(groups):
+            if index >= len(published):
+                published.append({})
+            delta = {k: group[k] for k in self._group_keys()
+                     if k in group and _differs(published[index].get(k), group[k])}
+            if delta:
+                self._check_group_values(delta, index)
+                changed.append((index, delta))
+        for index, delta in changed:
+            if index == 0:
+                for key, value in delta.items():
+                    if key == "lr":
+                        if not self._lr_is_driven():
+                            self._write_learning_rate(float(_as_number(value)))
+                    else:
+                        self._write_hyperparameter(key, _as_number(value))
+            published[index].update(delta)
+
+    def _publish_param_groups(self) -> None:
+        """Shows the optimizer's current values in the groups: a schedule's learning rate after each step."""
+        if not self.param_groups or not self._has_learning_rate() or not self._lr_is_driven():
+            return
+        lr = self._shown_lr()
+        for group, published in zip(self.param_groups, self._published):
+            group["lr"] = published["lr"] = lr
+
+    def _broadcast(self, key: str, value: Any) -> None:
+        """An optimizer attribute was set: every group takes the value."""
+        for group, published in zip(self.param_groups, self._published):
+            if key in group:
+                group[key] = published[key] = value
+
+    @contextmanager
+    def _group_scope(self, overrides: Mapping[str, Any]) -> Iterator[None]:
+        if not overrides:
+            yield
+            return
+        restore = self._swap_hyperparameters(overrides)
+        try:
+            yield
+        finally:
+            restore()
+
+    def _param_group_partitions(self, pairs: list[Any]) -> list[tuple[list[Any], dict[str, Any]]]:
+        """The pairs split by parameter group, each with the hyperparameters where its group differs from
+        group 0; one partition (no overrides) when every group agrees, which is the common case."""
+        groups = self.param_groups
+        if len(groups) <= 1:
+            return [(pairs, {})]
+        first = groups[0]
+        keys = [k for k in self._group_keys() if not (k == "lr" and self._lr_is_driven())]
+        overrides = [{k: _as_number(g[k]) for k in keys if k in g and _differs(g[k], first.get(k))} for g in groups]
+        if not any(overrides):
+            return [(pairs, {})]
+        membership = {id(p): i for i, g in enumerate(groups) for p in g["params"]}
+        parts: dict[int, list[Any]] = {}
+        for pair in pairs:
+            parts.setdefault(membership.get(id(pair[1]), 0), []).append(pair)
+        return [(parts[i], overrides[i]) for i in sorted(parts)]
+
+    # ------------------------------------------------------------------------------------------ state
+    @property
+    def state(self) -> defaultdict[torch.Tensor, dict[str, Any]]:  # type: ignore[override]
+        """``{parameter: {slot name: tensor, ..., "step": iterations}}``: live tensors, as in torch."""
+        view: defaultdict[torch.Tensor, dict[str, Any]] = defaultdict(dict)
+        for group in self.param_groups:
+            for p in group["params"]:
+                entry = self._param_state(p)
+                if entry:
+                    view[p] = entry
+        return view
+
+    @state.setter
+    def state(self, value: Any) -> None:  # torch's base class assigns it; slotopt derives it
+        pass
+
+    @torch._disable_dynamo
+    def state_dict(self) -> dict[str, Any]:
+        """torch's format: ``{"state": {index: {name: tensor}}, "param_groups": [{..., "params": [index]}]}``.
+
+        Tensors are copies (a snapshot), loadable with ``torch.load(weights_only=True)``.
+        """
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
+        self._before_state_io()
+        index: dict[int, int] = {}
+        packed_groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
+            packed_groups.append(packed)
+        state: dict[int, dict[str, Any]] = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                entry = self._param_state(p)
+                if entry:
+                    state[index[id(p)]] = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v
+                                           for k, v in entry.items()}
+        state_dict = {"state": state, "param_groups": packed_groups}
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            result = post_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        return state_dict
+
+    @torch._disable_dynamo
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Loads what ``state_dict()`` returned (also through ``torch.distributed.checkpoint``). Everything is
+        checked first (group sizes, state names, shapes, hyperparameters): on an error nothing changes."""
+        state_dict = state_dict.copy() if isinstance(state_dict, dict) else state_dict
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            result = pre_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        if isinstance(state_dict, Mapping) and "state" not in state_dict and self._load_legacy_format(state_dict):
+            pass
+        else:
+            self._load_torch_format(state_dict)
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
+
+    def _load_torch_format(self, state_dict: Any) -> None:
+        if not isinstance(state_dict, Mapping) or not isinstance(state_dict.get("state"), Mapping) or \
+                not isinstance(state_dict.get("param_groups"), (list, tuple)):
+            raise ValueError(
+                "Argument `state_dict` must be a dict with 'state' (a dict) and 'param_groups' (a list), as "
+                f"returned by state_dict(). Received: {_describe(state_dict)}")
+        self._before_state_io()
+        groups = self.param_groups
+        saved_groups = list(state_dict["param_groups"])
+        if not groups and saved_groups:  # not built yet: applied when it builds (Keras's deferred restoration)
+            self.__dict__["_pending_torch_state"] = state_dict
+            return
+        if len(saved_groups) != len(groups):
+            raise ValueError(
+                f"Loaded state dict has {len(saved_groups)} parameter groups; this optimizer has {len(groups)}.")
+        params: dict[Any, torch.Tensor] = {}
+        for i, (group, saved) in enumerate(zip(groups, saved_groups)):
+            if not isinstance(saved, Mapping) or not isinstance(saved.get("params"), (list, tuple)):
+                raise ValueError(f"Loaded parameter group {i} must be a dict with a 'params' list. Received: "
+                                 f"{_describe(saved)}")
+            if len(saved["params"]) != len(group["params"]):
+                raise ValueError(
+                    f"Loaded parameter group {i} has {len(saved['params'])} parameters; this optimizer's group has "
+                    f"{len(group['params'])}: the state dict was saved for other parameters.")
+            params.update(zip(saved["params"], group["params"]))
+        assignments: list[tuple[torch.Tensor, Any]] = []
+        shared: dict[str, tuple[torch.Tensor, Any]] = {}
+        saved_state = state_dict["state"]
+        for key, p in params.items():
+            expected = self._param_state(p)
+            entry = saved_state.get(key)
+            if entry is None:
+                if expected:
+                    raise ValueError(f"Loaded state dict has no state for parameter {key}; this optimizer keeps "
+                                     f"{sorted(expected)} for it.")
+                continue
+            if not isinstance(entry, Mapping) or set(entry) != set(expected):
+                raise ValueError(
+                    f"Loaded state of parameter {key} has entries {sorted(entry) if isinstance(entry, Mapping) else entry!r}"
+                    f"; {type(self).__name__} keeps {sorted(expected)}: the state dict was saved by another "
+                    "optimizer class or configuration.")
+            for name, value in entry.items():
+                target = expected[name]
+                value_t = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+                if tuple(value_t.shape) != tuple(target.shape):
+                    raise ValueError(f"Loaded state {name!r} of parameter {key} has shape {tuple(value_t.shape)}; "
+                                     f"expected {tuple(target.shape)}.")
+                if name in shared and shared[name][0] is target:
+                    if not torch.equal(torch.as_tensor(_local(shared[name][1])).cpu(),
+                                       torch.as_tensor(_local(value_t)).cpu()):
+                        raise ValueError(f"Loaded state {name!r} differs between parameters; it is shared by all.")
+                    continue
+                shared[name] = (target, value_t)
+                assignments.append((target, value_t))
+        new_values = []
+        for i, (group, saved) in enumerate(zip(groups, saved_groups)):
+            values = {k: v for k, v in saved.items() if k != "params"}
+            self._check_group_values({k: v for k, v in values.items() if k in self._group_keys()}, i)
+            new_values.append(values)
+        with torch.no_grad():
+            for target, value in assignments:
+                _copy_into(target, value)
+        for group, values in zip(groups, new_values):
+            group.update(values)
+        self._sync_param_groups()
+        self._after_state_load()
+        self._publish_param_groups()
+
+    def _apply_pending_torch_state(self) -> None:
+        """Loads a state dict that arrived before the build; on an error it stays pending."""
+        pending = self.__dict__.get("_pending_torch_state")
+        if pending is None or not self.param_groups:
+            return
+        self._load_torch_format(pending)
+        self.__dict__.pop("_pending_torch_state", None)
+
+    # ------------------------------------------------------------------------------------------ step
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
+        """PyTorch style: runs ``closure`` (with autograd on) if given, then applies the ``.grad`` of every
+        parameter in ``param_groups`` (parameters without ``.grad`` are skipped). Returns the closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        pairs = self._step_pairs()
+        if pairs:
+            self._apply_step(pairs)
+        return loss
+
+    def _step_pairs(self) -> list[tuple[Any, torch.Tensor]]:
+        params = [p for g in self.param_groups for p in g["params"]]
+        if not params:
+            raise ValueError(
+                "`step()` needs parameters: pass `params=` when constructing the optimizer or call "
+                "`optimizer.build(variables)` first.")
+        return [(p.grad, p) for p in params if p.grad is not None]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clears the ``.grad`` of every parameter in ``param_groups`` (torch's convention)."""
+        with torch.autograd.profiler.record_function(self._zero_grad_profile_name):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    if set_to_none:
+                        p.grad = None
+                    else:
+                        if p.grad.grad_fn is not None:
+                            p.grad.detach_()
+                        else:
+                            p.grad.requires_grad_(False)
+                        p.grad.zero_()
+
+    # ------------------------------------------------------------------------------------------ face hooks
+    def _apply_step(self, pairs: list[tuple[Any, torch.Tensor]]) -> None:
+        """Runs one optimizer step on ``(grad, param)`` pairs (the face's ``apply_gradients``)."""
+        self.apply_gradients(pairs)  # type: ignore[attr-defined]
+
+    def _has_learning_rate(self) -> bool:
+        return True
+
+    def _hyperparameter_keys(self) -> tuple[str, ...]:
+        """Group keys besides ``params`` and ``lr``, under the generation's names."""
+        return ()
+
+    def _read_hyperparameter(self, key: str) -> Any:
+        raise KeyError(key)
+
+    def _write_hyperparameter(self, key: str, value: Any) -> None:
+        """Sets an optimizer-level hyperparameter from group 0 (without broadcasting to the other groups)."""
+        raise KeyError(key)
+
+    def _check_hyperparameter(self, key: str, value: Any) -> None:
+        """Face-specific range checks of a group value (beyond finite and >= 0)."""
+
+    def _current_lr(self) -> float:
+        raise NotImplementedError
+
+    def _write_learning_rate(self, value: float) -> None:
+        raise NotImplementedError
+
+    def _lr_is_driven(self) -> bool:
+        """True when a schedule or callable owns the learning rate."""
+        return False
+
+    def _swap_hyperparameters(self, overrides: Mapping[str, Any]) -> Callable[[], None]:
+        """Uses ``overrides`` (a group's own values) until the returned function is called."""
+        raise NotImplementedError
+
+    def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
+        """The parameter's live state: its slots and the optimizer's shared scalars."""
+        return {}
+
+    def _before_state_io(self) -> None:
+        """Runs before the state is read or written (e.g. restoring state that was loaded before the build)."""
+
+    def _after_state_load(self) -> None:
+        """Runs after ``load_state_dict`` changed the state."""
+
+    def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
+        """Loads a checkpoint in an earlier slotopt format; False when ``state_dict`` is not one."""
+        return False
+
+
+def _local(value: Any) -> Any:
+    to_local = getattr(value, "to_local", None)
+    return to_local() if callable(to_local) else value
+
+
+def _copy_into(target: torch.Tensor, value: Any) -> None:
+    if not isinstance(value, torch.Tensor):
+        value = torch.as_tensor(value)
+    if type(target) is not type(value) and hasattr(target, "to_local") and not hasattr(value, "to_local"):
+        target.to_local().copy_(value.to(dtype=target.dtype))
+        return
+    if hasattr(value, "to_local") and not hasattr(target, "to_local"):
+        value = value.full_tensor()
+    target.copy_(value.to(dtype=target.dtype, device=target.device) if not hasattr(value, "to_local") else value)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return f"a dict with keys {sorted(map(str, value))}"
+    return f"{type(value).__name__}"
+
+
+def iter_params(groups: Iterable[Mapping[str, Any]]) -> Iterator[torch.Tensor]:
+    for group in groups:
+        yield from group["params"]
+
+
+class WrapsInnerOptimizer:
+    """The torch protocol of a wrapper (a ``LossScaleOptimizer``): the inner optimizer's parameter groups (the
+    same dicts), its hyperparameters, and its state plus the wrapper's own scalars."""
+
+    _protocol_inner: Any
+
+    def _share_param_groups(self, inner: Any) -> None:
+        self.__dict__["_param_groups"] = inner.__dict__["_param_groups"]
+        self.__dict__["_published"] = inner.__dict__["_published"]
+
+    def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None) -> None:
+        return None  # the inner optimizer's groups already hold them
+
+    def _param_group_partitions(self, pairs: list[Any]) -> list[tuple[list[Any], dict[str, Any]]]:
+        return [(pairs, {})]  # the inner optimizer applies its groups' own values
+
+    def _wrapper_state(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
+        entry = self._protocol_inner._param_state(param)
+        return {**entry, **self._wrapper_state()} if entry else entry
+
+    def _has_learning_rate(self) -> bool:
+        return self._protocol_inner._has_learning_rate()
+
+    def _hyperparameter_keys(self) -> tuple[str, ...]:
+        return self._protocol_inner._hyperparameter_keys()
+
+    def _read_hyperparameter(self, key: str) -> Any:
+        return self._protocol_inner._read_hyperparameter(key)
+
+    def _write_hyperparameter(self, key: str, value: Any) -> None:
+        self._protocol_inner._write_hyperparameter(key, value)
+
+    def _check_hyperparameter(self, key: str, value: Any) -> None:
+        self._protocol_inner._check_hyperparameter(key, value)
+
+    def _current_lr(self) -> float:
+        return self._protocol_inner._current_lr()
+
+    def _shown_lr(self) -> float:
+        return self._protocol_inner._shown_lr()
+
+    def _write_learning_rate(self, value: float) -> None:
+        self._protocol_inner._write_learning_rate(value)
+
+    def _lr_is_driven(self) -> bool:
+        return self._protocol_inner._lr_is_driven()
+
+    def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
+        self._protocol_inner._add_variables(groups)
