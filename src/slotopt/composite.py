@@ -282,6 +282,10 @@ class CompositeOptimizer(TorchProtocol):
     def _has_learning_rate(self) -> bool:
         return False
 
+    def _group_keys_of(self, index: int) -> tuple[str, ...]:
+        optimizer, local = self._owner_of_group(index)
+        return optimizer._group_keys_of(local)
+
     def _check_group_values(self, group: Mapping[str, Any], index: int) -> None:
         optimizer, local = self._owner_of_group(index)
         optimizer._check_group_values(group, local)

@@ -181,6 +181,10 @@ class TorchProtocol(torch.optim.Optimizer):
         raise NotImplementedError
 
     # ------------------------------------------------------------------------------------------ sync
+    def _group_keys_of(self, index: int) -> tuple[str, ...]:
+        """The hyperparameter keys of group ``index`` (the owning sub-optimizer's, for a composite)."""
+        return self._group_keys()
+
     def _group_keys(self) -> tuple[str, ...]:
         keys = self._hyperparameter_keys()
         return ("lr", *keys) if self._has_learning_rate() else keys
@@ -365,6 +369,11 @@ class TorchProtocol(torch.optim.Optimizer):
             if not isinstance(saved, Mapping) or not isinstance(saved.get("params"), (list, tuple)):
                 raise ValueError(f"Loaded parameter group {i} must be a dict with a 'params' list. Received: "
                                  f"{_describe(saved)}")
+            missing = [k for k in self._group_keys_of(i) if k not in saved]
+            if missing:
+                raise ValueError(
+                    f"Loaded parameter group {i} has no {missing}, which {type(self).__name__} keeps: the state dict "
+                    "was saved by another optimizer class or configuration.")
             if len(saved["params"]) != len(group["params"]):
                 raise ValueError(
                     f"Loaded parameter group {i} has {len(saved['params'])} parameters; this optimizer's group has "
@@ -402,7 +411,7 @@ class TorchProtocol(torch.optim.Optimizer):
         new_values = []
         for i, (group, saved) in enumerate(zip(groups, saved_groups)):
             values = {k: v for k, v in saved.items() if k != "params"}
-            self._check_group_values({k: v for k, v in values.items() if k in self._group_keys()}, i)
+            self._check_group_values({k: v for k, v in values.items() if k in self._group_keys_of(i)}, i)
             new_values.append(values)
         with torch.no_grad():
             for target, value in assignments:
@@ -415,11 +424,16 @@ class TorchProtocol(torch.optim.Optimizer):
 
     def _apply_pending_torch_state(self) -> None:
         """Loads a state dict that arrived before the build; on an error it stays pending."""
-        pending = self.__dict__.get("_pending_torch_state")
-        if pending is None or not self.param_groups:
+        if not self.param_groups:
             return
-        self._load_torch_format(pending)
-        self.__dict__.pop("_pending_torch_state", None)
+        pending = self.__dict__.pop("_pending_torch_state", None)
+        if pending is None:
+            return
+        try:
+            self._load_torch_format(pending)
+        except BaseException:
+            self.__dict__["_pending_torch_state"] = pending
+            raise
 
     # ------------------------------------------------------------------------------------------ step
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
