@@ -45,6 +45,13 @@ def _initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, d
     return initial_value(initializer, shape, dtype, device, round_number=K.cast)  # Keras's Constant
 
 
+def _constructed_by_a_subclass(cls: type) -> bool:
+    """Whether ``cls``'s constructor is an optimizer's (not, e.g., Lightning's wrapper that subclasses the optimizer's
+    class to pass ``isinstance`` checks and forwards attributes to the real optimizer)."""
+    owner = next(c for c in cls.__mro__ if "__init__" in c.__dict__)
+    return issubclass(owner, Optimizer)
+
+
 class Optimizer(OptimizerCore):
     """The Keras 3 optimizer base class, on PyTorch tensors.
 
@@ -85,7 +92,7 @@ class Optimizer(OptimizerCore):
     _sparse_rows_independent: bool = False
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if "_super_init_called" not in self.__dict__:
+        if "_super_init_called" not in self.__dict__ and _constructed_by_a_subclass(type(self)):
             raise RuntimeError(
                 f"In optimizer '{type(self).__name__}', you forgot to call `super().__init__()` as the first "
                 "statement in the `__init__()` method. Go add it!"

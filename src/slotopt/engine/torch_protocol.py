@@ -91,7 +91,7 @@ class TorchProtocol(torch.optim.Optimizer):
     # ------------------------------------------------------------------------------------------ groups
     @property
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        return self.__dict__["_param_groups"]
+        return self._param_groups  # attribute access: a wrapper that forwards attributes finds the real list
 
     @param_groups.setter
     def param_groups(self, groups: list[dict[str, Any]]) -> None:
