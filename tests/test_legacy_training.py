@@ -110,17 +110,26 @@ def _worker(rank, store, results):
                  (slotopt.IndexedSlices(torch.ones(rank + 1, 1), [rank] * (rank + 1), (3, 1)), table)]
         user = torch.full((2,), float(rank + 1))
         grads[0] = (user, w)
-        SGD(learning_rate=1.0).apply_gradients(grads)
+        summing = SGD(learning_rate=1.0, gradient_aggregator=slotopt.distributed.all_reduce_sum)
+        summing.apply_gradients(grads)
         results[rank] = (w.tolist(), table.flatten().tolist(), user.tolist())
         skipped = slotopt.Variable(torch.zeros(1), name="skipped")
-        SGD(learning_rate=1.0).apply_gradients([(torch.full((1,), float(rank + 1)), skipped)],
-                                               experimental_aggregate_gradients=False)
+        SGD(learning_rate=1.0, gradient_aggregator=slotopt.distributed.all_reduce_sum).apply_gradients(
+            [(torch.full((1,), float(rank + 1)), skipped)], experimental_aggregate_gradients=False)
+        results[f"local{rank}"] = skipped.item()
+        plain = slotopt.Variable(torch.zeros(1), name="plain")
+        SGD(learning_rate=1.0).apply_gradients([(torch.full((1,), float(rank + 1)), plain)])
+        results[f"default{rank}"] = plain.item()
+        mean = slotopt.Variable(torch.zeros(1), name="mean")
+        SGD(learning_rate=1.0, gradient_aggregator=slotopt.distributed.all_reduce_mean).apply_gradients(
+            [(torch.full((1,), float(rank + 1)), mean)])
+        results[f"mean{rank}"] = mean.item()
         results[f"local{rank}"] = skipped.item()
     finally:
         dist.destroy_process_group()
 
 
-def test_default_aggregator_sums_over_two_processes():
+def test_explicit_aggregators_sum_or_average_over_two_processes():
     with tempfile.TemporaryDirectory() as tmp:
         manager = mp.Manager()
         results = manager.dict()
@@ -131,3 +140,5 @@ def test_default_aggregator_sums_over_two_processes():
             assert table == [-1.0, -2.0, 0.0]  # every process's rows, duplicates summed
             assert user == [float(rank + 1)] * 2  # the caller's gradient is not modified
             assert results[f"local{rank}"] == -(rank + 1.0)  # experimental_aggregate_gradients=False
+            assert results[f"default{rank}"] == -(rank + 1.0)  # no reduction unless asked (DDP already reduced)
+            assert results[f"mean{rank}"] == -1.5

@@ -5,7 +5,7 @@ The top-level namespace is the Keras 3 face; ``slotopt.legacy`` is tf.keras's Op
 same update kernels (``slotopt.kernels``).
 """
 
-from . import legacy, schedules, v1
+from . import distributed, legacy, schedules, v1
 from .composite import CompositeOptimizer
 from .optimizer import Optimizer
 from .optimizers.adadelta import Adadelta
@@ -25,4 +25,4 @@ from .variables import IndexedSlices, Variable
 
 __version__ = "0.1.0"
 
-__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "legacy", "v1"]
+__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "legacy", "v1", "distributed"]

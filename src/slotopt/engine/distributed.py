@@ -1,9 +1,11 @@
-"""Summing gradients across processes (the default gradient aggregator of the tf.keras legacy optimizers).
+"""Explicit gradient aggregation across processes (``slotopt.distributed.all_reduce_sum`` / ``all_reduce_mean``).
 
 TensorFlow's OptimizerV2 sums gradients over the replicas of its distribution strategy before clipping and
-updating. The PyTorch counterpart is a ``torch.distributed`` process group: when one is initialised with more
-than one process, ``all_reduce_sum_gradients`` sums every gradient over all processes; otherwise it returns the
-pairs unchanged (no copy, no communication).
+updating. On PyTorch, DDP and FSDP2 have already reduced the gradients when the optimizer runs, so no slotopt
+optimizer reduces them again by default (that would multiply every gradient by the world size). A manual
+data-parallel loop without DDP asks for TensorFlow's contract explicitly by passing ``all_reduce_sum`` (or
+``all_reduce_mean``) as a legacy optimizer's ``gradient_aggregator``: with a ``torch.distributed`` group of more
+than one process it reduces every gradient; otherwise it returns the pairs unchanged (no copy, no communication).
 
 Dense gradients are summed with one ``all_reduce`` per (device, dtype) bucket: they are flattened into one
 buffer, reduced, and split back, so the caller's gradient tensors (possibly ``.grad``) are never modified.
@@ -21,7 +23,13 @@ import torch
 
 from ..variables import IndexedSlices, as_indexed_slices, is_sparse
 
-__all__ = ["is_distributed", "world_size", "all_reduce_sum_gradients"]
+__all__ = ["is_distributed", "world_size", "all_reduce_sum_gradients", "all_reduce_mean_gradients",
+           "no_aggregation"]
+
+
+def no_aggregation(grads_and_vars: Iterable[tuple[Any, torch.Tensor]]) -> list[tuple[Any, torch.Tensor]]:
+    """The default aggregator: the gradients as they are (DDP/FSDP2 or a single process already reduced them)."""
+    return list(grads_and_vars)
 
 
 def world_size() -> int:
@@ -69,6 +77,29 @@ def all_reduce_sum_gradients(grads_and_vars: Iterable[tuple[Any, torch.Tensor]])
         for i, piece, t in zip(positions, torch.split(flat, [t.numel() for t in tensors]), tensors):
             out[i] = piece.view(t.shape)
     return [(g, v) for g, (_, v) in zip(out, pairs)]
+
+
+def all_reduce_mean_gradients(grads_and_vars: Iterable[tuple[Any, torch.Tensor]]) -> list[tuple[Any, torch.Tensor]]:
+    """``all_reduce_sum_gradients`` divided by the number of processes (what DDP computes).
+
+    Example:
+        >>> import torch
+        >>> from slotopt.engine.distributed import all_reduce_mean_gradients
+        >>> all_reduce_mean_gradients([(torch.ones(2), torch.zeros(2))])[0][0].tolist()
+        [1.0, 1.0]
+    """
+    pairs = all_reduce_sum_gradients(grads_and_vars)
+    size = world_size()
+    if size == 1:
+        return pairs
+    out = []
+    for grad, var in pairs:
+        if isinstance(grad, IndexedSlices):
+            grad = IndexedSlices(grad.values / size, grad.indices, grad.dense_shape)
+        elif grad is not None:
+            grad = grad / size
+        out.append((grad, var))
+    return out
 
 
 def _all_gather_rows(grad: IndexedSlices) -> IndexedSlices:

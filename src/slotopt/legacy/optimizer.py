@@ -27,7 +27,7 @@ from .. import schedules as schedules_module
 from ..engine import clipping
 from ..engine import sparse as sparse_rows
 from ..engine.core import OptimizerCore, Pair
-from ..engine.distributed import all_reduce_sum_gradients
+from ..engine.distributed import no_aggregation
 from ..engine.pipeline import run_step
 from ..optimizer import _unique_name
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables, variable_name
@@ -171,7 +171,7 @@ class Optimizer(OptimizerCore):
         self._hyper_variables: dict[str, Variable] = {}
         self._slots_created_for: set[tuple[int, ...]] = set()
         self._apply_state: Optional[ApplyState] = None
-        self.gradient_aggregator = gradient_aggregator if gradient_aggregator is not None else all_reduce_sum_gradients
+        self.gradient_aggregator = gradient_aggregator if gradient_aggregator is not None else no_aggregation
         self.gradient_transformers = transformers
         self._clipnorm = clipnorm
         self._global_clipnorm = global_clipnorm
