@@ -18,6 +18,8 @@ import numpy as np
 import torch
 
 from .engine.core import OptimizerCore
+from .engine.routing import dispatch, group_by_owner, split_weights
+from .engine.routing import optimizer_weights as _optimizer_weights
 from .variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]
@@ -27,15 +29,6 @@ VariableSpec = Union[Callable[[], Sequence[torch.Tensor]], Sequence[torch.Tensor
 
 def _is_patterns(spec: Any) -> bool:
     return isinstance(spec, (list, tuple)) and len(spec) > 0 and all(isinstance(s, str) for s in spec)
-
-
-def _optimizer_weights(optimizer: Any) -> list[torch.Tensor]:
-    """The optimizer's weights in its own order, whatever its generation."""
-    weights = getattr(optimizer, "weights", None)
-    if weights is not None and not callable(weights):
-        return list(weights)
-    variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
 
 
 class CompositeOptimizer:
@@ -170,16 +163,11 @@ class CompositeOptimizer:
         """Sends each pair to its optimizer (groups ordered by first appearance) after validating all of them."""
         pairs = list(grads_and_vars)
         owners = self._owner_map([v for _, v in pairs])
-        groups: dict[int, list[tuple[Any, torch.Tensor]]] = {}
-        for grad, var in pairs:
-            index = owners.get(id(var))
-            if index is None:
-                raise ValueError(
-                    f"Variable {self._name_of(var) or repr(var)} is not handled by any optimizer. This would cause it to "
-                    "be not trained."
-                )
-            OptimizerCore._check_gradient(grad, var, self._name_of(var) or "variable")
-            groups.setdefault(index, []).append((grad, var))
+        groups = group_by_owner(
+            pairs, lambda var: owners.get(id(var)),
+            lambda var: f"Variable {self._name_of(var) or repr(var)} is not handled by any optimizer. This would "
+                        "cause it to be not trained.",
+            check=lambda pair: OptimizerCore._check_gradient(pair[0], pair[1], self._name_of(pair[1]) or "variable"))
         if not any(g is not None for g, _ in pairs) and pairs:
             raise ValueError("No gradients provided for any variable.")
         if not self.built and self._pending_weights is not None:
@@ -188,11 +176,7 @@ class CompositeOptimizer:
         options = {"name": name, "experimental_aggregate_gradients": experimental_aggregate_gradients}
         if skip_gradients_aggregation is not None:
             options["skip_gradients_aggregation"] = skip_gradients_aggregation
-        for index, group in groups.items():
-            if all(g is None for g, _ in group):
-                continue  # an optimizer with nothing to apply does not step
-            optimizer = self._entries[index][0]
-            optimizer.apply_gradients(group, **_accepted(optimizer.apply_gradients, options))
+        dispatch(self.optimizers, groups, options)  # an optimizer with nothing to apply does not step
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """PyTorch style: applies the ``.grad`` of the variables given as ``params`` (or to ``build``)."""
@@ -250,16 +234,9 @@ class CompositeOptimizer:
         if not self.built and not self.weights:
             self._pending_weights = weights
             return
-        counts = [len(_optimizer_weights(optimizer)) for optimizer, _ in self._entries]
-        if len(weights) != sum(counts):
-            raise ValueError(
-                f"You called `set_weights(weights)` on optimizer {self.name} with a weight list of length "
-                f"{len(weights)}, but the optimizer was expecting {sum(counts)} weights."
-            )
-        start = 0
-        for (optimizer, _), count in zip(self._entries, counts):
-            optimizer.set_weights(weights[start:start + count])
-            start += count
+        parts = split_weights(self.optimizers, weights, self.name)[1:]
+        for optimizer, part in zip(self.optimizers, parts):
+            optimizer.set_weights(part)
 
     def state_dict(self) -> dict[str, Any]:
         return {"weights": [torch.as_tensor(w) for w in self.get_weights()]}
@@ -327,15 +304,3 @@ def _takes_custom(klass: Any) -> bool:
         return "custom_objects" in inspect.signature(klass.from_config).parameters
     except (TypeError, ValueError):
         return False
-
-
-def _accepted(fn: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
-    """The subset of ``options`` that ``fn`` accepts (generations differ in ``apply_gradients`` arguments)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return {}
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return {k: v for k, v in options.items() if v is not None}
-    return {k: v for k, v in options.items() if k in params and v is not None}
-
