@@ -337,7 +337,7 @@ def _serialize_selector(selector: Any) -> dict[str, Any]:
     if isinstance(selector, OptimizerMap):
         return {"module": "keras.optimizers", "class_name": "OptimizerMap", "config": selector.get_config(),
                 "registered_name": None}
-    name = getattr(selector, "__qualname__", None)
+    name = getattr(selector, "__name__", None)
     module = getattr(selector, "__module__", None)
     return {"module": module, "class_name": "function", "config": name, "registered_name": "function"}
 

@@ -48,7 +48,10 @@ class Muon(Optimizer):
       ``exclude_from_weight_decay`` applies.
 
     Slots, per variable in build order: ``momentum`` for every variable, then ``velocity`` for AdamW-path
-    variables. Sparse gradients are densified (Newton–Schulz needs whole matrices). The matrix products of
+    variables. Sparse gradients are densified (Newton–Schulz needs whole matrices). ``sqrt(max(rows, cols))`` is
+    a float32 square root, as in Keras (``ops.sqrt`` of an integer), then cast to the variable's dtype (float64
+    variables: Keras's JAX/torch backends promote it; its TensorFlow backend refuses the mixed product). The
+    matrix products of
     Newton–Schulz follow the BLAS library's summation order: results agree with Keras to ~1e-6 relative in
     float32, not bit for bit.
 
@@ -78,8 +81,9 @@ class Muon(Optimizer):
                  adam_lr_ratio: float = 1, momentum: float = 0.95, ns_steps: int = 5, nesterov: bool = True,
                  rms_rate: Optional[float] = 0.2, **kwargs: Any) -> None:
         _check_betas(adam_beta_1=adam_beta_1, adam_beta_2=adam_beta_2, epsilon=epsilon, momentum=momentum)
-        if momentum > 1:
-            raise ValueError(f"Argument `momentum` must be in [0, 1]. Received: momentum={momentum!r}")
+        for key, value in (("adam_beta_1", adam_beta_1), ("adam_beta_2", adam_beta_2), ("momentum", momentum)):
+            if value > 1:
+                raise ValueError(f"Argument `{key}` must be in [0, 1]. Received: {key}={value!r}")
         _number("adam_weight_decay", adam_weight_decay, optional=True, minimum=0)
         _number("adam_lr_ratio", adam_lr_ratio, minimum=0)
         _number("rms_rate", rms_rate, optional=True, minimum=0)
