@@ -195,15 +195,6 @@ def test_muon_weight_decay_uses_each_path_its_own_rate_and_the_full_learning_rat
     assert torch.equal(excluded, torch.ones(2, 2))
 
 
-def test_muon_sparse_gradient_is_densified():
-    dense_var = slotopt.Variable(torch.ones(3, 2), name="kernel")
-    sparse_var = slotopt.Variable(torch.ones(3, 2), name="kernel")
-    values = torch.tensor([[0.5, -1.0]])
-    slotopt.Muon().apply_gradients([(torch.tensor([[0.0, 0.0], [0.5, -1.0], [0.0, 0.0]]), dense_var)])
-    slotopt.Muon().apply_gradients([(slotopt.IndexedSlices(values, torch.tensor([1]), (3, 2)), sparse_var)])
-    assert torch.equal(dense_var, sparse_var)
-
-
 @pytest.mark.parametrize("kwargs,argument", [
     ({"momentum": 1.5}, "momentum"), ({"momentum": -0.1}, "momentum"), ({"ns_steps": -1}, "ns_steps"),
     ({"ns_steps": 2.5}, "ns_steps"), ({"adam_beta_1": 1.5}, "adam_beta_1"), ({"epsilon": -1.0}, "epsilon"),
@@ -308,6 +299,20 @@ def test_schedule_free_warmup_scales_the_first_step():
     slotopt.ScheduleFreeAdamW(learning_rate=0.5, warmup_steps=10).apply_gradients([(torch.ones(3, dtype=F64), warm)])
     start = np.array([1.0, 2.0, 3.0])
     np.testing.assert_allclose(start - warm.numpy(), (start - plain.numpy()) * 0.1, rtol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [slotopt.ScheduleFreeAdamW, slotopt.Muon])
+def test_sparse_gradient_with_unique_rows_moves_like_its_dense_equivalent(cls):
+    sparse_var, dense_var = (slotopt.Variable(torch.ones(4, 3), name="table") for _ in range(2))
+    sparse_opt, dense_opt = cls(), cls()
+    for row, values in ((2, [1.0, 2.0, 3.0]), (0, [-0.5, 0.25, 1.0]), (2, [0.5, 0.5, -2.0])):
+        dense = torch.zeros(4, 3)
+        dense[row] = torch.tensor(values)
+        sparse_opt.apply_gradients([(slotopt.IndexedSlices(torch.tensor([values]), torch.tensor([row]), (4, 3)),
+                                     sparse_var)])
+        dense_opt.apply_gradients([(dense, dense_var)])
+    assert torch.equal(sparse_var, dense_var)
+    assert not torch.equal(sparse_var, torch.ones(4, 3))
 
 
 def test_schedule_free_weight_decay_and_exclusion():
@@ -532,6 +537,8 @@ def test_multi_optimizer_errors_change_nothing():
         assert_unchanged(before, [kernel, bias], multi.variables)
     with pytest.raises(TypeError, match="optimizer_map"):
         slotopt.MultiOptimizer("adam")
+    with pytest.raises(TypeError, match="weight_decay"):  # Keras's signature: the sub-optimizers hold these
+        slotopt.MultiOptimizer(slotopt.OptimizerMap(slotopt.SGD()), weight_decay=0.1)
 
 
 def test_multi_optimizer_weights_state_dict_and_finalize():

@@ -58,13 +58,11 @@ class OptimizerMap(MutableMapping):
             raise ValueError("MultiOptimizer cannot be nested inside an OptimizerMap (as default_optimizer).")
         if optimizer_map is not None and not isinstance(optimizer_map, Mapping):
             raise TypeError(f"optimizer_map must be a dictionary. Received: {optimizer_map!r}")
+        entries = dict(optimizer_map or {})
+        for key, optimizer in entries.items():  # every entry is checked before any is kept
+            self._check_entry(key, optimizer)
         self._default_optimizer = default_optimizer
-        self._optimizer_map: dict[str, Optimizer] = {}
-        staged = OptimizerMap.__new__(OptimizerMap)  # validate every entry before keeping any
-        staged._optimizer_map = {}
-        for key, optimizer in (optimizer_map or {}).items():
-            staged[key] = optimizer
-        self._optimizer_map = staged._optimizer_map
+        self._optimizer_map: dict[str, Optimizer] = entries
 
     @property
     def default_optimizer(self) -> Optimizer:
@@ -81,13 +79,18 @@ class OptimizerMap(MutableMapping):
         return self._default_optimizer
 
     def __setitem__(self, key: str, optimizer: Optimizer) -> None:
-        if not isinstance(key, str):
-            raise ValueError(f"key must be a string. Received: {key!r}")
-        if key in self._optimizer_map:
+        if isinstance(key, str) and key in self._optimizer_map:
             raise ValueError(
                 f"'{key}' already exists in the OptimizerMap with value {self._optimizer_map[key]!r}. Please make "
                 "sure to not use duplicated keys."
             )
+        self._check_entry(key, optimizer)
+        self._optimizer_map[key] = optimizer
+
+    @staticmethod
+    def _check_entry(key: Any, optimizer: Any) -> None:
+        if not isinstance(key, str):
+            raise ValueError(f"key must be a string. Received: {key!r}")
         if not isinstance(optimizer, Optimizer):
             raise ValueError(f"optimizer must be a Keras Optimizer instance. Received: {optimizer!r}")
         if isinstance(optimizer, MultiOptimizer):
@@ -96,7 +99,6 @@ class OptimizerMap(MutableMapping):
             re.compile(key)
         except re.error as err:
             raise ValueError(f"key must be a valid regular expression. Received: {key!r} ({err})") from None
-        self._optimizer_map[key] = optimizer
 
     def __delitem__(self, key: str) -> None:
         del self._optimizer_map[key]
@@ -176,13 +178,14 @@ class MultiOptimizer(Optimizer):
     """
 
     def __init__(self, optimizer_map: OptimizerSelector, loss_scale_factor: Optional[float] = None,
-                 name: Optional[str] = None, **kwargs: Any) -> None:
+                 name: Optional[str] = None, *, params: Any = None, foreach: Optional[bool] = None) -> None:
         if not callable(optimizer_map):
             raise TypeError(
                 "Argument `optimizer_map` must be an OptimizerMap or a callable returning an optimizer for a "
                 f"variable. Received: optimizer_map={optimizer_map!r}"
             )
-        super().__init__(learning_rate=0.0, loss_scale_factor=loss_scale_factor, name=name, **kwargs)
+        super().__init__(learning_rate=0.0, loss_scale_factor=loss_scale_factor, name=name, params=params,
+                         foreach=foreach)
         self._optimizer_map = optimizer_map
         self._owner: dict[int, int] = {}
         inner: list[Optimizer] = []
