@@ -315,6 +315,17 @@ def test_sparse_gradient_with_unique_rows_moves_like_its_dense_equivalent(cls):
     assert not torch.equal(sparse_var, torch.ones(4, 3))
 
 
+@pytest.mark.parametrize("cls", [slotopt.ScheduleFreeAdamW, slotopt.Muon])
+@pytest.mark.parametrize("clip,clipped", [({"clipnorm": 1.0}, [2 ** 0.5 / 2, 2 ** 0.5 / 2]),
+                                          ({"clipvalue": 1.0}, [1.0, 1.0])])
+def test_base_clipping_runs_before_the_update(cls, clip, clipped):
+    # keras/src/optimizers/{muon,schedule_free_adamw}_test.py::test_clip_norm / test_clip_value
+    var, ref = (slotopt.Variable(torch.tensor([1.0, 2.0], dtype=F64), name="w") for _ in range(2))
+    cls(**clip).apply_gradients([(torch.tensor([100.0, 100.0], dtype=F64), var)])
+    cls().apply_gradients([(torch.tensor(clipped, dtype=F64), ref)])
+    assert torch.equal(var, ref)
+
+
 def test_schedule_free_weight_decay_and_exclusion():
     # keras/src/optimizers/schedule_free_adamw_test.py::test_weight_decay; the decay acts on y, before the step
     var1 = slotopt.Variable(torch.tensor(2.0, dtype=F64), name="keep")

@@ -3,7 +3,9 @@
 Each entry is ``(optimizer, variables)`` where ``variables`` is a no-argument callable returning variables (as
 in TFRS), a list of variables, or a list of name patterns (``fnmatch`` style, e.g. ``"*embedding*"``) matched
 against variable names. Patterns let a composite be configured before the model exists, and make it
-serializable. Sub-optimizers may be of any slotopt generation.
+serializable. Sub-optimizers may be of any slotopt generation. Keras 3.15's own composite (regular expressions on
+variable paths, a default optimizer, Keras 3 sub-optimizers only) is ``slotopt.MultiOptimizer``; both route
+through ``slotopt.engine.routing``.
 """
 
 from __future__ import annotations
