@@ -326,6 +326,27 @@ def test_base_clipping_runs_before_the_update(cls, clip, clipped):
     assert torch.equal(var, ref)
 
 
+@pytest.mark.parametrize("factory", [
+    lambda: slotopt.Muon(learning_rate=0.01), lambda: slotopt.ScheduleFreeAdamW(learning_rate=0.01, warmup_steps=3),
+    lambda: slotopt.MultiOptimizer(slotopt.OptimizerMap(slotopt.ScheduleFreeAdamW(), {"kernel": slotopt.Muon()})),
+], ids=["Muon", "ScheduleFreeAdamW", "MultiOptimizer"])
+def test_checkpoint_resume_is_bit_exact(factory):
+    shapes = [(3, 2), (2,)]
+    inits = [np.random.default_rng(5).normal(size=s) for s in shapes]
+    steps = steps_for(shapes, steps=4)
+    straight = make_variables(inits, dtype=torch.float32)
+    run(factory(), straight, steps)
+    resumed = make_variables(inits, dtype=torch.float32)
+    first = factory()
+    run(first, resumed, steps[:2])
+    state = first.state_dict()
+    second = factory()
+    second.load_state_dict(state)
+    run(second, resumed, steps[2:])
+    for a, b in zip(straight, resumed):
+        assert torch.equal(a, b)
+
+
 def test_schedule_free_weight_decay_and_exclusion():
     # keras/src/optimizers/schedule_free_adamw_test.py::test_weight_decay; the decay acts on y, before the step
     var1 = slotopt.Variable(torch.tensor(2.0, dtype=F64), name="keep")

@@ -31,7 +31,8 @@ class ScheduleFreeAdamW(Optimizer):
     ``swap_to_eval()`` (alias ``eval()``) rewrites each variable from ``y`` to ``x = (y - (1 - beta_1) * z) /
     beta_1``; ``swap_to_train()`` (alias ``train()``) rewrites it back to ``y``. ``is_training_mode`` tells which
     one the variables hold; each swap does nothing when already in that mode or before the build. Call
-    ``swap_to_train()`` before applying gradients again: like Keras, ``apply`` does not check the mode.
+    ``swap_to_train()`` before applying gradients again: like Keras, ``apply`` does not check the mode, and the
+    mode is not part of the saved state (``variables`` / ``state_dict``), so save in training mode.
 
     Example:
         >>> import torch, slotopt
