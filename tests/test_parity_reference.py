@@ -11,9 +11,6 @@ PENDING = {
     "keras3/adam_sparse_dup": "issue 11: Keras 3 semantics on repeated sparse indices",
     "keras3/rmsprop_sparse_dup": "issue 11: Keras 3 semantics on repeated sparse indices",
     "keras3/adagrad_sparse_dup": "issue 11: Keras 3 semantics on repeated sparse indices",
-    "keras3/muon": "issue 14: Muon",
-    "keras3/schedule_free_adamw": "issue 14: ScheduleFreeAdamW",
-    "keras3/multi_optimizer": "issue 14: MultiOptimizer",
 }
 
 

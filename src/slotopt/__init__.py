@@ -7,6 +7,7 @@ same update kernels (``slotopt.kernels``).
 
 from . import distributed, legacy, schedules, v1
 from .composite import CompositeOptimizer
+from .multi_optimizer import MultiOptimizer, OptimizerMap
 from .optimizer import Optimizer
 from .optimizers.adadelta import Adadelta
 from .optimizers.adafactor import Adafactor
@@ -17,12 +18,14 @@ from .optimizers.ftrl import Ftrl
 from .optimizers.lamb import Lamb
 from .optimizers.lion import Lion
 from .optimizers.loss_scale import LossScaleOptimizer
+from .optimizers.muon import Muon
 from .optimizers.nadam import Nadam
 from .optimizers.rmsprop import RMSprop
+from .optimizers.schedule_free_adamw import ScheduleFreeAdamW
 from .optimizers.sgd import SGD
 from .serialization import deserialize, get, serialize
 from .variables import IndexedSlices, Variable
 
 __version__ = "0.1.0"
 
-__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "legacy", "v1", "distributed"]
+__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "Muon", "ScheduleFreeAdamW", "MultiOptimizer", "OptimizerMap", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "legacy", "v1", "distributed"]

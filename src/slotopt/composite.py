@@ -3,7 +3,9 @@
 Each entry is ``(optimizer, variables)`` where ``variables`` is a no-argument callable returning variables (as
 in TFRS), a list of variables, or a list of name patterns (``fnmatch`` style, e.g. ``"*embedding*"``) matched
 against variable names. Patterns let a composite be configured before the model exists, and make it
-serializable. Sub-optimizers may be of any slotopt generation.
+serializable. Sub-optimizers may be of any slotopt generation. Keras 3.15's own composite (regular expressions on
+variable paths, a default optimizer, Keras 3 sub-optimizers only) is ``slotopt.MultiOptimizer``; both route
+through ``slotopt.engine.routing``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import numpy as np
 import torch
 
 from .engine.core import OptimizerCore
-from .engine.torch_protocol import TorchProtocol
+from .engine.routing import dispatch, group_by_owner, split_weights
+from .engine.routing import optimizer_weights as _optimizer_weights
+from .engine.torch_protocol import ComposesOptimizers, TorchProtocol
 from .variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]
@@ -30,16 +34,7 @@ def _is_patterns(spec: Any) -> bool:
     return isinstance(spec, (list, tuple)) and len(spec) > 0 and all(isinstance(s, str) for s in spec)
 
 
-def _optimizer_weights(optimizer: Any) -> list[torch.Tensor]:
-    """The optimizer's weights in its own order, whatever its generation."""
-    weights = getattr(optimizer, "weights", None)
-    if weights is not None and not callable(weights):
-        return list(weights)
-    variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
-
-
-class CompositeOptimizer(TorchProtocol):
+class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
     """Routes each ``(gradient, variable)`` pair to the optimizer that owns the variable.
 
     Args:
@@ -176,16 +171,11 @@ class CompositeOptimizer(TorchProtocol):
         """Sends each pair to its optimizer (groups ordered by first appearance) after validating all of them."""
         pairs = list(grads_and_vars)
         owners = self._owner_map([v for _, v in pairs])
-        groups: dict[int, list[tuple[Any, torch.Tensor]]] = {}
-        for grad, var in pairs:
-            index = owners.get(id(var))
-            if index is None:
-                raise ValueError(
-                    f"Variable {self._name_of(var) or repr(var)} is not handled by any optimizer. This would cause it to "
-                    "be not trained."
-                )
-            OptimizerCore._check_gradient(grad, var, self._name_of(var) or "variable")
-            groups.setdefault(index, []).append((grad, var))
+        groups = group_by_owner(
+            pairs, lambda var: owners.get(id(var)),
+            lambda var: f"Variable {self._name_of(var) or repr(var)} is not handled by any optimizer. This would "
+                        "cause it to be not trained.",
+            check=lambda pair: OptimizerCore._check_gradient(pair[0], pair[1], self._name_of(pair[1]) or "variable"))
         if not any(g is not None for g, _ in pairs) and pairs:
             raise ValueError("No gradients provided for any variable.")
         if not self.built and self._pending_weights is not None:
@@ -194,11 +184,7 @@ class CompositeOptimizer(TorchProtocol):
         options = {"name": name, "experimental_aggregate_gradients": experimental_aggregate_gradients}
         if skip_gradients_aggregation is not None:
             options["skip_gradients_aggregation"] = skip_gradients_aggregation
-        for index, group in groups.items():
-            if all(g is None for g, _ in group):
-                continue  # an optimizer with nothing to apply does not step
-            optimizer = self._entries[index][0]
-            optimizer.apply_gradients(group, **_accepted(optimizer.apply_gradients, options))
+        dispatch(self.optimizers, groups, options)  # an optimizer with nothing to apply does not step
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for optimizer, _ in self._entries:
@@ -243,75 +229,13 @@ class CompositeOptimizer(TorchProtocol):
         if not self.built and not self.weights:
             self._pending_weights = weights
             return
-        counts = [len(_optimizer_weights(optimizer)) for optimizer, _ in self._entries]
-        if len(weights) != sum(counts):
-            raise ValueError(
-                f"You called `set_weights(weights)` on optimizer {self.name} with a weight list of length "
-                f"{len(weights)}, but the optimizer was expecting {sum(counts)} weights."
-            )
-        start = 0
-        for (optimizer, _), count in zip(self._entries, counts):
-            optimizer.set_weights(weights[start:start + count])
-            start += count
+        parts = split_weights(self.optimizers, weights, self.name)[1:]
+        for optimizer, part in zip(self.optimizers, parts):
+            optimizer.set_weights(part)
 
     # ---------------------------------------------------------------------------------------- torch protocol
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        """Every sub-optimizer's parameter groups (the same dicts), in constructor order."""
-        return [g for optimizer in self._torch_optimizers() for g in optimizer.param_groups]
-
-    @param_groups.setter
-    def param_groups(self, groups: Any) -> None:
-        raise AttributeError("A CompositeOptimizer's param_groups are its sub-optimizers'; set those instead.")
-
     def _torch_optimizers(self) -> list[TorchProtocol]:
         return [o for o, _ in self._entries if isinstance(o, TorchProtocol)]
-
-    def _owner_of_group(self, index: int) -> tuple[TorchProtocol, int]:
-        for optimizer in self._torch_optimizers():
-            if index < len(optimizer.param_groups):
-                return optimizer, index
-            index -= len(optimizer.param_groups)
-        raise IndexError(index)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        raise NotImplementedError(
-            "CompositeOptimizer routes variables to its sub-optimizers: call `add_param_group` on the "
-            "sub-optimizer that should own the parameters (see `.optimizers`).")
-
-    def _has_learning_rate(self) -> bool:
-        return False
-
-    def _group_keys_of(self, index: int) -> tuple[str, ...]:
-        optimizer, local = self._owner_of_group(index)
-        return optimizer._group_keys_of(local)
-
-    def _check_group_values(self, group: Mapping[str, Any], index: int) -> None:
-        optimizer, local = self._owner_of_group(index)
-        optimizer._check_group_values(group, local)
-
-    def _sync_param_groups(self) -> None:
-        for optimizer in self._torch_optimizers():
-            optimizer._sync_param_groups()
-
-    def _publish_param_groups(self) -> None:
-        for optimizer in self._torch_optimizers():
-            optimizer._publish_param_groups()
-
-    def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
-        for optimizer in self._torch_optimizers():
-            entry = optimizer._param_state(param)
-            if entry:
-                return entry
-        return {}
-
-    def _before_state_io(self) -> None:
-        for optimizer in self._torch_optimizers():
-            optimizer._before_state_io()
-
-    def _after_state_load(self) -> None:
-        for optimizer in self._torch_optimizers():
-            optimizer._after_state_load()
 
     def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
         if "weights" not in state_dict:
@@ -379,15 +303,3 @@ def _takes_custom(klass: Any) -> bool:
         return "custom_objects" in inspect.signature(klass.from_config).parameters
     except (TypeError, ValueError):
         return False
-
-
-def _accepted(fn: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
-    """The subset of ``options`` that ``fn`` accepts (generations differ in ``apply_gradients`` arguments)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return {}
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return {k: v for k, v in options.items() if v is not None}
-    return {k: v for k, v in options.items() if k in params and v is not None}
-

@@ -27,8 +27,12 @@ _REGISTERED = (
     "Ftrl",
     "Lion",
     "LossScaleOptimizer",
+    "Muon",
+    "MultiOptimizer",
     "Nadam",
+    "OptimizerMap",
     "RMSprop",
+    "ScheduleFreeAdamW",
     "SGD",
 )
 

@@ -602,3 +602,80 @@ class WrapsInnerOptimizer:
 
     def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
         self._protocol_inner._add_variables(groups)
+
+
+class ComposesOptimizers:
+    """The torch protocol of an optimizer made of sub-optimizers (``CompositeOptimizer``, ``MultiOptimizer``):
+    ``param_groups`` are the sub-optimizers' groups (the same dicts, so a torch LR scheduler drives each
+    sub-optimizer), ``state`` and ``state_dict`` cover every sub-optimizer."""
+
+    def _torch_optimizers(self) -> list[TorchProtocol]:
+        raise NotImplementedError
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Every sub-optimizer's parameter groups (the same dicts), in sub-optimizer order."""
+        return [g for optimizer in self._torch_optimizers() for g in optimizer.param_groups]
+
+    @param_groups.setter
+    def param_groups(self, groups: Any) -> None:
+        raise AttributeError("This optimizer's param_groups are its sub-optimizers'; set those instead.")
+
+    def _owner_of_group(self, index: int) -> tuple[TorchProtocol, int]:
+        for optimizer in self._torch_optimizers():
+            if index < len(optimizer.param_groups):
+                return optimizer, index
+            index -= len(optimizer.param_groups)
+        raise IndexError(index)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} routes variables to its sub-optimizers: call `add_param_group` on the "
+            "sub-optimizer that should own the parameters (see `.optimizers`).")
+
+    def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None) -> None:
+        return None  # the sub-optimizers' groups hold them
+
+    def _has_learning_rate(self) -> bool:
+        return False
+
+    def _group_keys_of(self, index: int) -> tuple[str, ...]:
+        optimizer, local = self._owner_of_group(index)
+        return optimizer._group_keys_of(local)
+
+    def _check_group_values(self, group: Mapping[str, Any], index: int) -> None:
+        optimizer, local = self._owner_of_group(index)
+        optimizer._check_group_values(group, local)
+
+    def _sync_param_groups(self) -> None:
+        for optimizer in self._torch_optimizers():
+            optimizer._sync_param_groups()
+
+    def _publish_param_groups(self) -> None:
+        for optimizer in self._torch_optimizers():
+            optimizer._publish_param_groups()
+
+    def _param_group_partitions(self, pairs: list[Any]) -> list[tuple[list[Any], dict[str, Any]]]:
+        return [(pairs, {})]  # each sub-optimizer applies its own groups' values
+
+    def _start_updates(self) -> None:
+        return None  # each sub-optimizer evaluates its own learning rate
+
+    def _own_state(self) -> dict[str, torch.Tensor]:
+        """The composite's own scalars, shown in every parameter's state."""
+        return {}
+
+    def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
+        for optimizer in self._torch_optimizers():
+            entry = optimizer._param_state(param)
+            if entry:
+                return {**entry, **self._own_state()}
+        return {}
+
+    def _before_state_io(self) -> None:
+        for optimizer in self._torch_optimizers():
+            optimizer._before_state_io()
+
+    def _after_state_load(self) -> None:
+        for optimizer in self._torch_optimizers():
+            optimizer._after_state_load()

@@ -9,7 +9,7 @@ import torch
 from ..engine.blocks import elementwise
 from . import roots
 
-__all__ = ["adam", "adam_variable_update", "adam_moments", "adamax", "nadam", "lamb"]
+__all__ = ["adam", "adam_variable_update", "adam_moments", "second_moment", "adamax", "nadam", "lamb"]
 
 Tensors = list[torch.Tensor]
 
@@ -23,8 +23,12 @@ def adam_moments(grads: Tensors, m: Tensors, v: Optional[Tensors], *, one_minus_
     delta = torch._foreach_sub(grads, m)
     torch._foreach_mul_(delta, one_minus_beta_1)
     torch._foreach_add_(m, delta)
-    if v is None:
-        return
+    if v is not None:
+        second_moment(grads, v, one_minus_beta_2=one_minus_beta_2)
+
+
+def second_moment(grads: Tensors, v: Tensors, *, one_minus_beta_2: float) -> None:
+    """``v += (g*g - v) * (1 - b2)``: Adam's second moment alone (also schedule-free AdamW's)."""
     delta = torch._foreach_mul(grads, grads)
     torch._foreach_sub_(delta, v)
     torch._foreach_mul_(delta, one_minus_beta_2)

@@ -1,0 +1,98 @@
+"""Routing gradients to sub-optimizers: the machinery shared by the composites.
+
+``slotopt.CompositeOptimizer`` (TensorFlow Recommenders' API, any generation) and ``slotopt.MultiOptimizer``
+(Keras 3.15's API) both own several optimizers and send each ``(gradient, variable)`` pair to the one that owns
+the variable. They differ in how ownership is declared; grouping the pairs, calling each sub-optimizer with the
+arguments its generation accepts, and splitting a flat weight list back into the sub-optimizers' lists are
+written here once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+import torch
+
+__all__ = ["variable_path", "group_by_owner", "dispatch", "accepted", "optimizer_weights", "split_weights"]
+
+Pair = tuple[Any, torch.Tensor]
+
+
+def variable_path(var: torch.Tensor, fallback: str) -> str:
+    """A model variable's Keras ``path``: ``Variable.path`` when it has one, else ``fallback`` (for a plain
+    tensor or ``nn.Parameter``, the name it was registered under, e.g. ``"0.weight"`` from ``named_parameters``)."""
+    path = getattr(var, "path", None)
+    return path if isinstance(path, str) and path else fallback
+
+
+def group_by_owner(pairs: Sequence[Pair], owner_of: Callable[[torch.Tensor], Optional[int]],
+                   unowned: Callable[[torch.Tensor], str],
+                   check: Optional[Callable[[Pair], None]] = None) -> dict[int, list[Pair]]:
+    """``{owner index: pairs}`` in order of first appearance; raises ``ValueError(unowned(var))`` for a variable
+    with no owner. ``check`` runs on each pair right after its owner is found. Changes nothing."""
+    groups: dict[int, list[Pair]] = {}
+    for pair in pairs:
+        index = owner_of(pair[1])
+        if index is None:
+            raise ValueError(unowned(pair[1]))
+        if check is not None:
+            check(pair)
+        groups.setdefault(index, []).append(pair)
+    return groups
+
+
+def dispatch(optimizers: Sequence[Any], groups: dict[int, list[Pair]], options: Optional[dict[str, Any]] = None,
+             *, validate_first: bool = False) -> None:
+    """Calls ``optimizers[i].apply_gradients(groups[i], ...)`` for each group, in ``groups`` order.
+
+    A group whose gradients are all ``None`` is skipped (that optimizer does not step). ``options`` are passed
+    to the optimizers that accept them (generations differ). With ``validate_first``, every group is validated
+    by its optimizer (``_prepare_pairs``: checks and build, no update) before any optimizer updates anything,
+    so a bad pair for the second optimizer leaves the first one's variables unchanged.
+    """
+    live = [(optimizers[i], group) for i, group in groups.items() if any(g is not None for g, _ in group)]
+    if validate_first:
+        for optimizer, group in live:
+            optimizer._prepare_pairs(group)
+    for optimizer, group in live:
+        optimizer.apply_gradients(group, **accepted(optimizer.apply_gradients, options or {}))
+
+
+def accepted(fn: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The subset of ``options`` that ``fn`` accepts (generations differ in ``apply_gradients`` arguments)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return {k: v for k, v in options.items() if v is not None}
+    return {k: v for k, v in options.items() if k in params and v is not None}
+
+
+def optimizer_weights(optimizer: Any) -> list[torch.Tensor]:
+    """The optimizer's weights in its own order, whatever its generation."""
+    weights = getattr(optimizer, "weights", None)
+    if weights is not None and not callable(weights):
+        return list(weights)
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
+def split_weights(optimizers: Sequence[Any], weights: Sequence[Any], owner_name: str,
+                  leading: int = 0) -> list[list[Any]]:
+    """``weights`` cut into ``leading`` own weights followed by one list per optimizer (its current weight count);
+    raises ``ValueError`` naming ``owner_name`` when the total length is wrong. Changes nothing."""
+    counts = [len(optimizer_weights(optimizer)) for optimizer in optimizers]
+    expected = leading + sum(counts)
+    if len(weights) != expected:
+        raise ValueError(
+            f"You called `set_weights(weights)` on optimizer {owner_name} with a weight list of length "
+            f"{len(weights)}, but the optimizer was expecting {expected} weights."
+        )
+    parts, start = [list(weights[:leading])], leading
+    for count in counts:
+        parts.append(list(weights[start:start + count]))
+        start += count
+    return parts
