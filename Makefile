@@ -2,7 +2,7 @@
 #   - create .venv (python3 -m venv) if it is missing;
 #   - install torch==2.13.0 first, only if the venv cannot import torch (an unpinned torch would pull a
 #     multi-GB CUDA build; the pinned one is the CPU build);
-#   - install slotopt in editable mode with the demo and test extras (re-run when pyproject.toml changes).
+#   - install slotopt in editable mode with the demo, test and keras extras (re-run when pyproject.toml changes).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -32,7 +32,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	$(PIP) install -e '.[demo,test]'
+	$(PIP) install -e '.[demo,test,keras]'
 	@touch $(STAMP)
 
 clean-venv:
