@@ -7,6 +7,7 @@ same update kernels (``slotopt.kernels``).
 
 from . import legacy, schedules, v1
 from .composite import CompositeOptimizer
+from .keras_io import KerasCheckpoint, load_keras_checkpoint
 from .optimizer import Optimizer
 from .optimizers.adadelta import Adadelta
 from .optimizers.adafactor import Adafactor
@@ -25,4 +26,4 @@ from .variables import IndexedSlices, Variable
 
 __version__ = "0.1.0"
 
-__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "legacy", "v1"]
+__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "legacy", "v1", "load_keras_checkpoint", "KerasCheckpoint"]
