@@ -483,8 +483,8 @@ def _read_legacy(path: str, h5py: Any) -> KerasCheckpoint:
         variable_names=variable_names, weights=weights, layouts=layouts,
         optimizer_config={"class_name": cls.__name__, "config": inner}, optimizer_class=cls, optimizer_state=state,
     )
-    ckpt._owners = ckpt._probe()
     _order_legacy_state(ckpt, [n.split(":")[0] for n in opt_names])
+    ckpt._owners = ckpt._probe()
     return ckpt
 
 
