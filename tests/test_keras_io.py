@@ -152,7 +152,7 @@ def write_keras3(path, layers, optimizer=None, state=None, optimizer_config=None
                 group[str(i)] = np.asarray(a)
         if state is not None:
             group = f.create_group("optimizer").create_group("vars")
-            group.attrs["name"] = optimizer_config["config"].get("name", "optimizer")
+            group.attrs["name"] = optimizer.name if optimizer is not None else "optimizer"
             for i, a in enumerate(state):
                 group[str(i)] = np.asarray(a)
         f.create_group("vars").attrs["name"] = "sequential"
@@ -564,3 +564,29 @@ def test_no_warning_for_a_float32_file():
         warnings.simplefilter("error")
         ckpt = slotopt.load_keras_checkpoint(DATA / "keras3_adam_float32.keras")
         ckpt.optimizer(ckpt.parameters())
+
+
+def test_optimizer_saved_by_name_gets_its_defaults(tmp_path):
+    params = _mlp(torch.float32)
+    opt = slotopt.RMSprop()
+    _train(opt, params, _batches(torch.float32, 2))
+    path = write_keras3(tmp_path / "m.keras", _mlp_layers(params), opt, optimizer_config="rmsprop")
+    loaded = slotopt.load_keras_checkpoint(path).optimizer(params)
+    assert type(loaded) is slotopt.RMSprop and int(loaded.iterations) == 2
+    for a, b in zip(loaded.get_weights(), opt.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_bfloat16_variables_are_refused(tmp_path):
+    path, _ = _adam_file(tmp_path)
+    with zipfile.ZipFile(path) as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    blob = io.BytesIO(files["model.weights.h5"])
+    with h5py.File(blob, "a") as f:
+        f["layers/dense/vars/0"].attrs["dtype"] = "bfloat16"
+    files["model.weights.h5"] = blob.getvalue()
+    with zipfile.ZipFile(path, "w") as z:
+        for n, data in files.items():
+            z.writestr(n, data)
+    with pytest.raises(ValueError, match="bfloat16"):
+        slotopt.load_keras_checkpoint(path)

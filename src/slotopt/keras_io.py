@@ -100,6 +100,14 @@ def _tensor(array: Any) -> torch.Tensor:
     return torch.from_numpy(np.array(array, copy=True))
 
 
+def _dataset(group: Any, key: str, path: str) -> np.ndarray:
+    """A stored variable as a numpy array (Keras 3 marks bfloat16 datasets, which numpy cannot hold)."""
+    ds = group[key]
+    if _text(ds.attrs.get("dtype", "")) == "bfloat16":
+        raise ValueError(f"{path}: variable {ds.name} is bfloat16, which the Keras checkpoint reader does not support.")
+    return np.array(ds[()])
+
+
 @dataclass
 class _Layer:
     class_name: str
@@ -227,7 +235,7 @@ class KerasCheckpoint:
         variables = list(opt.variables) if self.kind == "keras3" else list(opt.weights)
         owners: list[Optional[int]] = []
         for var in variables:
-            match = _OWNER.match(str(var.path).split("/", 1)[-1])
+            match = _OWNER.match(str(getattr(var, "path", "")).split("/", 1)[-1])
             owners.append(int(match.group(1)) if match else None)
         return owners
 
@@ -387,12 +395,12 @@ def _read_keras3(path: str, h5py: Any) -> KerasCheckpoint:
         blob = archive.read("model.weights.h5")
     compile_config = config.get("compile_config") or {}
     opt_config = compile_config.get("optimizer")
+    if isinstance(opt_config, str):  # an optimizer given by name, with its defaults
+        opt_config = {"class_name": opt_config, "config": {}}
     if not isinstance(opt_config, Mapping):
         raise ValueError(
             f"{path} has no optimizer: the model was saved without being compiled (no `compile_config.optimizer`)."
         )
-    if isinstance(opt_config, str):  # pragma: no cover - compile(optimizer="adam") is serialized as a dict
-        opt_config = {"class_name": opt_config, "config": {}}
     cls = _optimizer_class(opt_config.get("class_name"), "keras3", path)
     layers = _model_layers(config, path)
     with h5py.File(io.BytesIO(blob), "r") as f:
@@ -417,10 +425,10 @@ def _read_keras3(path: str, h5py: Any) -> KerasCheckpoint:
             for i, (var, kind) in enumerate(_layer_variables(layer, count, path)):
                 name = f"{layer.name}/{var}"
                 variable_names.append(name)
-                weights[name] = _tensor(group[str(i)][()])
+                weights[name] = _tensor(_dataset(group, str(i), path))
                 layouts[name] = kind
         opt_vars = f["optimizer"]["vars"]
-        state = [np.array(opt_vars[str(i)][()]) for i in range(len(opt_vars))]
+        state = [_dataset(opt_vars, str(i), path) for i in range(len(opt_vars))]
     floatx = None
     inner = opt_config.get("config") or {}
     if not isinstance(inner.get("learning_rate"), Mapping) and len(state) > 1:
