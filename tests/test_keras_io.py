@@ -15,7 +15,6 @@ import warnings
 import zipfile
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 import torch
@@ -24,6 +23,8 @@ from torch import nn
 
 import slotopt
 from slotopt.keras_io import _snake_case
+
+h5py = pytest.importorskip("h5py", reason="the `keras` extra (h5py) is not installed: make setup installs it")
 
 DATA = Path(__file__).parent / "data" / "keras_checkpoints"
 SAMPLES = [("keras3_adam_float32.keras", "expected_keras3.json"), ("legacy_adam_float32.h5", "expected_legacy.json")]
@@ -590,3 +591,31 @@ def test_bfloat16_variables_are_refused(tmp_path):
             z.writestr(n, data)
     with pytest.raises(ValueError, match="bfloat16"):
         slotopt.load_keras_checkpoint(path)
+
+
+def test_frozen_layer_is_read_but_not_trained(tmp_path):
+    params = _mlp(torch.float32)
+    opt = slotopt.Adam(learning_rate=0.05)
+    batches = _batches(torch.float32, 4)
+    for x, y in batches[:2]:  # only the output layer trains
+        loss = _mlp_loss(params, x, y)
+        opt.apply_gradients(zip(torch.autograd.grad(loss, params[2:]), params[2:]))
+    layers = _mlp_layers(params)
+    layers[0] = layers[0][:3] + ({"trainable": False},)
+    ckpt = slotopt.load_keras_checkpoint(write_keras3(tmp_path / "m.keras", layers, opt))
+    assert ckpt.variable_names == ["out/kernel", "out/bias"]
+    assert torch.equal(ckpt.weights["hidden/kernel"], params[0].detach())
+    model = _module(torch.float32)
+    model[0].requires_grad_(False)
+    module_opt = ckpt.load_module(model, {"hidden/kernel": "0.weight", "hidden/bias": "0.bias",
+                                          "out/kernel": "2.weight", "out/bias": "2.bias"})
+    assert torch.equal(model[0].weight, params[0].detach().T)
+    assert len(module_opt.variables) == 2 + 2 * 2
+    for x, y in batches[2:]:
+        loss = _mlp_loss(params, x, y)
+        opt.apply_gradients(zip(torch.autograd.grad(loss, params[2:]), params[2:]))
+        module_opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        module_opt.step()
+    torch.testing.assert_close(model[2].weight.detach(), params[2].detach().T, rtol=1e-5, atol=1e-6)
+    assert torch.equal(model[0].weight, params[0].detach().T)

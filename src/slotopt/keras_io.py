@@ -135,7 +135,7 @@ def _model_layers(model_config: Mapping[str, Any], path: str) -> list[_Layer]:
 
 
 def _layer_variables(layer: _Layer, count: int, path: str) -> list[tuple[str, str]]:
-    """The trainable ``(variable name, layout kind)`` of ``layer``, which has ``count`` variables in the file."""
+    """The ``(variable name, layout kind)`` of ``layer``, which has ``count`` variables in the file."""
     if layer.class_name not in SUPPORTED_LAYERS:
         if count == 0:
             return []
@@ -149,7 +149,7 @@ def _layer_variables(layer: _Layer, count: int, path: str) -> list[tuple[str, st
             f"Layer {layer.name!r} ({layer.class_name}) in {path} has {count} variable(s); expected {len(names)} "
             f"({[n for n, _ in names]})."
         )
-    return names if layer.trainable else []
+    return names
 
 
 def _optimizer_class(class_name: Any, kind: str, path: str) -> type:
@@ -174,7 +174,7 @@ class KerasCheckpoint:
         kind: ``"keras3"`` (a ``.keras`` file) or ``"legacy"`` (a tf.keras ``.h5`` file).
         keras_version: the Keras version that wrote the file.
         variable_names: the model's trainable variables, ``"<layer name>/<variable name>"``, in the model's order.
-        weights: name → tensor, in Keras layout and the stored dtype.
+        weights: name → tensor, in Keras layout and the stored dtype (also the variables of frozen layers).
         layouts: name → layout kind (``"dense_kernel"``, ``"conv1d_kernel"``, ``"conv2d_kernel"``, ``"as_is"``).
         optimizer_config: ``{"class_name", "config"}`` of the saved optimizer (a schedule stays serialized).
         optimizer_class: the slotopt class it maps to (``slotopt.Adam`` or ``slotopt.legacy.Adam``, ...).
@@ -312,7 +312,8 @@ class KerasCheckpoint:
         """Loads the weights into ``module`` and returns the saved optimizer built on its parameters.
 
         ``mapping`` maps each Keras variable name (``variable_names``) to a parameter name of ``module``
-        (``module.named_parameters()``); without it the module's parameters are taken in order. Kernels are
+        (``module.named_parameters()``); without it the module's parameters are taken in order. It may also map
+        variables of frozen layers (in ``weights`` but not in ``variable_names``): they are copied, not trained. Kernels are
         converted to torch's layout (Dense ↔ ``nn.Linear``: transposed; Conv1D/Conv2D ↔ ``nn.Conv1d``/
         ``nn.Conv2d``: ``(..., in, out)`` → ``(out, in, ...)``; Embedding as is), and every optimizer slot of a
         variable the same way. Everything is checked before the module is written.
@@ -336,7 +337,7 @@ class KerasCheckpoint:
                 f"{unknown}. Expected names: {self.variable_names}."
             )
         targets = []
-        for name in self.variable_names:
+        for name in mapping:
             pname = mapping[name]
             if pname not in named:
                 raise ValueError(
@@ -351,8 +352,8 @@ class KerasCheckpoint:
                     f"{pname!r} of shape {tuple(param.shape)} and dtype {param.dtype}; expected shape {shape} and "
                     f"dtype {self.weights[name].dtype}."
                 )
-            targets.append((pname, param))
-        if len({id(p) for _, p in targets}) != len(targets):
+            targets.append((name, pname, param))
+        if len({id(p) for _, _, p in targets}) != len(targets):
             raise ValueError(f"Argument `mapping` maps two variables to the same parameter. Received: {dict(mapping)}")
         state = []
         for i, (value, owner) in enumerate(zip(self.optimizer_state, self._owners)):
@@ -370,10 +371,11 @@ class KerasCheckpoint:
                     )
             state.append(tensor)
         with torch.no_grad():
-            for name, (_, param) in zip(self.variable_names, targets):
+            for name, _, param in targets:
                 param.copy_(_to_torch(self.weights[name], self.layouts[name]))
+        by_name = {name: (pname, param) for name, pname, param in targets}
         opt = self._new_optimizer()
-        opt.build(targets)
+        opt.build([by_name[name] for name in self.variable_names])
         self._learning_rate_note(opt)
         opt.set_weights(state)
         return opt
@@ -424,7 +426,8 @@ def _read_keras3(path: str, h5py: Any) -> KerasCheckpoint:
             count = len(group) if group is not None else 0
             for i, (var, kind) in enumerate(_layer_variables(layer, count, path)):
                 name = f"{layer.name}/{var}"
-                variable_names.append(name)
+                if layer.trainable:  # a frozen layer's variables are not the optimizer's
+                    variable_names.append(name)
                 weights[name] = _tensor(_dataset(group, str(i), path))
                 layouts[name] = kind
         opt_vars = f["optimizer"]["vars"]
@@ -483,7 +486,8 @@ def _read_legacy(path: str, h5py: Any) -> KerasCheckpoint:
                 if var not in by_var:
                     raise ValueError(f"Layer {layer.name!r} in {path} has no {var!r} weight (found {stored}).")
                 name = f"{layer.name}/{var}"
-                variable_names.append(name)
+                if layer.trainable:
+                    variable_names.append(name)
                 weights[name] = _tensor(group[by_var[var]][()])
                 layouts[name] = kind
     ckpt = KerasCheckpoint(
