@@ -209,19 +209,23 @@ class KerasCheckpoint:
         config = dict(self.optimizer_config["config"])
         return self.optimizer_class.from_config(config)
 
+    def _state_variables(self, opt: Any) -> list[torch.Tensor]:
+        """What ``opt.set_weights`` assigns, in order: Keras 3 ``variables``, tf.keras ``weights``."""
+        return list(opt.variables if self.kind == "keras3" else opt.weights)
+
     def _check_state(self, opt: Any, where: str) -> None:
         """Count and shapes of the saved state against the variables of ``opt`` (built in Keras layout)."""
-        variables = list(opt.variables) if self.kind == "keras3" else list(opt.weights)
+        variables = self._state_variables(opt)
         if len(variables) != len(self.optimizer_state):
             raise ValueError(
                 f"{where}: the file holds {len(self.optimizer_state)} optimizer variables, but a "
                 f"{self.optimizer_class.__name__} built on the model's {len(self.variable_names)} trainable variables "
-                f"has {len(variables)} ({[v.path for v in variables]})."
+                f"has {len(variables)} ({[getattr(v, 'path', i) for i, v in enumerate(variables)]})."
             )
         for i, (var, value) in enumerate(zip(variables, self.optimizer_state)):
             if tuple(var.shape) != tuple(value.shape):
                 raise ValueError(
-                    f"{where}: optimizer variable {i} ({var.path}) has shape {tuple(value.shape)} in the file; "
+                    f"{where}: optimizer variable {i} ({getattr(var, 'path', '')}) has shape {tuple(value.shape)} in the file; "
                     f"expected {tuple(var.shape)}."
                 )
 
@@ -232,9 +236,8 @@ class KerasCheckpoint:
         opt.build([(f"p{j}", torch.zeros(self.weights[n].shape, dtype=self.weights[n].dtype))
                    for j, n in enumerate(self.variable_names)])
         self._check_state(opt, self.path)
-        variables = list(opt.variables) if self.kind == "keras3" else list(opt.weights)
         owners: list[Optional[int]] = []
-        for var in variables:
+        for var in self._state_variables(opt):
             match = _OWNER.match(str(getattr(var, "path", "")).split("/", 1)[-1])
             owners.append(int(match.group(1)) if match else None)
         return owners
@@ -246,7 +249,7 @@ class KerasCheckpoint:
         lr = opt.learning_rate
         if not isinstance(lr, torch.Tensor):
             return
-        for var, value in zip(opt.variables, self.optimizer_state):
+        for var, value in zip(self._state_variables(opt), self.optimizer_state):
             if var is lr and var.dtype != self.floatx:
                 stored = torch.as_tensor(value)
                 if not torch.equal(stored.to(var.dtype).to(stored.dtype), stored):
