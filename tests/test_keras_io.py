@@ -121,7 +121,8 @@ def _layer_config(cls, name, use_bias=True, trainable=True):
     return {"module": "keras.layers", "class_name": cls, "config": config, "registered_name": None}
 
 
-def write_keras3(path, layers, optimizer=None, state=None, optimizer_config=None, floatx=None, named_groups=True):
+def write_keras3(path, layers, optimizer=None, state=None, optimizer_config=None, floatx=None, named_groups=True,
+                 keras_version="3.15.1"):
     """A ``.keras`` file as Keras 3 writes it. ``layers``: ``[(class, name, [arrays], config extras)]``;
     ``state`` defaults to ``optimizer.get_weights()``, its learning rate stored in ``floatx``."""
     if optimizer_config is None and optimizer is not None:
@@ -158,7 +159,7 @@ def write_keras3(path, layers, optimizer=None, state=None, optimizer_config=None
                 group[str(i)] = np.asarray(a)
         f.create_group("vars").attrs["name"] = "sequential"
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr("metadata.json", _json({"keras_version": "3.15.1", "date_saved": "2026-11-23@00:00:00"}))
+        z.writestr("metadata.json", _json({"keras_version": keras_version, "date_saved": "2026-11-23@00:00:00"}))
         z.writestr("config.json", _json(config))
         z.writestr("model.weights.h5", blob.getvalue())
     return path
@@ -456,6 +457,12 @@ def test_unknown_optimizer_class_is_refused(tmp_path):
     path = write_legacy(tmp_path / "m.h5", _mlp_layers(params), opt,
                         optimizer_config={"class_name": "Lion", "config": {}})
     with pytest.raises(ValueError, match=r"Unknown optimizer class .*'Lion'.*tf.keras legacy"):
+        slotopt.load_keras_checkpoint(path)
+
+
+def test_keras2_dot_keras_file_is_refused(tmp_path):
+    path, _ = _adam_file(tmp_path, keras_version="2.13.1")
+    with pytest.raises(ValueError, match="written by Keras 2.13.1"):
         slotopt.load_keras_checkpoint(path)
 
 

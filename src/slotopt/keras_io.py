@@ -398,6 +398,12 @@ def _read_keras3(path: str, h5py: Any) -> KerasCheckpoint:
         config = json.loads(archive.read("config.json"))
         metadata = json.loads(archive.read("metadata.json")) if "metadata.json" in names else {}
         blob = archive.read("model.weights.h5")
+    version = str(metadata.get("keras_version", ""))
+    if version.startswith(("1.", "2.")):
+        raise ValueError(
+            f"{path} was written by Keras {version}: only `.keras` files of Keras 3 are supported (a tf.keras 2.x "
+            "model with a legacy optimizer can be read from its `.h5` file)."
+        )
     compile_config = config.get("compile_config") or {}
     opt_config = compile_config.get("optimizer")
     if isinstance(opt_config, str):  # an optimizer given by name, with its defaults
@@ -440,7 +446,7 @@ def _read_keras3(path: str, h5py: Any) -> KerasCheckpoint:
     if not isinstance(inner.get("learning_rate"), Mapping) and len(state) > 1:
         floatx = _tensor(state[1]).dtype  # Keras 3: iteration, then the learning rate in floatx
     ckpt = KerasCheckpoint(
-        path=path, kind="keras3", keras_version=str(metadata.get("keras_version", "")), variable_names=variable_names,
+        path=path, kind="keras3", keras_version=version, variable_names=variable_names,
         weights=weights, layouts=layouts,
         optimizer_config={"class_name": cls.__name__, "config": dict(inner)}, optimizer_class=cls,
         optimizer_state=state, floatx=floatx,
