@@ -2,7 +2,7 @@
 #   - create .venv (python3 -m venv) if it is missing;
 #   - install torch==2.13.0 first, only if the venv cannot import torch (an unpinned torch would pull a
 #     multi-GB CUDA build; the pinned one is the CPU build);
-#   - install slotopt in editable mode with the demo, test and integrations extras (re-run when pyproject.toml
+#   - install slotopt in editable mode with the demo, test, keras and integrations extras (re-run when pyproject.toml
 #     changes); the integrations (Lightning, transformers, accelerate) are tested for real by `make test`.
 
 PYTHON ?= python3
@@ -33,7 +33,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	$(PIP) install -e '.[demo,test,integrations]'
+	$(PIP) install -e '.[demo,test,keras,integrations]'
 	@touch $(STAMP)
 
 clean-venv:

@@ -7,6 +7,7 @@ same update kernels (``slotopt.kernels``).
 
 from . import distributed, legacy, schedules, v1
 from .composite import CompositeOptimizer
+from .keras_io import KerasCheckpoint, load_keras_checkpoint
 from .multi_optimizer import MultiOptimizer, OptimizerMap
 from .optimizer import Optimizer
 from .optimizers.adadelta import Adadelta
@@ -28,4 +29,4 @@ from .variables import IndexedSlices, Variable
 
 __version__ = "0.1.0"
 
-__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "Muon", "ScheduleFreeAdamW", "MultiOptimizer", "OptimizerMap", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "legacy", "v1", "distributed"]
+__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "Muon", "ScheduleFreeAdamW", "MultiOptimizer", "OptimizerMap", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "legacy", "v1", "distributed", "load_keras_checkpoint", "KerasCheckpoint"]
