@@ -409,7 +409,7 @@ class TorchProtocol(torch.optim.Optimizer):
                 shared[name] = (target, value_t)
                 assignments.append((target, value_t))
         new_values = []
-        for i, (group, saved) in enumerate(zip(groups, saved_groups)):
+        for i, saved in enumerate(saved_groups):
             values = {k: v for k, v in saved.items() if k != "params"}
             self._check_group_values({k: v for k, v in values.items() if k in self._group_keys_of(i)}, i)
             new_values.append(values)
