@@ -544,10 +544,11 @@ class Optimizer(OptimizerCore):
         elif self.global_clipnorm and self.global_clipnorm > 0:
             clip, limit = clipping.clip_by_global_norm, self.global_clipnorm
         elif self.clipvalue and self.clipvalue > 0:
-            clip, limit = clipping.clip_by_value, self.clipvalue
+            return clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self.clipvalue))
         else:
             return pairs
-        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit))
+        shards = self._shard_groups_of(pairs)
+        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, shards))
 
     def exclude_from_weight_decay(
         self, var_list: Optional[Sequence[torch.Tensor]] = None, var_names: Optional[Sequence[str]] = None

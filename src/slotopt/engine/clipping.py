@@ -2,17 +2,23 @@
 
 Functions take and return lists of dense tensors and never modify their inputs (the inputs may be the user's
 ``.grad`` tensors). Sparse gradients are clipped on their ``values``; the caller unwraps and rewraps them.
+
+``shard_groups`` (one entry per gradient, FSDP2) names the process groups a gradient's local shard must be summed
+over to give the whole tensor's sum of squares; None (the default) means every gradient is whole.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import torch
 
 from ..variables import IndexedSlices, as_indexed_slices, is_sparse
+from .distributed import sum_over_shards
+
+ShardGroups = Optional[Sequence[Sequence[Any]]]
 
 __all__ = ["clip_by_value", "clip_by_norm", "clip_by_global_norm", "global_norm", "map_gradient_values"]
 
@@ -23,24 +29,29 @@ def clip_by_value(grads: Sequence[torch.Tensor], clipvalue: float) -> list[torch
     return [torch.clamp(g, -clipvalue, clipvalue) for g in grads]
 
 
-def clip_by_norm(grads: Sequence[torch.Tensor], clipnorm: float) -> list[torch.Tensor]:
+def _square_sums(grads: Sequence[torch.Tensor], shard_groups: ShardGroups) -> list[torch.Tensor]:
+    sums = [torch.sum(g * g) for g in grads]
+    return sums if shard_groups is None else sum_over_shards(sums, [list(gr) for gr in shard_groups])
+
+
+def clip_by_norm(grads: Sequence[torch.Tensor], clipnorm: float, shard_groups: ShardGroups = None) -> list[torch.Tensor]:
     """``g * c / max(||g||, c)`` per tensor; a zero norm leaves the gradient unchanged."""
     out = []
-    for g in grads:
-        sq = torch.sum(g * g)
+    for g, sq in zip(grads, _square_sums(grads, shard_groups)):
         norm = torch.where(sq > 0, torch.sqrt(torch.where(sq > 0, sq, torch.ones_like(sq))), sq)
         out.append((g * clipnorm) / torch.maximum(norm, torch.tensor(clipnorm, dtype=g.dtype, device=g.device)))
     return out
 
 
-def global_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+def global_norm(grads: Sequence[torch.Tensor], shard_groups: ShardGroups = None) -> torch.Tensor:
     """``sqrt(sum_i sum(g_i ** 2))``, accumulated on the first gradient's device."""
     device = grads[0].device
-    sums = [torch.sum(g * g).to(device) for g in grads]
+    sums = [s.to(device) for s in _square_sums(grads, shard_groups)]
     return torch.sqrt(torch.sum(torch.stack([s.to(sums[0].dtype) for s in sums])))
 
 
-def clip_by_global_norm(grads: Sequence[torch.Tensor], clipnorm: float) -> list[torch.Tensor]:
+def clip_by_global_norm(grads: Sequence[torch.Tensor], clipnorm: float,
+                        shard_groups: ShardGroups = None) -> list[torch.Tensor]:
     """Scales all gradients by ``c * min(1/N, 1/c) + (N - N)``.
 
     A non-finite global norm N makes every gradient NaN; ``c = 0`` (which tf.keras legacy accepts) gives zero
@@ -48,7 +59,7 @@ def clip_by_global_norm(grads: Sequence[torch.Tensor], clipnorm: float) -> list[
     """
     if not grads:
         return []
-    norm = global_norm(grads)
+    norm = global_norm(grads, shard_groups)
     inverse_limit = 1.0 / clipnorm if clipnorm else math.inf
     scale = clipnorm * torch.minimum(1.0 / norm, torch.tensor(inverse_limit, dtype=norm.dtype,
                                                                 device=norm.device)) + (norm - norm)

@@ -8,6 +8,7 @@ variable's position, groups variables by (device, dtype) for multi-tensor kernel
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional, Union
 
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from ..variables import IndexedSlices, as_indexed_slices, is_sparse, named_variables, variable_name
+from . import distributed
 from . import sparse as sparse_rows
 from .torch_protocol import TorchProtocol, is_param_group_list
 
@@ -54,6 +56,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         self._var_index: dict[int, int] = {}
         self._slots: dict[str, dict[int, torch.Tensor]] = {}
         self._group_cache: dict[tuple[int, ...], list[list[int]]] = {}
+        self._originals: list[torch.Tensor] = []  # what the user gave: param_groups hold these
+        self._sharded: dict[int, Any] = {}  # position -> the DTensor parameter (FSDP2) whose local shard is _vars
         self._init_torch_protocol()
 
     # ----------------------------------------------------------------------------------------- variables
@@ -72,11 +76,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 params = [params] if isinstance(params, torch.Tensor) else params
                 first_new = len(self._vars)
                 positions += self._register_named(named_variables(params))
-                self._track(self._vars[first_new:], group)
+                self._track(self._originals[first_new:], group)
             return positions
         first_new = len(self._vars)
         positions = self._register_named(named_variables(variables))
-        self._track(self._vars[first_new:])
+        self._track(self._originals[first_new:])
         return positions
 
     def _register_named(self, named: list[tuple[str, torch.Tensor]]) -> list[int]:
@@ -88,11 +92,69 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 if name in self._taken_names:
                     name = f"{name}_{pos}"
                 self._taken_names.add(name)
+                self._originals.append(var)
+                if distributed.is_dtensor(var):  # FSDP2: the rules run on the local shard
+                    self._sharded[pos] = var
+                    var = distributed.local_view(var)
+                    self._var_index[id(var)] = pos
                 self._vars.append(var)
                 self._var_names.append(name)
-                self._var_index[id(var)] = pos
+                self._var_index[id(self._originals[pos])] = pos
             positions.append(pos)
         return positions
+
+    # ----------------------------------------------------------------------------------------- sharded parameters
+    def _local_pairs(self, grads_and_vars: Pairs) -> Pairs:
+        """FSDP2: ``(DTensor gradient, DTensor parameter)`` pairs become pairs of local shards (the pipeline's
+        first stage). Without sharded parameters the pairs pass through untouched."""
+        if not self._sharded:
+            return grads_and_vars
+        out = []
+        for item in grads_and_vars:
+            grad, var = item if isinstance(item, (tuple, list)) and len(item) == 2 else (None, item)
+            if distributed.is_dtensor(var):
+                pos = self._var_index.get(id(var))
+                if pos is None:
+                    raise ValueError(
+                        f"Sharded (FSDP2) parameter {variable_name(var, 'variable')} is unknown to this optimizer: "
+                        "pass the sharded parameters with `params=` (or `build`) before the first step.")
+                if distributed.is_dtensor(grad):
+                    if tuple(grad.placements) != tuple(var.placements):
+                        grad = grad.redistribute(var.device_mesh, var.placements)
+                    grad = distributed.local_view(grad)
+                var = self._vars[pos]
+            out.append((grad, var))
+        return out
+
+    def _shard_groups_of(self, pairs: Sequence[Pair]) -> Optional[list[list[Any]]]:
+        """Per pair with a gradient: the process groups its variable is sharded over (None: nothing sharded)."""
+        if not self._sharded:
+            return None
+        index, sharded = self._var_index, self._sharded
+        groups = []
+        for g, v in pairs:
+            if g is None:
+                continue
+            owner = sharded.get(index.get(id(v), -1))
+            groups.append(distributed.shard_groups(owner) if owner is not None else [])
+        return groups
+
+    def _all_finite(self, grads: Sequence[torch.Tensor]) -> bool:
+        """Every element of every gradient finite, on every shard (a loss-scale step is skipped everywhere or
+        nowhere). One fused max-abs reduction per device (``torch._foreach_norm`` with ``ord=inf``: inf and NaN
+        propagate and, unlike a 2-norm, it cannot overflow on large finite values), one host sync per device."""
+        by_device: dict[torch.device, list[torch.Tensor]] = {}
+        for g in grads:
+            if g.numel():
+                by_device.setdefault(g.device, []).append(g)
+        finite = all(bool(torch.isfinite(torch.stack([m.float() for m in torch._foreach_norm(ts, math.inf)])).all())
+                     for ts in by_device.values())
+        flag = torch.tensor([0.0 if finite else 1.0])
+        if self._sharded:
+            groups = {id(gr): gr for owner in self._sharded.values() for gr in distributed.shard_groups(owner)}
+            for group in groups.values():
+                torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=group)
+        return bool(flag.item() == 0.0)
 
     def _position(self, var: torch.Tensor) -> Optional[int]:
         return self._var_index.get(id(var))
@@ -102,11 +164,16 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return self._var_names[pos] if pos is not None else variable_name(var, "variable")
 
     def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
-        """torch's ``state[param]``: the variable's slots under their names, then the shared scalars."""
+        """torch's ``state[param]``: the variable's slots under their names, then the shared scalars. A sharded
+        parameter's slots are shown as DTensors sharded like it (what ``torch.distributed.checkpoint`` saves)."""
         pos = self._position(param)
         if pos is None:
             return {}
         entry = {name: table[pos] for name, table in self._slots.items() if pos in table}
+        owner = self._sharded.get(pos)
+        if owner is not None:
+            local_shape = self._vars[pos].shape
+            entry = {k: distributed.wrap_like(v, owner) if v.shape == local_shape else v for k, v in entry.items()}
         entry.update(self._shared_state())
         return entry
 

@@ -755,10 +755,13 @@ class Optimizer(OptimizerCore):
         if self._clipvalue is not None:
             pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self._clipvalue))
         if self._clipnorm is not None:
-            pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm))
+            shards = self._shard_groups_of(pairs)
+            pairs = clipping.map_gradient_values(
+                pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm, shards))
         if self._global_clipnorm is not None:
             pairs = clipping.map_gradient_values(
-                pairs, lambda grads: clipping.clip_by_global_norm(grads, self._global_clipnorm))
+                pairs, lambda grads: clipping.clip_by_global_norm(grads, self._global_clipnorm,
+                                                                  self._shard_groups_of(pairs)))
         for fn in self.gradient_transformers:
             pairs = list(fn(pairs))
         return pairs
