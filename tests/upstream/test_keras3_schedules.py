@@ -47,7 +47,7 @@ def test_fit_lr_correctness():
             loss = ((xb @ kernel + bias - yb) ** 2).mean()
             grads = torch.autograd.grad(loss, [kernel, bias])
             optimizer.apply_gradients(zip(grads, [kernel, bias]))
-            losses.append(float(loss))
+            losses.append(loss.item())
         history.append(np.mean(losses))
     assert int(optimizer.variables[0]) == 4 * 3
     np.testing.assert_allclose(history, [230.79457092285156, 128.30319213867188, 79.33648681640625], rtol=5e-5)
