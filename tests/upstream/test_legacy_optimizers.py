@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _tf_testing import DTYPES, NP, close, close_by_type, const, slices, var
 
 import slotopt
 from slotopt import legacy
-
-from _tf_testing import DTYPES, NP, close, close_by_type, const, slices, var
 
 FLOATS = [torch.float32, torch.float64]
 
