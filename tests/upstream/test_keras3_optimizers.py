@@ -552,3 +552,21 @@ def test_sparse_correctness(case):
         opt_sparse.apply([grad], [var_sparse])
         opt_dense.apply([grad.to_dense()], [var_dense])
         assert_close(var_sparse, var_dense.detach().double().numpy())
+
+
+def test_adam_clipnorm_indexed_slices():
+    # keras/src/optimizers/adam_test.py: test_clipnorm_indexed_slices (keras-team/keras#18985): Embedding(10, 4),
+    # Flatten, Dense(2), Adam(clipnorm=100), one mse batch of ones -> zeros. The embedding gets a sparse gradient
+    # with token 1 repeated five times per row; clipping it must work, and only row 1 may move.
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(10, 4, sparse=True)
+    dense = torch.nn.Linear(20, 2)
+    table_before = embedding.weight.detach().clone()
+    opt = slotopt.Adam(clipnorm=100, params=[embedding.weight, dense.weight, dense.bias])
+    x = torch.ones(8, 5, dtype=torch.long)
+    loss = (dense(embedding(x).flatten(1)) ** 2).mean()
+    loss.backward()
+    opt.step()
+    moved = (embedding.weight.detach() != table_before).any(dim=1)
+    assert moved.tolist() == [i == 1 for i in range(10)]
+    assert torch.isfinite(embedding.weight).all()

@@ -1309,3 +1309,70 @@ def test_v2_deepcopy():
     # tf_keras/optimizers/legacy/optimizer_v2_test.py: DeepcopyTests.test_deepcopy
     clone = copy.deepcopy(legacy.Adam(0.42))
     assert clone.get_config()["learning_rate"] == pytest.approx(0.42, rel=1e-7)
+
+
+def test_v2_numeric_equivalence_for_nesterov_momentum():
+    # tf_keras/optimizers/legacy/optimizer_v2_test.py: OptimizersCompatibilityTest.
+    # testNumericEquivalenceForNesterovMomentum, the legacy-SGD-versus-tf.compat.v1.train.MomentumOptimizer part
+    # (optimizer_v1, Keras 1's optimizers, is not part of slotopt): a small MLP trained 10 epochs of 4 batches.
+    gen = torch.Generator().manual_seed(1331)
+    x = torch.randn(20, 3, generator=gen)
+    y = F.one_hot(torch.randint(0, 2, (20,), generator=gen), 2).float()
+
+    def make_model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+
+    def train(model, apply):
+        params = list(model.parameters())
+        losses = []
+        for _ in range(10):
+            for b in range(4):
+                loss = F.cross_entropy(model(x[5 * b:5 * b + 5]), y[5 * b:5 * b + 5])
+                apply(list(zip(torch.autograd.grad(loss, params), params)))
+                losses.append(loss.item())
+        return losses
+
+    model_k, model_tf = make_model(), make_model()
+    losses_k = train(model_k, legacy.SGD(momentum=0.9, nesterov=True).apply_gradients)
+    losses_tf = train(model_tf, slotopt.v1.MomentumOptimizer(learning_rate=0.01, momentum=0.9,
+                                                             use_nesterov=True).apply_gradients)
+    for a, b in zip(model_k.parameters(), model_tf.parameters()):
+        close(a, b.detach().double().numpy())
+    close(losses_k, losses_tf)
+
+
+SUBCLASS_CASES = {
+    "Adadelta": (legacy.Adadelta, {}), "Adagrad": (legacy.Adagrad, {}), "Adam": (legacy.Adam, {}),
+    "Adam_amdgrad": (legacy.Adam, dict(amsgrad=True)), "Adamax": (legacy.Adamax, {}), "Ftrl": (legacy.Ftrl, {}),
+    "Ftrl_l2_shrinkage": (legacy.Ftrl, dict(l2_shrinkage_regularization_strength=0.1)), "SGD": (legacy.SGD, {}),
+    "SGD_momentum": (legacy.SGD, dict(momentum=0.5)), "Nadam": (legacy.Nadam, {}), "RMSprop": (legacy.RMSprop, {}),
+    "RMSprop_centered": (legacy.RMSprop, dict(centered=True)),
+    "RMSprop_momentum": (legacy.RMSprop, dict(momentum=0.5)),
+    "RMSprop_momentum_centered": (legacy.RMSprop, dict(momentum=0.5, centered=True)),
+}
+
+
+@pytest.mark.parametrize("case", list(SUBCLASS_CASES))
+def test_v2_subclass_compat(case):
+    # tf_keras/optimizers/legacy/optimizer_v2_test.py: OptimizerCoefficientTest.test_subclass_compat: a subclass
+    # overriding _resource_apply_dense/_resource_apply_sparse without `apply_state` still works (here: and gives
+    # the base class's numbers, on an embedding-like sparse gradient and a dense one).
+    cls, kwargs = SUBCLASS_CASES[case]
+
+    class SubclassedOptimizer(cls):
+        def _resource_apply_dense(self, grad, var):
+            return super()._resource_apply_dense(grad, var)
+
+        def _resource_apply_sparse(self, grad, var, indices):
+            return super()._resource_apply_sparse(grad, var, indices)
+
+    results = []
+    for factory in (cls, SubclassedOptimizer):
+        table, dense = var(np.ones((4, 3)), name="table"), var([1.0, -2.0], name="dense")
+        opt = factory(**kwargs)
+        for _ in range(2):
+            opt.apply_gradients([(slices([[0.5, 0.5, 0.5]], [2], [4, 3]), table), (const([0.1, 0.3]), dense)])
+        results.append([table.detach().clone(), dense.detach().clone()])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
