@@ -19,7 +19,7 @@ from slotopt import legacy, v1
 from slotopt.engine import blocks
 
 # Fast, reproducible: derandomized (CI sees the same examples every run), no per-example deadline on a shared box.
-FAST = settings(max_examples=12, deadline=None, derandomize=True, database=None,
+FAST = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 LR = st.sampled_from([0.001, 0.01, 0.1, 0.5])
