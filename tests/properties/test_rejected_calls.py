@@ -188,3 +188,34 @@ def test_failing_update_call_during_accumulation_changes_nothing(factory, accumu
     with pytest.raises(RuntimeError, match="learning rate unavailable"):
         factory.apply(opt, list(zip(gradient_steps(variables, 1, seed + 5)[0], variables)))
     _assert_unchanged(before, opt, variables, factory)
+
+
+@FAST
+@given(rules=st.lists(st.sampled_from([("legacy", "SGD"), ("legacy", "Adam"), ("keras3", "Adagrad"),
+                                       ("keras3", "RMSprop")]), min_size=2, max_size=2),
+       shapes=st.lists(SHAPES.map(lambda s: s[0]), min_size=2, max_size=4), dtype=DTYPE, seed=SEED,
+       steps=st.integers(1, 3), kind=st.sampled_from(["orphan", "shared", "shape", "dtype", "index_high"]))
+def test_composite_refused_call_changes_nothing(rules, shapes, dtype, seed, steps, kind):
+    # TFRS CompositeOptimizer: a variable no sub-optimizer owns, one two of them claim, or a bad gradient for one
+    # sub-optimizer's variable: refused before any sub-optimizer moves.
+    variables = make_variables(shapes, dtype, seed)
+    subs = [getattr(slotopt if api == "keras3" else slotopt.legacy, name)(learning_rate=0.1) for api, name in rules]
+    first, rest = variables[:1], variables[1:]
+    opt = slotopt.CompositeOptimizer([(subs[0], lambda: first), (subs[1], lambda: rest)])
+    for grads in gradient_steps(variables, steps, seed):
+        opt.apply_gradients(list(zip(grads, variables)))
+    pairs = list(zip(gradient_steps(variables, 1, seed + 2)[0], variables))
+    if kind == "orphan":
+        stranger = make_variables([shapes[0]], dtype, seed + 4, prefix="stranger")[0]
+        pairs.append((torch.ones_like(stranger), stranger))
+    elif kind == "shared":
+        opt = slotopt.CompositeOptimizer([(subs[0], lambda: first + rest[:1]), (subs[1], lambda: rest)])
+    else:
+        pairs[-1] = (_bad_gradient(kind, variables[-1]), variables[-1])
+    before = [v.detach().clone() for v in variables] + [t.detach().clone() for t in opt.variables()]
+    with pytest.raises((ValueError, TypeError)):
+        opt.apply_gradients(pairs)
+    after = [v.detach().clone() for v in variables] + [t.detach().clone() for t in opt.variables()]
+    assert len(before) == len(after)
+    for i, (a, b) in enumerate(zip(before, after)):
+        assert same_bits(a, b), f"state tensor {i} changed by a refused composite call"
