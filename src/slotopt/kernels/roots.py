@@ -1,4 +1,4 @@
-"""Correctly rounded square roots for the kernels.
+"""Correctly rounded square roots for the kernels, and a ``pow`` that does not depend on memory layout.
 
 TensorFlow's CPU kernels take IEEE square roots (``sqrtpd``: correctly rounded). ``torch.sqrt`` on CPU is not
 correctly rounded on every build: with torch 2.13 (AVX512 build) about 0.7% of float64 and float32 inputs come
@@ -77,7 +77,8 @@ def pow(tensors: Tensors, exponent: float) -> Tensors:
     On CPU, torch evaluates a contiguous run with a vectorized ``pow`` and the remainder with the C library's
     scalar ``pow``; the two differ by one ULP for a few percent of inputs, so a result would depend on blocking and
     packing. Reading the input through a strided view makes torch take the scalar loop for every element (for
-    float32 the C library's ``powf`` is correctly rounded); small tensors, like TensorFlow's, always took it.
+    float32 the C library's ``powf`` is correctly rounded). Tensors shorter than one vector, such as those of the
+    recorded reference cases, always took that loop.
     """
     if not tensors:
         return []
