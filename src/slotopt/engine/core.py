@@ -305,6 +305,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 f"(computed from the variables with autograd on). Received: {loss!r}"
             )
         trainable = [v for v in variables if v.requires_grad]
+        if grad_loss is None and value.dim() > 0:
+            # TensorFlow differentiates a non-scalar loss as the sum of its elements (unit output gradients).
+            grad_loss = torch.ones_like(value)
         grads = torch.autograd.grad(value, trainable, grad_outputs=grad_loss, allow_unused=True)
         by_id = {id(v): g for v, g in zip(trainable, grads)}
         return [by_id.get(id(v)) for v in variables]

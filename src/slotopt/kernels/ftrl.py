@@ -32,8 +32,8 @@ def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensor
     torch._foreach_add_(adjusted, grads)
     new_accumulators = torch._foreach_mul(grads, grads)
     torch._foreach_add_(new_accumulators, accumulators)
-    new_power = roots.sqrt(new_accumulators) if root else torch._foreach_pow(new_accumulators, power)
-    sigma = torch._foreach_sub(new_power, roots.sqrt(accumulators) if root else torch._foreach_pow(accumulators, power))
+    new_power = roots.sqrt(new_accumulators) if root else roots.pow(new_accumulators, power)
+    sigma = torch._foreach_sub(new_power, roots.sqrt(accumulators) if root else roots.pow(accumulators, power))
     torch._foreach_div_(sigma, lr)
     torch._foreach_mul_(sigma, params)
     if scalar_rows:
