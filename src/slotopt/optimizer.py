@@ -88,6 +88,10 @@ class Optimizer(OptimizerCore):
     _kernel_slots: tuple[str, ...] = ()
     #: Built-ins whose update is element-wise (no whole-tensor norms) may run over packed or cut tensors.
     _elementwise_update: bool = True
+    @property
+    def _shard_local_update(self) -> bool:  # type: ignore[override]
+        return self._elementwise_update
+
     #: Built-ins whose update leaves a row with zero gradient untouched may update sparse rows in place.
     _sparse_rows_independent: bool = False
 

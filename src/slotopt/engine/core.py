@@ -94,6 +94,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 self._taken_names.add(name)
                 self._originals.append(var)
                 if distributed.is_dtensor(var):  # FSDP2: the rules run on the local shard
+                    self._check_shardable(name)
                     self._sharded[pos] = var
                     var = distributed.local_view(var)
                     self._var_index[id(var)] = pos
@@ -104,6 +105,18 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return positions
 
     # ----------------------------------------------------------------------------------------- sharded parameters
+    def _check_shardable(self, name: str) -> None:
+        """Raises for an update rule that needs whole tensors (per-tensor norms, matrix products): it would be
+        wrong on a local shard."""
+        if not self._shard_local_update:
+            raise NotImplementedError(
+                f"{type(self).__name__} needs whole tensors (per-tensor norms or matrix products), so it cannot "
+                f"update the FSDP2-sharded parameter {name} shard by shard yet. Use an element-wise optimizer "
+                "(Adam, AdamW, SGD, RMSprop, ...) with fully_shard, or DDP.")
+
+    #: Whether the update rule is correct on a local shard (element-wise); faces refine it.
+    _shard_local_update: bool = True
+
     def _local_pairs(self, grads_and_vars: Pairs) -> Pairs:
         """FSDP2: ``(DTensor gradient, DTensor parameter)`` pairs become pairs of local shards (the pipeline's
         first stage). Without sharded parameters the pairs pass through untouched."""

@@ -142,9 +142,15 @@ def is_dtensor(value: Any) -> bool:
 
 
 def local_view(value: Any) -> torch.Tensor:
-    """The local shard of a DTensor (a view of its storage: in-place updates update the parameter)."""
-    with torch.no_grad():
-        return value.to_local()
+    """The local shard of a DTensor (a view of its storage: in-place updates update the parameter). The same view
+    object every time, so that optimizers sharing a parameter (a loss-scale wrapper and its inner optimizer)
+    recognise it."""
+    view = getattr(value, "_slotopt_local_view", None)
+    if view is None:
+        with torch.no_grad():
+            view = value.to_local()
+        value._slotopt_local_view = view
+    return view
 
 
 def shard_groups(dtensor: Any) -> list[Any]:
