@@ -1,9 +1,10 @@
-"""FSDP2 (``fully_shard``, DTensor parameters) and sharded checkpoints with 2 and 3 gloo processes (issue 10).
+"""DDP, FSDP2 (``fully_shard``, DTensor parameters) and sharded checkpoints with 2 and 3 gloo processes on
+127.0.0.1 (issue 10).
 
-Each run trains a float64 model sharded over the processes, every process on its part of the batch, and compares
-the result with single-process training on the whole batch (FSDP2 averages the gradients, as the mean loss over
-the whole batch does). Element-wise rules run on the local shards; clipping norms and loss-scale finiteness are
-summed over the shards.
+Each run trains a float64 model over the processes, every process on its part of the batch, and compares the
+result with single-process training on the whole batch (DDP and FSDP2 average the gradients, as the mean loss over
+the whole batch does): no optimizer reduces them again. Under FSDP2, element-wise rules run on the local shards;
+clipping norms and loss-scale finiteness are summed over the shards.
 """
 
 import os
@@ -26,6 +27,7 @@ OPTIMIZERS = {
                                                         params=p),
     "keras3-rmsprop-ema": lambda p: slotopt.RMSprop(learning_rate=0.01, use_ema=True, params=p),
     "keras3-loss-scale": lambda p: slotopt.LossScaleOptimizer(slotopt.Adam(learning_rate=0.01), params=p),
+    "legacy-sgd": lambda p: slotopt.legacy.SGD(learning_rate=0.1, params=p),
     "legacy-adam": lambda p: slotopt.legacy.Adam(learning_rate=0.01, params=p),
     "legacy-ftrl-clipnorm": lambda p: slotopt.legacy.Ftrl(learning_rate=0.1, clipnorm=0.05, params=p),
     "v1-adam": lambda p: slotopt.v1.AdamOptimizer(0.01, params=p),
@@ -68,21 +70,26 @@ def full_parameters(model):
     return [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone() for p in model.parameters()]
 
 
-def _train_worker(rank, world, port, results):
+def _train_worker(rank, world, engine, port, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         for name, make in OPTIMIZERS.items():
             model = make_model()
-            fully_shard(model)
+            if engine == "ddp":
+                wrapped = torch.nn.parallel.DistributedDataParallel(model)
+            else:
+                wrapped = fully_shard(model)
             opt = make(model)
-            train(model, opt, rank, world, STEPS)
-            results[(name, world, rank)] = full_parameters(model)
+            train(wrapped, opt, rank, world, STEPS)
+            results[(name, engine, world, rank)] = full_parameters(model)
+        if engine == "ddp":
+            return
         model = make_model()
         fully_shard(model)
         try:
             slotopt.Lamb(learning_rate=0.01, params=model)
         except NotImplementedError as err:
-            results[("lamb", world, rank)] = str(err)
+            results[("lamb", engine, world, rank)] = str(err)
     finally:
         dist.destroy_process_group()
 
@@ -95,26 +102,27 @@ def single_process(name):
 
 
 @pytest.fixture(scope="module")
-def fsdp_results():
+def distributed_results():
     manager = mp.Manager()
     results = manager.dict()
-    for world in (2, 3):  # 3 processes: uneven shards (5 rows over 3, 1 row over 3: empty shards)
-        mp.start_processes(_train_worker, args=(world, free_port(), results), nprocs=world, join=True,
+    # 3 processes: uneven shards (5 rows over 3; 1 row over 3 leaves empty shards)
+    for engine, world in (("ddp", 2), ("fsdp2", 2), ("fsdp2", 3)):
+        mp.start_processes(_train_worker, args=(world, engine, free_port(), results), nprocs=world, join=True,
                            start_method="spawn")
     return dict(results)
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("engine,world", [("ddp", 2), ("fsdp2", 2), ("fsdp2", 3)])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_fsdp2_equals_single_process_training(name, world, fsdp_results):
+def test_data_parallel_equals_single_process_training(name, engine, world, distributed_results):
     reference = single_process(name)
     for rank in range(world):
-        for a, b in zip(fsdp_results[(name, world, rank)], reference):
+        for a, b in zip(distributed_results[(name, engine, world, rank)], reference):
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
-def test_rules_that_need_whole_tensors_refuse_sharded_parameters(fsdp_results):
-    assert "cannot update the FSDP2-sharded parameter" in fsdp_results[("lamb", 2, 0)]
+def test_rules_that_need_whole_tensors_refuse_sharded_parameters(distributed_results):
+    assert "cannot update the FSDP2-sharded parameter" in distributed_results[("lamb", "fsdp2", 2, 0)]
 
 
 # ------------------------------------------------------------------------------------------- checkpoints N -> M
