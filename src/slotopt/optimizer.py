@@ -92,8 +92,11 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     _kernel_slots: tuple[str, ...] = ()
     #: Built-ins whose update is element-wise (no whole-tensor norms) may run over packed or cut tensors.
     _elementwise_update: bool = True
-    #: Built-ins whose update leaves a row with zero gradient untouched may update sparse rows in place.
-    _sparse_rows_independent: bool = False
+    #: How a built-in applies an ``IndexedSlices`` gradient with Keras 3's TensorFlow-backend semantics
+    #: (keras3_sparse.md): ``"rows"``: the rule only scatters into the slices' rows; ``"blocks"``: element-wise
+    #: rule that rewrites every row, run a block of rows at a time; ``"whole"``: needs whole-tensor norms;
+    #: ``None``: the gradient is densified first (custom optimizers, and rules whose divisor may be 0).
+    _sparse_layout: Optional[str] = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if "_super_init_called" not in self.__dict__:
@@ -504,20 +507,8 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         custom = type(self).update_step is not Optimizer.update_step
         dense: list[Pair] = []
         for g, v in pairs:
-            if isinstance(g, IndexedSlices) and not custom and self._sparse_rows_independent:
-                pos = self._position(v)
-                self._update_touched_rows(
-                    v, g, [self._slots[n][pos] for n in self._kernel_slots],
-                    lambda params, grads, slots: self._update_group(
-                        params, grads, {n: [s] for n, s in zip(self._kernel_slots, slots)}, learning_rate),
-                )
-            elif isinstance(g, IndexedSlices) and not custom and self._elementwise_update and v.device.type == "cpu":
-                # Keras 3: a sparse gradient moves every row exactly as its dense equivalent would.
-                pos = self._position(v)
-                sparse_rows.update_by_row_blocks(
-                    v, g, [self._slots[n][pos] for n in self._kernel_slots],
-                    lambda params, grads, slots: self._update_group(
-                        params, grads, {n: [s] for n, s in zip(self._kernel_slots, slots)}, learning_rate))
+            if isinstance(g, IndexedSlices) and not custom and self._sparse_layout is not None:
+                self._apply_slices(v, g, learning_rate)
             else:
                 dense.append((self._dense(g, v), v))
         if custom:
@@ -536,6 +527,35 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
                 self._update_group(params, [by_pos[p] for p in group],
                                    self._slot_lists(self._kernel_slots, group), learning_rate)
 
+    def _apply_slices(self, var: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> None:
+        """Keras 3 on its TensorFlow backend keeps a sparse gradient as slices through element-wise ops: repeats
+        of a row are summed only where the rule densifies (keras3_sparse.md §2). ``cast`` keeps slices, so the
+        values are cast to the variable's dtype first; the rule then sees the whole variable, or a block of its
+        rows with the slices of that block (``"blocks"``), so that no table-sized temporary is made."""
+        pos = self._position(var)
+        grad = IndexedSlices(grad.values.to(var.dtype), grad.indices, tuple(var.shape))
+        names = self._kernel_slots
+
+        def update(param: torch.Tensor, slices: IndexedSlices, slots: list[torch.Tensor]) -> None:
+            self._update_slices(param, slices, {n: [s] for n, s in zip(names, slots)}, learning_rate)
+
+        slots = [self._slots[n][pos] for n in names]
+        if self._sparse_layout == "blocks":
+            sparse_rows.update_by_row_blocks(var, grad, slots, update)
+        else:
+            update(var, grad, slots)
+
+    def _update_slices(self, param: torch.Tensor, grad: IndexedSlices, slots: dict[str, list[torch.Tensor]],
+                       learning_rate: Any) -> None:
+        """The rule on slices. Default: the dense kernel on ``Σg`` with the per-slice terms of ``_slice_terms``."""
+        self._update_group([param], [sparse_rows.summed(grad, param)], slots, learning_rate,
+                           **self._slice_terms(param, grad, learning_rate))
+
+    def _slice_terms(self, param: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> dict[str, Any]:
+        """The kernel inputs that Keras computes per slice and then sums (``Σ(f(g))`` where the dense rule has
+        ``f(Σg)``), as one-element lists keyed by the kernel's argument name."""
+        return {}
+
     def _before_updates(self, learning_rate: Any) -> None:
         """Runs once per update step, before any variable is updated (per-step scalars such as Nadam's product)."""
 
@@ -550,6 +570,7 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         grads: list[torch.Tensor],
         slots: dict[str, list[torch.Tensor]],
         learning_rate: Any,
+        **terms: Any,
     ) -> None:
         raise NotImplementedError(
             f"{type(self).__name__} must implement `update_step(gradient, variable, learning_rate)`."

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from ..engine.blocks import elementwise
@@ -18,13 +20,14 @@ def sgd(params: Tensors, grads: Tensors, *, lr: float) -> None:
 
 
 @elementwise(scale=2)
-def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, *, lr: float, momentum: float,
-                   nesterov: bool) -> None:
+def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, steps: Optional[Tensors] = None, *,
+                   lr: float, momentum: float, nesterov: bool) -> None:
     """Keras momentum (Keras 3 and tf.keras legacy):
 
     ``m <- m * mu - g * lr``; then ``w <- w + (m * mu - g * lr)`` (Nesterov, with the new m) or ``w <- w + m``.
+    ``steps`` (optional) replaces ``g * lr`` (Keras 3 on slices: products per slice, then the repeats summed).
     """
-    step = torch._foreach_mul(grads, lr)
+    step = torch._foreach_mul(grads, lr) if steps is None else steps
     torch._foreach_mul_(momenta, momentum)
     torch._foreach_sub_(momenta, step)
     if nesterov:
