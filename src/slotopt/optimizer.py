@@ -429,6 +429,15 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
                     )
         if all(g is None for g, _ in checked):
             raise ValueError("No gradients provided for any variable.")
+        if self.loss_scale_factor is not None:
+            sparse = next((g for g, _ in checked if isinstance(g, IndexedSlices)), None)
+            if sparse is not None:  # Keras 3 (TF backend) unscales with `g / factor`, which slices do not support
+                raise TypeError(
+                    "`loss_scale_factor` cannot unscale a sparse gradient (Keras 3 raises here too: "
+                    "unsupported operand type(s) for /: 'IndexedSlices' and 'float'); wrap the optimizer in "
+                    f"`LossScaleOptimizer` instead. Received: loss_scale_factor={self.loss_scale_factor}, "
+                    f"grad={sparse}"
+                )
         # A constraint rewrites the whole variable: with a sparse gradient slotopt refuses it in every generation.
         self._reject_sparse_constraints(
             checked, lambda grad, constraint: "Cannot use a constraint function on a sparse variable. Received: "
@@ -469,7 +478,13 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
         if self.clipnorm and self.clipnorm > 0:
             clip, limit = clipping.clip_by_norm, self.clipnorm
         elif self.global_clipnorm and self.global_clipnorm > 0:
-            clip, limit = clipping.clip_by_global_norm, self.global_clipnorm
+            # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
+            norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)
+                                          for g, v in pairs])
+            grads = clipping.clip_by_global_norm(
+                [self._dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
+                norm=norm)
+            return [(g, v) for g, (_, v) in zip(grads, pairs)]
         elif self.clipvalue and self.clipvalue > 0:
             clip, limit = clipping.clip_by_value, self.clipvalue
         else:

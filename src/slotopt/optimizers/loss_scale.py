@@ -11,6 +11,7 @@ import torch
 
 from ..engine.clipping import map_gradient_values
 from ..engine.core import Pair
+from ..engine.sparse import last_repeats
 from ..optimizer import Optimizer
 from ..variables import IndexedSlices, named_variables
 
@@ -227,7 +228,8 @@ class LossScaleOptimizer(Optimizer):
     # Pipeline stages: validation and the build come from the base class (``_prepare_pairs``); the update is the
     # finiteness branch below. Constraints and the iteration counter belong to the inner optimizer.
     def _apply_updates(self, pairs: list[Pair]) -> None:
-        if _all_finite([g.values if isinstance(g, IndexedSlices) else g for g, _ in pairs]):
+        # Keras's `isfinite` on slices sees only the last repeat of each row (keras3_sparse.md §3.8).
+        if _all_finite([last_repeats(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs]):
             scale = self._dynamic_scale.detach()
             self.inner_optimizer.apply_gradients(
                 map_gradient_values(
