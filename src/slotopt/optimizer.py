@@ -45,6 +45,25 @@ def _initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, d
     return initial_value(initializer, shape, dtype, device, round_number=K.cast)  # Keras's Constant
 
 
+def _rounds(pairs: list[Pair]) -> list[list[Pair]]:
+    """Splits pairs so that each part holds a variable at most once, in the order listed.
+
+    Keras 3 (TensorFlow backend) applies the pairs one after the other, with no check for repeats: a variable
+    listed twice in one call is decayed twice and updated twice, the second time from the first result (with the
+    same step count). Distinct variables do not interact, so running the k-th listing of every variable together
+    gives the same result. Almost always there is one part.
+    """
+    seen: dict[int, int] = {}
+    rounds: list[list[Pair]] = []
+    for g, v in pairs:
+        k = seen.get(id(v), 0)
+        seen[id(v)] = k + 1
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].append((g, v))
+    return rounds
+
+
 class _BuildsAfterInit(type):
     """Builds on ``params=`` once the whole constructor chain (subclass attributes included) has run."""
 
@@ -506,19 +525,23 @@ class Optimizer(OptimizerCore, metaclass=_BuildsAfterInit):
     def _apply_weight_decay(self, pairs: list[Pair]) -> None:
         if not self.weight_decay:
             return
-        decayed = [v for _, v in pairs if self._use_weight_decay(v)]
-        if not decayed:
-            return
         learning_rate = self.learning_rate
-        for group in self._groups([self._position(v) for v in decayed]):
-            params = [self._vars[p] for p in group]
-            dtype = params[0].dtype
-            decoupled_weight_decay(params, weight_decay=K.cast(self.weight_decay, dtype),
-                                   lr=self._lr_for(learning_rate, dtype))
+        for round_pairs in _rounds(pairs):  # a variable listed twice decays twice, as in Keras
+            decayed = [v for _, v in round_pairs if self._use_weight_decay(v)]
+            for group in self._groups([self._position(v) for v in decayed]):
+                params = [self._vars[p] for p in group]
+                dtype = params[0].dtype
+                decoupled_weight_decay(params, weight_decay=K.cast(self.weight_decay, dtype),
+                                       lr=self._lr_for(learning_rate, dtype))
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
         learning_rate = self.learning_rate
         self._before_updates(learning_rate)
+        for round_pairs in _rounds(pairs):
+            self._apply_round(round_pairs, learning_rate)
+
+    def _apply_round(self, pairs: list[Pair], learning_rate: Any) -> None:
+        """Updates variables that each appear once in ``pairs``."""
         custom = type(self).update_step is not Optimizer.update_step
         dense: list[Pair] = []
         for g, v in pairs:

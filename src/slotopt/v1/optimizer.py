@@ -623,7 +623,8 @@ class Optimizer(OptimizerCore):
             raise ValueError("`state_dict` must be a dict with a 'variables' dict, as returned by state_dict(). "
                              f"Received: {type(state_dict).__name__}")
         existing = {v.name: v for v in self.variables()}
-        tensors = {name: torch.as_tensor(value) for name, value in values.items()}
+        # Copies: a value kept for a slot created later must not follow the caller's later changes.
+        tensors = {name: torch.as_tensor(value).detach().clone() for name, value in values.items()}
         for name, value in tensors.items():
             if name in existing and tuple(existing[name].shape) != tuple(value.shape):
                 raise ValueError(f"Optimizer variable {name} has shape {tuple(existing[name].shape)}; the state has "
