@@ -11,7 +11,7 @@ import torch
 from ..variables import IndexedSlices
 from . import blocks
 
-__all__ = ["deduplicate", "gather_rows", "scatter_rows", "densify", "segment_sum", "summed", "last_repeats",
+__all__ = ["deduplicate", "gather_rows", "scatter_rows", "densify", "scatter_add_", "segment_sum", "summed", "last_repeats",
            "update_by_row_blocks"]
 
 SliceUpdate = Callable[[torch.Tensor, IndexedSlices, list[torch.Tensor]], None]
@@ -47,12 +47,26 @@ def densify(grad: IndexedSlices, like: torch.Tensor) -> torch.Tensor:
     return grad.to_dense(like.shape).to(like.dtype)
 
 
+def scatter_add_(target: torch.Tensor, indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``target[indices[j]] += values[j]`` for j in slice order, each add rounded (TensorFlow's CPU scatter-add).
+
+    A contiguous target is updated through its flat view with one index per element: the CPU kernel of a 1-D
+    ``index_add_`` is one serial loop in index order, where a row-wise ``index_add_`` dispatches one add per slice.
+    """
+    if values.dim() > 1 and target.is_contiguous() and values.numel():
+        width = values[0].numel()
+        flat = (indices.unsqueeze(1) * width + torch.arange(width, device=indices.device)).reshape(-1)
+        target.view(-1).index_add_(0, flat, values.reshape(-1))
+        return target
+    return target.index_add_(0, indices, values)
+
+
 def segment_sum(values: torch.Tensor, indices: torch.Tensor, rows: int) -> torch.Tensor:
     """TensorFlow's densification of slices (``UnsortedSegmentSum``): a zero table of ``rows`` rows, then
-    ``out[indices[j]] += values[j]`` for j in slice order, each add rounded (``index_add_`` on the CPU runs in
-    index order). Repeats of a row are summed from 0 in slice order, never sorted or coalesced first."""
+    ``out[indices[j]] += values[j]`` for j in slice order, each add rounded. Repeats of a row are summed from 0 in
+    slice order, never sorted or coalesced first."""
     out = torch.zeros((rows, *values.shape[1:]), dtype=values.dtype, device=values.device)
-    return out.index_add_(0, indices, values)
+    return scatter_add_(out, indices, values)
 
 
 def summed(grad: IndexedSlices, like: torch.Tensor, values: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -87,7 +101,9 @@ def update_by_row_blocks(var: torch.Tensor, grad: IndexedSlices, slots: Sequence
     densification. Every block is visited (rows without a slice still decay); the extra memory is one block's.
     """
     n = var.shape[0]
-    block_rows = max(1, blocks.CPU_BLOCK_ELEMENTS // max(1, var[0].numel()))
+    # Several cache blocks per row block: the element-wise kernels cut each row block again (engine/blocks.py),
+    # and fewer, larger row blocks keep the per-call overhead small next to the work.
+    block_rows = max(1, (blocks.CPU_BLOCK_ELEMENTS * 8) // max(1, var[0].numel()))
     if n <= block_rows or var.device.type != "cpu":
         update(var, grad, list(slots))
         return

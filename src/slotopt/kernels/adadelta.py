@@ -70,7 +70,7 @@ def adadelta_slices(param: torch.Tensor, grad: IndexedSlices, accumulated_grad: 
                              [accumulated_delta.index_select(0, indices)], epsilon=epsilon)
     squares = _scaled_squares(delta, one_minus_rho)[0]
     _decay_add([accumulated_delta], [sparse_rows.segment_sum(squares, indices, rows)], rho=rho)
-    param.index_add_(0, indices, delta[0].mul_(lr))
+    sparse_rows.scatter_add_(param, indices, delta[0].mul_(lr))
 
 
 @elementwise

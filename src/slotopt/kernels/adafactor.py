@@ -57,4 +57,4 @@ def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensor
         else:
             update = grad / root.index_select(0, rows)
             update = update / torch.clamp_min(_rms(update, param.numel()) / clip_threshold, 1.0)
-            param.index_add_(0, rows, (update * alpha).neg_())
+            sparse_rows.scatter_add_(param, rows, (update * alpha).neg_())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from . import roots
 
@@ -46,10 +47,10 @@ def adagrad_slices(param: torch.Tensor, indices: torch.Tensor, values: torch.Ten
     ``acc[i_j] += g_j*g_j`` one slice at a time; then, with the accumulator after all of them,
     ``w[i_j] -= (lr * g_j) / sqrt(acc[i_j] + eps)`` one slice at a time (repeats are not summed first).
     Valid while ``acc + eps > 0`` on every row (else Keras divides densely, see the caller)."""
-    accumulator.index_add_(0, indices, values * values)
+    sparse_rows.scatter_add_(accumulator, indices, values * values)
     steps = _adagrad_steps([values], [accumulator.index_select(0, indices)], lr=lr, epsilon=epsilon,
                            epsilon_inside_root=True)
-    param.index_add_(0, indices, steps[0].neg_())
+    sparse_rows.scatter_add_(param, indices, steps[0].neg_())
 
 
 def _rsqrt(tensors: Tensors) -> Tensors:

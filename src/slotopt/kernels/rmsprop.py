@@ -100,7 +100,7 @@ def rmsprop_slices(param: torch.Tensor, grad: IndexedSlices, velocity: torch.Ten
         momentum.mul_(momentum_decay).add_(summed(increment))
         param.sub_(momentum)
     else:
-        param.index_add_(0, grad.indices, increment.neg_())
+        sparse_rows.scatter_add_(param, grad.indices, increment.neg_())
 
 
 @elementwise

@@ -17,7 +17,8 @@ class Adagrad(Optimizer):
 
     ``acc += g*g``; ``w -= (lr * g) / sqrt(acc + epsilon)``, with ``acc`` starting at
     ``initial_accumulator_value`` (state: ``accumulator`` per variable). A sparse gradient updates only the rows
-    it touches, which gives the same result as its dense equivalent (a zero gradient leaves a row unchanged).
+    it touches; as in Keras 3 (TensorFlow backend), a repeated row gets each slice's square added to its accumulator
+    and each slice's step subtracted in turn (with unique rows this is the dense result).
 
     Example:
         >>> import torch, slotopt
