@@ -91,6 +91,8 @@ class Reference:
             return densify(x, idx, n)
 
         name = self.name
+        if kw.get("weight_decay"):  # decoupled, on the whole variable, before the rule
+            w -= w * dt(kw["weight_decay"]) * lr
         if name == "SGD":
             mu = dt(kw.get("momentum", 0.0))
             if mu == 0:
@@ -201,6 +203,7 @@ OPTIMIZERS = {
     "sgd_nesterov": ("SGD", dict(learning_rate=0.25, momentum=0.5, nesterov=True)),
     "adam": ("Adam", dict(learning_rate=0.125, beta_1=0.5, beta_2=0.75, epsilon=2.0**-10)),
     "adam_amsgrad": ("Adam", dict(learning_rate=0.125, beta_1=0.5, beta_2=0.75, epsilon=2.0**-10, amsgrad=True)),
+    "adamw": ("AdamW", dict(learning_rate=0.125, beta_1=0.5, beta_2=0.75, epsilon=2.0**-10, weight_decay=0.25)),
     "adamax": ("Adamax", dict(learning_rate=0.125, beta_1=0.5, beta_2=0.75, epsilon=2.0**-10)),
     "nadam": ("Nadam", dict(learning_rate=0.125, beta_1=0.5, beta_2=0.75, epsilon=2.0**-10)),
     "rmsprop": ("RMSprop", dict(learning_rate=0.125, rho=0.75, epsilon=2.0**-10)),

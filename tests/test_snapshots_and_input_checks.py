@@ -145,6 +145,33 @@ def test_restored_state_is_copied_in(generation, built):
     assert _unchanged(_state(opt), _state(reference))
 
 
+@pytest.mark.parametrize("how", ["load_own_variables", "load_state_dict", "set_weights_before_build"])
+def test_keras3_loads_copy_in(how):
+    w0 = _var()
+    source = slotopt.Adam(learning_rate=0.1)
+    source.apply_gradients([(_grad(), w0)])
+    store = {}
+    source.save_own_variables(store)
+    w = _var()
+    opt = slotopt.Adam(learning_rate=0.1)
+    if how != "set_weights_before_build":
+        opt.build([w])
+    if how == "load_own_variables":
+        opt.load_own_variables(store)
+    elif how == "load_state_dict":
+        state = source.state_dict()
+        opt.load_state_dict(state)
+        store = {str(i): t for i, t in enumerate(state["variables"])}
+    else:
+        opt.set_weights([store[str(i)] for i in range(len(store))])
+    expected = [np.array(np.asarray(store[str(i)]), copy=True) for i in range(len(store))]
+    for value in store.values():  # the caller reuses its buffers
+        value[...] = 7.0 if isinstance(value, np.ndarray) else value.fill_(7.0)
+    opt.build([w])
+    for got, want in zip(opt.get_weights(), expected):
+        np.testing.assert_array_equal(got, want)
+
+
 # ---------------------------------------------------------------------------------------------- sparse input checks
 
 
@@ -167,7 +194,7 @@ def test_sparse_gradient_whose_dense_shape_differs_is_refused_before_any_change(
     with pytest.raises(ValueError, match=r"Sparse gradient for variable w has dense_shape \(4, 2\), which does not "
                                          r"match the variable's shape \(3, 2\)"):
         opt.apply_gradients([(_sparse([0, 1], (4, 2)), w)])
-    coo = torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.ones(2, 2), (5, 2))
+    coo = torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.ones(2, 2), (5, 2), check_invariants=True)
     with pytest.raises(ValueError, match=r"dense_shape \(5, 2\)"):
         opt.apply_gradients([(coo, w)])
     assert torch.equal(w, w_before) and _unchanged(before, _state(opt))
