@@ -50,11 +50,10 @@ def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensor
         else:
             velocity.mul_(beta_2).add_(regulated * one_minus_beta_2)
         root = roots.sqrt([velocity])[0]
+        update = grad / (root if rows is None else root.index_select(0, rows))
+        count = None if rows is None else param.numel()  # slices: their squares over the dense element count
+        update = update / torch.clamp_min(_rms(update, count) / clip_threshold, 1.0)
         if rows is None:
-            update = grad / root
-            update = update / torch.clamp_min(_rms(update) / clip_threshold, 1.0)
             param.sub_(update * alpha)
         else:
-            update = grad / root.index_select(0, rows)
-            update = update / torch.clamp_min(_rms(update, param.numel()) / clip_threshold, 1.0)
             sparse_rows.scatter_add_(param, rows, (update * alpha).neg_())

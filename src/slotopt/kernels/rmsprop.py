@@ -69,11 +69,16 @@ def rmsprop(params: Tensors, grads: Tensors, velocity: Tensors, momentum: Option
                                  epsilon=epsilon, epsilon_inside_root=epsilon_inside_root)
     increment = _rmsprop_increments(grads, denom, lr=lr)
     if momentum is not None:
-        torch._foreach_mul_(momentum, momentum_decay)
-        torch._foreach_add_(momentum, increment)
-        torch._foreach_sub_(params, momentum)
+        _momentum_step(params, momentum, increment, momentum_decay=momentum_decay)
     else:
         torch._foreach_sub_(params, increment)
+
+
+def _momentum_step(params: Tensors, momentum: Tensors, increment: Tensors, *, momentum_decay: float) -> None:
+    """``mom = mu * mom + inc``; ``w -= mom``."""
+    torch._foreach_mul_(momentum, momentum_decay)
+    torch._foreach_add_(momentum, increment)
+    torch._foreach_sub_(params, momentum)
 
 
 def rmsprop_slices(param: torch.Tensor, grad: IndexedSlices, velocity: torch.Tensor,
@@ -97,8 +102,7 @@ def rmsprop_slices(param: torch.Tensor, grad: IndexedSlices, velocity: torch.Ten
                                  scaled_squares=[scaled_squares], scaled=None if scaled is None else [scaled])
     increment = _rmsprop_increments([values], [denom[0].index_select(0, grad.indices)], lr=lr)[0]
     if momentum is not None:
-        momentum.mul_(momentum_decay).add_(summed(increment))
-        param.sub_(momentum)
+        _momentum_step([param], [momentum], [summed(increment)], momentum_decay=momentum_decay)
     else:
         sparse_rows.scatter_add_(param, grad.indices, increment.neg_())
 
