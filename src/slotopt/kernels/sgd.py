@@ -6,6 +6,7 @@ from typing import Optional
 
 import torch
 
+from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 
 __all__ = ["sgd", "keras_momentum"]
@@ -69,7 +70,7 @@ def scatter_sgd(param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor
     TensorFlow's sparse gradient descent (``resource_scatter_add``); with a repeated index the rows are added
     one at a time, which rounds differently from ``w - (g_a + g_b) * lr``.
     """
-    param.index_add_(0, indices, torch.neg(values).mul_(lr))
+    sparse_rows.scatter_add_(param, indices, torch.neg(values).mul_(lr))
 
 
 def fobos_shrink(prox: Tensors, threshold: float | Tensors, denominator: float | Tensors, *,

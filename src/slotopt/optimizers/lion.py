@@ -60,6 +60,11 @@ class Lion(Optimizer):
                      beta_1=K.cast(self.beta_1, dtype), one_minus_beta_1=K.f_form(self.beta_1, dtype),
                      beta_2=K.cast(self.beta_2, dtype), one_minus_beta_2=K.f_form(self.beta_2, dtype))
 
+    def _update_slices(self, param, grad, slots, learning_rate) -> None:
+        # The kernel reads only the two Σ(g * (1 - beta)) terms: no densified gradient needed.
+        terms = self._slice_terms(param, grad, learning_rate)
+        self._update_group([param], terms["scaled_1"], slots, learning_rate, **terms)
+
     def _slice_terms(self, param, grad, learning_rate):
         dtype = param.dtype
         return {name: [sparse_rows.summed(grad, param, grad.values * K.f_form(beta, dtype))]

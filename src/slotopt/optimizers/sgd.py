@@ -55,8 +55,9 @@ class SGD(Optimizer):
     def _update_slices(self, param, grad, slots, learning_rate) -> None:
         if self.momentum == 0:  # w[i_j] -= g_j * lr, one slice at a time: only the slices' rows change
             kernels.scatter_sgd(param, grad.indices, grad.values, lr=self._lr_for(learning_rate, param.dtype))
-        else:
-            super()._update_slices(param, grad, slots, learning_rate)
+        else:  # the kernel reads only Σ(g * lr): no densified gradient needed
+            terms = self._slice_terms(param, grad, learning_rate)
+            self._update_group([param], terms["steps"], slots, learning_rate, **terms)
 
     def _slice_terms(self, param, grad, learning_rate):
         lr = self._lr_for(learning_rate, param.dtype)
