@@ -8,7 +8,6 @@ is checked instead. TFRS ``CompositeOptimizer``: weights into a fresh composite 
 
 from __future__ import annotations
 
-import pytest
 import torch
 from _strategies import (
     DTYPE,
@@ -129,7 +128,6 @@ def test_keras3_get_weights_is_a_snapshot(factory, shapes, dtype, seed, steps, m
     _snapshot_survives_training(factory, shapes, dtype, seed, steps, more)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11 part 2: legacy get_weights() returns views of the live state")
 @settings(FAST, phases=[Phase.generate])
 @given(factory=factories(apis=("legacy",)), shapes=SHAPES, dtype=DTYPE, seed=SEED, steps=st.integers(1, 3),
        more=st.integers(1, 3))

@@ -15,7 +15,14 @@ from typing import Any, Callable, Optional, Union
 import torch
 from torch import nn
 
-from ..variables import IndexedSlices, as_indexed_slices, is_sparse, named_variables, variable_name
+from ..variables import (
+    IndexedSlices,
+    as_indexed_slices,
+    is_integer_dtype,
+    is_sparse,
+    named_variables,
+    variable_name,
+)
 from . import distributed
 from . import sparse as sparse_rows
 from .torch_protocol import TorchProtocol, is_param_group_list
@@ -48,6 +55,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
 
     #: Whether the multi-tensor (``torch._foreach_*``) path runs over whole (device, dtype) groups.
     foreach: bool = True
+    #: Whether ``apply_gradients`` refuses a variable listed twice (the legacy line; Keras 3 and TF1 apply
+    #: each listing in turn, as the real libraries do).
+    _refuses_repeated_variables: bool = False
 
     def _init_core(self) -> None:
         self._vars: list[torch.Tensor] = []
@@ -250,6 +260,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         if is_sparse(grad):
             grad = as_indexed_slices(grad)
             values = grad.values
+            if not is_integer_dtype(grad.indices.dtype) and grad.indices.numel():  # set after construction
+                raise TypeError(
+                    f"Sparse gradient indices for variable {where} must be integers. Received: "
+                    f"indices={grad.indices.tolist()[:20]} (dtype {grad.indices.dtype})"
+                )
             if tuple(values.shape[1:]) != tuple(var.shape[1:]) or var.dim() == 0:
                 raise ValueError(
                     f"Sparse gradient rows of shape {tuple(values.shape[1:])} do not fit variable {where} of "
@@ -261,6 +276,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 raise ValueError(
                     f"Sparse gradient indices for variable {where} must be in [0, {var.shape[0]}). "
                     f"Received: indices={grad.indices.tolist()[:20]}"
+                )
+            if grad.dense_shape is not None and tuple(grad.dense_shape) != tuple(var.shape):
+                raise ValueError(
+                    f"Sparse gradient for variable {where} has dense_shape {tuple(grad.dense_shape)}, which does "
+                    f"not match the variable's shape {tuple(var.shape)}."
                 )
         else:
             if not isinstance(grad, torch.Tensor):

@@ -102,6 +102,7 @@ class Optimizer(OptimizerCore):
 
     #: tf.keras sets this on every built-in optimizer but Ftrl; nothing reads it any more.
     _HAS_AGGREGATE_GRAD = False
+    _refuses_repeated_variables = True
     #: Per-class cache: does a method accept ``apply_state``?
     _accepts_apply_state: dict[tuple[type, str], bool] = {}
 
@@ -475,7 +476,7 @@ class Optimizer(OptimizerCore):
 
     def get_weights(self) -> list[np.ndarray]:
         """The weights' values as numpy arrays: the iteration count first, then the state in creation order."""
-        return [w.detach().cpu().numpy() for w in self._weights]
+        return [w.detach().cpu().numpy().copy() for w in self._weights]  # copies: a snapshot, not live views
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns ``weights`` (from ``get_weights``) to the weights, after checking every length and shape."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
+
+import torch
 
 from ..engine import constants as K
 from ..kernels import rmsprop as kernels
@@ -60,6 +62,12 @@ class RMSprop(Optimizer):
         self.centered = centered
         self._kernel_slots = self._slot_names()
 
+    @property
+    def _sparse_layout(self) -> Optional[str]:  # type: ignore[override]
+        # Keras divides the slices by sqrt(v + eps) gathered per row; with a zero divisor possible (eps = 0)
+        # it takes a dense path, which for unique indices is the dense result: densify then.
+        return "blocks" if K.literal(self.epsilon, torch.float16) > 0 else None
+
     def _slot_names(self) -> tuple[str, ...]:
         return ("velocity",) + (("momentum",) if self.momentum > 0 else ()) + (
             ("average_gradient",) if self.centered else ())
@@ -76,12 +84,19 @@ class RMSprop(Optimizer):
         self._average_gradients = (
             self.add_optimizer_variables(trainable, "average_gradient") if self.centered else [])
 
+    def _update_slices(self, param, grad, slots, learning_rate) -> None:
+        dtype = param.dtype
+        kernels.rmsprop_slices(param, grad, slots["velocity"][0], (slots.get("momentum") or [None])[0],
+                               (slots.get("average_gradient") or [None])[0], **self._constants(learning_rate, dtype))
+
+    def _constants(self, learning_rate: Any, dtype: torch.dtype) -> dict[str, float]:
+        return dict(lr=self._lr_for(learning_rate, dtype), rho=K.literal(self.rho, dtype),
+                    one_minus_rho=K.d_form(self.rho, dtype), momentum_decay=K.literal(self.momentum, dtype),
+                    epsilon=K.literal(self.epsilon, dtype))
+
     def _update_group(self, params, grads, slots, learning_rate) -> None:
-        dtype = params[0].dtype
         kernels.rmsprop(params, grads, slots["velocity"], slots.get("momentum"), slots.get("average_gradient"),
-                        lr=self._lr_for(learning_rate, dtype), rho=K.literal(self.rho, dtype),
-                        one_minus_rho=K.d_form(self.rho, dtype), momentum_decay=K.literal(self.momentum, dtype),
-                        epsilon=K.literal(self.epsilon, dtype))
+                        **self._constants(learning_rate, params[0].dtype))
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon,

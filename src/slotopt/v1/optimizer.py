@@ -619,7 +619,8 @@ class Optimizer(OptimizerCore):
         if not isinstance(values, dict):
             return False
         existing = {v.name: v for v in self.variables()}
-        tensors = {name: torch.as_tensor(value) for name, value in values.items()}
+        # Copies: a value kept for a slot created later must not follow the caller's later changes.
+        tensors = {name: torch.as_tensor(value).detach().clone() for name, value in values.items()}
         for name, value in tensors.items():
             if name in existing and tuple(existing[name].shape) != tuple(value.shape):
                 raise ValueError(f"Optimizer variable {name} has shape {tuple(existing[name].shape)}; the state has "
