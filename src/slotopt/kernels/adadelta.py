@@ -6,12 +6,14 @@ import torch
 
 from ..engine.blocks import elementwise
 from . import roots
+from .native import compiled
 
 __all__ = ["adadelta"]
 
 Tensors = list[torch.Tensor]
 
 
+@compiled("adadelta", 4, lambda p, g, eg, ed, *, lr, rho, one_minus_rho, epsilon: (lr, rho, one_minus_rho, epsilon))
 @elementwise
 def adadelta(params: Tensors, grads: Tensors, accumulated_grad: Tensors, accumulated_delta: Tensors, *,
              lr: float, rho: float, one_minus_rho: float, epsilon: float) -> None:
@@ -39,6 +41,8 @@ def adadelta(params: Tensors, grads: Tensors, accumulated_grad: Tensors, accumul
     torch._foreach_add_(params, delta)
 
 
+@compiled("apply_adadelta", 4, lambda p, g, a, u, *, lr, rho, one_minus_rho, epsilon: (
+    lr, rho, one_minus_rho, epsilon))
 @elementwise
 def apply_adadelta(params: Tensors, grads: Tensors, accum: Tensors, accum_update: Tensors, *, lr: float,
                    rho: float, one_minus_rho: float, epsilon: float) -> None:

@@ -8,6 +8,7 @@ import torch
 
 from ..engine.blocks import elementwise
 from . import roots
+from .native import compiled
 
 __all__ = ["adam", "adam_variable_update", "adam_moments", "adamax", "nadam", "lamb"]
 
@@ -31,6 +32,8 @@ def adam_moments(grads: Tensors, m: Tensors, v: Optional[Tensors], *, one_minus_
     torch._foreach_add_(v, delta)
 
 
+@compiled("adam", 5, lambda p, g, m, v, vh, *, alpha, one_minus_beta_1, one_minus_beta_2, epsilon: (
+    alpha, one_minus_beta_1, one_minus_beta_2, epsilon, vh is not None))
 @elementwise
 def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors], *, alpha: float,
          one_minus_beta_1: float, one_minus_beta_2: float, epsilon: float) -> None:
@@ -44,6 +47,7 @@ def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
     adam_variable_update(params, m, v, v_hat, alpha=alpha, epsilon=epsilon)
 
 
+@compiled("adam_variable_update", 4, lambda p, m, v, vh, *, alpha, epsilon: (alpha, epsilon, vh is not None))
 @elementwise
 def adam_variable_update(params: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors], *, alpha: float,
                          epsilon: float) -> None:
@@ -59,6 +63,9 @@ def adam_variable_update(params: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
     torch._foreach_sub_(params, step)
 
 
+@compiled("adamax", 4, lambda p, g, m, u, *, lr, one_minus_beta_1, beta_2, epsilon, one_minus_beta_1_power,
+          scaled_lr=None: (lr, one_minus_beta_1, beta_2, epsilon, one_minus_beta_1_power, scaled_lr is not None,
+                           scaled_lr or 0.0))
 @elementwise
 def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, *, lr: float, one_minus_beta_1: float,
            beta_2: float, epsilon: float, one_minus_beta_1_power: float,
@@ -86,6 +93,10 @@ def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, *, lr: float
     torch._foreach_sub_(params, step)
 
 
+@compiled("nadam", 4, lambda p, g, m, v, *, lr, one_minus_beta_1, one_minus_beta_2, mu_next, one_minus_mu,
+          one_minus_product, one_minus_product_next, one_minus_beta_2_power, epsilon: (
+    lr, one_minus_beta_1, one_minus_beta_2, mu_next, one_minus_mu, one_minus_product, one_minus_product_next,
+    one_minus_beta_2_power, epsilon))
 @elementwise
 def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float, one_minus_beta_1: float,
           one_minus_beta_2: float, mu_next: float, one_minus_mu: float, one_minus_product: float,
@@ -204,6 +215,10 @@ def _nadam_denominator(v_rows: Tensors, *, one_minus_beta_2_power: float, epsilo
     return denom
 
 
+@compiled("nadam_cached", 4, lambda p, g, m, v, *, lr, beta_1, beta_2, one_minus_beta_1, one_minus_beta_2,
+          one_minus_mu, mu_next, one_minus_product, one_minus_product_next, one_minus_beta_2_power, epsilon: (
+    lr, beta_1, beta_2, one_minus_beta_1, one_minus_beta_2, one_minus_mu, mu_next, one_minus_product,
+    one_minus_product_next, one_minus_beta_2_power, epsilon))
 @elementwise
 def nadam_cached(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float, beta_1: float,
                  beta_2: float, one_minus_beta_1: float, one_minus_beta_2: float, one_minus_mu: float,

@@ -8,12 +8,16 @@ import torch
 
 from ..engine.blocks import elementwise
 from . import roots
+from .native import compiled
 
 __all__ = ["rmsprop"]
 
 Tensors = list[torch.Tensor]
 
 
+@compiled("rmsprop", 5, lambda p, g, v, mom, avg, *, lr, rho, one_minus_rho, momentum_decay, epsilon,
+          epsilon_inside_root=True: (lr, rho, one_minus_rho, momentum_decay, epsilon, epsilon_inside_root,
+                                     mom is not None, avg is not None))
 @elementwise
 def rmsprop(params: Tensors, grads: Tensors, velocity: Tensors, momentum: Optional[Tensors],
             average_gradient: Optional[Tensors], *, lr: float, rho: float, one_minus_rho: float,
@@ -56,6 +60,8 @@ def rmsprop(params: Tensors, grads: Tensors, velocity: Tensors, momentum: Option
         torch._foreach_sub_(params, increment)
 
 
+@compiled("apply_rmsprop", 5, lambda p, g, ms, mom, mg, *, lr, one_minus_rho, momentum, epsilon: (
+    lr, one_minus_rho, momentum, epsilon, mg is not None))
 @elementwise
 def apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg: Tensors | None, *, lr: float,
                   one_minus_rho: float, momentum: float, epsilon: float) -> None:
@@ -86,6 +92,8 @@ def apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg
     torch._foreach_sub_(params, mom)
 
 
+@compiled("sparse_apply_rmsprop", 5, lambda p, g, ms, mom, mg, *, lr, rho, one_minus_rho, momentum, epsilon: (
+    lr, rho, one_minus_rho, momentum, epsilon, mg is not None))
 @elementwise
 def sparse_apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg: Tensors | None, *,
                          lr: float, rho: float, one_minus_rho: float, momentum: float, epsilon: float) -> None:
