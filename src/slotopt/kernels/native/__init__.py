@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-__all__ = ["status", "use", "active", "compiled", "apply", "MODES"]
+__all__ = ["status", "use", "active", "compiled", "apply", "calls", "MODES"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -43,6 +43,7 @@ _load_error: Optional[str] = None
 _library_path: Optional[str] = None
 _mode = "auto"
 _functions: dict[tuple[str, torch.dtype], Any] = {}
+_calls = 0  # compiled calls made so far (tests check that the compiled path really ran)
 
 
 def _find_library() -> Optional[str]:
@@ -153,7 +154,14 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     values = np.array(scalars, dtype=np.float64)
     _function(rule, dtype)(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data,
                            torch.get_num_threads())
+    global _calls
+    _calls += 1
     return True
+
+
+def calls() -> int:
+    """How many compiled calls ran in this process (a group of any size counts once)."""
+    return _calls
 
 
 def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[float]]]
