@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
+from ..kernels import native
+
 __all__ = ["FlatState", "SMALL_TENSOR_ELEMENTS", "constant_fill", "initial_value"]
 
 #: Variables up to this many elements get their state packed.
@@ -142,10 +144,15 @@ class FlatState:
         if covered is None or not set(covered) <= set(group):
             return list(group)
         params = [variables[p] for p in covered]
-        flat_params = self.stage("params", covered, params)
-        flat_grads = self.stage("grads", covered, [grads[p] for p in covered])
-        update([flat_params], [flat_grads], self.buffers(slot_names, kind))
-        self.unstage("params", params)
+        if native.takes(first):
+            # The compiled rules take the variables and gradients where they are and the packed state as one
+            # buffer each (kernels.native.apply): one call, no staging copies.
+            update(params, [grads[p] for p in covered], self.buffers(slot_names, kind))
+        else:
+            flat_params = self.stage("params", covered, params)
+            flat_grads = self.stage("grads", covered, [grads[p] for p in covered])
+            update([flat_params], [flat_grads], self.buffers(slot_names, kind))
+            self.unstage("params", params)
         done = set(covered)
         return [p for p in group if p not in done]
 

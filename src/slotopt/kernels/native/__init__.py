@@ -28,8 +28,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
+from torch._C._nn import unflatten_dense_tensors
 
-__all__ = ["status", "use", "active", "compiled", "apply", "calls", "MODES"]
+__all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "MODES"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -106,6 +107,11 @@ def active() -> bool:
     return _library is not None and _mode != "foreach"
 
 
+def takes(tensor: torch.Tensor) -> bool:
+    """Whether the compiled path runs element-wise rules on tensors like ``tensor`` (device and dtype)."""
+    return _library is not None and _mode != "foreach" and tensor.dtype in _SUFFIXES and tensor.is_cpu
+
+
 def status() -> dict[str, Any]:
     """Which kernel path is active and why: ``{"path", "mode", "library", "reason", "threads"}``."""
     if _mode == "foreach":
@@ -122,7 +128,9 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     """Runs ``rule`` over parallel tensor lists in one compiled call; False (nothing done) when it does not apply.
 
     ``lists`` are the rule's operand lists in order; ``None`` for an absent optional list (the rule's flags in
-    ``scalars`` say which are absent). Every tensor must be a contiguous CPU tensor of the first one's dtype.
+    ``scalars`` say which are absent). Every tensor must be a contiguous CPU tensor of the first one's dtype and
+    the size of its counterpart in the first list. An operand after the first may also be ONE flat tensor
+    holding the whole group back to back (slotopt's packed state of small variables, ``engine.state``).
     """
     if _library is None or _mode == "foreach":
         return False
@@ -133,30 +141,39 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     if dtype not in _SUFFIXES or first[0].device.type != "cpu":
         return False
     n = len(first)
-    present = [tensors for tensors in lists if tensors is not None]
-    pointers: list[int] = []
-    for tensors in lists:
-        if tensors is None:  # an absent optional list keeps its place in the table (the rule never reads it)
-            pointers.extend([0] * n)
-            continue
-        # Each property once per tensor, in bulk: this loop is the whole Python cost of a step.
-        if (len(tensors) != n or not all([t.is_contiguous() for t in tensors])
-                or any([t.dtype != dtype or not t.is_cpu for t in tensors])):
-            return False
-        pointers.extend([t.data_ptr() for t in tensors])
     numels = [t.numel() for t in first]
-    for tensors in present[1:]:
-        if [t.numel() for t in tensors] != numels:
-            return False
-    table = np.array(pointers, dtype=np.uint64)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(numels, out=offsets[1:])
+    total = int(offsets[-1])
+    table = np.zeros((len(lists), n), dtype=np.uint64)  # an absent list keeps its (null) row
+    for j, tensors in enumerate(lists):
+        if tensors is None:
+            continue
+        if len(tensors) == 1 and n > 1:  # one flat buffer for the whole group
+            flat = tensors[0]
+            if not (flat.is_contiguous() and flat.dtype == dtype and flat.is_cpu and flat.numel() == total):
+                return False
+            table[j] = flat.data_ptr() + offsets[:-1].astype(np.uint64) * flat.element_size()
+            continue
+        # Each property once per tensor, in bulk: these loops are the whole Python cost of a step.
+        if (len(tensors) != n or not all([t.is_contiguous() for t in tensors])
+                or any([t.dtype != dtype or not t.is_cpu for t in tensors])
+                or (j and [t.numel() for t in tensors] != numels)):
+            return False
+        table[j] = [t.data_ptr() for t in tensors]
     values = np.array(scalars, dtype=np.float64)
     _function(rule, dtype)(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data,
                            torch.get_num_threads())
     global _calls
     _calls += 1
     return True
+
+
+def _unpacked(lists: Sequence[Any]) -> list[Any]:
+    """The lists with a flat group buffer (see ``apply``) cut back into views shaped like the first list."""
+    first = lists[0]
+    return [tensors if tensors is None or len(tensors) == len(first) or len(first) < 2
+            else list(unflatten_dense_tensors(tensors[0], list(first))) for tensors in lists]
 
 
 def calls() -> int:
@@ -182,7 +199,7 @@ def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[
                 if (values is not None and all([isinstance(v, (float, int)) for v in values])
                         and apply(rule, lists, values)):
                     return None
-            return kernel(*lists, **kwargs)
+            return kernel(*_unpacked(lists), **kwargs)
 
         run.foreach = kernel  # type: ignore[attr-defined]
         return run
