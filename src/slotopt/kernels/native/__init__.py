@@ -181,6 +181,12 @@ def calls() -> int:
     return _calls
 
 
+def _triton_apply(rule: str, lists: Sequence[Any], values: Sequence[float]) -> bool:
+    from .. import triton
+
+    return rule in triton.RULES and triton.apply(rule, lists, values)
+
+
 def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[float]]]
              ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Decorates a foreach kernel with its compiled twin ``rule``.
@@ -193,15 +199,18 @@ def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[
     def decorate(kernel: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(kernel)
         def run(*lists: Any, **kwargs: Any) -> None:
-            if _library is not None and _mode != "foreach" and len(lists) == operands:
-                values = scalars(*lists, **kwargs)
-                # Python numbers only: a tensor-valued hyperparameter is a different foreach op.
-                if (values is not None and all([isinstance(v, (float, int)) for v in values])
-                        and apply(rule, lists, values)):
-                    return None
+            if _mode != "foreach" and len(lists) == operands and lists[0]:
+                on_cuda = lists[0][0].device.type == "cuda"
+                if (_library is not None or on_cuda) and (values := scalars(*lists, **kwargs)) is not None \
+                        and all([isinstance(v, (float, int)) for v in values]):
+                    # Python numbers only: a tensor-valued hyperparameter is a different foreach op.
+                    if apply(rule, lists, values) if not on_cuda else _triton_apply(rule, lists, values):
+                        return None
             return kernel(*_unpacked(lists), **kwargs)
 
         run.foreach = kernel  # type: ignore[attr-defined]
+        run.rule = rule  # type: ignore[attr-defined]
+        run.scalar_vector = scalars  # type: ignore[attr-defined]
         return run
 
     return decorate
