@@ -415,8 +415,8 @@ def format_dense(results: list[Measurement]) -> str:
     rows = []
     for workload in dict.fromkeys(m.workload for m in results):
         for opt in dict.fromkeys(m.optimizer for m in results if m.workload == workload):
-            def get(impl: str, what: str = "ms") -> float:
-                m = by_key.get((workload, opt, impl))
+            def get(impl: str, what: str = "ms", key: tuple[str, str] = (workload, opt)) -> float:
+                m = by_key.get((*key, impl))
                 return getattr(m, what) if m is not None else math.nan
 
             fused = get("torch fused")
