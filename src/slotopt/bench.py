@@ -222,7 +222,6 @@ def step_peak_extra_mb(step: Callable[[], None], device: str = "cpu") -> float:
         step()
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    gc.collect()
     _malloc_trim()
     if not _reset_peak_rss():
         return math.nan
