@@ -277,3 +277,21 @@ def test_info_command_reports_the_active_kernel_path(capsys):
     assert main(["info"]) == (1 if native.status()["error"] else 0)
     expected = "kernels: native (compiled one-pass kernels loaded" if NATIVE else "kernels: foreach ("
     assert expected in capsys.readouterr().out
+
+
+@needs_native
+def test_compiled_step_bumps_version_counters_like_an_in_place_op():
+    w = torch.randn(50, requires_grad=True)
+    loss = (w * w).sum()  # saves w for the backward pass
+    grad = torch.randn(50)
+    before = native.calls()
+    previous = native.use("native")
+    try:
+        with torch.no_grad():
+            sgd.sgd([w], [grad], lr=0.1)
+    finally:
+        native.use(previous)
+    assert native.calls() == before + 1
+    assert grad._version == 0  # the gradient is only read
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

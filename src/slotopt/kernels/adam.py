@@ -47,7 +47,8 @@ def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
     adam_variable_update(params, m, v, v_hat, alpha=alpha, epsilon=epsilon)
 
 
-@compiled("adam_variable_update", 4, lambda p, m, v, vh, *, alpha, epsilon: (alpha, epsilon, vh is not None))
+@compiled("adam_variable_update", 4, lambda p, m, v, vh, *, alpha, epsilon: (alpha, epsilon, vh is not None),
+          read_only=(1, 2))
 @elementwise
 def adam_variable_update(params: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors], *, alpha: float,
                          epsilon: float) -> None:

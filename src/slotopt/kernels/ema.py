@@ -12,7 +12,8 @@ __all__ = ["moving_average"]
 Tensors = list[torch.Tensor]
 
 
-@compiled("moving_average", 2, lambda p, a, *, momentum, one_minus_momentum: (momentum, one_minus_momentum))
+@compiled("moving_average", 2, lambda p, a, *, momentum, one_minus_momentum: (momentum, one_minus_momentum),
+          read_only=(0,))
 @elementwise(scale=2)
 def moving_average(params: Tensors, averages: Tensors, *, momentum: float, one_minus_momentum: float) -> None:
     """``avg <- avg * momentum + w * (1 - momentum)`` (after the update; momentum 0 on the first step)."""

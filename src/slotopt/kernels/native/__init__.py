@@ -44,6 +44,10 @@ _load_error: Optional[str] = None
 _library_path: Optional[str] = None
 _mode = "auto"
 _functions: dict[tuple[str, torch.dtype], Any] = {}
+try:
+    from torch.autograd.graph import increment_version as _increment_version
+except ImportError:  # older torch
+    _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
 _calls = 0  # compiled calls made so far (tests check that the compiled path really ran)
 
 
@@ -124,13 +128,17 @@ def status() -> dict[str, Any]:
             "threads": torch.get_num_threads(), "error": _mode == "native" and _library is None}
 
 
-def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars: Sequence[float]) -> bool:
+def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars: Sequence[float],
+          read_only: Sequence[int] = (1,)) -> bool:
     """Runs ``rule`` over parallel tensor lists in one compiled call; False (nothing done) when it does not apply.
 
     ``lists`` are the rule's operand lists in order; ``None`` for an absent optional list (the rule's flags in
     ``scalars`` say which are absent). Every tensor must be a contiguous CPU tensor of the first one's dtype and
     the size of its counterpart in the first list. An operand after the first may also be ONE flat tensor
     holding the whole group back to back (slotopt's packed state of small variables, ``engine.state``).
+    The lists at ``read_only`` positions (the gradients by default) are not written; every other tensor gets
+    its version counter bumped, as torch's own in-place ops do, so that autograd still detects a variable
+    modified after it was saved for a backward pass.
     """
     if _library is None or _mode == "foreach":
         return False
@@ -164,6 +172,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     values = np.array(scalars, dtype=np.float64)
     _function(rule, dtype)(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data,
                            torch.get_num_threads())
+    _increment_version([t for j, tensors in enumerate(lists) if tensors is not None and j not in read_only
+                        for t in tensors])
     global _calls
     _calls += 1
     return True
@@ -187,13 +197,14 @@ def _triton_apply(rule: str, lists: Sequence[Any], values: Sequence[float]) -> b
     return rule in triton.RULES and triton.apply(rule, lists, values)
 
 
-def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[float]]]
-             ) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[float]]],
+             read_only: Sequence[int] = (1,)) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Decorates a foreach kernel with its compiled twin ``rule``.
 
     ``operands`` is how many positional arguments are tensor lists; ``scalars(*lists, **kwargs)`` maps the
     kernel's arguments to the compiled rule's scalar vector (flags included, e.g. whether an optional list is
     present), or returns None for a variant that has no compiled form (the foreach kernel then runs).
+    ``read_only``: the positions of the lists the rule does not write (the gradients by default).
     """
 
     def decorate(kernel: Callable[..., None]) -> Callable[..., None]:
@@ -204,7 +215,7 @@ def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[
                 if (_library is not None or on_cuda) and (values := scalars(*lists, **kwargs)) is not None \
                         and all([isinstance(v, (float, int)) for v in values]):
                     # Python numbers only: a tensor-valued hyperparameter is a different foreach op.
-                    if apply(rule, lists, values) if not on_cuda else _triton_apply(rule, lists, values):
+                    if apply(rule, lists, values, read_only) if not on_cuda else _triton_apply(rule, lists, values):
                         return None
             return kernel(*_unpacked(lists), **kwargs)
 
