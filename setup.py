@@ -29,6 +29,12 @@ class OptionalNativeBuild(build_ext):
     ATTEMPTS = (["-march=native", "-fopenmp"], ["-fopenmp"], ["-march=native"], [])
 
     def build_extension(self, ext):
+        # A failed rebuild must not leave an older library to be loaded (an editable install copies the
+        # library into the source tree).
+        in_tree = os.path.join(os.path.dirname(os.path.abspath(__file__)), "src", self.get_ext_filename(ext.name))
+        for stale in {self.get_ext_fullpath(ext.name), in_tree}:
+            if os.path.exists(stale):
+                os.remove(stale)
         base_compile, base_link = list(ext.extra_compile_args), list(ext.extra_link_args)
         for extra in self.ATTEMPTS:
             ext.extra_compile_args = base_compile + extra
