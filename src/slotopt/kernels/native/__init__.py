@@ -12,8 +12,9 @@ Which path runs is chosen by the environment variable ``SLOTOPT_KERNELS``:
 * ``foreach``: always the foreach kernels.
 
 :func:`use` switches at run time (tests compare the two paths this way). A call falls back to the foreach
-kernel, silently and with the same result, whenever the compiled path does not apply: tensors off the CPU, a
-dtype other than float32/float64, non-contiguous or mixed tensors, or a variant of a rule not compiled.
+kernel, silently and with the same result, whenever the compiled path does not apply: a dtype other than
+float32/float64, non-contiguous or mixed tensors, or a variant of a rule not compiled. CUDA tensors go to the
+Triton twin of the rule (``kernels.triton``) where Triton is installed and has the rule, else to foreach.
 """
 
 from __future__ import annotations
