@@ -275,7 +275,7 @@ def test_info_command_reports_the_active_kernel_path(capsys):
     finally:
         native.use(previous)
     assert main(["info"]) == (1 if native.status()["error"] else 0)
-    expected = "kernels: native (compiled one-pass kernels loaded" if NATIVE else "kernels: foreach ("
+    expected = "kernels: native (compiled one-pass kernels loaded" if native.active() else "kernels: foreach ("
     assert expected in capsys.readouterr().out
 
 
