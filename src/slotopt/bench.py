@@ -233,10 +233,15 @@ def step_peak_extra_mb(step: Callable[[], None], device: str = "cpu") -> float:
 
 
 def _copy_floor(elements: int, device: str, steps: int) -> list[float]:
-    """Step times of the memory-bandwidth floor: one copy moving ``elements`` float32 (half read, half written)."""
-    half = max(elements // 2, 1)
-    src = torch.ones(half, device=device)
-    dst = torch.empty(half, device=device)
+    """Step times of the memory-bandwidth floor: a copy moving ``elements`` float32 through memory.
+
+    A copy of k elements moves 3k: it reads the source, and writing the destination first reads each cache
+    line into the cache (write-allocate). An in-place update writes lines it has just read, so it moves only
+    its reads and writes: the copy is k = elements / 3.
+    """
+    count = max(elements // 3, 1)
+    src = torch.ones(count, device=device)
+    dst = torch.empty(count, device=device)
     return time_steps(lambda: dst.copy_(src), steps, 2, device)
 
 
@@ -552,8 +557,8 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     if dense:
         print("\nDense step time, milliseconds per step (lower is better)", file=stream)
         print(format_dense(dense), file=stream)
-        print("copy floor: one copy moving the bytes a one-pass step must read and write (variable, gradient, "
-              "state); slotopt/torch best: against torch fused, or foreach where torch has no fused kernel; "
+        print("copy floor: a copy moving as many bytes through memory as a one-pass step must read and write "
+              "(variable, gradient, state; a copy's destination is also read, write-allocate); slotopt/torch best: against torch fused, or foreach where torch has no fused kernel; "
               "MB: peak memory a step touches beyond what exists before it (temporaries), "
               + ("torch.cuda.max_memory_allocated" if device == "cuda" else "resident-set growth") + ".",
               file=stream)
