@@ -338,7 +338,7 @@ def test_float64_file_keeps_dtypes_and_reports_its_floatx(tmp_path):
     assert all(v.dtype == torch.float64 for v in opt.variables[2:])
 
 
-def test_float64_learning_rate_that_float32_cannot_hold_is_reported(tmp_path):
+def test_float64_floatx_learning_rate_is_kept_exactly(tmp_path):
     params = _mlp(torch.float64)
     opt = slotopt.Adam(learning_rate=0.01)
     opt.build(params)
@@ -346,8 +346,17 @@ def test_float64_learning_rate_that_float32_cannot_hold_is_reported(tmp_path):
     state[1] = np.float64(0.01)  # what Keras with floatx float64 stores
     path = write_keras3(tmp_path / "m.keras", _mlp_layers(params), opt, state=state)
     ckpt = slotopt.load_keras_checkpoint(path)
-    with pytest.warns(UserWarning, match="floatx torch.float64"):
-        ckpt.optimizer(ckpt.parameters())
+    loaded = ckpt.optimizer(ckpt.parameters())
+    assert loaded.learning_rate.dtype == torch.float64 and float(loaded.learning_rate) == 0.01
+    assert torch.get_default_dtype() == torch.float32  # restored after the build
+    # The step uses 0.01 itself, as Keras does with floatx float64 (not float32's 0.009999999776...).
+    assert loaded._lr_for(loaded.learning_rate, torch.float64) == 0.01
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert slotopt.SGD(learning_rate=0.01).learning_rate.dtype == torch.float64  # floatx follows torch's default
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def test_groups_found_by_class_name_when_the_file_has_no_name_attributes(tmp_path):

@@ -207,6 +207,13 @@ class KerasCheckpoint:
     # ---------------------------------------------------------------------------------------------- helpers
     def _new_optimizer(self) -> Any:
         config = dict(self.optimizer_config["config"])
+        if self.kind == "keras3" and self.floatx == torch.float64:  # the learning-rate variable in floatx
+            previous = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float64)
+            try:
+                return self.optimizer_class.from_config(config)
+            finally:
+                torch.set_default_dtype(previous)
         return self.optimizer_class.from_config(config)
 
     def _state_variables(self, opt: Any) -> list[torch.Tensor]:

@@ -45,6 +45,12 @@ def _initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, d
     return initial_value(initializer, shape, dtype, device, round_number=K.cast)  # Keras's Constant
 
 
+def _floatx() -> torch.dtype:
+    """Keras's ``floatx`` (the learning-rate variable's dtype): float64 when torch's default dtype is float64,
+    else float32."""
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
 def _constructed_by_a_subclass(cls: type) -> bool:
     """Whether ``cls``'s constructor is an optimizer's (not, e.g., Lightning's wrapper that subclasses the optimizer's
     class to pass ``isinstance`` checks and forwards attributes to the real optimizer)."""
@@ -220,7 +226,7 @@ class Optimizer(OptimizerCore):
             )
         if not (learning_rate >= 0 and math.isfinite(learning_rate)):
             raise ValueError(f"Argument `learning_rate` must be a finite float >= 0. Received: learning_rate={learning_rate}")
-        return self._own_variable(torch.tensor(learning_rate, dtype=torch.float32), "learning_rate")
+        return self._own_variable(torch.tensor(learning_rate, dtype=_floatx()), "learning_rate")
 
     @property
     def variables(self) -> list[Variable]:
@@ -286,7 +292,7 @@ class Optimizer(OptimizerCore):
         if isinstance(current, Variable):
             current.assign(value)
         else:  # a callable was set before: go back to a variable at its old place
-            self._learning_rate = self._own_variable(torch.tensor(value, dtype=torch.float32), "learning_rate")
+            self._learning_rate = self._own_variable(torch.tensor(value, dtype=_floatx()), "learning_rate")
             self._variables.insert(1, self._variables.pop())
 
     @property
@@ -703,9 +709,11 @@ class Optimizer(OptimizerCore):
         )
 
     def _lr_for(self, learning_rate: Any, dtype: torch.dtype) -> float:
-        """``cast(learning_rate, var.dtype)``: the float32 learning rate in the variable's dtype."""
-        value = float(learning_rate.detach().cpu()) if isinstance(learning_rate, torch.Tensor) else float(learning_rate)
-        return K.cast(value, dtype)
+        """``cast(learning_rate, var.dtype)``: the learning rate (a floatx tensor, or a Python float taken as
+        float32) in the variable's dtype."""
+        if isinstance(learning_rate, torch.Tensor):
+            return float(learning_rate.detach().cpu().to(dtype))
+        return K.cast(float(learning_rate), dtype)
 
     def _step_count(self) -> int:
         """``it + 1``: the bias-correction step of this update."""
