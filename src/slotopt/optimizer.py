@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -12,7 +11,7 @@ import numpy as np
 import torch
 
 from . import schedules as schedules_module
-from .engine import clipping
+from .engine import checks, clipping
 from .engine import constants as K
 from .engine import sparse as sparse_rows
 from .engine.core import OptimizerCore, Pair, Pairs
@@ -97,8 +96,11 @@ class Optimizer(OptimizerCore):
                 f"In optimizer '{type(self).__name__}', you forgot to call `super().__init__()` as the first "
                 "statement in the `__init__()` method. Go add it!"
             )
+        hyper_keys = self.__dict__.get("_hyper_keys_cache", ())
+        if name in hyper_keys:
+            checks.check_value(name, value, self._hyperparameter_ranges)
         object.__setattr__(self, name, value)
-        if name in self.__dict__.get("_hyper_keys_cache", ()):
+        if name in hyper_keys:
             self._broadcast(name, value)  # an attribute set applies to every parameter group
 
     def __init__(
@@ -126,16 +128,15 @@ class Optimizer(OptimizerCore):
                 warnings.warn("Argument `decay` is no longer supported and will be ignored.", stacklevel=2)
         if kwargs:
             raise ValueError(f"Argument(s) not recognized: {kwargs}")
-        if gradient_accumulation_steps and not (
-            isinstance(gradient_accumulation_steps, int) and gradient_accumulation_steps >= 2
-        ):
-            raise ValueError(
-                "`gradient_accumulation_steps` must be an integer >= 2. "
-                f"Received: gradient_accumulation_steps={gradient_accumulation_steps}"
-            )
+        if gradient_accumulation_steps:  # Keras: 0 and None both mean no accumulation
+            checks.check_integer("gradient_accumulation_steps", gradient_accumulation_steps, 2)
+        checks.check_values({"weight_decay": weight_decay, "clipnorm": clipnorm, "clipvalue": clipvalue,
+                             "global_clipnorm": global_clipnorm, "use_ema": use_ema,
+                             "loss_scale_factor": loss_scale_factor}, self._hyperparameter_ranges)
         if use_ema:
             if not 0 <= ema_momentum <= 1:
                 raise ValueError(f"`ema_momentum` must be in the range [0, 1]. Received: ema_momentum={ema_momentum}")
+            checks.check_number("ema_momentum", ema_momentum, checks.UNIT)
             if ema_overwrite_frequency and (
                 not isinstance(ema_overwrite_frequency, int) or ema_overwrite_frequency < 1
             ):
@@ -148,10 +149,6 @@ class Optimizer(OptimizerCore):
                 "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. "
                 f"Received: clipnorm={clipnorm}, clipvalue={clipvalue}, global_clipnorm={global_clipnorm}"
             )
-        if weight_decay is not None and (not isinstance(weight_decay, (int, float)) or weight_decay < 0):
-            raise ValueError(f"Argument `weight_decay` must be a float >= 0. Received: weight_decay={weight_decay}")
-        if loss_scale_factor is not None and not loss_scale_factor > 0:
-            raise ValueError(f"Argument `loss_scale_factor` must be > 0. Received: loss_scale_factor={loss_scale_factor}")
         self.name = name if name else _unique_name(type(self).__name__)
         self.weight_decay = weight_decay
         self.clipnorm = clipnorm
@@ -192,8 +189,8 @@ class Optimizer(OptimizerCore):
                 "(that takes in the current iteration value and returns the corresponding learning rate value). "
                 f"Received instead: learning_rate={learning_rate}"
             )
-        if not (learning_rate >= 0 and math.isfinite(learning_rate)):
-            raise ValueError(f"Argument `learning_rate` must be a finite float >= 0. Received: learning_rate={learning_rate}")
+        checks.check_number("learning_rate", learning_rate, checks.range_of("learning_rate",
+                                                                            self._hyperparameter_ranges))
         return self._own_variable(torch.tensor(learning_rate, dtype=torch.float32), "learning_rate")
 
     @property
@@ -221,6 +218,7 @@ class Optimizer(OptimizerCore):
         if isinstance(lr, Variable):
             return lr
         value = lr(self._iterations) if isinstance(lr, schedules_module.LearningRateSchedule) else lr()
+        checks.check_result("learning_rate", value, self._hyperparameter_ranges)
         self._remember_lr(value)
         return value
 
@@ -254,9 +252,8 @@ class Optimizer(OptimizerCore):
                 "Argument `learning_rate` must be a float, a LearningRateSchedule or a callable. "
                 f"Received: learning_rate={value!r}"
             )
-        value = float(value)
-        if not (value >= 0 and math.isfinite(value)):
-            raise ValueError(f"Argument `learning_rate` must be a finite float >= 0. Received: learning_rate={value}")
+        value = checks.check_number("learning_rate", value, checks.range_of("learning_rate",
+                                                                            self._hyperparameter_ranges))
         if isinstance(current, Variable):
             current.assign(value)
         else:  # a callable was set before: go back to a variable at its old place
@@ -419,6 +416,9 @@ class Optimizer(OptimizerCore):
 
     def _read_hyperparameter(self, key: str) -> Any:
         return getattr(self, key)
+
+    def _configuration_values(self) -> dict[str, Any]:
+        return self.get_config()
 
     def _write_hyperparameter(self, key: str, value: Any) -> None:
         object.__setattr__(self, key, value)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..variables import IndexedSlices, as_indexed_slices, is_sparse, named_variables, variable_name
+from . import checks
 from . import sparse as sparse_rows
 from .torch_protocol import TorchProtocol, is_param_group_list
 
@@ -32,6 +33,7 @@ class BuildsOnParams(type):
 
     def __call__(cls, *args: Any, params: Any = None, **kwargs: Any) -> Any:
         optimizer = super().__call__(*args, **kwargs)
+        optimizer._check_configuration()  # every generation's hyperparameters, by name (engine/checks.py)
         if params is not None:
             optimizer.build(params)
         return optimizer
@@ -46,6 +48,20 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
 
     #: Whether the multi-tensor (``torch._foreach_*``) path runs over whole (device, dtype) groups.
     foreach: bool = True
+    #: Where a class narrows the shared range of a hyperparameter (``engine.checks.RANGES``), e.g. Adam's
+    #: ``beta_1`` in [0, 1): 1.0 divides by ``1 - beta_1 ** t = 0`` at the first step.
+    _hyperparameter_ranges: dict[str, checks.Range] = {}
+
+    def _configuration_values(self) -> dict[str, Any]:
+        """The constructor's hyperparameters by argument name (callables and schedules as given)."""
+        return {}
+
+    def _check_configuration(self) -> None:
+        """Raises for a hyperparameter that is not a finite number of its range, or a flag that is not a bool."""
+        checks.check_values(self._configuration_values(), self._hyperparameter_ranges)
+
+    def _check_hyperparameter(self, key: str, value: Any) -> None:
+        checks.check_value("learning_rate" if key == "lr" else key, value, self._hyperparameter_ranges)
 
     def _init_core(self) -> None:
         self._vars: list[torch.Tensor] = []

@@ -214,8 +214,10 @@ class TorchProtocol(torch.optim.Optimizer):
             if not _is_number(value) or not math.isfinite(value) or (key == "lr" and value < 0):
                 what = "a finite number >= 0" if key == "lr" else "a finite number"
                 raise ValueError(f"Parameter group {index}: `{key}` must be {what}. Received: {key}={value!r}")
-            if key != "lr":
+            try:
                 self._check_hyperparameter(key, value)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"Parameter group {index}: {err}") from None
 
     def _sync_param_groups(self) -> None:
         """Applies what was written into the groups since the last step (e.g. by a torch LR scheduler).

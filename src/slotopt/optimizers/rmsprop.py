@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from ..engine import checks
 from ..engine import constants as K
 from ..kernels import rmsprop as kernels
 from ..optimizer import LearningRate, Optimizer
-
-
-def _check_fractions(**values: Any) -> None:
-    """Rejects hyperparameters that are not finite numbers in [0, 1]."""
-    for name, value in values.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
-                or not 0 <= value <= 1:
-            raise ValueError(f"Argument `{name}` must be a number in [0, 1]. Received: {name}={value!r}")
-
-
-def _check_non_negative(**values: Any) -> None:
-    """Rejects hyperparameters that are not finite numbers >= 0."""
-    for name, value in values.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"Argument `{name}` must be a finite number >= 0. Received: {name}={value!r}")
 
 
 class RMSprop(Optimizer):
@@ -50,8 +35,7 @@ class RMSprop(Optimizer):
                  clipvalue: Any = None, global_clipnorm: Any = None, use_ema: bool = False,
                  ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
                  gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
-        _check_fractions(rho=rho, momentum=momentum)
-        _check_non_negative(epsilon=epsilon)
+        checks.check_values({"rho": rho, "momentum": momentum, "epsilon": epsilon, "centered": centered})
         super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
                          ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
         self.rho = rho

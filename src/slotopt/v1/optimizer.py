@@ -25,6 +25,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree
 
+from ..engine import checks
 from ..engine import sparse as sparse_rows
 from ..engine.core import OptimizerCore, Pair, Pairs
 from ..engine.pipeline import run_step
@@ -659,6 +660,20 @@ class Optimizer(OptimizerCore):
     def _hypers(self) -> dict[str, Any]:
         return self.__dict__.get("_hyper", {})
 
+    def _configuration_values(self) -> dict[str, Any]:
+        return dict(self._hypers())
+
+    def _check_configuration(self) -> None:
+        """TF1's kernels check the ranges at apply time (``InvalidArgumentError``, see ``_check_positive``), and
+        slotopt keeps that; but a NaN or infinite number is refused here, since no kernel would catch it."""
+        for key, value in self._configuration_values().items():
+            if _is_number(value) or isinstance(value, torch.Tensor):
+                checks.check_number(key, value, self._hyperparameter_ranges.get(key, checks.ANY))
+
+    def _check_hyperparameter(self, key: str, value: Any) -> None:
+        key = "learning_rate" if key == "lr" else key
+        checks.check_number(key, value, self._hyperparameter_ranges.get(key, checks.ANY))
+
     def _has_learning_rate(self) -> bool:
         return "learning_rate" in self._hypers()
 
@@ -727,7 +742,9 @@ class BuiltinOptimizer(Optimizer):
     def _prepare(self) -> None:
         prepared = {}
         for key, value in self._hyper.items():
-            value = self._call_if_callable(value) if self._callable_hypers else value
+            if self._callable_hypers and callable(value) and not isinstance(value, torch.Tensor):
+                value = value()
+                checks.check_result(key, value, {key: self._hyperparameter_ranges.get(key, checks.ANY)})
             prepared[key] = convert_to_tensor(value, key)
         self._prepared = prepared
         if self._lr_is_driven():

@@ -1,0 +1,176 @@
+"""One checker for the hyperparameters of every generation, schedule and composite.
+
+A hyperparameter that is NaN, infinite, of the wrong type or out of its range either makes the first step NaN or
+silently disables a feature (``clipnorm=nan`` turns clipping off, ``nesterov="no"`` is truthy). Every face checks
+its values here, with one table of ranges keyed by the argument's name (a class narrows a range with its own
+``_hyperparameter_ranges``): at construction, when an attribute or a parameter group is written, and when a
+callable or schedule returns a value at a step.
+
+Example:
+    >>> from slotopt.engine.checks import check_number, UNIT_OPEN
+    >>> check_number("beta_1", 0.9, UNIT_OPEN)
+    0.9
+    >>> check_number("beta_1", 1.0, UNIT_OPEN)
+    Traceback (most recent call last):
+    ...
+    ValueError: Argument `beta_1` must be a finite number in [0, 1). Received: beta_1=1.0
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+__all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
+           "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of"]
+
+
+class HyperparameterTypeError(TypeError, ValueError):
+    """A hyperparameter of the wrong type (a string, a bool, a list...). Both a ``TypeError`` and a
+    ``ValueError``: Keras raises either, depending on the optimizer, for the same mistake."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """An interval of allowed values (``low_open``/``high_open`` exclude the bound)."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        if value < self.low or (self.low_open and value == self.low):
+            return False
+        return not (value > self.high or (self.high_open and value == self.high))
+
+    def describe(self) -> str:
+        if self.low == -math.inf and self.high == math.inf:
+            return "a finite number"
+        if self.high == math.inf:
+            return f"a finite number {'>' if self.low_open else '>='} {self.low:g}"
+        if self.low == -math.inf:
+            return f"a finite number {'<' if self.high_open else '<='} {self.high:g}"
+        return (f"a finite number in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+                f"{')' if self.high_open else ']'}")
+
+
+ANY = Range()
+NONNEGATIVE = Range(0.0)
+POSITIVE = Range(0.0, low_open=True)
+NONPOSITIVE = Range(high=0.0)
+UNIT = Range(0.0, 1.0)
+UNIT_OPEN = Range(0.0, 1.0, high_open=True)
+
+#: The range of every hyperparameter name used by a slotopt optimizer or schedule (all generations' spellings).
+RANGES: dict[str, Range] = {
+    # optimizers
+    "learning_rate": NONNEGATIVE, "lr": NONNEGATIVE, "weight_decay": NONNEGATIVE, "decay": NONNEGATIVE,
+    "momentum": UNIT, "rho": UNIT, "beta_1": UNIT, "beta_2": UNIT, "beta1": UNIT, "beta2": UNIT,
+    "epsilon": NONNEGATIVE, "loss_scale_factor": POSITIVE,
+    "clipnorm": ANY, "clipvalue": ANY, "global_clipnorm": ANY,  # Keras 3: a value <= 0 disables clipping
+    "initial_accumulator_value": NONNEGATIVE, "learning_rate_power": NONPOSITIVE,
+    "l1_regularization_strength": NONNEGATIVE, "l2_regularization_strength": NONNEGATIVE,
+    "l2_shrinkage_regularization_strength": NONNEGATIVE, "beta": NONNEGATIVE,
+    "beta_2_decay": ANY, "epsilon_1": NONNEGATIVE, "epsilon_2": NONNEGATIVE, "clip_threshold": POSITIVE,
+    "adam_beta_1": UNIT_OPEN, "adam_beta_2": UNIT_OPEN, "adam_weight_decay": NONNEGATIVE,
+    "lr_power": NONPOSITIVE, "l1": NONNEGATIVE, "l2": NONNEGATIVE, "initial_gradient_squared_accumulator_value":
+        POSITIVE,
+    # schedules
+    "initial_learning_rate": NONNEGATIVE, "end_learning_rate": NONNEGATIVE, "decay_steps": POSITIVE,
+    "first_decay_steps": POSITIVE, "decay_rate": NONNEGATIVE, "power": NONNEGATIVE, "t_mul": POSITIVE,
+    "m_mul": NONNEGATIVE, "alpha": UNIT, "warmup_steps": NONNEGATIVE, "warmup_target": NONNEGATIVE,
+}
+
+#: Arguments that must be booleans (a string such as "no" is truthy: refused rather than taken as True).
+FLAGS = frozenset({"nesterov", "amsgrad", "centered", "use_ema", "staircase", "cycle", "use_locking",
+                   "relative_step", "dynamic", "use_nesterov", "exclude_embeddings", "exclude_layernorms"})
+
+
+def range_of(name: str, overrides: Optional[Mapping[str, Range]] = None) -> Optional[Range]:
+    if overrides and name in overrides:
+        return overrides[name]
+    return RANGES.get(name)
+
+
+def _as_float(name: str, value: Any) -> float:
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        raise HyperparameterTypeError(f"Argument `{name}` must be a number, not a boolean. Received: {name}={value!r}")
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_complex():
+            raise HyperparameterTypeError(f"Argument `{name}` must be a real number or a one-element tensor. Received: "
+                            f"{name}={value!r}")
+        return float(value.detach().reshape(()).cpu())
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iuf":
+        return float(value.reshape(()))
+    if isinstance(value, (numbers.Real, np.number)) and not isinstance(value, np.complexfloating):
+        return float(value)
+    raise HyperparameterTypeError(f"Argument `{name}` must be a number. Received: {name}={value!r} (of type "
+                    f"{type(value).__name__})")
+
+
+def check_number(name: str, value: Any, allowed: Optional[Range] = None) -> float:
+    """``value`` as a float when it is a finite real number in ``allowed`` (default: ``RANGES[name]``, else any
+    finite number); raises ``TypeError``/``ValueError`` naming the argument and the value otherwise."""
+    number = _as_float(name, value)
+    allowed = allowed or RANGES.get(name, ANY)
+    if not math.isfinite(number) or number not in allowed:
+        raise ValueError(f"Argument `{name}` must be {allowed.describe()}. Received: {name}={value!r}")
+    return number
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A boolean argument: ``True``/``False`` (numpy booleans and the integers 0 and 1 too)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise HyperparameterTypeError(f"Argument `{name}` must be a boolean (True or False). Received: {name}={value!r}")
+
+
+def check_integer(name: str, value: Any, minimum: int) -> int:
+    """An integer argument ``>= minimum`` (not a bool, not a float)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"Argument `{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+    return int(value)
+
+
+def check_value(name: str, value: Any, overrides: Optional[Mapping[str, Range]] = None) -> None:
+    """Checks one configuration entry by its name: a flag, or a number of the name's range. Values that are not
+    numbers (``None``, callables, schedules, tensors of a schedule...) are left to the caller."""
+    if name in FLAGS:
+        check_flag(name, value)
+        return
+    allowed = range_of(name, overrides)
+    if allowed is None or value is None or isinstance(value, (str, Mapping)):
+        if isinstance(value, str) and allowed is not None:
+            raise HyperparameterTypeError(f"Argument `{name}` must be a number. Received: {name}={value!r}")
+        return
+    if callable(value) and not isinstance(value, torch.Tensor):
+        return  # a callable or schedule: its result is checked when it is used
+    check_number(name, value, allowed)
+
+
+def check_values(values: Mapping[str, Any], overrides: Optional[Mapping[str, Range]] = None) -> None:
+    """``check_value`` for every entry of a configuration."""
+    for name, value in values.items():
+        check_value(name, value, overrides)
+
+
+def check_result(name: str, value: Any, overrides: Optional[Mapping[str, Range]] = None) -> None:
+    """Checks what a callable or schedule returned for hyperparameter ``name`` at a step."""
+    allowed = range_of(name, overrides) or ANY
+    try:
+        number = _as_float(name, value)
+    except TypeError as err:
+        raise HyperparameterTypeError(f"The callable or schedule given as `{name}` must return a number. Received: {value!r}"
+                        ) from err
+    if not math.isfinite(number) or number not in allowed:
+        raise ValueError(f"The callable or schedule given as `{name}` returned {value!r}; `{name}` must be "
+                         f"{allowed.describe()}.")
