@@ -13,7 +13,7 @@ Example:
     >>> check_number("beta_1", 1.0, UNIT_OPEN)
     Traceback (most recent call last):
     ...
-    ValueError: Argument `beta_1` must be a finite number in [0, 1). Received: beta_1=1.0
+    ValueError: Argument `beta_1` must be in [0, 1). Received: beta_1=1.0
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 __all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
-           "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of"]
+           "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of"]
 
 
 class HyperparameterTypeError(TypeError, ValueError):
@@ -50,15 +50,18 @@ class Range:
             return False
         return not (value > self.high or (self.high_open and value == self.high))
 
-    def describe(self) -> str:
+    def describe(self, finite: bool = True) -> str:
+        """``"> 0"``, ``"in [0, 1)"``...; with ``finite``, ``"a finite number > 0"``..."""
+        prefix = "a finite number" if finite else ""
         if self.low == -math.inf and self.high == math.inf:
             return "a finite number"
         if self.high == math.inf:
-            return f"a finite number {'>' if self.low_open else '>='} {self.low:g}"
-        if self.low == -math.inf:
-            return f"a finite number {'<' if self.high_open else '<='} {self.high:g}"
-        return (f"a finite number in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
-                f"{')' if self.high_open else ']'}")
+            bound = f"{'>' if self.low_open else '>='} {self.low:g}"
+        elif self.low == -math.inf:
+            bound = f"{'<' if self.high_open else '<='} {self.high:g}"
+        else:
+            bound = f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+        return f"{prefix} {bound}".strip()
 
 
 ANY = Range()
@@ -99,7 +102,8 @@ def range_of(name: str, overrides: Optional[Mapping[str, Range]] = None) -> Opti
     return RANGES.get(name)
 
 
-def _as_float(name: str, value: Any) -> float:
+def as_number(name: str, value: Any) -> float:
+    """``value`` as a float (possibly NaN or infinite) when it is a real number or a one-element real tensor."""
     if isinstance(value, (bool, np.bool_)) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
         raise HyperparameterTypeError(f"Argument `{name}` must be a number, not a boolean. Received: {name}={value!r}")
     if isinstance(value, torch.Tensor):
@@ -118,10 +122,11 @@ def _as_float(name: str, value: Any) -> float:
 def check_number(name: str, value: Any, allowed: Optional[Range] = None) -> float:
     """``value`` as a float when it is a finite real number in ``allowed`` (default: ``RANGES[name]``, else any
     finite number); raises ``TypeError``/``ValueError`` naming the argument and the value otherwise."""
-    number = _as_float(name, value)
+    number = as_number(name, value)
     allowed = allowed or RANGES.get(name, ANY)
     if not math.isfinite(number) or number not in allowed:
-        raise ValueError(f"Argument `{name}` must be {allowed.describe()}. Received: {name}={value!r}")
+        raise ValueError(f"Argument `{name}` must be {allowed.describe(not math.isfinite(number))}. "
+                         f"Received: {name}={value!r}")
     return number
 
 
@@ -167,10 +172,11 @@ def check_result(name: str, value: Any, overrides: Optional[Mapping[str, Range]]
     """Checks what a callable or schedule returned for hyperparameter ``name`` at a step."""
     allowed = range_of(name, overrides) or ANY
     try:
-        number = _as_float(name, value)
+        number = as_number(name, value)
     except TypeError as err:
-        raise HyperparameterTypeError(f"The callable or schedule given as `{name}` must return a number. Received: {value!r}"
-                        ) from err
+        raise HyperparameterTypeError(
+            f"Hyperparameter `{name}` must evaluate to a number or a scalar tensor (its callable or schedule "
+            f"returned {value!r}).") from err
     if not math.isfinite(number) or number not in allowed:
-        raise ValueError(f"The callable or schedule given as `{name}` returned {value!r}; `{name}` must be "
-                         f"{allowed.describe()}.")
+        raise ValueError(f"Hyperparameter `{name}` must evaluate to {allowed.describe()}: its callable or "
+                         f"schedule returned {value!r}.")

@@ -571,6 +571,9 @@ class WrapsInnerOptimizer:
     def _wrapper_state(self) -> dict[str, torch.Tensor]:
         return {}
 
+    def _configuration_values(self) -> dict[str, Any]:
+        return {}  # the inner optimizer checked its own
+
     def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
         entry = self._protocol_inner._param_state(param)
         return {**entry, **self._wrapper_state()} if entry else entry

@@ -7,6 +7,7 @@ from typing import Any, Optional
 import torch
 
 from .. import schedules as schedules_module
+from ..engine import checks
 from ..kernels import adam as kernels
 from .hyperparameters import as_scalar, epsilon_or_default, floats, literal_scalar
 from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
@@ -18,6 +19,8 @@ class _AdamBase(Optimizer):
     """Shared constructor pieces: ``learning_rate``, ``decay``, ``beta_1``, ``beta_2`` hyperparameters."""
 
     _HAS_AGGREGATE_GRAD = True
+    #: ``1 - beta ** t`` divides the update (bias correction): a beta of 1 gives NaN or no movement at step 1.
+    _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN, "beta_2": checks.UNIT_OPEN}
 
     def _set_adam_hypers(self, learning_rate: Any, beta_1: Any, beta_2: Any, epsilon: Any, kwargs: dict) -> None:
         self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
@@ -141,6 +144,8 @@ class Adamax(_AdamBase):
         >>> round(w.item(), 4)
         0.5
     """
+
+    _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN}  # beta_2 = 1 keeps the running maximum
 
     def __init__(self, learning_rate: Hyperparameter = 0.001, beta_1: Hyperparameter = 0.9,
                  beta_2: Hyperparameter = 0.999, epsilon: Optional[float] = 1e-7, name: Optional[str] = "Adamax",
