@@ -409,7 +409,7 @@ class Optimizer(OptimizerCore):
     def _hyperparameter_keys(self) -> tuple[str, ...]:
         keys = self.__dict__.get("_hyper_keys_cache")
         if keys is None:
-            keys = tuple(k for k, v in self.get_config().items()
+            keys = tuple(k for k, v in self._configuration_values().items()
                          if k not in self._GLOBAL_OPTIONS and isinstance(v, (int, float)))
             self.__dict__["_hyper_keys_cache"] = keys
         return keys
@@ -418,7 +418,15 @@ class Optimizer(OptimizerCore):
         return getattr(self, key)
 
     def _configuration_values(self) -> dict[str, Any]:
-        return self.get_config()
+        lr = self._learning_rate
+        if isinstance(lr, Variable):
+            return self.get_config()
+        # A schedule or callable is checked where it is used; serializing it here would require get_config.
+        self.__dict__["_learning_rate"] = None
+        try:
+            return self.get_config()
+        finally:
+            self.__dict__["_learning_rate"] = lr
 
     def _write_hyperparameter(self, key: str, value: Any) -> None:
         object.__setattr__(self, key, value)

@@ -58,7 +58,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
 
     def _check_configuration(self) -> None:
         """Raises for a hyperparameter that is not a finite number of its range, or a flag that is not a bool."""
-        checks.check_values(self._configuration_values(), self._hyperparameter_ranges)
+        values = self._configuration_values()
+        values.update({k: v for k, v in self.__dict__.items() if k in checks.FLAGS and k not in values})
+        checks.check_values(values, self._hyperparameter_ranges)
 
     def _check_hyperparameter(self, key: str, value: Any) -> None:
         checks.check_value("learning_rate" if key == "lr" else key, value, self._hyperparameter_ranges)

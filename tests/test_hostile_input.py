@@ -1,0 +1,160 @@
+"""Hostile input, copies and checkpoints (issue 15): one section per numbered item of the issue.
+
+Each test reproduces what a probe of the public API found and checks what happens now: a clear error naming the
+argument and the value with nothing changed (variables, slots, iterations, param_groups), or correct training
+where the input is legitimate.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+import slotopt
+from slotopt import legacy, v1
+from slotopt import schedules as S
+
+NAN = float("nan")
+
+
+def param(*values: float, dtype: torch.dtype = torch.float32) -> torch.nn.Parameter:
+    return torch.nn.Parameter(torch.tensor(values, dtype=dtype))
+
+
+def same(a: Any, b: Any) -> bool:
+    """Deep equality of state dicts (tensors bit for bit, NaN equal to NaN)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and \
+            a.dtype == b.dtype and bool(torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)
+
+
+def snapshot(opt: Any, *variables: torch.Tensor) -> Any:
+    """Everything a failed call must leave alone: the variables, the state dict (slots, iterations,
+    param_groups) and whether the optimizer is built."""
+    return ([v.detach().clone() for v in variables], opt.state_dict(), getattr(opt, "built", None),
+            len(opt.param_groups))
+
+
+# ---------------------------------------------------------------------------------------------------------- 3
+@pytest.mark.parametrize("build, argument, shown", [
+    (lambda: slotopt.SGD(weight_decay=NAN), "weight_decay", "nan"),
+    (lambda: slotopt.AdamW(weight_decay=math.inf), "weight_decay", "inf"),
+    (lambda: slotopt.SGD(momentum=NAN), "momentum", "nan"),
+    (lambda: slotopt.Adam(beta_1=1.0), "beta_1", "1.0"),
+    (lambda: slotopt.Nadam(beta_1=1.0), "beta_1", "1.0"),
+    (lambda: slotopt.Lamb(beta_2=1.0), "beta_2", "1.0"),
+    (lambda: slotopt.Ftrl(learning_rate=0.0), "learning_rate", "0.0"),
+    (lambda: slotopt.SGD(clipnorm=NAN), "clipnorm", "nan"),
+    (lambda: slotopt.SGD(global_clipnorm=math.inf), "global_clipnorm", "inf"),
+    (lambda: legacy.SGD(learning_rate=NAN), "learning_rate", "nan"),
+    (lambda: legacy.SGD(lr=NAN), "lr", "nan"),
+    (lambda: legacy.Adam(beta_1=NAN), "beta_1", "nan"),
+    (lambda: legacy.Adam(beta_1=1.0), "beta_1", "1.0"),
+    (lambda: legacy.RMSprop(rho=NAN), "rho", "nan"),
+    (lambda: legacy.SGD(clipnorm=NAN), "clipnorm", "nan"),
+    (lambda: legacy.SGD(decay=NAN), "decay", "nan"),
+    (lambda: legacy.SGD(momentum=NAN), "momentum", "nan"),
+    (lambda: legacy.Ftrl(learning_rate=0.0), "learning_rate", "0.0"),
+    (lambda: v1.AdamOptimizer(beta1=1.0), "beta1", "1.0"),
+    (lambda: v1.GradientDescentOptimizer(NAN), "learning_rate", "nan"),
+    (lambda: v1.MomentumOptimizer(0.1, momentum=math.inf), "momentum", "inf"),
+])
+def test_3_settings_that_break_the_first_step_are_refused(build: Any, argument: str, shown: str) -> None:
+    with pytest.raises(ValueError, match=rf"`{argument}` must be .*Received: {argument}={shown}"):
+        build()
+
+
+@pytest.mark.parametrize("build, argument", [
+    (lambda: S.ExponentialDecay(0.1, NAN, 0.5), "decay_steps"),
+    (lambda: S.InverseTimeDecay(0.1, 10, -0.5), "decay_rate"),
+    (lambda: S.ExponentialDecay(-0.1, 10, 0.5), "initial_learning_rate"),
+    (lambda: S.PolynomialDecay(0.1, 10, power=-1.0), "power"),
+    (lambda: S.PolynomialDecay(0.1, 10, end_learning_rate=NAN), "end_learning_rate"),
+    (lambda: S.CosineDecay(0.1, 10, alpha=-0.5), "alpha"),
+    (lambda: S.CosineDecayRestarts(0.1, 10, t_mul=0.0), "t_mul"),
+    (lambda: S.CosineDecayRestarts(0.1, 10, t_mul=-2.0), "t_mul"),
+    (lambda: S.CosineDecayRestarts(0.1, 10, m_mul=-1.0), "m_mul"),
+    (lambda: S.PiecewiseConstantDecay([10, 5], [1.0, 1.1, 1.2]), "boundaries"),
+    (lambda: S.PiecewiseConstantDecay([10, 10], [1.0, 1.1, 1.2]), "boundaries"),
+    (lambda: S.PiecewiseConstantDecay([NAN], [1.0, 1.1]), r"boundaries\[0\]"),
+])
+def test_3_schedules_refuse_nan_negative_and_unsorted_arguments(build: Any, argument: str) -> None:
+    with pytest.raises(ValueError, match=rf"`{argument}` must be"):
+        build()
+
+
+def test_3_sorted_piecewise_boundaries_still_select_one_of_the_values() -> None:
+    s = S.PiecewiseConstantDecay([5, 10], [1.0, 1.1, 1.2])
+    assert [round(float(s(k)), 6) for k in (0, 7, 11)] == [1.0, 1.1, 1.2]
+
+
+@pytest.mark.parametrize("make", [
+    lambda lr: slotopt.SGD(learning_rate=lr),
+    lambda lr: legacy.SGD(learning_rate=lr),
+])
+@pytest.mark.parametrize("bad", [-5.0, NAN, math.inf])
+def test_3_a_callable_learning_rate_is_checked_at_use_and_nothing_changes(make: Any, bad: float) -> None:
+    w = param(1.0, 2.0)
+    opt = make(lambda: bad)
+    opt.build([w])
+    before = snapshot(opt, w)
+    with pytest.raises(ValueError, match=rf"`learning_rate` must evaluate to a finite number >= 0.*returned {bad}"):
+        opt.apply_gradients([(torch.ones(2), w)])
+    assert same(snapshot(opt, w), before)
+
+
+def test_3_a_v1_callable_returning_nan_is_refused_before_any_change() -> None:
+    w = param(1.0, 2.0)
+    opt = v1.MomentumOptimizer(lambda: NAN, momentum=0.9)
+    with pytest.raises(ValueError, match="`learning_rate` must evaluate to a finite number"):
+        opt.apply_gradients([(torch.ones(2), w)])
+    assert w.tolist() == [1.0, 2.0] and opt.variables() == []
+
+
+def test_3_a_schedule_returning_nan_is_refused_at_use() -> None:
+    class Broken(S.LearningRateSchedule):
+        def __call__(self, step: Any) -> torch.Tensor:
+            return torch.tensor(NAN)
+
+    for opt in (slotopt.SGD(learning_rate=Broken()), legacy.SGD(learning_rate=Broken())):
+        w = param(1.0)
+        opt.build([w])
+        with pytest.raises(ValueError, match="`learning_rate` must evaluate"):
+            opt.apply_gradients([(torch.ones(1), w)])
+        assert w.tolist() == [1.0]
+
+
+@pytest.mark.parametrize("opt", [slotopt.SGD(momentum=0.5), legacy.SGD(momentum=0.5)], ids=["keras3", "legacy"])
+def test_3_attribute_and_param_group_writes_are_checked(opt: Any) -> None:
+    w = param(1.0)
+    opt.build([w])
+    with pytest.raises(ValueError, match="`momentum` must be a finite number in \\[0, 1\\]"):
+        opt.momentum = NAN
+    opt.param_groups[0]["momentum"] = 1.5
+    before_w = w.detach().clone()
+    w.grad = torch.ones(1)
+    with pytest.raises(ValueError, match="momentum"):
+        opt.step()
+    assert torch.equal(w.detach(), before_w)
+    opt.param_groups[0]["momentum"] = 0.5
+    opt.step()
+    assert w.item() == pytest.approx(1.0 - 0.01)
+
+
+def test_3_legitimate_edge_values_still_train() -> None:
+    # beta_2 = 1 keeps Adamax's running maximum; momentum 0 and 1, clipnorm 0 (disabled in Keras 3) are legal.
+    for opt in (slotopt.Adamax(learning_rate=0.1, beta_2=1.0), slotopt.SGD(momentum=1.0, clipnorm=0.0),
+                legacy.SGD(momentum=0.0), slotopt.Ftrl(learning_rate=0.5, initial_accumulator_value=0.0)):
+        w = param(1.0)
+        opt.apply_gradients([(torch.ones(1), w)])
+        assert w.item() < 1.0 and math.isfinite(w.item())
