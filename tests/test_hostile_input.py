@@ -158,3 +158,78 @@ def test_3_legitimate_edge_values_still_train() -> None:
         w = param(1.0)
         opt.apply_gradients([(torch.ones(1), w)])
         assert w.item() < 1.0 and math.isfinite(w.item())
+
+
+# ---------------------------------------------------------------------------------------------------------- 14
+GENERATIONS = {
+    "keras3": lambda: slotopt.SGD(learning_rate=0.1, momentum=0.5),
+    "legacy": lambda: legacy.SGD(learning_rate=0.1, momentum=0.5),
+    "v1": lambda: v1.MomentumOptimizer(0.1, momentum=0.5),
+    "composite": lambda: slotopt.CompositeOptimizer([(slotopt.SGD(learning_rate=0.1, momentum=0.5), ["*"])]),
+}
+
+
+def trained(kind: str) -> tuple[Any, torch.Tensor]:
+    opt, w = GENERATIONS[kind](), param(1.0, 2.0)
+    w.grad = torch.ones(2)
+    if kind == "composite":
+        opt.build([("w", w)])
+    else:
+        opt.build([w])
+    opt.step()
+    return opt, w
+
+
+@pytest.mark.parametrize("kind", sorted(GENERATIONS))
+def test_14_a_list_as_a_variable_or_a_three_tuple_is_named(kind: str) -> None:
+    opt, w = trained(kind)
+    before = snapshot(opt, w)
+    with pytest.raises((TypeError, NotImplementedError), match=r"\[1\.0, 2\.0\]"):
+        opt.apply_gradients([(torch.ones(2), [1.0, 2.0])])
+    with pytest.raises(TypeError, match="pairs. Received at (index|position) 0"):
+        opt.apply_gradients([(torch.ones(2), w, 1)])
+    assert same(snapshot(opt, w), before)
+
+
+@pytest.mark.parametrize("kind", sorted(GENERATIONS))
+def test_14_load_state_dict_of_an_empty_dict_names_what_is_missing(kind: str) -> None:
+    opt, w = trained(kind)
+    before = snapshot(opt, w)
+    with pytest.raises(ValueError, match="must be a dict with 'state'.*Received: a dict with keys \\[\\]"):
+        opt.load_state_dict({})
+    assert same(snapshot(opt, w), before)
+
+
+@pytest.mark.parametrize("build, argument", [
+    (lambda: slotopt.SGD(clipnorm="1"), "clipnorm"),
+    (lambda: slotopt.SGD(loss_scale_factor="2"), "loss_scale_factor"),
+    (lambda: slotopt.SGD(momentum=0.5, nesterov="no"), "nesterov"),
+    (lambda: slotopt.Adam(amsgrad="yes"), "amsgrad"),
+    (lambda: legacy.SGD(momentum=0.5, nesterov="no"), "nesterov"),
+    (lambda: legacy.RMSprop(centered="no"), "centered"),
+    (lambda: legacy.SGD(clipnorm="1"), "clipnorm"),
+    (lambda: S.ExponentialDecay(0.1, decay_steps="10", decay_rate=0.5), "decay_steps"),
+    (lambda: S.ExponentialDecay(0.1, 10, 0.5, staircase="no"), "staircase"),
+    (lambda: slotopt.Adam.from_config(None), "config"),
+    (lambda: legacy.Adam.from_config(None), "config"),
+    (lambda: slotopt.Adam.from_config([1]), "config"),
+])
+def test_14_wrong_types_raise_an_error_naming_the_argument(build: Any, argument: str) -> None:
+    with pytest.raises(TypeError, match=rf"`{argument}` must be"):
+        build()
+
+
+def test_14_stateless_apply_refuses_wrong_shapes_instead_of_broadcasting() -> None:
+    opt, w = slotopt.Adam(learning_rate=0.1), param(1.0, 2.0)
+    opt.build([w])
+    good = [v.detach().clone() for v in opt.variables]
+    before = snapshot(opt, w)
+    with pytest.raises(ValueError, match=r"`trainable_variables` entry 0 has shape \(1,\).*\(2,\)"):
+        opt.stateless_apply(good, [torch.ones(2)], [torch.ones(1)])
+    with pytest.raises(ValueError, match=r"`optimizer_variables` entry 2 has shape \(3,\)"):
+        opt.stateless_apply(good[:2] + [torch.zeros(3)] + good[3:], [torch.ones(2)], [torch.ones(2)])
+    with pytest.raises(TypeError, match="`trainable_variables` entry 0 must be a tensor"):
+        opt.stateless_apply(good, [torch.ones(2)], ["ab"])
+    assert same(snapshot(opt, w), before)
+    new_model, _ = opt.stateless_apply(good, [torch.ones(2)], [torch.ones(2)])
+    assert new_model[0].tolist() == pytest.approx([0.9, 0.9], abs=1e-5) and w.tolist() == [1.0, 2.0]

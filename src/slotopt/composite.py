@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
+from .engine import checks
 from .engine.core import OptimizerCore
 from .engine.routing import dispatch, group_by_owner, split_weights
 from .engine.routing import optimizer_weights as _optimizer_weights
@@ -169,7 +170,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                         experimental_aggregate_gradients: bool = True,
                         skip_gradients_aggregation: Optional[bool] = None) -> None:
         """Sends each pair to its optimizer (groups ordered by first appearance) after validating all of them."""
-        pairs = list(grads_and_vars)
+        pairs = checks.check_pairs(grads_and_vars)
         owners = self._owner_map([v for _, v in pairs])
         groups = group_by_owner(
             pairs, lambda var: owners.get(id(var)),

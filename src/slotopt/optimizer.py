@@ -374,6 +374,8 @@ class Optimizer(OptimizerCore):
         else:
             trainable_variables = [v for _, v in named_variables(trainable_variables)] if not isinstance(
                 trainable_variables, (list, tuple)) else list(trainable_variables)
+            for i, v in enumerate(trainable_variables):
+                checks.check_variable(v, f"trainable_variables[{i}]")
             if len(grads) != len(trainable_variables):
                 raise ValueError(
                     f"Received {len(grads)} gradients for {len(trainable_variables)} variables; "
@@ -383,7 +385,7 @@ class Optimizer(OptimizerCore):
 
     def apply_gradients(self, grads_and_vars: Pairs) -> torch.Tensor:
         """Applies ``(gradient, variable)`` pairs and returns ``iterations``."""
-        pairs = list(grads_and_vars)
+        pairs = checks.check_pairs(grads_and_vars)
         self.apply([g for g, _ in pairs], [v for _, v in pairs])
         return self._iterations
 
@@ -741,11 +743,24 @@ class Optimizer(OptimizerCore):
                 f"{len(model)} variables."
             )
         targets = own + model
+        values = []
+        for argument, given, expected in (("optimizer_variables", optimizer_variables, own),
+                                          ("trainable_variables", trainable_variables, model)):
+            for i, (value, target) in enumerate(zip(given, expected)):
+                try:
+                    value = torch.as_tensor(value, dtype=target.dtype, device=target.device)
+                except (TypeError, ValueError, RuntimeError) as err:
+                    raise TypeError(f"Argument `{argument}` entry {i} must be a tensor or an array of numbers. "
+                                    f"Received: {value!r}") from err
+                if value.shape != target.shape:  # no broadcasting: a wrong shape is a wrong variable
+                    raise ValueError(f"Argument `{argument}` entry {i} has shape {tuple(value.shape)}; the variable "
+                                     f"it replaces has shape {tuple(target.shape)}.")
+                values.append(value)
         saved = [t.detach().clone() for t in targets]
         with torch.no_grad():
             try:
-                for t, value in zip(targets, list(optimizer_variables) + list(trainable_variables)):
-                    t.copy_(torch.as_tensor(value, dtype=t.dtype, device=t.device))
+                for t, value in zip(targets, values):
+                    t.copy_(value)
                 self.apply(grads)
                 new_model = [v.detach().clone() for v in model]
                 new_own = [v.detach().clone() for v in self.variables]
@@ -822,6 +837,7 @@ class Optimizer(OptimizerCore):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], custom_objects: Optional[Mapping[str, Any]] = None) -> Optimizer:
+        checks.check_config_dict(config)
         config = dict(config)
         if isinstance(config.get("learning_rate"), dict):
             config["learning_rate"] = schedules_module.deserialize(config["learning_rate"], custom_objects)

@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 __all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
-           "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of"]
+           "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of",
+           "check_pairs", "check_variable", "check_config_dict"]
 
 
 class HyperparameterTypeError(TypeError, ValueError):
@@ -180,3 +181,34 @@ def check_result(name: str, value: Any, overrides: Optional[Mapping[str, Range]]
     if not math.isfinite(number) or number not in allowed:
         raise ValueError(f"Hyperparameter `{name}` must evaluate to {allowed.describe()}: its callable or "
                          f"schedule returned {value!r}.")
+
+
+def check_pairs(grads_and_vars: Any, argument: str = "grads_and_vars") -> list[tuple[Any, torch.Tensor]]:
+    """``grads_and_vars`` as a list of ``(gradient, variable)`` pairs whose variables are tensors; raises
+    ``TypeError`` naming the argument, the index and the entry otherwise (a list as a variable, a 3-tuple...)."""
+    if isinstance(grads_and_vars, (torch.Tensor, str, bytes, Mapping)) or not hasattr(grads_and_vars, "__iter__"):
+        raise TypeError(f"Argument `{argument}` must be an iterable of (gradient, variable) pairs. "
+                        f"Received: {argument}={grads_and_vars!r}")
+    pairs = []
+    for i, item in enumerate(grads_and_vars):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise TypeError(f"Argument `{argument}` must hold (gradient, variable) pairs. Received at index {i}: "
+                            f"{item!r}")
+        check_variable(item[1], f"{argument}[{i}]")
+        pairs.append((item[0], item[1]))
+    return pairs
+
+
+def check_variable(variable: Any, where: str) -> torch.Tensor:
+    """A variable must be a tensor (a list or an array would be updated nowhere)."""
+    if not isinstance(variable, torch.Tensor):
+        raise TypeError(f"The variable at `{where}` must be a tensor (e.g. a torch.nn.Parameter or a "
+                        f"slotopt.Variable). Received: {variable!r} (of type {type(variable).__name__})")
+    return variable
+
+
+def check_config_dict(config: Any) -> None:
+    """``from_config`` takes the dict ``get_config()`` returned, with string keys."""
+    if not isinstance(config, Mapping) or not all(isinstance(k, str) for k in config):
+        raise TypeError(f"Argument `config` must be a dict of arguments, as returned by `get_config()`. "
+                        f"Received: config={config!r}")

@@ -534,6 +534,7 @@ class Optimizer(OptimizerCore):
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Optional[dict[str, Any]] = None) -> Optimizer:
         """Recreates an optimizer from ``get_config()`` (``lr`` is renamed, a schedule dict deserialized)."""
+        checks.check_config_dict(config)
         config = dict(config)
         if "lr" in config:
             config["learning_rate"] = config.pop("lr")
