@@ -8,6 +8,7 @@ where the input is legitimate.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
@@ -233,3 +234,26 @@ def test_14_stateless_apply_refuses_wrong_shapes_instead_of_broadcasting() -> No
     assert same(snapshot(opt, w), before)
     new_model, _ = opt.stateless_apply(good, [torch.ones(2)], [torch.ones(2)])
     assert new_model[0].tolist() == pytest.approx([0.9, 0.9], abs=1e-5) and w.tolist() == [1.0, 2.0]
+
+
+# ---------------------------------------------------------------------------------------------------------- 15
+@pytest.mark.parametrize("argv, message", [
+    (["demo", "--optimizer", '{"class_name": "adam", "config": [1]}'], "--optimizer JSON value must look like"),
+    (["demo", "--optimizer", '{"class_name": "adam", "config": {"clipnorm": "1"}}'],
+     "Argument `clipnorm` must be a number. Received: clipnorm='1'"),
+    (["demo", "--optimizer", "adam", "--out", "{file}/x.png"], "--out .* cannot be written: .* is a file"),
+    (["demo", "--optimizer", "adam", "--out", "{dir}"], "--out .* is a directory"),
+    (["bench", "--quick", "--png", "{file}/sub/x.png"], "cannot be written|matplotlib"),
+])
+def test_15_cli_checks_arguments_and_output_paths_first(tmp_path: Any, capsys: Any, argv: list[str],
+                                                        message: str) -> None:
+    from slotopt.cli import EXIT_USAGE, main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    argv = [a.replace("{file}", str(blocker)).replace("{dir}", str(tmp_path)) for a in argv]
+    assert main(argv) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert re.search(message, captured.err), captured.err
+    assert "epoch" not in captured.out.lower() and "ms per step" not in captured.out  # nothing ran
