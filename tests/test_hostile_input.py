@@ -257,3 +257,64 @@ def test_15_cli_checks_arguments_and_output_paths_first(tmp_path: Any, capsys: A
     assert "Traceback" not in captured.err
     assert re.search(message, captured.err), captured.err
     assert "epoch" not in captured.out.lower() and "ms per step" not in captured.out  # nothing ran
+
+
+# ---------------------------------------------------------------------------------------------------------- 16
+def _composite_config(optimizer: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "c", "optimizers_and_vars": [{"optimizer": optimizer, "variables": ["*"]}]}
+
+
+def test_16_from_config_imports_nothing_a_config_names(tmp_path: Any, monkeypatch: Any) -> None:
+    import sys
+
+    (tmp_path / "slotopt_probe_plugin.py").write_text(
+        "import builtins\nbuiltins.SLOTOPT_PROBE_RAN = True\n"
+        "class Probe:\n    @classmethod\n    def from_config(cls, config):\n        return cls()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = _composite_config({"module": "slotopt_probe_plugin", "class_name": "Probe", "config": {}})
+    with pytest.raises(ValueError, match="Unknown optimizer: 'Probe'.*custom_objects"):
+        slotopt.CompositeOptimizer.from_config(config)
+    assert "slotopt_probe_plugin" not in sys.modules
+    assert not hasattr(__import__("builtins"), "SLOTOPT_PROBE_RAN")
+
+
+@pytest.mark.parametrize("class_name, module", [
+    ("ExponentialDecay", "slotopt.schedules"),  # has a from_config, but is not an optimizer
+    ("Variable", "slotopt"),
+    ("Optimizer", "slotopt.legacy.optimizer"),  # a base class is not in the registry
+    ("Lamb", "slotopt.optimizers.lamb"),  # exported but not registered, as in slotopt.deserialize
+])
+def test_16_only_registered_optimizers_are_resolved(class_name: str, module: str) -> None:
+    config = _composite_config({"module": module, "class_name": class_name, "config": {}})
+    with pytest.raises(ValueError, match=f"Unknown optimizer: '{class_name}'"):
+        slotopt.CompositeOptimizer.from_config(config)
+
+
+def test_16_custom_objects_must_give_an_optimizer() -> None:
+    class NotAnOptimizer:
+        @classmethod
+        def from_config(cls, config: Any) -> Any:
+            return cls()
+
+    config = _composite_config({"module": "anything", "class_name": "X", "config": {}})
+    with pytest.raises(ValueError, match="not a slotopt optimizer"):
+        slotopt.CompositeOptimizer.from_config(config, custom_objects={"X": NotAnOptimizer})
+    lamb = _composite_config({"module": "slotopt.optimizers.lamb", "class_name": "Lamb",
+                              "config": {"learning_rate": 0.5}})
+    restored = slotopt.CompositeOptimizer.from_config(lamb, custom_objects={"Lamb": slotopt.Lamb})
+    assert type(restored.optimizers[0]) is slotopt.Lamb
+
+
+@pytest.mark.parametrize("bad", [None, [1], {"optimizers_and_vars": []}, {"optimizers_and_vars": [{"x": 1}]},
+                                 {"optimizers_and_vars": [{"optimizer": {"class_name": "adam"}, "variables": 3}]}])
+def test_16_malformed_composite_configs_are_named(bad: Any) -> None:
+    with pytest.raises((TypeError, ValueError), match="config|optimizers_and_vars"):
+        slotopt.CompositeOptimizer.from_config(bad)
+
+
+def test_16_every_generation_round_trips_through_the_registry() -> None:
+    opt = slotopt.CompositeOptimizer([(legacy.Adam(learning_rate=0.5), ["a*"]), (slotopt.Adagrad(), ["b*"]),
+                                      (legacy.SGD(momentum=0.5), ["c*"])])
+    clone = slotopt.CompositeOptimizer.from_config(opt.get_config())
+    assert [type(o) for o in clone.optimizers] == [legacy.Adam, slotopt.Adagrad, legacy.SGD]
+    assert float(clone.optimizers[0].learning_rate) == 0.5

@@ -11,7 +11,6 @@ through ``slotopt.engine.routing``.
 from __future__ import annotations
 
 import fnmatch
-import importlib
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Optional, Union
@@ -24,6 +23,7 @@ from .engine.core import OptimizerCore
 from .engine.routing import dispatch, group_by_owner, split_weights
 from .engine.routing import optimizer_weights as _optimizer_weights
 from .engine.torch_protocol import ComposesOptimizers, TorchProtocol
+from .serialization import resolve_optimizer_class
 from .variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]
@@ -266,18 +266,37 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
     @classmethod
     def from_config(cls, config: Mapping[str, Any],
                     custom_objects: Optional[Mapping[str, Any]] = None) -> CompositeOptimizer:
+        """Rebuilds a composite from ``get_config()``. Each sub-optimizer's class is looked up in the registry
+        ``slotopt.deserialize`` uses (by generation: Keras 3, ``slotopt.legacy``, ``slotopt.v1``) or in
+        ``custom_objects``; nothing named in the config is imported, and the result must be an optimizer."""
+        checks.check_config_dict(config)
+        entries_config = config.get("optimizers_and_vars")
+        if not isinstance(entries_config, (list, tuple)) or not entries_config:
+            raise ValueError("A CompositeOptimizer config needs a non-empty list `optimizers_and_vars`. Received: "
+                             f"optimizers_and_vars={entries_config!r}")
         entries = []
-        for entry in config["optimizers_and_vars"]:
-            spec = entry["optimizer"]
-            klass = (custom_objects or {}).get(spec["class_name"])
-            if klass is None:
-                module = spec.get("module", "slotopt")
-                if not module.startswith("slotopt"):
-                    raise ValueError(f"Unknown optimizer module {module!r}; pass the class in `custom_objects`.")
-                klass = _find_class(module, spec["class_name"])
-            entries.append((klass.from_config(spec["config"], custom_objects) if _takes_custom(klass)
-                            else klass.from_config(spec["config"]), list(entry["variables"])))
-        return cls(entries, name=config.get("name", "CompositeOptimizer"))
+        for i, entry in enumerate(entries_config):
+            spec = entry.get("optimizer") if isinstance(entry, Mapping) else None
+            patterns = entry.get("variables") if isinstance(entry, Mapping) else None
+            if not isinstance(spec, Mapping) or not isinstance(spec.get("config", {}), Mapping) or \
+                    not _is_patterns(patterns):
+                raise ValueError(
+                    f"`optimizers_and_vars[{i}]` must be {{'optimizer': {{'class_name', 'module', 'config'}}, "
+                    f"'variables': [name patterns]}}. Received: {entry!r}")
+            klass = resolve_optimizer_class(spec.get("class_name"), spec.get("module"), custom_objects,
+                                            spec.get("registered_name"))
+            from_config = getattr(klass, "from_config", None)
+            if not callable(from_config):
+                raise ValueError(f"`optimizers_and_vars[{i}]`: {klass.__name__} has no `from_config`, so it is not "
+                                 "an optimizer.")
+            inner = dict(spec.get("config") or {})
+            optimizer = from_config(inner, custom_objects) if _takes_custom(klass) else from_config(inner)
+            if not isinstance(optimizer, TorchProtocol):
+                raise ValueError(f"`optimizers_and_vars[{i}]`: {klass.__name__}.from_config returned "
+                                 f"{type(optimizer).__name__}, which is not a slotopt optimizer.")
+            entries.append((optimizer, list(patterns)))
+        name = config.get("name", "CompositeOptimizer")
+        return cls(entries, name=name if isinstance(name, str) else "CompositeOptimizer")
 
     def __getattr__(self, item: str) -> Any:
         if item in ("learning_rate", "lr"):
@@ -285,18 +304,6 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                 f"CompositeOptimizer has no `{item}`: each sub-optimizer has its own (see `.optimizers`)."
             )
         raise AttributeError(item)
-
-
-def _find_class(module: str, class_name: str) -> Any:
-    mod = importlib.import_module(module)
-    klass = getattr(mod, class_name, None)
-    if klass is None:
-        package = importlib.import_module("slotopt.legacy" if ".legacy" in module else
-                                          "slotopt.v1" if ".v1" in module else "slotopt")
-        klass = getattr(package, class_name, None)
-    if klass is None:
-        raise ValueError(f"Unknown optimizer class {class_name!r} in {module!r}.")
-    return klass
 
 
 def _takes_custom(klass: Any) -> bool:
