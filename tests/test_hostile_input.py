@@ -318,3 +318,180 @@ def test_16_every_generation_round_trips_through_the_registry() -> None:
     clone = slotopt.CompositeOptimizer.from_config(opt.get_config())
     assert [type(o) for o in clone.optimizers] == [legacy.Adam, slotopt.Adagrad, legacy.SGD]
     assert float(clone.optimizers[0].learning_rate) == 0.5
+
+
+# ---------------------------------------------------------------------------------------------------------- 8
+def _saved_sgd_momentum_state() -> dict[str, Any]:
+    src, w = slotopt.SGD(momentum=0.5), param(1.0, 2.0)
+    src.apply_gradients([(torch.ones(2), w)])
+    return src.state_dict()
+
+
+@pytest.mark.parametrize("make", [lambda: slotopt.Adam(learning_rate=0.1), lambda: legacy.Adam(learning_rate=0.1),
+                                  lambda: v1.AdamOptimizer(0.1)], ids=["keras3", "legacy", "v1"])
+def test_8_a_checkpoint_loaded_before_build_that_does_not_fit_leaves_the_optimizer_unbuilt(make: Any) -> None:
+    opt, w = make(), param(1.0, 2.0)
+    opt.load_state_dict(_saved_sgd_momentum_state())  # another class: checked once the variables exist
+    with pytest.raises(ValueError, match="state dict was saved by another optimizer class"):
+        opt.apply_gradients([(torch.ones(2), w)])
+    assert w.tolist() == [1.0, 2.0] and opt.param_groups == [] and "_pending_torch_state" in opt.__dict__
+    assert opt.state_dict()["state"] == {}
+    if isinstance(opt, legacy.Optimizer):
+        assert opt.weights == [] and opt._iterations is None
+    if isinstance(opt, slotopt.Optimizer):
+        assert not opt.built and int(opt.iterations) == 0
+    with pytest.raises(ValueError, match="another optimizer class"):  # still pending: the retry fails the same way
+        opt.apply_gradients([(torch.ones(2), w)])
+
+
+def test_8_keras3_set_weights_of_the_wrong_length_stays_pending_and_unbuilt() -> None:
+    opt, w = slotopt.Adam(learning_rate=0.1), param(1.0, 2.0)
+    opt.set_weights([torch.tensor(3), torch.tensor(0.1)])
+    with pytest.raises(ValueError, match="weight list of length 2, but the optimizer was expecting 4 weights"):
+        opt.apply_gradients([(torch.ones(2), w)])
+    assert not opt.built and opt.param_groups == [] and w.tolist() == [1.0, 2.0]
+    # A fitting checkpoint then trains from it (iteration 3 → the step is the 4th).
+    donor, d = slotopt.Adam(learning_rate=0.1), param(1.0, 2.0)
+    for _ in range(3):
+        donor.apply_gradients([(torch.ones(2), d)])
+    opt.set_weights(donor.get_weights())
+    opt.apply_gradients([(torch.ones(2), w)])
+    assert int(opt.iterations) == 4
+    assert same([v.detach() for v in opt.variables][2:], [v.detach() for v in donor.variables][2:]) is False
+
+
+# ---------------------------------------------------------------------------------------------------------- 9
+def test_9_an_error_on_the_update_call_keeps_the_accumulated_gradients() -> None:
+    calls = {"n": 0}
+
+    def learning_rate() -> float:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("schedule service unavailable")
+        return 0.5
+
+    opt, w = slotopt.SGD(learning_rate=learning_rate, gradient_accumulation_steps=2), param(1.0)
+    opt.apply_gradients([(torch.tensor([1.0]), w)])  # accumulate only
+    before = snapshot(opt, w)
+    with pytest.raises(RuntimeError, match="unavailable"):
+        opt.apply_gradients([(torch.tensor([3.0]), w)])
+    assert same(snapshot(opt, w), before)
+    assert opt._accumulated_gradients[0].tolist() == [1.0]
+    opt.apply_gradients([(torch.tensor([3.0]), w)])  # the retry averages (1 + 3) / 2
+    assert w.tolist() == [0.0] and opt._accumulated_gradients[0].tolist() == [0.0] and int(opt.iterations) == 1
+
+
+# ---------------------------------------------------------------------------------------------------------- 10
+def _composites() -> tuple[Any, Any, list[torch.Tensor]]:
+    def make() -> tuple[Any, list[torch.Tensor]]:
+        a, b = param(1.0), param(2.0)
+        return slotopt.CompositeOptimizer([(slotopt.SGD(momentum=0.5), [a]), (slotopt.Adam(), [b])]), [a, b]
+
+    (target, tv), (source, sv) = make(), make()
+    for _ in range(2):
+        target.apply_gradients([(torch.ones(1), v) for v in tv])
+    for _ in range(5):
+        source.apply_gradients([(torch.ones(1), v) for v in sv])
+    return target, source, tv
+
+
+def test_10_composite_loads_are_all_or_nothing() -> None:
+    target, source, tv = _composites()
+    before = snapshot(target, *tv)
+    weights = source.get_weights()
+    weights[-1] = torch.zeros(3).numpy()  # the second optimizer's last slot does not fit
+    with pytest.raises(ValueError, match="not compatible"):
+        target.set_weights(weights)
+    with pytest.raises(ValueError, match="not compatible"):
+        target.load_state_dict({"weights": weights})
+    state = source.state_dict()
+    state["state"][1] = {k: v if k == "step" else torch.zeros(3) for k, v in state["state"][1].items()}
+    with pytest.raises(ValueError, match="has shape \\(3,\\)"):
+        target.load_state_dict(state)
+    assert same(snapshot(target, *tv), before)
+    assert [int(o.iterations) for o in target.optimizers] == [2, 2]
+    target.set_weights(source.get_weights())
+    assert [int(o.iterations) for o in target.optimizers] == [5, 5]
+
+
+def test_10_multi_optimizer_set_weights_is_all_or_nothing() -> None:
+    a = slotopt.Variable(torch.ones(1), name="kernel")
+    b = slotopt.Variable(torch.ones(1), name="bias")
+    opt = slotopt.MultiOptimizer(slotopt.OptimizerMap(slotopt.SGD(momentum=0.5), {"kern.*": slotopt.Adam()}))
+    opt.apply_gradients([(torch.ones(1), a), (torch.ones(1), b)])
+    before = snapshot(opt, a, b)
+    weights = opt.get_weights()
+    weights[-1] = "not a number"
+    with pytest.raises((TypeError, ValueError)):
+        opt.set_weights(weights)
+    assert same(snapshot(opt, a, b), before)
+
+
+# ---------------------------------------------------------------------------------------------------------- 11
+def test_11_a_legacy_callable_learning_rate_that_raises_creates_nothing() -> None:
+    def learning_rate() -> float:
+        raise RuntimeError("no learning rate today")
+
+    opt, w = legacy.Adam(learning_rate=learning_rate), param(1.0)
+    with pytest.raises(RuntimeError, match="no learning rate today"):
+        opt.apply_gradients([(torch.ones(1), w)])
+    assert opt._iterations is None and opt.weights == [] and opt.param_groups == [] and w.tolist() == [1.0]
+
+
+# ---------------------------------------------------------------------------------------------------------- 13
+def _v1_composite() -> tuple[Any, torch.Tensor, torch.Tensor]:
+    a, b = param(1.0, 2.0), param(3.0)
+    opt = slotopt.CompositeOptimizer([(v1.AdamOptimizer(0.1), ["a"]), (slotopt.SGD(momentum=0.5), ["b"])],
+                                     params=[("a", a), ("b", b)])
+    return opt, a, b
+
+
+def _train(opt: Any, a: torch.Tensor, b: torch.Tensor, steps: int) -> None:
+    for _ in range(steps):
+        a.grad, b.grad = torch.ones(2), torch.ones(1)
+        opt.step()
+
+
+@pytest.mark.parametrize("how", ["state_dict", "weights"])
+def test_13_a_composite_with_a_v1_sub_optimizer_resumes_in_a_fresh_one(how: str) -> None:
+    opt, a, b = _v1_composite()
+    _train(opt, a, b, 3)
+    fresh, a2, b2 = _v1_composite()
+    with torch.no_grad():
+        a2.copy_(a)
+        b2.copy_(b)
+    if how == "state_dict":
+        fresh.load_state_dict(opt.state_dict())
+    else:
+        fresh.set_weights(opt.get_weights())
+    _train(opt, a, b, 2)
+    _train(fresh, a2, b2, 2)
+    assert torch.equal(a, a2) and torch.equal(b, b2)
+
+
+def test_13_a_composite_load_before_build_is_kept_until_the_build() -> None:
+    src_a, src_b = param(1.0, 2.0), param(3.0)
+    source = slotopt.CompositeOptimizer([(slotopt.Adam(0.1), ["a"]), (slotopt.SGD(momentum=0.5), ["b"])],
+                                        params=[("a", src_a), ("b", src_b)])
+    _train(source, src_a, src_b, 3)
+    for load in ("set_weights", "load_state_dict"):
+        opt = slotopt.CompositeOptimizer([(slotopt.Adam(0.1), ["a"]), (slotopt.SGD(momentum=0.5), ["b"])])
+        if load == "set_weights":
+            opt.set_weights(source.get_weights())
+        else:
+            opt.load_state_dict(source.state_dict())
+        a, b = param(1.0, 2.0), param(3.0)
+        opt.build([("a", a), ("b", b)])
+        assert [int(o.iterations) for o in opt.optimizers] == [3, 3]
+        assert same(opt.get_weights() and [torch.as_tensor(x) for x in opt.get_weights()],
+                    [torch.as_tensor(x) for x in source.get_weights()])
+
+
+def test_13_a_composite_checkpoint_that_does_not_fit_stays_pending_and_changes_nothing() -> None:
+    opt = slotopt.CompositeOptimizer([(slotopt.Adam(0.1), ["a"]), (slotopt.SGD(momentum=0.5), ["b"])])
+    opt.set_weights([torch.zeros(())] * 3)
+    a, b = param(1.0, 2.0), param(3.0)
+    with pytest.raises(ValueError, match="weight list of length 3"):
+        opt.build([("a", a), ("b", b)])
+    assert not opt.built and opt._pending_weights is not None
+    assert [o.built for o in opt.optimizers] == [False, False] and opt.param_groups == []

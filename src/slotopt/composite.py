@@ -18,9 +18,9 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from .engine import checks
+from .engine import checks, transaction
 from .engine.core import OptimizerCore
-from .engine.routing import dispatch, group_by_owner, split_weights
+from .engine.routing import dispatch, group_by_owner, set_weights_all_or_nothing, split_weights
 from .engine.routing import optimizer_weights as _optimizer_weights
 from .engine.torch_protocol import ComposesOptimizers, TorchProtocol
 from .serialization import resolve_optimizer_class
@@ -146,7 +146,23 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
 
     # ---------------------------------------------------------------------------------------- build
     def build(self, variables: Any = None) -> None:
-        """Builds every sub-optimizer on its variables (``variables``: a module or named pairs for patterns)."""
+        """Builds every sub-optimizer on its variables (``variables``: a module or named pairs for patterns).
+
+        Weights or a state dict loaded before the build are applied now; when they do not fit, the composite and
+        its sub-optimizers are left as they were (unbuilt, the checkpoint still pending)."""
+        if self._pending_weights is None and "_pending_torch_state" not in self.__dict__:
+            self._build(variables)
+            return
+        objects = [self, *self.optimizers]
+        saved = [transaction.snapshot(o) for o in objects]
+        try:
+            self._build(variables)
+        except BaseException:
+            for o, s in zip(objects, saved):
+                transaction.restore(o, s)
+            raise
+
+    def _build(self, variables: Any) -> None:
         if variables is not None:
             self._remember(variables)
         owners = self._owner_map(self._params)
@@ -161,8 +177,8 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                 optimizer._create_all_weights(own)
         self.built = True
         if self._pending_weights is not None:
-            pending, self._pending_weights = self._pending_weights, None
-            self.set_weights(pending)
+            self.set_weights(self._pending_weights)  # all checked first; kept pending when it does not fit
+            self._pending_weights = None
         self._apply_pending_torch_state()
 
     # ---------------------------------------------------------------------------------------- apply
@@ -227,12 +243,12 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns weights in ``weights`` order; before ``build`` they are kept and applied when it builds."""
         weights = list(weights)
-        if not self.built and not self.weights:
-            self._pending_weights = weights
+        started = self.built or any(getattr(o, "built", bool(_optimizer_weights(o))) for o in self.optimizers)
+        if not started and len(weights) != len(self.weights):
+            self._pending_weights = weights  # the sub-optimizers' slots do not exist yet: applied at the build
             return
         parts = split_weights(self.optimizers, weights, self.name)[1:]
-        for optimizer, part in zip(self.optimizers, parts):
-            optimizer.set_weights(part)
+        set_weights_all_or_nothing(self.optimizers, parts)
 
     # ---------------------------------------------------------------------------------------- torch protocol
     def _torch_optimizers(self) -> list[TorchProtocol]:

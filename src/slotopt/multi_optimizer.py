@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from .engine.core import Pair
-from .engine.routing import dispatch, group_by_owner, split_weights, variable_path
+from .engine.routing import dispatch, group_by_owner, set_weights_all_or_nothing, split_weights, variable_path
 from .engine.torch_protocol import ComposesOptimizers, TorchProtocol
 from .optimizer import Optimizer
 
@@ -302,8 +302,7 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
                         f"Optimizer variable {var.path} has shape {tuple(var.shape)} not compatible with provided "
                         f"weight shape {tuple(torch.as_tensor(w).shape)}."
                     )
-        for optimizer, part in zip(self._inner_optimizers, parts):
-            optimizer.set_weights(part)
+        set_weights_all_or_nothing(self._inner_optimizers, parts)
         with torch.no_grad():
             for var, w in zip(self._variables, own):
                 var.copy_(torch.as_tensor(w).to(var.dtype))

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from . import schedules as schedules_module
-from .engine import checks, clipping
+from .engine import checks, clipping, transaction
 from .engine import constants as K
 from .engine import sparse as sparse_rows
 from .engine.core import OptimizerCore, Pair, Pairs
@@ -517,7 +517,17 @@ class Optimizer(OptimizerCore):
             checked, lambda grad, constraint: "Cannot use a constraint function on a sparse variable. Received: "
                                               f"grad={grad}, var.constraint={constraint}.")
         if not self.built:
+            # A checkpoint loaded before the build is checked once the variables exist: if it does not fit, the
+            # optimizer is left unbuilt with the checkpoint still pending (nothing changed).
+            pending = self._pending_state is not None or "_pending_torch_state" in self.__dict__
+            saved = transaction.snapshot(self) if pending else None
             self.build([v for _, v in checked])
+            try:
+                self._restore_pending_state()
+            except BaseException:
+                if saved is not None:
+                    transaction.restore(self, saved)
+                raise
         self._restore_pending_state()
         missing = [self._name_of(v) for g, v in checked if g is None]
         if missing:
@@ -543,9 +553,8 @@ class Optimizer(OptimizerCore):
         if (int(self._iterations) + 1) % steps != 0:
             torch._foreach_add_(accumulators, [g for g, _ in dense])
             return None
-        averaged = [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
-        torch._foreach_zero_(self._accumulated_gradients)
-        return averaged
+        # The accumulators are cleared in ``_finish_step``: an error in this update keeps them.
+        return [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
 
     def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
         """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
@@ -676,6 +685,9 @@ class Optimizer(OptimizerCore):
             torch._foreach_copy_(list(variables), list(self._model_variables_moving_average))
 
     def _finish_step(self, pairs: list[Pair], **options: Any) -> Any:
+        steps = self.gradient_accumulation_steps
+        if steps and (int(self._iterations) + 1) % steps == 0:
+            torch._foreach_zero_(self._accumulated_gradients)  # this update used them
         self._iterations.add_(1)
         return self._iterations
 
@@ -798,8 +810,8 @@ class Optimizer(OptimizerCore):
 
     def _restore_pending_state(self) -> None:
         if self._pending_state is not None and self.built:
-            pending, self._pending_state = self._pending_state, None
-            self.set_weights(pending)
+            self.set_weights(self._pending_state)  # checks every length and shape first; kept pending if not
+            self._pending_state = None
         if self.built and "_pending_torch_state" in self.__dict__:
             self._apply_pending_torch_state()
 

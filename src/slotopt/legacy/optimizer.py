@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .. import schedules as schedules_module
-from ..engine import checks, clipping
+from ..engine import checks, clipping, transaction
 from ..engine import sparse as sparse_rows
 from ..engine.core import OptimizerCore, Pair
 from ..engine.distributed import no_aggregation
@@ -454,7 +454,19 @@ class Optimizer(OptimizerCore):
         idempotent)."""
 
     def _create_all_weights(self, var_list: Sequence[torch.Tensor]) -> None:
-        """Creates ``iterations``, the hyperparameter variables and the slots of ``var_list``."""
+        """Creates ``iterations``, the hyperparameter variables and the slots of ``var_list``. With a checkpoint
+        loaded before the build that does not fit, nothing is created and the checkpoint stays pending."""
+        if "_pending_torch_state" not in self.__dict__:
+            self._create_weights_for(var_list)
+            return
+        saved = transaction.snapshot(self)
+        try:
+            self._create_weights_for(var_list)
+        except BaseException:
+            transaction.restore(self, saved)
+            raise
+
+    def _create_weights_for(self, var_list: Sequence[torch.Tensor]) -> None:
         _ = self.iterations
         self._create_hypers()
         var_list = list(var_list)

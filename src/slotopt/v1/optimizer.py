@@ -25,7 +25,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree
 
-from ..engine import checks
+from ..engine import checks, transaction
 from ..engine import sparse as sparse_rows
 from ..engine.core import OptimizerCore, Pair, Pairs
 from ..engine.pipeline import run_step
@@ -406,12 +406,18 @@ class Optimizer(OptimizerCore):
         return self._register([(name.split(":")[0], var)])[0]
 
     def _snapshot(self) -> tuple[Any, ...]:
+        groups = [dict(g, params=list(g["params"])) for g in self._param_groups]
         return ({k: dict(d) for k, d in self._slots.items()}, dict(self._non_slot_dict), set(self._state_names),
-                len(self._vars), self._unnamed_count, dict(self._pending_state))
+                len(self._vars), self._unnamed_count, dict(self._pending_state),
+                (groups, [dict(p) for p in self._published], self.__dict__.get("_pending_torch_state")))
 
     def _restore(self, saved: tuple[Any, ...]) -> None:
-        slots, non_slot, names, count, unnamed, pending = saved
+        slots, non_slot, names, count, unnamed, pending, (groups, published, pending_torch) = saved
         self._pending_state = pending
+        self._param_groups[:] = groups  # the same list object: a composite's view of it stays valid
+        self._published[:] = published
+        if pending_torch is not None:
+            self.__dict__["_pending_torch_state"] = pending_torch
         self._slots = slots
         self._non_slot_dict = non_slot
         self._state_names = names
@@ -648,11 +654,16 @@ class Optimizer(OptimizerCore):
     def build(self, var_list: Any) -> None:
         """Creates the slots of ``var_list`` (a module, tensors, named pairs or torch param-group dicts) now, as
         the first ``apply_gradients`` would; ``step()`` then applies their ``.grad``."""
-        positions = self._register(var_list)
-        variables = [self._vars[p] for p in positions]
-        self._assert_valid_dtypes(variables, "variable")
-        self._create_slots(variables)
-        self._apply_pending_torch_state()
+        saved = transaction.snapshot(self)
+        try:
+            positions = self._register(var_list)
+            variables = [self._vars[p] for p in positions]
+            self._assert_valid_dtypes(variables, "variable")
+            self._create_slots(variables)
+            self._apply_pending_torch_state()
+        except BaseException:
+            transaction.restore(self, saved)  # no slot is left behind by a build that raised
+            raise
 
     def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
         self.build(groups)
