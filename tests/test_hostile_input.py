@@ -495,3 +495,59 @@ def test_13_a_composite_checkpoint_that_does_not_fit_stays_pending_and_changes_n
         opt.build([("a", a), ("b", b)])
     assert not opt.built and opt._pending_weights is not None
     assert [o.built for o in opt.optimizers] == [False, False] and opt.param_groups == []
+
+
+# ---------------------------------------------------------------------------------------------------------- 4
+def _stepped(opt: Any, n: int = 1) -> tuple[Any, list[torch.Tensor]]:
+    ws = [param(1.0) for _ in range(n)]
+    opt.apply_gradients([(torch.ones(1), w) for w in ws])
+    return opt, ws
+
+
+@pytest.mark.parametrize("source, target, message", [
+    (lambda: _stepped(slotopt.Adam()), lambda: _stepped(slotopt.RMSprop(momentum=0.5)), "another optimizer class"),
+    (lambda: _stepped(slotopt.SGD(), 4), lambda: _stepped(slotopt.Adam(), 2), "another optimizer class"),
+    (lambda: _stepped(slotopt.SGD(), 4), lambda: _stepped(slotopt.SGD(), 2), "has 4 parameters"),
+    (lambda: _stepped(legacy.Adam()), lambda: _stepped(legacy.RMSprop(momentum=0.5)), "another optimizer class"),
+    (lambda: _stepped(v1.MomentumOptimizer(0.1, 0.9)), lambda: _stepped(v1.AdamOptimizer(0.1)),
+     "another optimizer class"),
+])
+def test_4_another_class_or_other_variables_are_refused(source: Any, target: Any, message: str) -> None:
+    (src, _), (opt, ws) = source(), target()
+    before = snapshot(opt, *ws)
+    with pytest.raises(ValueError, match=message):
+        opt.load_state_dict(src.state_dict())
+    assert same(snapshot(opt, *ws), before)
+
+
+def test_4_a_v1_checkpoint_whose_names_match_nothing_is_refused() -> None:
+    opt, ws = _stepped(v1.AdamOptimizer(0.1))
+    before = snapshot(opt, *ws)
+    with pytest.raises(ValueError, match=r"variables \['other/Adam'\] that AdamOptimizer 'Adam' does not have"):
+        opt.load_state_dict({"name": "Adam", "variables": {"other/Adam": torch.ones(1)}})
+    assert same(snapshot(opt, *ws), before)
+
+
+# ---------------------------------------------------------------------------------------------------------- 12
+def test_12_legacy_loss_scale_optimizer_state_dict_resumes_bit_for_bit() -> None:
+    def make() -> tuple[Any, torch.Tensor]:
+        return legacy.LossScaleOptimizer(legacy.Adam(learning_rate=0.1), initial_scale=8.0), param(1.0, -2.0)
+
+    def train(opt: Any, w: torch.Tensor, steps: int) -> None:
+        for _ in range(steps):
+            opt.minimize(lambda: (w * w).sum(), [w])
+
+    opt, w = make()
+    train(opt, w, 3)
+    fresh, w2 = make()
+    with torch.no_grad():
+        w2.copy_(w)
+    fresh.build([w2])
+    saved = opt.state_dict()
+    assert {"current_loss_scale", "good_steps", "step", "m", "v"} <= set(saved["state"][0])
+    fresh.load_state_dict(saved)
+    train(opt, w, 2)
+    train(fresh, w2, 2)
+    assert torch.equal(w, w2) and float(fresh.loss_scale) == float(opt.loss_scale)
+    with pytest.raises(ValueError, match="another optimizer class"):
+        legacy.LossScaleOptimizer(legacy.SGD(momentum=0.5), params=[param(1.0, 2.0)]).load_state_dict(saved)

@@ -627,6 +627,12 @@ class Optimizer(OptimizerCore):
             return False
         existing = {v.name: v for v in self.variables()}
         tensors = {name: torch.as_tensor(value) for name, value in values.items()}
+        unknown = sorted(name for name in tensors if name not in existing)
+        if existing and unknown:  # built: every saved variable must be one of this optimizer's
+            raise ValueError(
+                f"Loaded state has variables {unknown[:10]} that {type(self).__name__} {self._name!r} does not have "
+                f"(it has {sorted(existing)[:10]}): the state was saved by another optimizer class, name or set of "
+                "variables.")
         for name, value in tensors.items():
             if name in existing and tuple(existing[name].shape) != tuple(value.shape):
                 raise ValueError(f"Optimizer variable {name} has shape {tuple(existing[name].shape)}; the state has "
