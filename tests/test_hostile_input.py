@@ -7,6 +7,7 @@ where the input is legitimate.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from typing import Any
@@ -551,3 +552,81 @@ def test_12_legacy_loss_scale_optimizer_state_dict_resumes_bit_for_bit() -> None
     assert torch.equal(w, w2) and float(fresh.loss_scale) == float(opt.loss_scale)
     with pytest.raises(ValueError, match="another optimizer class"):
         legacy.LossScaleOptimizer(legacy.SGD(momentum=0.5), params=[param(1.0, 2.0)]).load_state_dict(saved)
+
+
+# ---------------------------------------------------------------------------------------------------------- 6
+COPYABLE = {
+    "keras3": lambda model: slotopt.AdamW(learning_rate=0.1, weight_decay=0.5, params=model),
+    "legacy": lambda model: legacy.Adam(learning_rate=0.1, params=model),
+    "v1": lambda model: v1.AdamOptimizer(0.1, params=model),
+    "composite": lambda model: slotopt.CompositeOptimizer(
+        [(slotopt.Adam(learning_rate=0.1), ["0.*"]), (legacy.SGD(momentum=0.5), ["1.*"])], params=model),
+    "multi": lambda model: slotopt.MultiOptimizer(
+        slotopt.OptimizerMap(slotopt.SGD(momentum=0.5), {"0.*": slotopt.Adam(learning_rate=0.1)}), params=model),
+}
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+
+
+def _step(model: torch.nn.Module, opt: Any, x: torch.Tensor) -> None:
+    opt.zero_grad()
+    model(x).pow(2).sum().backward()
+    opt.step()
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+@pytest.mark.parametrize("kind", sorted(COPYABLE))
+def test_6_a_copy_of_model_and_optimizer_trains_exactly_like_the_original(kind: str, how: str) -> None:
+    import io
+
+    model = _model()
+    opt = COPYABLE[kind](model)
+    x = torch.tensor([[1.0, -2.0, 0.5]])
+    for _ in range(2):
+        _step(model, opt, x)
+    if how == "deepcopy":
+        model2, opt2 = copy.deepcopy((model, opt))
+    else:
+        buffer = io.BytesIO()
+        torch.save((model, opt), buffer)
+        buffer.seek(0)
+        model2, opt2 = torch.load(buffer, weights_only=False)
+    for _ in range(2):
+        _step(model, opt, x)
+        _step(model2, opt2, x)
+    for p, q in zip(model.parameters(), model2.parameters()):
+        assert torch.equal(p, q) and p is not q
+    assert same(opt.state_dict()["state"], opt2.state_dict()["state"])
+
+
+def test_6_after_a_copy_only_the_copied_variables_are_known() -> None:
+    model = _model()
+    opt = slotopt.Adam(learning_rate=0.1, params=model)
+    _step(model, opt, torch.ones(1, 3))
+    _, opt2 = copy.deepcopy((model, opt))
+    stranger = param(1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="Unknown variable"):
+        opt2.apply_gradients([(torch.ones(3), stranger)])
+    with pytest.raises(ValueError, match="Unknown variable"):  # the original's parameters are not the copy's
+        opt2.apply_gradients([(torch.ones_like(p), p) for p in model.parameters()])
+
+
+def test_6_exclude_from_weight_decay_follows_the_variables_not_their_ids() -> None:
+    model = _model()
+    bias = model[0].bias
+    opt = slotopt.AdamW(learning_rate=0.1, weight_decay=0.5)
+    opt.exclude_from_weight_decay(var_list=[bias])
+    opt.build(model)
+    model2, opt2 = copy.deepcopy((model, opt))
+    assert not opt2._use_weight_decay(model2[0].bias) and opt2._use_weight_decay(model2[0].weight)
+    assert opt2._use_weight_decay(bias) or opt2._position(bias) is None  # the original bias is not the copy's
+    with torch.no_grad():
+        before = model2[0].bias.clone()
+    model2.zero_grad()
+    for p in model2.parameters():
+        p.grad = torch.zeros_like(p)
+    opt2.step()
+    assert torch.equal(model2[0].bias, before)  # zero gradient, no decay: unchanged

@@ -95,6 +95,10 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         if params is not None:
             self.build(params)
 
+    def _after_copy(self) -> None:
+        super()._after_copy()
+        self._names = {id(v): name for v, name in zip(self._params, self._names.values())}  # same order
+
     # ---------------------------------------------------------------------------------------- ownership
     def _remember(self, variables: Any) -> list[torch.Tensor]:
         out = []

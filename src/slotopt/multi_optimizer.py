@@ -215,6 +215,10 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
             )
         return optimizer
 
+    def _after_copy(self) -> None:
+        super()._after_copy()
+        self._owner = {id(self._vars[p]): i for p, i in self.__dict__.get("_owner_positions", {}).items()}
+
     def build(self, variables: Any) -> None:
         """Routes every variable to its optimizer and builds each sub-optimizer on its own variables."""
         if self.built:
@@ -233,6 +237,7 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         self._inner_optimizers = inner
         self.loss_scale_factor = self.loss_scale_factor
         self._owner = owner
+        self._owner_positions = {self._position(self._vars[p]): owner[id(self._vars[p])] for p in positions}
         for index, optimizer in enumerate(inner):
             own = [(self._name_of(self._vars[p]), self._vars[p]) for p in positions
                    if owner[id(self._vars[p])] == index]

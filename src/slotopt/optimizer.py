@@ -572,7 +572,10 @@ class Optimizer(OptimizerCore):
         self, var_list: Optional[Sequence[torch.Tensor]] = None, var_names: Optional[Sequence[str]] = None
     ) -> None:
         """Skips weight decay for these variables, or for variables whose name matches any ``var_names`` regex."""
-        self._exclude_ids = {id(v) for v in var_list} if var_list else set()
+        # The variables themselves are kept (not only their ids): an id is only meaningful while its object lives,
+        # and a copy of (model, optimizer) maps them to the copied variables.
+        self._exclude_vars = list(var_list) if var_list else []
+        self._exclude_ids = {id(v) for v in self._exclude_vars}
         self._exclude_pattern = re.compile("|".join(sorted(set(var_names)))) if var_names else None
 
     def _use_weight_decay(self, var: torch.Tensor) -> bool:
@@ -807,6 +810,10 @@ class Optimizer(OptimizerCore):
         with torch.no_grad():
             for var, w in zip(own, weights):
                 var.copy_(w.to(dtype=var.dtype, device=var.device))
+
+    def _after_copy(self) -> None:
+        super()._after_copy()
+        self._exclude_ids = {id(v) for v in self.__dict__.get("_exclude_vars", [])}
 
     def _restore_pending_state(self) -> None:
         if self._pending_state is not None and self.built:

@@ -113,7 +113,13 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return positions
 
     def _position(self, var: torch.Tensor) -> Optional[int]:
-        return self._var_index.get(id(var))
+        pos = self._var_index.get(id(var))
+        return pos if pos is not None and self._vars[pos] is var else None  # never a freed object's id
+
+    def _after_copy(self) -> None:
+        super()._after_copy()
+        self._var_index = {id(v): i for i, v in enumerate(self._vars)}
+        self._group_cache = {}
 
     def _name_of(self, var: torch.Tensor) -> str:
         pos = self._position(var)

@@ -87,6 +87,11 @@ class TorchProtocol(torch.optim.Optimizer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._after_copy()
+
+    def _after_copy(self) -> None:
+        """Runs after unpickling or ``copy.deepcopy``: the variables are new objects, so every table keyed by a
+        variable's ``id()`` is rebuilt from the variables themselves (an old id may belong to anything now)."""
 
     # ------------------------------------------------------------------------------------------ groups
     @property
