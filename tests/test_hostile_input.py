@@ -630,3 +630,45 @@ def test_6_exclude_from_weight_decay_follows_the_variables_not_their_ids() -> No
         p.grad = torch.zeros_like(p)
     opt2.step()
     assert torch.equal(model2[0].bias, before)  # zero gradient, no decay: unchanged
+
+
+# ---------------------------------------------------------------------------------------------------------- 5
+@pytest.mark.parametrize("make", [
+    lambda: slotopt.Adam(learning_rate=0.01), lambda: slotopt.Nadam(learning_rate=0.01),
+    lambda: slotopt.Lamb(learning_rate=0.01), lambda: legacy.Adam(learning_rate=0.01),
+    lambda: legacy.Nadam(learning_rate=0.01), lambda: v1.AdamOptimizer(0.01),
+], ids=["keras3-adam", "keras3-nadam", "keras3-lamb", "legacy-adam", "legacy-nadam", "v1-adam"])
+def test_5_bfloat16_variables_train_with_the_default_betas(make: Any) -> None:
+    w = param(1.0, -1.0, dtype=torch.bfloat16)
+    opt = make()
+    previous = w.detach().clone()
+    for _ in range(3):
+        opt.apply_gradients([(torch.tensor([0.5, -0.5], dtype=torch.bfloat16), w)])
+        assert torch.isfinite(w).all() and (w.detach().abs() < previous.abs()).all()  # moves towards 0 each step
+        previous = w.detach().clone()
+    assert w.dtype == torch.bfloat16 and w.tolist()[0] == pytest.approx(0.97, abs=0.01)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: legacy.SGD(learning_rate=0.1, decay=1e-6),
+    lambda: legacy.SGD(learning_rate=S.ExponentialDecay(0.1, 1_000_000, 0.5)),
+], ids=["decay", "schedule"])
+def test_5_float16_variables_keep_training_past_iteration_65504(make: Any) -> None:
+    w = param(1.0, dtype=torch.float16)
+    opt = make()
+    opt.build([w])
+    opt.iterations.fill_(65_530)
+    opt.apply_gradients([(torch.tensor([1.0], dtype=torch.float16), w)])
+    assert 0.85 < w.item() < 0.95
+
+
+def test_5_float16_follows_the_reference_rounding_below_the_limit() -> None:
+    # decay * iterations in float16, as tf.keras computes it: lr / (1 + f16(0.001) * f16(1000)).
+    w = param(1.0, dtype=torch.float16)
+    opt = legacy.SGD(learning_rate=0.5, decay=0.001)
+    opt.build([w])
+    opt.iterations.fill_(1000)
+    opt.apply_gradients([(torch.tensor([1.0], dtype=torch.float16), w)])
+    lr = torch.tensor(0.5, dtype=torch.float16) / (1 + torch.tensor(0.001, dtype=torch.float16) *
+                                                   torch.tensor(1000.0, dtype=torch.float16))
+    assert w.item() == (torch.tensor(1.0, dtype=torch.float16) - lr * 1).item()

@@ -31,7 +31,7 @@ from ..engine.distributed import no_aggregation
 from ..engine.pipeline import run_step
 from ..optimizer import _unique_name
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables, variable_name
-from .hyperparameters import as_scalar, initial_value, is_hyper_value, is_number
+from .hyperparameters import as_scalar, initial_value, is_hyper_value, is_number, step_scalar
 
 __all__ = ["Optimizer", "OptimizerV2", "ApplyState", "Hyperparameter", "grouped_dense"]
 
@@ -351,13 +351,13 @@ class Optimizer(OptimizerCore):
         then divided by ``1 + decay * iterations`` when ``decay > 0``."""
         lr_t = self._get_hyper("learning_rate", var_dtype)
         if isinstance(lr_t, schedules_module.LearningRateSchedule):
-            local_step = self.iterations.detach().to(var_dtype)
+            local_step = step_scalar(self.iterations, var_dtype)
             value = lr_t(local_step)
             checks.check_result("learning_rate", value, self._hyperparameter_ranges)
             lr_t = as_scalar(value, var_dtype)
             self._remember_lr(lr_t)
         if self._initial_decay > 0.0:
-            local_step = self.iterations.detach().to(var_dtype)
+            local_step = step_scalar(self.iterations, var_dtype)
             decay_t = as_scalar(self._initial_decay, var_dtype)
             lr_t = lr_t / (1.0 + decay_t * local_step)
         return lr_t

@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree
 
 from ..engine import checks, transaction
+from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..engine.core import OptimizerCore, Pair, Pairs
 from ..engine.pipeline import run_step
@@ -87,7 +88,9 @@ def check_hyperparameter(value: Any, name: str, allow_callable: bool) -> None:
 
 
 def cast(tensor: torch.Tensor, dtype: torch.dtype) -> float:
-    """``math_ops.cast(tensor, dtype)`` as a Python float holding the exact value in ``dtype``."""
+    """``math_ops.cast(tensor, dtype)`` as a Python float holding the exact value in ``dtype`` (float32 for
+    bfloat16 variables: see ``engine/constants.py``)."""
+    dtype = K.scalar_dtype(dtype)
     if tensor.dtype != dtype:
         tensor = tensor.to(dtype)
     return float(tensor)
