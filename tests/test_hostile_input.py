@@ -672,3 +672,14 @@ def test_5_float16_follows_the_reference_rounding_below_the_limit() -> None:
     lr = torch.tensor(0.5, dtype=torch.float16) / (1 + torch.tensor(0.001, dtype=torch.float16) *
                                                    torch.tensor(1000.0, dtype=torch.float16))
     assert w.item() == (torch.tensor(1.0, dtype=torch.float16) - lr * 1).item()
+
+
+@pytest.mark.parametrize("build, argument", [
+    (lambda: legacy.Adagrad(initial_accumulator_value=NAN), "initial_accumulator_value"),
+    (lambda: v1.AdagradOptimizer(0.1, initial_accumulator_value=NAN), "initial_accumulator_value"),
+    (lambda: v1.FtrlOptimizer(0.1, initial_accumulator_value=math.inf), "initial_accumulator_value"),
+    (lambda: v1.MomentumOptimizer(0.1, 0.9, use_nesterov="no"), "use_nesterov"),
+])
+def test_3_constants_kept_outside_the_hyperparameter_table_are_checked_too(build: Any, argument: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=f"`{argument}` must be"):
+        build()

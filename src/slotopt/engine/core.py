@@ -58,9 +58,18 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
 
     def _check_configuration(self) -> None:
         """Raises for a hyperparameter that is not a finite number of its range, or a flag that is not a bool."""
-        values = self._configuration_values()
-        values.update({k: v for k, v in self.__dict__.items() if k in checks.FLAGS and k not in values})
+        values = {**self._attribute_values(), **self._configuration_values()}
         checks.check_values(values, self._hyperparameter_ranges)
+
+    def _attribute_values(self) -> dict[str, Any]:
+        """Flags and plain-number attributes (``x`` or ``_x``) named like a checked hyperparameter: constants such
+        as ``initial_accumulator_value`` that a generation keeps outside its hyperparameter table."""
+        found: dict[str, Any] = {}
+        for key, value in self.__dict__.items():
+            name = key[1:] if key.startswith("_") and not key.startswith("__") else key
+            if name in checks.FLAGS or (name in checks.RANGES and isinstance(value, (int, float))):
+                found.setdefault(name, value)
+        return found
 
     def _check_hyperparameter(self, key: str, value: Any) -> None:
         checks.check_value("learning_rate" if key == "lr" else key, value, self._hyperparameter_ranges)

@@ -686,8 +686,10 @@ class Optimizer(OptimizerCore):
     def _check_configuration(self) -> None:
         """TF1's kernels check the ranges at apply time (``InvalidArgumentError``, see ``_check_positive``), and
         slotopt keeps that; but a NaN or infinite number is refused here, since no kernel would catch it."""
-        for key, value in self._configuration_values().items():
-            if _is_number(value) or isinstance(value, torch.Tensor):
+        for key, value in {**self._attribute_values(), **self._configuration_values()}.items():
+            if key in checks.FLAGS:
+                checks.check_flag(key, value)
+            elif _is_number(value) or isinstance(value, torch.Tensor):
                 checks.check_number(key, value, self._hyperparameter_ranges.get(key, checks.ANY))
 
     def _check_hyperparameter(self, key: str, value: Any) -> None:
