@@ -683,3 +683,19 @@ def test_5_float16_follows_the_reference_rounding_below_the_limit() -> None:
 def test_3_constants_kept_outside_the_hyperparameter_table_are_checked_too(build: Any, argument: str) -> None:
     with pytest.raises((TypeError, ValueError), match=f"`{argument}` must be"):
         build()
+
+
+# ---------------------------------------------------------------------------------------------------------- 7
+@pytest.mark.parametrize("make", [lambda: slotopt.Adafactor(learning_rate=0.1), lambda: slotopt.Lamb(learning_rate=0.1)],
+                         ids=["adafactor", "lamb"])
+def test_7_whole_tensor_reductions_do_not_depend_on_the_memory_layout(make: Any) -> None:
+    torch.manual_seed(1)
+    values, grad = torch.randn(64, 48), torch.randn(64, 48)
+    contiguous = torch.nn.Parameter(values.clone())
+    transposed = torch.nn.Parameter(values.t().contiguous().t())  # the same values, stored column-major
+    assert not transposed.is_contiguous()
+    a, b = make(), make()
+    for _ in range(5):
+        a.apply_gradients([(grad.clone(), contiguous)])
+        b.apply_gradients([(grad.t().contiguous().t(), transposed)])
+    assert torch.equal(contiguous, transposed)

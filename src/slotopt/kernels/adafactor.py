@@ -12,7 +12,9 @@ Tensors = list[torch.Tensor]
 
 
 def _rms(x: torch.Tensor) -> torch.Tensor:
-    return torch.mean(x * x).sqrt()
+    # Reductions run over the row-major values (a no-op for a contiguous tensor): the same values stored as a
+    # transposed view give the same bits.
+    return torch.mean((x * x).contiguous()).sqrt()
 
 
 def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensors, *, rho: float,
@@ -28,7 +30,7 @@ def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensor
     """
     for param, grad, row, col, velocity in zip(params, grads, r, c, v):
         alpha = _rms(param).clamp_min(epsilon_2) * rho
-        regulated = grad * grad + epsilon_1
+        regulated = (grad * grad + epsilon_1).contiguous()  # layout-independent means (see _rms)
         if param.dim() >= 2:
             row.mul_(beta_2).add_(torch.mean(regulated, dim=-1) * one_minus_beta_2)
             col.mul_(beta_2).add_(torch.mean(regulated, dim=-2) * one_minus_beta_2)
