@@ -699,3 +699,76 @@ def test_7_whole_tensor_reductions_do_not_depend_on_the_memory_layout(make: Any)
         a.apply_gradients([(grad.clone(), contiguous)])
         b.apply_gradients([(grad.t().contiguous().t(), transposed)])
     assert torch.equal(contiguous, transposed)
+
+
+# ---------------------------------------------------------------------------------------------- 8-10 properties
+# Rejected-call atomicity over many (optimizer, corruption) pairs, drawn with a fixed seed: a load that raises
+# leaves the state dict and the variables exactly as they were, and the next valid step trains as if it never
+# happened. (The project's hypothesis properties live with the correctness issue; this is the same law.)
+FACTORIES = [
+    lambda: slotopt.Adam(learning_rate=0.1), lambda: slotopt.SGD(momentum=0.9),
+    lambda: slotopt.RMSprop(momentum=0.5, centered=True), lambda: legacy.Adam(learning_rate=0.1),
+    lambda: legacy.Adagrad(), lambda: v1.AdamOptimizer(0.1), lambda: v1.RMSPropOptimizer(0.1, momentum=0.5),
+]
+
+
+def _corruptions(state: dict[str, Any], rng: Any) -> list[Any]:
+    bad = []
+    wrong_shape = copy.deepcopy(state)
+    key = sorted(wrong_shape["state"])[rng.randrange(len(wrong_shape["state"]))]
+    slot = sorted(k for k in wrong_shape["state"][key] if wrong_shape["state"][key][k].dim() > 0)
+    if slot:
+        wrong_shape["state"][key][slot[0]] = torch.zeros(7)
+        bad.append(wrong_shape)
+    missing = copy.deepcopy(state)
+    missing["state"].pop(sorted(missing["state"])[-1])
+    bad.append(missing)
+    extra_group = copy.deepcopy(state)
+    extra_group["param_groups"].append(dict(extra_group["param_groups"][0], params=[99]))
+    bad.append(extra_group)
+    nan_lr = copy.deepcopy(state)
+    nan_lr["param_groups"][0]["lr"] = NAN
+    bad.append(nan_lr)
+    bad.append({"state": state["state"]})
+    return bad
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rejected_loads_change_nothing_and_training_continues(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    make = FACTORIES[rng.randrange(len(FACTORIES))]
+    ws = [param(*[rng.uniform(-1, 1) for _ in range(3)]) for _ in range(2)]
+    opt = make()
+    grads = [torch.tensor([rng.uniform(-1, 1) for _ in range(3)]) for _ in ws]
+    for _ in range(rng.randrange(1, 4)):
+        opt.apply_gradients(list(zip(grads, ws)))
+    reference = copy.deepcopy((ws, opt))
+    good = opt.state_dict()
+    for bad in _corruptions(good, rng):
+        before = snapshot(opt, *ws)
+        with pytest.raises((ValueError, TypeError)):
+            opt.load_state_dict(bad)
+        assert same(snapshot(opt, *ws), before)
+    opt.apply_gradients(list(zip(grads, ws)))
+    ref_ws, ref_opt = reference
+    ref_opt.apply_gradients(list(zip(grads, ref_ws)))
+    assert all(torch.equal(a, b) for a, b in zip(ws, ref_ws))
+
+
+@pytest.mark.parametrize("steps", [2, 3])
+def test_a_rejected_accumulation_step_changes_nothing(steps: int) -> None:
+    opt, w = slotopt.Adam(learning_rate=0.1, gradient_accumulation_steps=steps), param(1.0, 2.0)
+    for i in range(2 * steps - 1):
+        opt.apply_gradients([(torch.full((2,), float(i + 1)), w)])
+    before = snapshot(opt, w)
+    with pytest.raises(ValueError, match="shape"):
+        opt.apply_gradients([(torch.ones(3), w)])  # the update call, rejected
+    assert same(snapshot(opt, w), before)
+    opt.learning_rate = lambda: NAN  # type: ignore[assignment]
+    before = snapshot(opt, w)
+    with pytest.raises(ValueError, match="learning_rate"):
+        opt.apply_gradients([(torch.ones(2), w)])  # the update call, rejected after accumulation
+    assert same(snapshot(opt, w), before)
+    assert opt._accumulated_gradients[0].tolist() != [0.0, 0.0]
