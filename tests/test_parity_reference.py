@@ -8,9 +8,6 @@ CASES = load_cases()
 
 # Recorded cases whose implementation is in progress on its own branch; each branch removes its ids from here.
 PENDING = {
-    "keras3/adam_sparse_dup": "issue 11: Keras 3 semantics on repeated sparse indices",
-    "keras3/rmsprop_sparse_dup": "issue 11: Keras 3 semantics on repeated sparse indices",
-    "keras3/adagrad_sparse_dup": "issue 11: Keras 3 semantics on repeated sparse indices",
 }
 
 

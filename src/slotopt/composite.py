@@ -199,6 +199,17 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
             check=lambda pair: OptimizerCore._check_gradient(pair[0], pair[1], self._name_of(pair[1]) or "variable"))
         if not any(g is not None for g, _ in pairs) and pairs:
             raise ValueError("No gradients provided for any variable.")
+        for index, group in groups.items():  # what a sub-optimizer would refuse, refused before any of them steps
+            optimizer = self._entries[index][0]
+            if getattr(optimizer, "_refuses_repeated_variables", False):
+                seen: set[int] = set()
+                for _, var in group:
+                    if id(var) in seen:
+                        raise ValueError(
+                            f"Variable {self._name_of(var) or repr(var)} appears more than once in "
+                            f"`grads_and_vars` for {self._describe(index)}; sum its gradients first."
+                        )
+                    seen.add(id(var))
         if not self.built and self._pending_weights is not None:
             self._remember([(self._name_of(v) or f"variable_{i}", v) for i, (_, v) in enumerate(pairs)])
             self.build()
@@ -249,7 +260,10 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         weights = list(weights)
         started = self.built or any(getattr(o, "built", bool(_optimizer_weights(o))) for o in self.optimizers)
         if not started and len(weights) != len(self.weights):
-            self._pending_weights = weights  # the sub-optimizers' slots do not exist yet: applied at the build
+            # Kept until the build (the sub-optimizers' slots do not exist yet). Copies: they must not follow the
+            # caller's later changes.
+            self._pending_weights = [w.detach().clone() if isinstance(w, torch.Tensor) else np.array(w, copy=True)
+                                     for w in weights]
             return
         parts = split_weights(self.optimizers, weights, self.name)[1:]
         set_weights_all_or_nothing(self.optimizers, parts)

@@ -51,6 +51,25 @@ def _constructed_by_a_subclass(cls: type) -> bool:
     return issubclass(owner, Optimizer)
 
 
+def _rounds(pairs: list[Pair]) -> list[list[Pair]]:
+    """Splits pairs so that each part holds a variable at most once, in the order listed.
+
+    Keras 3 (TensorFlow backend) applies the pairs one after the other, with no check for repeats: a variable
+    listed twice in one call is decayed twice and updated twice, the second time from the first result (with the
+    same step count). Distinct variables do not interact, so running the k-th listing of every variable together
+    gives the same result. Almost always there is one part.
+    """
+    seen: dict[int, int] = {}
+    rounds: list[list[Pair]] = []
+    for g, v in pairs:
+        k = seen.get(id(v), 0)
+        seen[id(v)] = k + 1
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].append((g, v))
+    return rounds
+
+
 class Optimizer(OptimizerCore):
     """The Keras 3 optimizer base class, on PyTorch tensors.
 
@@ -87,8 +106,15 @@ class Optimizer(OptimizerCore):
     _kernel_slots: tuple[str, ...] = ()
     #: Built-ins whose update is element-wise (no whole-tensor norms) may run over packed or cut tensors.
     _elementwise_update: bool = True
-    #: Built-ins whose update leaves a row with zero gradient untouched may update sparse rows in place.
-    _sparse_rows_independent: bool = False
+    @property
+    def _shard_local_update(self) -> bool:  # type: ignore[override]
+        return self._elementwise_update
+
+    #: How a built-in applies an ``IndexedSlices`` gradient with Keras 3's TensorFlow-backend semantics
+    #: (keras3_sparse.md): ``"rows"``: the rule only scatters into the slices' rows; ``"blocks"``: element-wise
+    #: rule that rewrites every row, run a block of rows at a time; ``"whole"``: needs whole-tensor norms;
+    #: ``None``: the gradient is densified first (custom optimizers, and rules whose divisor may be 0).
+    _sparse_layout: Optional[str] = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if "_super_init_called" not in self.__dict__ and _constructed_by_a_subclass(type(self)):
@@ -512,6 +538,15 @@ class Optimizer(OptimizerCore):
                     )
         if all(g is None for g, _ in checked):
             raise ValueError("No gradients provided for any variable.")
+        if self.loss_scale_factor is not None:
+            sparse = next((g for g, _ in checked if isinstance(g, IndexedSlices)), None)
+            if sparse is not None:  # Keras 3 (TF backend) unscales with `g / factor`, which slices do not support
+                raise TypeError(
+                    "`loss_scale_factor` cannot unscale a sparse gradient (Keras 3 raises here too: "
+                    "unsupported operand type(s) for /: 'IndexedSlices' and 'float'); wrap the optimizer in "
+                    f"`LossScaleOptimizer` instead. Received: loss_scale_factor={self.loss_scale_factor}, "
+                    f"grad={sparse}"
+                )
         # A constraint rewrites the whole variable: with a sparse gradient slotopt refuses it in every generation.
         self._reject_sparse_constraints(
             checked, lambda grad, constraint: "Cannot use a constraint function on a sparse variable. Received: "
@@ -561,12 +596,19 @@ class Optimizer(OptimizerCore):
         if self.clipnorm and self.clipnorm > 0:
             clip, limit = clipping.clip_by_norm, self.clipnorm
         elif self.global_clipnorm and self.global_clipnorm > 0:
-            clip, limit = clipping.clip_by_global_norm, self.global_clipnorm
+            # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
+            norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)
+                                          for g, v in pairs], self._shard_groups_of(pairs))
+            grads = clipping.clip_by_global_norm(
+                [self._dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
+                norm=norm)
+            return [(g, v) for g, (_, v) in zip(grads, pairs)]
         elif self.clipvalue and self.clipvalue > 0:
-            clip, limit = clipping.clip_by_value, self.clipvalue
+            return clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self.clipvalue))
         else:
             return pairs
-        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit))
+        shards = self._shard_groups_of(pairs)
+        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, shards))
 
     def exclude_from_weight_decay(
         self, var_list: Optional[Sequence[torch.Tensor]] = None, var_names: Optional[Sequence[str]] = None
@@ -586,15 +628,14 @@ class Optimizer(OptimizerCore):
     def _apply_weight_decay(self, pairs: list[Pair]) -> None:
         if not self.weight_decay:
             return
-        decayed = [v for _, v in pairs if self._use_weight_decay(v)]
-        if not decayed:
-            return
         learning_rate = self._learning_rate_of_step()
-        for group in self._groups([self._position(v) for v in decayed]):
-            params = [self._vars[p] for p in group]
-            dtype = params[0].dtype
-            decoupled_weight_decay(params, weight_decay=K.cast(self.weight_decay, dtype),
-                                   lr=self._lr_for(learning_rate, dtype))
+        for round_pairs in _rounds(pairs):  # a variable listed twice decays twice, as in Keras
+            decayed = [v for _, v in round_pairs if self._use_weight_decay(v)]
+            for group in self._groups([self._position(v) for v in decayed]):
+                params = [self._vars[p] for p in group]
+                dtype = params[0].dtype
+                decoupled_weight_decay(params, weight_decay=K.cast(self.weight_decay, dtype),
+                                       lr=self._lr_for(learning_rate, dtype))
 
     def _start_updates(self) -> None:
         self.__dict__["_step_learning_rate"] = self.learning_rate  # a schedule is evaluated once per update
@@ -606,23 +647,16 @@ class Optimizer(OptimizerCore):
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
         learning_rate = self._learning_rate_of_step()
+        for round_pairs in _rounds(pairs):
+            self._apply_round(round_pairs, learning_rate)
+
+    def _apply_round(self, pairs: list[Pair], learning_rate: Any) -> None:
+        """Updates variables that each appear once in ``pairs``."""
         custom = type(self).update_step is not Optimizer.update_step
         dense: list[Pair] = []
         for g, v in pairs:
-            if isinstance(g, IndexedSlices) and not custom and self._sparse_rows_independent:
-                pos = self._position(v)
-                self._update_touched_rows(
-                    v, g, [self._slots[n][pos] for n in self._kernel_slots],
-                    lambda params, grads, slots: self._update_group(
-                        params, grads, {n: [s] for n, s in zip(self._kernel_slots, slots)}, learning_rate),
-                )
-            elif isinstance(g, IndexedSlices) and not custom and self._elementwise_update and v.device.type == "cpu":
-                # Keras 3: a sparse gradient moves every row exactly as its dense equivalent would.
-                pos = self._position(v)
-                sparse_rows.update_by_row_blocks(
-                    v, g, [self._slots[n][pos] for n in self._kernel_slots],
-                    lambda params, grads, slots: self._update_group(
-                        params, grads, {n: [s] for n, s in zip(self._kernel_slots, slots)}, learning_rate))
+            if isinstance(g, IndexedSlices) and not custom and self._sparse_layout is not None:
+                self._apply_slices(v, g, learning_rate)
             else:
                 dense.append((self._dense(g, v), v))
         if custom:
@@ -641,6 +675,35 @@ class Optimizer(OptimizerCore):
                 self._update_group(params, [by_pos[p] for p in group],
                                    self._slot_lists(self._kernel_slots, group), learning_rate)
 
+    def _apply_slices(self, var: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> None:
+        """Keras 3 on its TensorFlow backend keeps a sparse gradient as slices through element-wise ops: repeats
+        of a row are summed only where the rule densifies (keras3_sparse.md §2). ``cast`` keeps slices, so the
+        values are cast to the variable's dtype first; the rule then sees the whole variable, or a block of its
+        rows with the slices of that block (``"blocks"``), so that no table-sized temporary is made."""
+        pos = self._position(var)
+        grad = IndexedSlices(grad.values.to(var.dtype), grad.indices, tuple(var.shape))
+        names = self._kernel_slots
+
+        def update(param: torch.Tensor, slices: IndexedSlices, slots: list[torch.Tensor]) -> None:
+            self._update_slices(param, slices, {n: [s] for n, s in zip(names, slots)}, learning_rate)
+
+        slots = [self._slots[n][pos] for n in names]
+        if self._sparse_layout == "blocks":
+            sparse_rows.update_by_row_blocks(var, grad, slots, update)
+        else:
+            update(var, grad, slots)
+
+    def _update_slices(self, param: torch.Tensor, grad: IndexedSlices, slots: dict[str, list[torch.Tensor]],
+                       learning_rate: Any) -> None:
+        """The rule on slices. Default: the dense kernel on ``Σg`` with the per-slice terms of ``_slice_terms``."""
+        self._update_group([param], [sparse_rows.summed(grad, param)], slots, learning_rate,
+                           **self._slice_terms(param, grad, learning_rate))
+
+    def _slice_terms(self, param: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> dict[str, Any]:
+        """The kernel inputs that Keras computes per slice and then sums (``Σ(f(g))`` where the dense rule has
+        ``f(Σg)``), as one-element lists keyed by the kernel's argument name."""
+        return {}
+
     def _before_updates(self, learning_rate: Any) -> None:
         """Runs once per update step, before any variable is updated (per-step scalars such as Nadam's product)."""
 
@@ -655,6 +718,7 @@ class Optimizer(OptimizerCore):
         grads: list[torch.Tensor],
         slots: dict[str, list[torch.Tensor]],
         learning_rate: Any,
+        **terms: Any,
     ) -> None:
         raise NotImplementedError(
             f"{type(self).__name__} must implement `update_step(gradient, variable, learning_rate)`."

@@ -11,6 +11,7 @@ Plain tensors and ``nn.Parameter`` objects are accepted everywhere a ``Variable`
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional, Union
 
@@ -122,7 +123,8 @@ class Variable(nn.Parameter):
         return self
 
     def numpy(self) -> np.ndarray:  # type: ignore[override]
-        return self.detach().cpu().numpy()
+        """A copy of the value, as Keras's ``Variable.numpy()`` (a snapshot, not a view of the live tensor)."""
+        return self.detach().cpu().numpy().copy()
 
     def __repr__(self) -> str:
         return f"<slotopt.Variable name={self.name!r} shape={tuple(self.shape)} dtype={self.dtype}>\n{self.data!r}"
@@ -170,15 +172,29 @@ class IndexedSlices:
 
     def __init__(self, values: Any, indices: Any, dense_shape: Optional[Sequence[int]] = None) -> None:
         values = values if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values))
-        indices = torch.as_tensor(indices, device=values.device).to(torch.int64).reshape(-1)
+        given = indices
+        indices = torch.as_tensor(indices, device=values.device)
+        if not is_integer_dtype(indices.dtype) and indices.numel():  # [] is float to torch: nothing to truncate
+            # Casting would truncate (1.7 -> row 1) and silently update the wrong row.
+            raise TypeError(
+                f"IndexedSlices `indices` must be integers. Received: indices={given!r} (dtype {indices.dtype})"
+            )
+        indices = indices.to(torch.int64).reshape(-1)
         if values.dim() == 0 or values.shape[0] != indices.shape[0]:
             raise ValueError(
                 "IndexedSlices `values` must have one row per index. Received: "
                 f"values.shape={tuple(values.shape)}, indices.shape={tuple(indices.shape)}"
             )
+        if dense_shape is not None:
+            try:
+                dense_shape = tuple(operator.index(s) for s in dense_shape)
+            except TypeError as err:
+                raise TypeError(
+                    f"IndexedSlices `dense_shape` must be a sequence of integers. Received: dense_shape={dense_shape!r}"
+                ) from err
         self.values = values
         self.indices = indices
-        self.dense_shape = tuple(int(s) for s in dense_shape) if dense_shape is not None else None
+        self.dense_shape = dense_shape
 
     @property
     def dtype(self) -> torch.dtype:
@@ -203,6 +219,11 @@ class IndexedSlices:
 
 
 Gradient = Union[torch.Tensor, IndexedSlices]
+
+
+def is_integer_dtype(dtype: torch.dtype) -> bool:
+    """True for the dtypes that may index rows (not floating, complex or bool)."""
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
 
 
 def is_sparse(grad: Any) -> bool:

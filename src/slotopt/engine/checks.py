@@ -45,6 +45,7 @@ class Range:
     high: float = math.inf
     low_open: bool = False
     high_open: bool = False
+    label: str = ""  # a word for the range ("positive"), used in messages instead of the bounds
 
     def __contains__(self, value: float) -> bool:
         if value < self.low or (self.low_open and value == self.low):
@@ -54,6 +55,8 @@ class Range:
     def describe(self, finite: bool = True) -> str:
         """``"> 0"``, ``"in [0, 1)"``...; with ``finite``, ``"a finite number > 0"``..."""
         prefix = "a finite number" if finite else ""
+        if self.label:
+            return f"a finite {self.label} number" if finite else self.label
         if self.low == -math.inf and self.high == math.inf:
             return "a finite number"
         if self.high == math.inf:

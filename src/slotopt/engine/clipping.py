@@ -2,19 +2,27 @@
 
 Functions take and return lists of dense tensors and never modify their inputs (the inputs may be the user's
 ``.grad`` tensors). Sparse gradients are clipped on their ``values``; the caller unwraps and rewraps them.
+
+``shard_groups`` (one entry per gradient, FSDP2) names the process groups a gradient's local shard must be summed
+over to give the whole tensor's sum of squares; None (the default) means every gradient is whole.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import torch
 
 from ..variables import IndexedSlices, as_indexed_slices, is_sparse
+from .distributed import sum_over_shards
+from .sparse import segment_sum
 
-__all__ = ["clip_by_value", "clip_by_norm", "clip_by_global_norm", "global_norm", "map_gradient_values"]
+ShardGroups = Optional[Sequence[Sequence[Any]]]
+
+__all__ = ["clip_by_value", "clip_by_norm", "clip_by_global_norm", "global_norm", "norm_of_sums", "sum_of_squares",
+           "map_gradient_values"]
 
 T = TypeVar("T")
 
@@ -23,32 +31,53 @@ def clip_by_value(grads: Sequence[torch.Tensor], clipvalue: float) -> list[torch
     return [torch.clamp(g, -clipvalue, clipvalue) for g in grads]
 
 
-def clip_by_norm(grads: Sequence[torch.Tensor], clipnorm: float) -> list[torch.Tensor]:
+def _square_sums(grads: Sequence[torch.Tensor], shard_groups: ShardGroups) -> list[torch.Tensor]:
+    sums = [torch.sum(g * g) for g in grads]
+    return sums if shard_groups is None else sum_over_shards(sums, [list(gr) for gr in shard_groups])
+
+
+def clip_by_norm(grads: Sequence[torch.Tensor], clipnorm: float, shard_groups: ShardGroups = None) -> list[torch.Tensor]:
     """``g * c / max(||g||, c)`` per tensor; a zero norm leaves the gradient unchanged."""
     out = []
-    for g in grads:
-        sq = torch.sum(g * g)
+    for g, sq in zip(grads, _square_sums(grads, shard_groups)):
         norm = torch.where(sq > 0, torch.sqrt(torch.where(sq > 0, sq, torch.ones_like(sq))), sq)
         out.append((g * clipnorm) / torch.maximum(norm, torch.tensor(clipnorm, dtype=g.dtype, device=g.device)))
     return out
 
 
-def global_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+def sum_of_squares(grad: Any, rows: int) -> torch.Tensor:
+    """``sum(g * g)``; for slices of a ``rows``-row variable, the sum of their squares densified per row
+    (Keras 3, keras3_sparse.md §3.5)."""
+    if isinstance(grad, IndexedSlices):
+        return torch.sum(segment_sum(grad.values * grad.values, grad.indices, rows))
+    return torch.sum(grad * grad)
+
+
+def global_norm(grads: Sequence[torch.Tensor], shard_groups: ShardGroups = None) -> torch.Tensor:
     """``sqrt(sum_i sum(g_i ** 2))``, accumulated on the first gradient's device."""
-    device = grads[0].device
-    sums = [torch.sum(g * g).to(device) for g in grads]
-    return torch.sqrt(torch.sum(torch.stack([s.to(sums[0].dtype) for s in sums])))
+    return norm_of_sums([torch.sum(g * g) for g in grads], shard_groups)
 
 
-def clip_by_global_norm(grads: Sequence[torch.Tensor], clipnorm: float) -> list[torch.Tensor]:
-    """Scales all gradients by ``c * min(1/N, 1/c) + (N - N)``.
+def norm_of_sums(sums: Sequence[torch.Tensor], shard_groups: ShardGroups = None) -> torch.Tensor:
+    """``sqrt(sum_i s_i)`` of per-gradient sums of squares (each summed over its shards first), on the first
+    one's device and dtype."""
+    if shard_groups is not None:
+        sums = sum_over_shards(list(sums), [list(gr) for gr in shard_groups])
+    first = sums[0]
+    return torch.sqrt(torch.sum(torch.stack([s.to(device=first.device, dtype=first.dtype) for s in sums])))
+
+
+def clip_by_global_norm(grads: Sequence[torch.Tensor], clipnorm: float, norm: Optional[torch.Tensor] = None,
+                        shard_groups: ShardGroups = None) -> list[torch.Tensor]:
+    """Scales all gradients by ``c * min(1/N, 1/c) + (N - N)`` (``N = norm``, default their global norm).
 
     A non-finite global norm N makes every gradient NaN; ``c = 0`` (which tf.keras legacy accepts) gives zero
     gradients for a finite non-zero N and NaN otherwise, as TensorFlow does.
     """
     if not grads:
         return []
-    norm = global_norm(grads)
+    if norm is None:
+        norm = global_norm(grads, shard_groups)
     inverse_limit = 1.0 / clipnorm if clipnorm else math.inf
     scale = clipnorm * torch.minimum(1.0 / norm, torch.tensor(inverse_limit, dtype=norm.dtype,
                                                                 device=norm.device)) + (norm - norm)

@@ -8,14 +8,22 @@ variable's position, groups variables by (device, dtype) for multi-tensor kernel
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional, Union
 
 import torch
 from torch import nn
 
-from ..variables import IndexedSlices, as_indexed_slices, is_sparse, named_variables, variable_name
-from . import checks
+from ..variables import (
+    IndexedSlices,
+    as_indexed_slices,
+    is_integer_dtype,
+    is_sparse,
+    named_variables,
+    variable_name,
+)
+from . import checks, distributed
 from . import sparse as sparse_rows
 from .torch_protocol import TorchProtocol, is_param_group_list
 
@@ -48,6 +56,10 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
 
     #: Whether the multi-tensor (``torch._foreach_*``) path runs over whole (device, dtype) groups.
     foreach: bool = True
+    #: Whether ``apply_gradients`` refuses a variable listed twice (the legacy line; Keras 3 and TF1 apply
+    #: each listing in turn, as the real libraries do).
+    _refuses_repeated_variables: bool = False
+
     #: Where a class narrows the shared range of a hyperparameter (``engine.checks.RANGES``), e.g. Adam's
     #: ``beta_1`` in [0, 1): 1.0 divides by ``1 - beta_1 ** t = 0`` at the first step.
     _hyperparameter_ranges: dict[str, checks.Range] = {}
@@ -81,6 +93,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         self._var_index: dict[int, int] = {}
         self._slots: dict[str, dict[int, torch.Tensor]] = {}
         self._group_cache: dict[tuple[int, ...], list[list[int]]] = {}
+        self._originals: list[torch.Tensor] = []  # what the user gave: param_groups hold these
+        self._sharded: dict[int, Any] = {}  # position -> the DTensor parameter (FSDP2) whose local shard is _vars
         self._init_torch_protocol()
 
     # ----------------------------------------------------------------------------------------- variables
@@ -99,11 +113,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 params = [params] if isinstance(params, torch.Tensor) else params
                 first_new = len(self._vars)
                 positions += self._register_named(named_variables(params))
-                self._track(self._vars[first_new:], group)
+                self._track(self._originals[first_new:], group)
             return positions
         first_new = len(self._vars)
         positions = self._register_named(named_variables(variables))
-        self._track(self._vars[first_new:])
+        self._track(self._originals[first_new:])
         return positions
 
     def _register_named(self, named: list[tuple[str, torch.Tensor]]) -> list[int]:
@@ -115,19 +129,94 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 if name in self._taken_names:
                     name = f"{name}_{pos}"
                 self._taken_names.add(name)
+                self._originals.append(var)
+                if distributed.is_dtensor(var):  # FSDP2: the rules run on the local shard
+                    self._check_shardable(name)
+                    self._sharded[pos] = var
+                    var = distributed.local_view(var)
+                    self._var_index[id(var)] = pos
                 self._vars.append(var)
                 self._var_names.append(name)
-                self._var_index[id(var)] = pos
+                self._var_index[id(self._originals[pos])] = pos
             positions.append(pos)
         return positions
 
+    # ----------------------------------------------------------------------------------------- sharded parameters
+    def _check_shardable(self, name: str) -> None:
+        """Raises for an update rule that needs whole tensors (per-tensor norms, matrix products): it would be
+        wrong on a local shard."""
+        if not self._shard_local_update:
+            raise NotImplementedError(
+                f"{type(self).__name__} needs whole tensors (per-tensor norms or matrix products), so it cannot "
+                f"update the FSDP2-sharded parameter {name} shard by shard yet. Use an element-wise optimizer "
+                "(Adam, AdamW, SGD, RMSprop, ...) with fully_shard, or DDP.")
+
+    #: Whether the update rule is correct on a local shard (element-wise); faces refine it.
+    _shard_local_update: bool = True
+
+    def _local_pairs(self, grads_and_vars: Pairs) -> Pairs:
+        """FSDP2: ``(DTensor gradient, DTensor parameter)`` pairs become pairs of local shards (the pipeline's
+        first stage). Without sharded parameters the pairs pass through untouched."""
+        if not self._sharded:
+            return grads_and_vars
+        out = []
+        for item in grads_and_vars:
+            grad, var = item if isinstance(item, (tuple, list)) and len(item) == 2 else (None, item)
+            if distributed.is_dtensor(var):
+                pos = self._var_index.get(id(var))
+                if pos is None:
+                    raise ValueError(
+                        f"Sharded (FSDP2) parameter {variable_name(var, 'variable')} is unknown to this optimizer: "
+                        "pass the sharded parameters with `params=` (or `build`) before the first step.")
+                if distributed.is_dtensor(grad):
+                    if tuple(grad.placements) != tuple(var.placements):
+                        grad = grad.redistribute(var.device_mesh, var.placements)
+                    grad = distributed.local_view(grad)
+                var = self._vars[pos]
+            out.append((grad, var))
+        return out
+
+    def _shard_groups_of(self, pairs: Sequence[Pair]) -> Optional[list[list[Any]]]:
+        """Per pair with a gradient: the process groups its variable is sharded over (None: nothing sharded)."""
+        if not self._sharded:
+            return None
+        index, sharded = self._var_index, self._sharded
+        groups = []
+        for g, v in pairs:
+            if g is None:
+                continue
+            owner = sharded.get(index.get(id(v), -1))
+            groups.append(distributed.shard_groups(owner) if owner is not None else [])
+        return groups
+
+    def _all_finite(self, grads: Sequence[torch.Tensor]) -> bool:
+        """Every element of every gradient finite, on every shard (a loss-scale step is skipped everywhere or
+        nowhere). One fused max-abs reduction per device (``torch._foreach_norm`` with ``ord=inf``: inf and NaN
+        propagate and, unlike a 2-norm, it cannot overflow on large finite values), one host sync per device."""
+        by_device: dict[torch.device, list[torch.Tensor]] = {}
+        for g in grads:
+            if g.numel():
+                by_device.setdefault(g.device, []).append(g)
+        finite = all(bool(torch.isfinite(torch.stack([m.float() for m in torch._foreach_norm(ts, math.inf)])).all())
+                     for ts in by_device.values())
+        flag = torch.tensor([0.0 if finite else 1.0])
+        if self._sharded:
+            groups = {id(gr): gr for owner in self._sharded.values() for gr in distributed.shard_groups(owner)}
+            for group in groups.values():
+                torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=group)
+        return bool(flag.item() == 0.0)
+
     def _position(self, var: torch.Tensor) -> Optional[int]:
         pos = self._var_index.get(id(var))
-        return pos if pos is not None and self._vars[pos] is var else None  # never a freed object's id
+        if pos is None or self._vars[pos] is var or self._originals[pos] is var:
+            return pos
+        return None  # an id of a freed object, now reused by another tensor
 
     def _after_copy(self) -> None:
         super()._after_copy()
+        # The user's tensors (param_groups) and the ones the rules update (a DTensor's local shard) are both keys.
         self._var_index = {id(v): i for i, v in enumerate(self._vars)}
+        self._var_index.update({id(v): i for i, v in enumerate(self.__dict__.get("_originals", ()))})
         self._group_cache = {}
 
     def _name_of(self, var: torch.Tensor) -> str:
@@ -135,11 +224,16 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return self._var_names[pos] if pos is not None else variable_name(var, "variable")
 
     def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
-        """torch's ``state[param]``: the variable's slots under their names, then the shared scalars."""
+        """torch's ``state[param]``: the variable's slots under their names, then the shared scalars. A sharded
+        parameter's slots are shown as DTensors sharded like it (what ``torch.distributed.checkpoint`` saves)."""
         pos = self._position(param)
         if pos is None:
             return {}
         entry = {name: table[pos] for name, table in self._slots.items() if pos in table}
+        owner = self._sharded.get(pos)
+        if owner is not None:
+            local_shape = self._vars[pos].shape
+            entry = {k: distributed.wrap_like(v, owner) if v.shape == local_shape else v for k, v in entry.items()}
         entry.update(self._shared_state())
         return entry
 
@@ -203,6 +297,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         if is_sparse(grad):
             grad = as_indexed_slices(grad)
             values = grad.values
+            if not is_integer_dtype(grad.indices.dtype) and grad.indices.numel():  # set after construction
+                raise TypeError(
+                    f"Sparse gradient indices for variable {where} must be integers. Received: "
+                    f"indices={grad.indices.tolist()[:20]} (dtype {grad.indices.dtype})"
+                )
             if tuple(values.shape[1:]) != tuple(var.shape[1:]) or var.dim() == 0:
                 raise ValueError(
                     f"Sparse gradient rows of shape {tuple(values.shape[1:])} do not fit variable {where} of "
@@ -214,6 +313,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 raise ValueError(
                     f"Sparse gradient indices for variable {where} must be in [0, {var.shape[0]}). "
                     f"Received: indices={grad.indices.tolist()[:20]}"
+                )
+            if grad.dense_shape is not None and tuple(grad.dense_shape) != tuple(var.shape):
+                raise ValueError(
+                    f"Sparse gradient for variable {where} has dense_shape {tuple(grad.dense_shape)}, which does "
+                    f"not match the variable's shape {tuple(var.shape)}."
                 )
         else:
             if not isinstance(grad, torch.Tensor):
@@ -271,6 +375,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 f"(computed from the variables with autograd on). Received: {loss!r}"
             )
         trainable = [v for v in variables if v.requires_grad]
+        if grad_loss is None and value.dim() > 0:
+            # TensorFlow differentiates a non-scalar loss as the sum of its elements (unit output gradients).
+            grad_loss = torch.ones_like(value)
         grads = torch.autograd.grad(value, trainable, grad_outputs=grad_loss, allow_unused=True)
         by_id = {id(v): g for v, g in zip(trainable, grads)}
         return [by_id.get(id(v)) for v in variables]

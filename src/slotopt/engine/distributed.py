@@ -129,3 +129,50 @@ def _padded(t: torch.Tensor, rows: int) -> torch.Tensor:
         return t.contiguous()
     pad = torch.zeros((rows - t.shape[0],) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
     return torch.cat([t, pad])
+
+
+# ---------------------------------------------------------------------------------------------- sharded parameters
+# FSDP2 (``fully_shard``) hands the optimizer DTensor parameters and gradients. Element-wise rules run on the local
+# shards (views of the parameter's storage): no gathering. What needs a whole tensor (a norm for clipping, the
+# finiteness check of loss scaling) sums the local parts over the mesh dimensions the tensor is sharded on.
+
+
+def is_dtensor(value: Any) -> bool:
+    return hasattr(value, "device_mesh") and hasattr(value, "to_local") and hasattr(value, "placements")
+
+
+def local_view(value: Any) -> torch.Tensor:
+    """The local shard of a DTensor (a view of its storage: in-place updates update the parameter). The same view
+    object every time, so that optimizers sharing a parameter (a loss-scale wrapper and its inner optimizer)
+    recognise it."""
+    view = getattr(value, "_slotopt_local_view", None)
+    if view is None:
+        with torch.no_grad():
+            view = value.to_local()
+        value._slotopt_local_view = view
+    return view
+
+
+def shard_groups(dtensor: Any) -> list[Any]:
+    """The process groups of the mesh dimensions ``dtensor`` is sharded on (a sum over them is the whole)."""
+    mesh = dtensor.device_mesh
+    return [mesh.get_group(dim) for dim, placement in enumerate(dtensor.placements) if placement.is_shard()]
+
+
+def sum_over_shards(values: list[torch.Tensor], groups: list[list[Any]]) -> list[torch.Tensor]:
+    """``values[i]`` (a local partial sum) summed over ``groups[i]``; an empty list of groups keeps it local."""
+    out = []
+    for value, value_groups in zip(values, groups):
+        for group in value_groups:
+            value = value.clone()
+            torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.SUM, group=group)
+        out.append(value)
+    return out
+
+
+def wrap_like(local: torch.Tensor, dtensor: Any) -> Any:
+    """``local`` (a slot shaped like ``dtensor``'s shard) as a DTensor sharded like ``dtensor``."""
+    from torch.distributed.tensor import DTensor
+
+    return DTensor.from_local(local, dtensor.device_mesh, dtensor.placements, run_check=False,
+                              shape=dtensor.shape, stride=dtensor.stride())

@@ -28,6 +28,7 @@ def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
 
 def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     opt._sync_param_groups()  # torch side: what a scheduler wrote into param_groups
+    grads_and_vars = opt._local_pairs(grads_and_vars)  # FSDP2: the local shards of sharded parameters
     pairs = opt._prepare_pairs(grads_and_vars, **options)  # validate, build; raises before any change
     if pairs is None:
         return opt._empty_step_result()

@@ -1,18 +1,20 @@
-"""Row-sparse gradients: duplicate summing and touched-row updates that never densify a table."""
+"""Row-sparse gradients: duplicate summing, TensorFlow's slice densification and scatter order, and updates
+that never hold a table-sized temporary."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 from ..variables import IndexedSlices
 from . import blocks
 
-__all__ = ["deduplicate", "gather_rows", "scatter_rows", "densify", "update_by_row_blocks"]
+__all__ = ["deduplicate", "gather_rows", "scatter_rows", "densify", "scatter_add_", "segment_sum", "summed", "last_repeats",
+           "update_by_row_blocks"]
 
-RowUpdate = Callable[[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]], None]
+SliceUpdate = Callable[[torch.Tensor, IndexedSlices, list[torch.Tensor]], None]
 
 
 def deduplicate(grad: IndexedSlices) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,26 +47,73 @@ def densify(grad: IndexedSlices, like: torch.Tensor) -> torch.Tensor:
     return grad.to_dense(like.shape).to(like.dtype)
 
 
-def update_by_row_blocks(var: torch.Tensor, grad: IndexedSlices, slots: Sequence[torch.Tensor],
-                         update: RowUpdate) -> None:
-    """The exact dense result of a sparse gradient for an element-wise rule, without a table-sized gradient.
+def scatter_add_(target: torch.Tensor, indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``target[indices[j]] += values[j]`` for j in slice order, each add rounded (TensorFlow's CPU scatter-add).
 
-    Where a sparse gradient must update every row exactly as its dense equivalent would (Keras 3), the rule
-    runs over the table a block of rows at a time, ``update([rows of var], [dense gradient of those rows],
-    [rows of each slot])``: the time of a dense step, the extra memory of one block.
+    A contiguous target is updated through its flat view with one index per element: the CPU kernel of a 1-D
+    ``index_add_`` is one serial loop in index order, where a row-wise ``index_add_`` dispatches one add per slice.
     """
-    rows, values = deduplicate(grad)
-    order = torch.argsort(rows)
-    rows, values = rows[order], values[order].to(var.dtype)
-    row_elements = max(1, var[0].numel())
-    block_rows = max(1, (blocks.CPU_BLOCK_ELEMENTS * 8) // row_elements)
-    starts = list(range(0, var.shape[0], block_rows))
-    bounds = torch.searchsorted(rows, torch.tensor(starts + [var.shape[0]], dtype=rows.dtype,
-                                                   device=rows.device)).tolist()
+    if values.dim() > 1 and target.is_contiguous() and values.numel():
+        width = values[0].numel()
+        flat = (indices.unsqueeze(1) * width + torch.arange(width, device=indices.device)).reshape(-1)
+        target.view(-1).index_add_(0, flat, values.reshape(-1))
+        return target
+    return target.index_add_(0, indices, values)
+
+
+def segment_sum(values: torch.Tensor, indices: torch.Tensor, rows: int) -> torch.Tensor:
+    """TensorFlow's densification of slices (``UnsortedSegmentSum``): a zero table of ``rows`` rows, then
+    ``out[indices[j]] += values[j]`` for j in slice order, each add rounded. Repeats of a row are summed from 0 in
+    slice order, never sorted or coalesced first."""
+    out = torch.zeros((rows, *values.shape[1:]), dtype=values.dtype, device=values.device)
+    return scatter_add_(out, indices, values)
+
+
+def summed(grad: IndexedSlices, like: torch.Tensor, values: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``Σ(x)`` of the Keras 3 sparse spec (§2.3): the densified value of per-slice ``values`` (default
+    ``grad.values``) over ``grad.indices``, with as many rows as ``like``."""
+    return segment_sum(grad.values if values is None else values, grad.indices, like.shape[0])
+
+
+def last_repeats(grad: IndexedSlices) -> torch.Tensor:
+    """The values of the last slice of each row (one row per distinct index).
+
+    What a non-zero-preserving op (``isfinite``) sees of slices on Keras 3's TensorFlow backend: the dense result
+    is filled row by row in slice order, so only the last repeat of a row survives (spec §2.2, §3.8).
+    """
+    k = grad.indices.numel()
+    if k == 0:
+        return grad.values
+    unique, inverse = torch.unique(grad.indices, return_inverse=True)
+    if unique.numel() == k:
+        return grad.values
+    last = torch.full((unique.numel(),), -1, dtype=torch.int64, device=grad.indices.device)
+    last.scatter_reduce_(0, inverse, torch.arange(k, device=grad.indices.device), reduce="amax")
+    return grad.values.index_select(0, last)
+
+
+def update_by_row_blocks(var: torch.Tensor, grad: IndexedSlices, slots: Sequence[torch.Tensor],
+                         update: SliceUpdate) -> None:
+    """Runs a rule whose state is rewritten on every row over the table a block of rows at a time.
+
+    ``update(rows of var, the slices of those rows, [rows of each slot])``: the slices keep their order and carry
+    indices local to the block, so a rule that densifies them per block gets exactly the rows of the whole-table
+    densification. Every block is visited (rows without a slice still decay); the extra memory is one block's.
+    """
+    n = var.shape[0]
+    # Several cache blocks per row block: the element-wise kernels cut each row block again (engine/blocks.py),
+    # and fewer, larger row blocks keep the per-call overhead small next to the work.
+    block_rows = max(1, (blocks.CPU_BLOCK_ELEMENTS * 8) // max(1, var[0].numel()))
+    if n <= block_rows or var.device.type != "cpu":
+        update(var, grad, list(slots))
+        return
+    block_of = torch.div(grad.indices, block_rows, rounding_mode="floor")
+    order = torch.argsort(block_of, stable=True)  # stable: slice order kept within each block
+    indices, values = grad.indices[order], grad.values[order]
+    starts = list(range(0, n, block_rows))
+    bounds = torch.searchsorted(block_of[order], torch.arange(len(starts) + 1, device=block_of.device)).tolist()
     for i, start in enumerate(starts):
-        stop = min(start + block_rows, var.shape[0])
-        block_grad = torch.zeros((stop - start, *var.shape[1:]), dtype=var.dtype, device=var.device)
+        stop = min(start + block_rows, n)
         lo, hi = bounds[i], bounds[i + 1]
-        if hi > lo:
-            block_grad.index_copy_(0, rows[lo:hi] - start, values[lo:hi])
-        update([var[start:stop]], [block_grad], [slot[start:stop] for slot in slots])
+        local = IndexedSlices(values[lo:hi], indices[lo:hi] - start, (stop - start, *var.shape[1:]))
+        update(var[start:stop], local, [slot[start:stop] for slot in slots])

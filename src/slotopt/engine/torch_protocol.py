@@ -366,7 +366,7 @@ class TorchProtocol(torch.optim.Optimizer):
         groups = self.param_groups
         saved_groups = list(state_dict["param_groups"])
         if not groups and saved_groups:  # not built yet: applied when it builds (Keras's deferred restoration)
-            self.__dict__["_pending_torch_state"] = state_dict
+            self.__dict__["_pending_torch_state"] = _copied(state_dict)  # the caller may reuse its buffers
             return
         if len(saved_groups) != len(groups):
             raise ValueError(
@@ -528,6 +528,15 @@ class TorchProtocol(torch.optim.Optimizer):
     def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
         """Loads a checkpoint in an earlier slotopt format; False when ``state_dict`` is not one."""
         return False
+
+
+def _copied(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """A state dict whose tensors are copies (kept for later: the caller may reuse its buffers)."""
+    return {
+        "state": {k: {n: v.detach().clone() if isinstance(v, torch.Tensor) else v for n, v in entry.items()}
+                  if isinstance(entry, Mapping) else entry for k, entry in state_dict["state"].items()},
+        "param_groups": [dict(g) for g in state_dict["param_groups"]],
+    }
 
 
 def _local(value: Any) -> Any:

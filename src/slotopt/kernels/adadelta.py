@@ -4,12 +4,40 @@ from __future__ import annotations
 
 import torch
 
+from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
+from ..variables import IndexedSlices
 from . import roots
 
-__all__ = ["adadelta"]
+__all__ = ["adadelta", "adadelta_slices"]
 
 Tensors = list[torch.Tensor]
+
+
+def _decay_add(accumulators: Tensors, terms: Tensors, *, rho: float) -> None:
+    """``acc <- rho * acc + terms``."""
+    torch._foreach_mul_(accumulators, rho)
+    torch._foreach_add_(accumulators, terms)
+
+
+def _scaled_squares(x: Tensors, one_minus_rho: float) -> Tensors:
+    """``(1 - rho) * x*x`` (new tensors)."""
+    scaled = torch._foreach_mul(x, x)
+    torch._foreach_mul_(scaled, one_minus_rho)
+    return scaled
+
+
+def _adadelta_deltas(grads: Tensors, accumulated_grad: Tensors, accumulated_delta: Tensors, *,
+                     epsilon: float) -> Tensors:
+    """``delta = -((sqrt(Ed + eps) * g) / sqrt(Eg + eps))`` (new tensors)."""
+    delta = torch._foreach_add(accumulated_delta, epsilon)
+    roots.sqrt_(delta)
+    torch._foreach_mul_(delta, grads)
+    denom = torch._foreach_add(accumulated_grad, epsilon)
+    roots.sqrt_(denom)
+    torch._foreach_div_(delta, denom)
+    torch._foreach_neg_(delta)
+    return delta
 
 
 @elementwise
@@ -20,23 +48,29 @@ def adadelta(params: Tensors, grads: Tensors, accumulated_grad: Tensors, accumul
     ``Eg = rho * Eg + (1 - rho) * g*g``; ``delta = -((sqrt(Ed + eps) * g) / sqrt(Eg + eps))`` (new Eg, old Ed);
     ``Ed = rho * Ed + (1 - rho) * delta*delta``; ``w += lr * delta``.
     """
-    torch._foreach_mul_(accumulated_grad, rho)
-    scaled = torch._foreach_mul(grads, grads)
-    torch._foreach_mul_(scaled, one_minus_rho)
-    torch._foreach_add_(accumulated_grad, scaled)
-    delta = torch._foreach_add(accumulated_delta, epsilon)
-    roots.sqrt_(delta)
-    torch._foreach_mul_(delta, grads)
-    denom = torch._foreach_add(accumulated_grad, epsilon)
-    roots.sqrt_(denom)
-    torch._foreach_div_(delta, denom)
-    torch._foreach_neg_(delta)
-    torch._foreach_mul_(accumulated_delta, rho)
-    scaled = torch._foreach_mul(delta, delta)
-    torch._foreach_mul_(scaled, one_minus_rho)
-    torch._foreach_add_(accumulated_delta, scaled)
+    _decay_add(accumulated_grad, _scaled_squares(grads, one_minus_rho), rho=rho)
+    delta = _adadelta_deltas(grads, accumulated_grad, accumulated_delta, epsilon=epsilon)
+    _decay_add(accumulated_delta, _scaled_squares(delta, one_minus_rho), rho=rho)
     torch._foreach_mul_(delta, lr)
     torch._foreach_add_(params, delta)
+
+
+def adadelta_slices(param: torch.Tensor, grad: IndexedSlices, accumulated_grad: torch.Tensor,
+                    accumulated_delta: torch.Tensor, *, lr: float, rho: float, one_minus_rho: float,
+                    epsilon: float) -> None:
+    """Keras 3 ``Adadelta`` on slices (TensorFlow backend, keras3_sparse.md §4.7): ``Eg`` takes the per-slice
+    ``(1 - rho) * g*g`` summed per row; ``delta_j`` is per slice from the rows of ``Ed`` (old) and ``Eg`` (new);
+    ``Ed`` takes ``(1 - rho) * delta_j*delta_j`` summed per row; ``w[i_j] += lr * delta_j`` one slice at a time.
+    The tensors may be a block of rows (``grad`` then holds that block's slices with local indices).
+    """
+    indices, rows = grad.indices, param.shape[0]
+    squares = _scaled_squares([grad.values], one_minus_rho)[0]
+    _decay_add([accumulated_grad], [sparse_rows.segment_sum(squares, indices, rows)], rho=rho)
+    delta = _adadelta_deltas([grad.values], [accumulated_grad.index_select(0, indices)],
+                             [accumulated_delta.index_select(0, indices)], epsilon=epsilon)
+    squares = _scaled_squares(delta, one_minus_rho)[0]
+    _decay_add([accumulated_delta], [sparse_rows.segment_sum(squares, indices, rows)], rho=rho)
+    sparse_rows.scatter_add_(param, indices, delta[0].mul_(lr))
 
 
 @elementwise

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Optional
+
 import torch
 
+from ..engine import sparse as sparse_rows
 from . import roots
 
 __all__ = ["adafactor"]
@@ -11,15 +15,18 @@ __all__ = ["adafactor"]
 Tensors = list[torch.Tensor]
 
 
-def _rms(x: torch.Tensor) -> torch.Tensor:
-    # Reductions run over the row-major values (a no-op for a contiguous tensor): the same values stored as a
-    # transposed view give the same bits.
-    return torch.mean((x * x).contiguous()).sqrt()
+def _rms(x: torch.Tensor, count: Optional[int] = None) -> torch.Tensor:
+    """``sqrt(mean(x*x))``; with ``count``, the sum of squares over ``count`` elements (slices of a tensor).
+
+    Reductions run over the row-major values (a no-op for a contiguous tensor): the same values stored as a
+    transposed view give the same bits."""
+    square = (x * x).contiguous()
+    return (torch.mean(square) if count is None else torch.sum(square) / count).sqrt()
 
 
-def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensors, *, rho: float,
-              epsilon_1: float, epsilon_2: float, beta_2: float, one_minus_beta_2: float,
-              clip_threshold: float) -> None:
+def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensors,
+              indices: Optional[Sequence[Optional[torch.Tensor]]] = None, *, rho: float, epsilon_1: float,
+              epsilon_2: float, beta_2: float, one_minus_beta_2: float, clip_threshold: float) -> None:
     """Adafactor as Keras 3 evaluates it (``rho = min(lr, 1/sqrt(t))``, ``beta_2 = 1 - t^beta_2_decay``).
 
     ``alpha = max(eps2, RMS(w)) * rho``; ``G = g*g + eps1``. Rank >= 2 (factored over the last two axes):
@@ -27,16 +34,30 @@ def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensor
     ``v = (r / mean(r, -1))[..., None] * c[..., None, :]``. Rank < 2: ``v = b2 * v + (1 - b2) * G``
     (``r``/``c`` are unused placeholders). Then ``u = g / sqrt(v)``; ``u /= max(1, RMS(u) / clip_threshold)``;
     ``w -= alpha * u``. ``RMS(x) = sqrt(mean(x*x))`` over the whole tensor.
+
+    ``indices[i]`` (optional) marks ``grads[i]`` as slices (Keras 3 on its TensorFlow backend, keras3_sparse.md
+    §4.10): ``G`` is the per-slice ``g*g`` summed per row, plus ``eps1``; ``u`` is per slice,
+    ``u_j = g_j / sqrt(v)[i_j]``; ``RMS(u)`` sums the slices' ``u_j*u_j`` (repeats counted apart) over the dense
+    element count; ``w[i_j] -= alpha * u_j`` one slice at a time.
     """
-    for param, grad, row, col, velocity in zip(params, grads, r, c, v):
+    for i, (param, grad, row, col, velocity) in enumerate(zip(params, grads, r, c, v)):
+        rows = None if indices is None else indices[i]
         alpha = _rms(param).clamp_min(epsilon_2) * rho
-        regulated = (grad * grad + epsilon_1).contiguous()  # layout-independent means (see _rms)
+        if rows is None:
+            regulated = (grad * grad + epsilon_1).contiguous()  # layout-independent means (see _rms)
+        else:
+            regulated = sparse_rows.segment_sum(grad * grad, rows, param.shape[0]) + epsilon_1
         if param.dim() >= 2:
             row.mul_(beta_2).add_(torch.mean(regulated, dim=-1) * one_minus_beta_2)
             col.mul_(beta_2).add_(torch.mean(regulated, dim=-2) * one_minus_beta_2)
             velocity.copy_((row / torch.mean(row, dim=-1, keepdim=True)).unsqueeze(-1) * col.unsqueeze(-2))
         else:
             velocity.mul_(beta_2).add_(regulated * one_minus_beta_2)
-        update = grad / roots.sqrt([velocity])[0]
-        update = update / torch.clamp_min(_rms(update) / clip_threshold, 1.0)
-        param.sub_(update * alpha)
+        root = roots.sqrt([velocity])[0]
+        update = grad / (root if rows is None else root.index_select(0, rows))
+        count = None if rows is None else param.numel()  # slices: their squares over the dense element count
+        update = update / torch.clamp_min(_rms(update, count) / clip_threshold, 1.0)
+        if rows is None:
+            param.sub_(update * alpha)
+        else:
+            sparse_rows.scatter_add_(param, rows, (update * alpha).neg_())

@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import torch
 
+from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from . import roots
 
-__all__ = ["adagrad"]
+__all__ = ["adagrad", "adagrad_slices"]
 
 Tensors = list[torch.Tensor]
+
+
+def _adagrad_steps(grads: Tensors, accumulators: Tensors, *, lr: float, epsilon: float,
+                   epsilon_inside_root: bool) -> Tensors:
+    """``(lr * g) / sqrt(acc + eps)`` (or ``/ (sqrt(acc) + eps)``) with the updated accumulators (new tensors)."""
+    if epsilon_inside_root:
+        denom = torch._foreach_add(accumulators, epsilon)
+        roots.sqrt_(denom)
+    else:
+        denom = roots.sqrt(accumulators)
+        torch._foreach_add_(denom, epsilon)
+    step = torch._foreach_mul(grads, lr)
+    torch._foreach_div_(step, denom)
+    return step
 
 
 @elementwise
@@ -22,15 +37,20 @@ def adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float
     denominator is positive, so the rule may run on the touched rows of a sparse gradient only.
     """
     torch._foreach_add_(accumulators, torch._foreach_mul(grads, grads))
-    if epsilon_inside_root:
-        denom = torch._foreach_add(accumulators, epsilon)
-        roots.sqrt_(denom)
-    else:
-        denom = roots.sqrt(accumulators)
-        torch._foreach_add_(denom, epsilon)
-    step = torch._foreach_mul(grads, lr)
-    torch._foreach_div_(step, denom)
-    torch._foreach_sub_(params, step)
+    torch._foreach_sub_(params, _adagrad_steps(grads, accumulators, lr=lr, epsilon=epsilon,
+                                               epsilon_inside_root=epsilon_inside_root))
+
+
+def adagrad_slices(param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, accumulator: torch.Tensor, *,
+                   lr: float, epsilon: float) -> None:
+    """Keras 3 ``Adagrad`` on slices (TensorFlow backend, keras3_sparse.md §4.6), touching only their rows:
+    ``acc[i_j] += g_j*g_j`` one slice at a time; then, with the accumulator after all of them,
+    ``w[i_j] -= (lr * g_j) / sqrt(acc[i_j] + eps)`` one slice at a time (repeats are not summed first).
+    Valid while ``acc + eps > 0`` on every row (else Keras divides densely, see the caller)."""
+    sparse_rows.scatter_add_(accumulator, indices, values * values)
+    steps = _adagrad_steps([values], [accumulator.index_select(0, indices)], lr=lr, epsilon=epsilon,
+                           epsilon_inside_root=True)
+    sparse_rows.scatter_add_(param, indices, steps[0].neg_())
 
 
 def _rsqrt(tensors: Tensors) -> Tensors:

@@ -9,42 +9,49 @@ import torch
 from ..engine.blocks import elementwise
 from . import roots
 
-__all__ = ["adam", "adam_variable_update", "adam_moments", "second_moment", "adamax", "nadam", "lamb"]
+__all__ = ["adam", "adam_variable_update", "adam_moments", "second_moment", "adamax", "nadam",
+           "nadam_gradient_terms", "lamb"]
 
 Tensors = list[torch.Tensor]
 
 
-def adam_moments(grads: Tensors, m: Tensors, v: Optional[Tensors], *, one_minus_beta_1: float,
-                 one_minus_beta_2: float = 0.0) -> None:
+def adam_moments(grads: Tensors, m: Tensors, v: Optional[Tensors], squares: Optional[Tensors] = None, *,
+                 one_minus_beta_1: float, one_minus_beta_2: float = 0.0) -> None:
     """The moving averages of Adam-style optimizers, in the reference's order (no fused multiply-add).
 
-    ``m += (g - m) * (1 - b1)``; and, when ``v`` is given, ``v += (g*g - v) * (1 - b2)``.
+    ``m += (g - m) * (1 - b1)``; and, when ``v`` is given, ``v += (g*g - v) * (1 - b2)``. ``squares`` replaces
+    ``g*g`` (Keras 3 on slices: the squares are taken per slice, then the repeats summed).
     """
     delta = torch._foreach_sub(grads, m)
     torch._foreach_mul_(delta, one_minus_beta_1)
     torch._foreach_add_(m, delta)
     if v is not None:
-        second_moment(grads, v, one_minus_beta_2=one_minus_beta_2)
+        second_moment(grads, v, squares, one_minus_beta_2=one_minus_beta_2)
 
 
-def second_moment(grads: Tensors, v: Tensors, *, one_minus_beta_2: float) -> None:
-    """``v += (g*g - v) * (1 - b2)``: Adam's second moment alone (also schedule-free AdamW's)."""
-    delta = torch._foreach_mul(grads, grads)
-    torch._foreach_sub_(delta, v)
+def second_moment(grads: Tensors, v: Tensors, squares: Optional[Tensors] = None, *,
+                  one_minus_beta_2: float) -> None:
+    """``v += (g*g - v) * (1 - b2)``: Adam's second moment alone (also schedule-free AdamW's); ``squares``
+    replaces ``g*g``."""
+    delta = torch._foreach_mul(grads, grads) if squares is None else torch._foreach_sub(squares, v)
+    if squares is None:
+        torch._foreach_sub_(delta, v)
     torch._foreach_mul_(delta, one_minus_beta_2)
     torch._foreach_add_(v, delta)
 
 
 @elementwise
-def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors], *, alpha: float,
-         one_minus_beta_1: float, one_minus_beta_2: float, epsilon: float) -> None:
+def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors],
+         squares: Optional[Tensors] = None, *, alpha: float, one_minus_beta_1: float, one_minus_beta_2: float,
+         epsilon: float) -> None:
     """Adam as Keras 3 and the tf.keras ``ApplyAdam`` kernel evaluate it.
 
     ``m += (g - m) * (1 - b1)``; ``v += (g*g - v) * (1 - b2)``; with AMSGrad ``v_hat = max(v_hat, v)``;
     ``w -= (m * alpha) / (sqrt(v or v_hat) + eps)`` where ``alpha = lr * sqrt(1 - b2^t) / (1 - b1^t)``.
     The caller rounds ``1 - b`` in its generation's form (D-form for Keras 3, F-form for legacy).
+    ``squares`` (optional) replaces ``g*g``, see ``adam_moments``.
     """
-    adam_moments(grads, m, v, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
+    adam_moments(grads, m, v, squares, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
     adam_variable_update(params, m, v, v_hat, alpha=alpha, epsilon=epsilon)
 
 
@@ -64,8 +71,8 @@ def adam_variable_update(params: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
 
 
 @elementwise
-def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, *, lr: float, one_minus_beta_1: float,
-           beta_2: float, epsilon: float, one_minus_beta_1_power: float,
+def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, abs_grads: Optional[Tensors] = None, *,
+           lr: float, one_minus_beta_1: float, beta_2: float, epsilon: float, one_minus_beta_1_power: float,
            scaled_lr: Optional[float] = None) -> None:
     """Adamax (Adam with the infinity norm) as Keras 3 evaluates it.
 
@@ -73,11 +80,12 @@ def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, *, lr: float
 
     ``scaled_lr = lr / (1 - b1^t)`` (rounded by the caller) selects the association of TensorFlow's
     ``ApplyAdaMax`` kernel (tf.keras legacy ``Adamax``): ``w -= scaled_lr * (m / (u + eps))``; ``lr`` and
-    ``one_minus_beta_1_power`` are then unused.
+    ``one_minus_beta_1_power`` are then unused. ``abs_grads`` (optional) replaces ``|g|`` (Keras 3 on slices:
+    absolute values per slice, then the repeats summed).
     """
     adam_moments(grads, m, None, one_minus_beta_1=one_minus_beta_1)
     torch._foreach_mul_(u, beta_2)
-    torch._foreach_maximum_(u, torch._foreach_abs(grads))
+    torch._foreach_maximum_(u, torch._foreach_abs(grads) if abs_grads is None else abs_grads)
     if scaled_lr is not None:
         ratio = torch._foreach_div(m, torch._foreach_add(u, epsilon))
         torch._foreach_mul_(ratio, scaled_lr)
@@ -91,7 +99,8 @@ def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, *, lr: float
 
 
 @elementwise
-def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float, one_minus_beta_1: float,
+def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Optional[Tensors] = None,
+          gradient_terms: Optional[Tensors] = None, *, lr: float, one_minus_beta_1: float,
           one_minus_beta_2: float, mu_next: float, one_minus_mu: float, one_minus_product: float,
           one_minus_product_next: float, one_minus_beta_2_power: float, epsilon: float) -> None:
     """Nadam as Keras 3 evaluates it (Dozat's momentum schedule ``mu_t = b1 * (1 - 0.5 * 0.96^t)``).
@@ -100,13 +109,16 @@ def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float,
     ``m += (g - m) * (1 - b1)``; ``v += (g*g - v) * (1 - b2)``;
     ``m_hat = (mu_{t+1} * m) / (1 - P_{t+1}) + ((1 - mu_t) * g) / (1 - P_t)``; ``v_hat = v / (1 - b2^t)``;
     ``w -= (m_hat * lr) / (sqrt(v_hat) + eps)``.
+
+    Keras 3 on slices passes ``squares`` (replaces ``g*g``) and ``gradient_terms`` (replaces
+    ``((1 - mu_t) * g) / (1 - P_t)``), each computed per slice with ``nadam_gradient_terms`` and then summed.
     """
-    adam_moments(grads, m, v, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
+    adam_moments(grads, m, v, squares, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
     m_hat = torch._foreach_mul(m, mu_next)
     torch._foreach_div_(m_hat, one_minus_product_next)
-    current = torch._foreach_mul(grads, one_minus_mu)
-    torch._foreach_div_(current, one_minus_product)
-    torch._foreach_add_(m_hat, current)
+    if gradient_terms is None:
+        gradient_terms = nadam_gradient_terms(grads, one_minus_mu=one_minus_mu, one_minus_product=one_minus_product)
+    torch._foreach_add_(m_hat, gradient_terms)
     denom = torch._foreach_div(v, one_minus_beta_2_power)
     roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
@@ -115,16 +127,24 @@ def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float,
     torch._foreach_sub_(params, m_hat)
 
 
-def lamb(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float, one_minus_beta_1: float,
+def nadam_gradient_terms(grads: Tensors, *, one_minus_mu: float, one_minus_product: float) -> Tensors:
+    """Nadam's gradient term of ``m_hat``: ``((1 - mu_t) * g) / (1 - P_t)`` (new tensors)."""
+    terms = torch._foreach_mul(grads, one_minus_mu)
+    torch._foreach_div_(terms, one_minus_product)
+    return terms
+
+
+def lamb(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Optional[Tensors] = None, *, lr: float,
+         one_minus_beta_1: float,
          one_minus_beta_2: float, one_minus_beta_1_power: float, one_minus_beta_2_power: float,
          epsilon: float) -> None:
     """LAMB (Adam direction scaled by a per-tensor trust ratio) as Keras 3 evaluates it.
 
     ``m += (g - m) * (1 - b1)``; ``v += (g*g - v) * (1 - b2)``;
     ``u = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)``; ``r = ||w|| / ||u||`` (1 when either norm is 0,
-    norms over the whole tensor); ``w -= (r * lr) * u``.
+    norms over the whole tensor); ``w -= (r * lr) * u``. ``squares`` (optional) replaces ``g*g``.
     """
-    adam_moments(grads, m, v, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
+    adam_moments(grads, m, v, squares, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
     updates = torch._foreach_div(m, one_minus_beta_1_power)
     denom = torch._foreach_div(v, one_minus_beta_2_power)
     roots.sqrt_(denom)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from ..engine.blocks import elementwise
@@ -13,9 +15,9 @@ Tensors = list[torch.Tensor]
 
 
 @elementwise
-def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensors, *, lr: float,
-         power: float, l1: float, two_l2: float, shrinkage: float, scalar_rows: bool = False,
-         root: bool = False) -> None:
+def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensors,
+         squares: Optional[Tensors] = None, *, lr: float, power: float, l1: float, two_l2: float, shrinkage: float,
+         scalar_rows: bool = False, root: bool = False) -> None:
     """FTRL-Proximal as Keras 3 evaluates it (``power = -learning_rate_power``).
 
     ``g' = g + shrinkage * w`` (``shrinkage = 2 * l2_shrinkage``); ``n' = n + g*g`` (plain g);
@@ -26,14 +28,15 @@ def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensor
     (TF1 ``FtrlOptimizer``, tf.keras legacy ``Ftrl``; ``pow(x, 0.5)`` is ``sqrt`` in torch). ``scalar_rows``:
     TensorFlow's sparse kernel for rows of one element associates ``z' = (z + g') - sigma * w``. ``root``:
     TensorFlow's kernels take an IEEE ``sqrt`` for ``learning_rate_power == -0.5`` (pass ``power=0.5``) where a
-    Python ``tf.pow`` would use Eigen's ``pow``.
+    Python ``tf.pow`` would use Eigen's ``pow``. ``squares`` (optional) replaces ``g*g`` (Keras 3 on slices:
+    squares per slice, then the repeats summed).
     """
     adjusted = torch._foreach_mul(params, shrinkage)
     torch._foreach_add_(adjusted, grads)
-    new_accumulators = torch._foreach_mul(grads, grads)
+    new_accumulators = torch._foreach_mul(grads, grads) if squares is None else [s.clone() for s in squares]
     torch._foreach_add_(new_accumulators, accumulators)
-    new_power = roots.sqrt(new_accumulators) if root else torch._foreach_pow(new_accumulators, power)
-    sigma = torch._foreach_sub(new_power, roots.sqrt(accumulators) if root else torch._foreach_pow(accumulators, power))
+    new_power = roots.sqrt(new_accumulators) if root else roots.pow(new_accumulators, power)
+    sigma = torch._foreach_sub(new_power, roots.sqrt(accumulators) if root else roots.pow(accumulators, power))
     torch._foreach_div_(sigma, lr)
     torch._foreach_mul_(sigma, params)
     if scalar_rows:

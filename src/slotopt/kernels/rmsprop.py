@@ -6,12 +6,50 @@ from typing import Optional
 
 import torch
 
+from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
+from ..variables import IndexedSlices
 from . import roots
 
-__all__ = ["rmsprop"]
+__all__ = ["rmsprop", "rmsprop_slices"]
 
 Tensors = list[torch.Tensor]
+
+
+def _rmsprop_denominator(grads: Tensors, velocity: Tensors, average_gradient: Optional[Tensors], *, rho: float,
+                         one_minus_rho: float, epsilon: float, epsilon_inside_root: bool,
+                         scaled_squares: Optional[Tensors] = None, scaled: Optional[Tensors] = None) -> Tensors:
+    """Updates the averages and returns the denominator of RMSprop's increment (new tensors).
+
+    ``scaled_squares`` / ``scaled`` replace ``(g*g) * (1 - rho)`` / ``g * (1 - rho)`` when given.
+    """
+    torch._foreach_mul_(velocity, rho)
+    if scaled_squares is None:
+        scaled_squares = torch._foreach_mul(grads, grads)
+        torch._foreach_mul_(scaled_squares, one_minus_rho)
+    torch._foreach_add_(velocity, scaled_squares)
+    if average_gradient is not None:
+        torch._foreach_mul_(average_gradient, rho)
+        torch._foreach_add_(average_gradient, torch._foreach_mul(grads, one_minus_rho) if scaled is None else scaled)
+        denom = torch._foreach_sub(velocity, torch._foreach_mul(average_gradient, average_gradient))
+        if epsilon_inside_root:
+            torch._foreach_add_(denom, epsilon)
+        roots.sqrt_(denom)
+    elif epsilon_inside_root:
+        denom = torch._foreach_add(velocity, epsilon)
+        roots.sqrt_(denom)
+    else:
+        denom = roots.sqrt(velocity)
+    if not epsilon_inside_root:
+        torch._foreach_add_(denom, epsilon)
+    return denom
+
+
+def _rmsprop_increments(grads: Tensors, denom: Tensors, *, lr: float) -> Tensors:
+    """``(lr * g) / denom`` (new tensors)."""
+    increment = torch._foreach_mul(grads, lr)
+    torch._foreach_div_(increment, denom)
+    return increment
 
 
 @elementwise
@@ -27,33 +65,46 @@ def rmsprop(params: Tensors, grads: Tensors, velocity: Tensors, momentum: Option
     ``epsilon_inside_root=False`` is the tf.keras legacy ``RMSprop`` without momentum:
     ``inc = (lr * g) / (sqrt(v - a*a) + eps)`` (centered) or ``(lr * g) / (sqrt(v) + eps)``.
     """
-    torch._foreach_mul_(velocity, rho)
-    scaled = torch._foreach_mul(grads, grads)
-    torch._foreach_mul_(scaled, one_minus_rho)
-    torch._foreach_add_(velocity, scaled)
-    if average_gradient is not None:
-        torch._foreach_mul_(average_gradient, rho)
-        scaled = torch._foreach_mul(grads, one_minus_rho)
-        torch._foreach_add_(average_gradient, scaled)
-        denom = torch._foreach_sub(velocity, torch._foreach_mul(average_gradient, average_gradient))
-        if epsilon_inside_root:
-            torch._foreach_add_(denom, epsilon)
-        roots.sqrt_(denom)
-    elif epsilon_inside_root:
-        denom = torch._foreach_add(velocity, epsilon)
-        roots.sqrt_(denom)
-    else:
-        denom = roots.sqrt(velocity)
-    if not epsilon_inside_root:
-        torch._foreach_add_(denom, epsilon)
-    increment = torch._foreach_mul(grads, lr)
-    torch._foreach_div_(increment, denom)
+    denom = _rmsprop_denominator(grads, velocity, average_gradient, rho=rho, one_minus_rho=one_minus_rho,
+                                 epsilon=epsilon, epsilon_inside_root=epsilon_inside_root)
+    increment = _rmsprop_increments(grads, denom, lr=lr)
     if momentum is not None:
-        torch._foreach_mul_(momentum, momentum_decay)
-        torch._foreach_add_(momentum, increment)
-        torch._foreach_sub_(params, momentum)
+        _momentum_step(params, momentum, increment, momentum_decay=momentum_decay)
     else:
         torch._foreach_sub_(params, increment)
+
+
+def _momentum_step(params: Tensors, momentum: Tensors, increment: Tensors, *, momentum_decay: float) -> None:
+    """``mom = mu * mom + inc``; ``w -= mom``."""
+    torch._foreach_mul_(momentum, momentum_decay)
+    torch._foreach_add_(momentum, increment)
+    torch._foreach_sub_(params, momentum)
+
+
+def rmsprop_slices(param: torch.Tensor, grad: IndexedSlices, velocity: torch.Tensor,
+                   momentum: Optional[torch.Tensor], average_gradient: Optional[torch.Tensor], *, lr: float,
+                   rho: float, one_minus_rho: float, momentum_decay: float, epsilon: float) -> None:
+    """Keras 3 ``RMSprop`` on slices (TensorFlow backend, keras3_sparse.md §4.5): the averages take the per-slice
+    ``(1 - rho) * g*g`` (and ``(1 - rho) * g``) summed per row; the increment is per slice,
+    ``inc_j = (lr * g_j) / sqrt(d)[i_j]`` with the new averages; with momentum ``mom = mu * mom + Σinc`` and
+    ``w -= mom``, else ``w[i_j] -= inc_j`` one slice at a time. The tensors may be a block of rows of the
+    variable (``grad`` then holds that block's slices with local indices).
+    """
+    values = grad.values
+
+    def summed(x: torch.Tensor) -> torch.Tensor:
+        return sparse_rows.segment_sum(x, grad.indices, param.shape[0])
+
+    scaled_squares = summed((values * values).mul_(one_minus_rho))
+    scaled = summed(values * one_minus_rho) if average_gradient is not None else None
+    denom = _rmsprop_denominator([values], [velocity], None if average_gradient is None else [average_gradient],
+                                 rho=rho, one_minus_rho=one_minus_rho, epsilon=epsilon, epsilon_inside_root=True,
+                                 scaled_squares=[scaled_squares], scaled=None if scaled is None else [scaled])
+    increment = _rmsprop_increments([values], [denom[0].index_select(0, grad.indices)], lr=lr)[0]
+    if momentum is not None:
+        _momentum_step([param], [momentum], [summed(increment)], momentum_decay=momentum_decay)
+    else:
+        sparse_rows.scatter_add_(param, grad.indices, increment.neg_())
 
 
 @elementwise

@@ -1,4 +1,4 @@
-"""Correctly rounded square roots for the kernels.
+"""Correctly rounded square roots for the kernels, and a ``pow`` that does not depend on memory layout.
 
 TensorFlow's CPU kernels take IEEE square roots (``sqrtpd``: correctly rounded). ``torch.sqrt`` on CPU is not
 correctly rounded on every build: with torch 2.13 (AVX512 build) about 0.7% of float64 and float32 inputs come
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch._C._nn import flatten_dense_tensors, unflatten_dense_tensors
 
-__all__ = ["sqrt", "sqrt_", "rsqrt"]
+__all__ = ["sqrt", "sqrt_", "rsqrt", "pow"]
 
 Tensors = list[torch.Tensor]
 
@@ -69,3 +69,26 @@ def rsqrt(tensors: Tensors) -> Tensors:
     roots = sqrt(tensors)
     torch._foreach_reciprocal_(roots)
     return roots
+
+
+def pow(tensors: Tensors, exponent: float) -> Tensors:
+    """``x ** exponent`` as new tensors, the same bits wherever an element sits in memory.
+
+    On CPU, torch evaluates a contiguous run with a vectorized ``pow`` and the remainder with the C library's
+    scalar ``pow``; the two differ by one ULP for a few percent of inputs, so a result would depend on blocking and
+    packing. Reading the input through a strided view makes torch take the scalar loop for every element (for
+    float32 the C library's ``powf`` is correctly rounded). Tensors shorter than one vector, such as those of the
+    recorded reference cases, always took that loop.
+    """
+    if not tensors:
+        return []
+    if tensors[0].device.type != "cpu":
+        return list(torch._foreach_pow(tensors, exponent))
+    results = []
+    for t in tensors:
+        spread = torch.empty(2 * t.numel(), dtype=t.dtype)[::2]   # stride 2: no vectorized inner loop
+        spread.copy_(t.detach().reshape(-1))
+        result = torch.empty_like(t, memory_format=torch.contiguous_format)
+        torch.pow(spread, exponent, out=result.view(-1))
+        results.append(result)
+    return results

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
+from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 
 __all__ = ["sgd", "keras_momentum"]
@@ -18,13 +21,14 @@ def sgd(params: Tensors, grads: Tensors, *, lr: float) -> None:
 
 
 @elementwise(scale=2)
-def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, *, lr: float, momentum: float,
-                   nesterov: bool) -> None:
+def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, steps: Optional[Tensors] = None, *,
+                   lr: float, momentum: float, nesterov: bool) -> None:
     """Keras momentum (Keras 3 and tf.keras legacy):
 
     ``m <- m * mu - g * lr``; then ``w <- w + (m * mu - g * lr)`` (Nesterov, with the new m) or ``w <- w + m``.
+    ``steps`` (optional) replaces ``g * lr`` (Keras 3 on slices: products per slice, then the repeats summed).
     """
-    step = torch._foreach_mul(grads, lr)
+    step = torch._foreach_mul(grads, lr) if steps is None else steps
     torch._foreach_mul_(momenta, momentum)
     torch._foreach_sub_(momenta, step)
     if nesterov:
@@ -66,7 +70,7 @@ def scatter_sgd(param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor
     TensorFlow's sparse gradient descent (``resource_scatter_add``); with a repeated index the rows are added
     one at a time, which rounds differently from ``w - (g_a + g_b) * lr``.
     """
-    param.index_add_(0, indices, torch.neg(values).mul_(lr))
+    sparse_rows.scatter_add_(param, indices, torch.neg(values).mul_(lr))
 
 
 def fobos_shrink(prox: Tensors, threshold: float | Tensors, denominator: float | Tensors, *,

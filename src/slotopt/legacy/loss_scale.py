@@ -308,7 +308,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
             present = list(inner._aggregate_gradients(present))
         finite = True
         if self._dynamic and present:
-            finite = _all_finite([g for g, _ in present])
+            finite = inner._all_finite([g.values if isinstance(g, IndexedSlices) else g for g, _ in present])
         if finite:
             result = inner.apply_gradients(present, name=name, experimental_aggregate_gradients=False)
         else:
@@ -371,12 +371,6 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         if isinstance(inner, dict):
             inner = _deserialize_inner(inner, custom_objects)
         return cls(inner, **config)
-
-
-def _all_finite(grads: list[Any]) -> bool:
-    """One host synchronisation for the whole list."""
-    flags = [torch.isfinite(g.values if isinstance(g, IndexedSlices) else g).all() for g in grads]
-    return bool(torch.stack([f.to("cpu") for f in flags]).all())
 
 
 def _deserialize_inner(spec: dict[str, Any], custom_objects: Optional[dict[str, Any]]) -> Optimizer:

@@ -102,6 +102,7 @@ class Optimizer(OptimizerCore):
 
     #: tf.keras sets this on every built-in optimizer but Ftrl; nothing reads it any more.
     _HAS_AGGREGATE_GRAD = False
+    _refuses_repeated_variables = True
     #: Per-class cache: does a method accept ``apply_state``?
     _accepts_apply_state: dict[tuple[type, str], bool] = {}
 
@@ -499,7 +500,7 @@ class Optimizer(OptimizerCore):
 
     def get_weights(self) -> list[np.ndarray]:
         """The weights' values as numpy arrays: the iteration count first, then the state in creation order."""
-        return [w.detach().cpu().numpy() for w in self._weights]
+        return [w.detach().cpu().numpy().copy() for w in self._weights]  # copies: a snapshot, not live views
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns ``weights`` (from ``get_weights``) to the weights, after checking every length and shape."""
@@ -804,10 +805,13 @@ class Optimizer(OptimizerCore):
         if self._clipvalue is not None:
             pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self._clipvalue))
         if self._clipnorm is not None:
-            pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm))
+            shards = self._shard_groups_of(pairs)
+            pairs = clipping.map_gradient_values(
+                pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm, shards))
         if self._global_clipnorm is not None:
             pairs = clipping.map_gradient_values(
-                pairs, lambda grads: clipping.clip_by_global_norm(grads, self._global_clipnorm))
+                pairs, lambda grads: clipping.clip_by_global_norm(grads, self._global_clipnorm,
+                                                                  self._shard_groups_of(pairs)))
         for fn in self.gradient_transformers:
             pairs = list(fn(pairs))
         return pairs

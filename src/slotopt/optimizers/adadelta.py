@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
+
+import torch
 
 from ..engine import checks
 from ..engine import constants as K
@@ -46,11 +48,22 @@ class Adadelta(Optimizer):
         self._accumulated_grads, self._accumulated_delta_vars = self.add_optimizer_variables(
             self._trainable_variables, ["accumulated_grad", "accumulated_delta_var"])
 
+    @property
+    def _sparse_layout(self) -> Optional[str]:  # type: ignore[override]
+        # Slices are divided by sqrt(Eg + eps) per row; with eps = 0 Keras divides densely (see RMSprop).
+        return "blocks" if K.literal(self.epsilon, torch.float16) > 0 else None
+
+    def _constants(self, learning_rate: Any, dtype: torch.dtype) -> dict[str, float]:
+        return dict(lr=self._lr_for(learning_rate, dtype), rho=K.literal(self.rho, dtype),
+                    one_minus_rho=K.d_form(self.rho, dtype), epsilon=K.literal(self.epsilon, dtype))
+
     def _update_group(self, params, grads, slots, learning_rate) -> None:
-        dtype = params[0].dtype
         kernels.adadelta(params, grads, slots["accumulated_grad"], slots["accumulated_delta_var"],
-                         lr=self._lr_for(learning_rate, dtype), rho=K.literal(self.rho, dtype),
-                         one_minus_rho=K.d_form(self.rho, dtype), epsilon=K.literal(self.epsilon, dtype))
+                         **self._constants(learning_rate, params[0].dtype))
+
+    def _update_slices(self, param, grad, slots, learning_rate) -> None:
+        kernels.adadelta_slices(param, grad, slots["accumulated_grad"][0], slots["accumulated_delta_var"][0],
+                                **self._constants(learning_rate, param.dtype))
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "rho": self.rho, "epsilon": self.epsilon}

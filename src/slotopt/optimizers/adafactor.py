@@ -38,6 +38,7 @@ class Adafactor(Optimizer):
     _elementwise_update = False  # per-tensor norms
 
     _kernel_slots = ("r", "c", "velocity")
+    _sparse_layout = "whole"
 
     def __init__(self, learning_rate: LearningRate = 0.001, beta_2_decay: float = -0.8, epsilon_1: float = 1e-30,
                  epsilon_2: float = 1e-3, clip_threshold: float = 1.0, relative_step: bool = True,
@@ -76,13 +77,16 @@ class Adafactor(Optimizer):
             self._c.append(c)
             self._v.append(self.add_variable_from_reference(var, "velocity"))
 
-    def _update_group(self, params, grads, slots, learning_rate) -> None:
+    def _update_slices(self, param, grad, slots, learning_rate) -> None:
+        self._update_group([param], [grad.values], slots, learning_rate, indices=[grad.indices])
+
+    def _update_group(self, params, grads, slots, learning_rate, indices=None) -> None:
         dtype = params[0].dtype
         t = float(self._step_count())
         lr = self._lr_for(learning_rate, dtype)
         rho = K.evaluate(lambda lr, t: torch.minimum(lr, 1 / torch.sqrt(t)), dtype, lr, t)
         beta_2 = K.evaluate(lambda t, d: 1 - torch.pow(t, d), dtype, t, K.literal(self.beta_2_decay, dtype))
-        kernels.adafactor(params, grads, slots["r"], slots["c"], slots["velocity"], rho=rho,
+        kernels.adafactor(params, grads, slots["r"], slots["c"], slots["velocity"], indices, rho=rho,
                           epsilon_1=K.literal(self.epsilon_1, dtype), epsilon_2=K.cast(self.epsilon_2, dtype),
                           beta_2=beta_2, one_minus_beta_2=K.evaluate(lambda b: 1 - b, dtype, beta_2),
                           clip_threshold=K.literal(self.clip_threshold, dtype))

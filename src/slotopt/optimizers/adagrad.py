@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -17,7 +17,8 @@ class Adagrad(Optimizer):
 
     ``acc += g*g``; ``w -= (lr * g) / sqrt(acc + epsilon)``, with ``acc`` starting at
     ``initial_accumulator_value`` (state: ``accumulator`` per variable). A sparse gradient updates only the rows
-    it touches, which gives the same result as its dense equivalent (a zero gradient leaves a row unchanged).
+    it touches; as in Keras 3 (TensorFlow backend), a repeated row gets each slice's square added to its accumulator
+    and each slice's step subtracted in turn (with unique rows this is the dense result).
 
     Example:
         >>> import torch, slotopt
@@ -42,10 +43,12 @@ class Adagrad(Optimizer):
         self.epsilon = epsilon
 
     @property
-    def _sparse_rows_independent(self) -> bool:  # type: ignore[override]
-        # Untouched rows stay exactly as they are only if the denominator is > 0 even in float16.
-        return (K.literal(self.initial_accumulator_value, torch.float16) > 0
-                or K.literal(self.epsilon, torch.float16) > 0)
+    def _sparse_layout(self) -> Optional[str]:  # type: ignore[override]
+        # Keras divides the slices by sqrt(acc + eps) gathered per row; when that can be 0 (both 0 even in
+        # float16) it takes a dense path, which for unique indices is the dense result: densify then.
+        if K.literal(self.initial_accumulator_value, torch.float16) > 0 or K.literal(self.epsilon, torch.float16) > 0:
+            return "rows"
+        return None
 
     def build(self, variables: Any) -> None:
         if self.built:
@@ -58,6 +61,10 @@ class Adagrad(Optimizer):
         dtype = params[0].dtype
         kernels.adagrad(params, grads, slots["accumulator"], lr=self._lr_for(learning_rate, dtype),
                         epsilon=K.literal(self.epsilon, dtype))
+
+    def _update_slices(self, param, grad, slots, learning_rate) -> None:
+        kernels.adagrad_slices(param, grad.indices, grad.values, slots["accumulator"][0],
+                               lr=self._lr_for(learning_rate, param.dtype), epsilon=K.literal(self.epsilon, param.dtype))
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "initial_accumulator_value": self.initial_accumulator_value,

@@ -6,6 +6,7 @@ import torch
 
 from ..engine import checks
 from ..engine import constants as K
+from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
 from ..optimizer import LearningRate, Optimizer
 
@@ -15,6 +16,11 @@ def adam_alpha(lr: float, beta_1: float, beta_2: float, t: int, dtype: torch.dty
     b1p = K.power(beta_1, float(t), dtype)
     b2p = K.power(beta_2, float(t), dtype)
     return K.evaluate(lambda lr, b1p, b2p: (lr * (1 - b2p).sqrt()) / (1 - b1p), dtype, lr, b1p, b2p)
+
+
+def square_terms(param: torch.Tensor, grad: Any) -> dict[str, Any]:
+    """Keras 3 on slices: ``square(g)`` is taken per slice, then the repeats are summed (``Σ_j g_j²``)."""
+    return {"squares": [sparse_rows.summed(grad, param, grad.values * grad.values)]}
 
 
 class MomentOptimizer(Optimizer):
@@ -59,6 +65,7 @@ class Adam(MomentOptimizer):
     """
 
     _kernel_slots = ("momentum", "velocity")
+    _sparse_layout = "blocks"
 
     def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
                  epsilon: float = 1e-7, amsgrad: bool = False, **kwargs: Any) -> None:
@@ -76,13 +83,17 @@ class Adam(MomentOptimizer):
         if self.amsgrad:
             self._velocity_hats = self.add_optimizer_variables(self._trainable_variables, "velocity_hat")
 
-    def _update_group(self, params, grads, slots, learning_rate) -> None:
+    def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype
         alpha = adam_alpha(self._lr_for(learning_rate, dtype), K.cast(self.beta_1, dtype),
                            K.cast(self.beta_2, dtype), self._step_count(), dtype)
-        kernels.adam(params, grads, slots["momentum"], slots["velocity"], slots.get("velocity_hat"), alpha=alpha,
+        kernels.adam(params, grads, slots["momentum"], slots["velocity"], slots.get("velocity_hat"),
+                     terms.get("squares"), alpha=alpha,
                      one_minus_beta_1=K.d_form(self.beta_1, dtype), one_minus_beta_2=K.d_form(self.beta_2, dtype),
                      epsilon=K.literal(self.epsilon, dtype))
+
+    def _slice_terms(self, param, grad, learning_rate):
+        return square_terms(param, grad)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "amsgrad": self.amsgrad}
@@ -108,4 +119,4 @@ class AdamW(Adam):
                          amsgrad=amsgrad, weight_decay=weight_decay, **kwargs)
 
 
-__all__ = ["MomentOptimizer", "Adam", "AdamW", "adam_alpha"]
+__all__ = ["MomentOptimizer", "Adam", "AdamW", "adam_alpha", "square_terms"]

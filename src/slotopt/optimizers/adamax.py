@@ -6,6 +6,7 @@ from typing import Any
 
 from ..engine import checks
 from ..engine import constants as K
+from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
 from .adam import MomentOptimizer
 
@@ -29,6 +30,7 @@ class Adamax(MomentOptimizer):
     """
 
     _kernel_slots = ("momentum", "norm")
+    _sparse_layout = "blocks"
     _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN}  # beta_2 = 1 keeps the running maximum: legitimate
 
     def build(self, variables: Any) -> None:
@@ -37,13 +39,17 @@ class Adamax(MomentOptimizer):
         super().build(variables)
         self._m, self._u = self.add_optimizer_variables(self._trainable_variables, ["momentum", "norm"])
 
-    def _update_group(self, params, grads, slots, learning_rate) -> None:
+    def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype
         beta_1_power = K.power(K.cast(self.beta_1, dtype), float(self._step_count()), dtype)
-        kernels.adamax(params, grads, slots["momentum"], slots["norm"], lr=self._lr_for(learning_rate, dtype),
+        kernels.adamax(params, grads, slots["momentum"], slots["norm"], terms.get("abs_grads"),
+                       lr=self._lr_for(learning_rate, dtype),
                        one_minus_beta_1=K.d_form(self.beta_1, dtype), beta_2=K.literal(self.beta_2, dtype),
                        epsilon=K.literal(self.epsilon, dtype),
                        one_minus_beta_1_power=K.evaluate(lambda p: 1 - p, dtype, beta_1_power))
+
+    def _slice_terms(self, param, grad, learning_rate):
+        return {"abs_grads": [sparse_rows.summed(grad, param, grad.values.abs())]}
 
 
 

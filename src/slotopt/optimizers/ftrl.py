@@ -8,6 +8,7 @@ from ..engine import checks
 from ..engine import constants as K
 from ..kernels import ftrl as kernels
 from ..optimizer import LearningRate, Optimizer
+from .adam import square_terms
 
 
 class Ftrl(Optimizer):
@@ -28,6 +29,7 @@ class Ftrl(Optimizer):
     """
 
     _kernel_slots = ("accumulator", "linear")
+    _sparse_layout = "blocks"
     #: The update divides by the learning rate: 0 gives NaN at the first step.
     _hyperparameter_ranges = {"learning_rate": checks.POSITIVE}
 
@@ -72,16 +74,19 @@ class Ftrl(Optimizer):
         self._accumulators, self._linears = self.add_optimizer_variables(
             self._trainable_variables, ["accumulator", "linear"], [self.initial_accumulator_value, "zeros"])
 
-    def _update_group(self, params, grads, slots, learning_rate) -> None:
+    def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype
         lr = self._lr_for(learning_rate, dtype)
         # l2 + beta / (2 * lr), with the Python hyperparameters rounded once to the variable's dtype.
         two_l2 = K.evaluate(lambda l2, beta, lr: 2 * (l2 + beta / (2.0 * lr)), dtype,
                             K.literal(self.l2_regularization_strength, dtype), K.literal(self.beta, dtype), lr)
-        kernels.ftrl(params, grads, slots["accumulator"], slots["linear"], lr=lr,
+        kernels.ftrl(params, grads, slots["accumulator"], slots["linear"], terms.get("squares"), lr=lr,
                      power=K.literal(-self.learning_rate_power, dtype),
                      l1=K.literal(self.l1_regularization_strength, dtype), two_l2=two_l2,
                      shrinkage=K.literal(2 * self.l2_shrinkage_regularization_strength, dtype))
+
+    def _slice_terms(self, param, grad, learning_rate):
+        return square_terms(param, grad)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "learning_rate_power": self.learning_rate_power,

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..engine import constants as K
 from ..kernels import adam as kernels
-from .adam import MomentOptimizer
+from .adam import MomentOptimizer, square_terms
 
 
 class Lamb(MomentOptimizer):
@@ -29,6 +29,7 @@ class Lamb(MomentOptimizer):
     _elementwise_update = False  # per-tensor norms
 
     _kernel_slots = ("momentum", "velocity")
+    _sparse_layout = "whole"
 
     def build(self, variables: Any) -> None:
         if self.built:
@@ -37,16 +38,20 @@ class Lamb(MomentOptimizer):
         self._momentums, self._velocities = self.add_optimizer_variables(
             self._trainable_variables, ["momentum", "velocity"])
 
-    def _update_group(self, params, grads, slots, learning_rate) -> None:
+    def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype
         t = float(self._step_count())
         b1p = K.power(K.cast(self.beta_1, dtype), t, dtype)
         b2p = K.power(K.cast(self.beta_2, dtype), t, dtype)
-        kernels.lamb(params, grads, slots["momentum"], slots["velocity"], lr=self._lr_for(learning_rate, dtype),
+        kernels.lamb(params, grads, slots["momentum"], slots["velocity"], terms.get("squares"),
+                     lr=self._lr_for(learning_rate, dtype),
                      one_minus_beta_1=K.d_form(self.beta_1, dtype), one_minus_beta_2=K.d_form(self.beta_2, dtype),
                      one_minus_beta_1_power=K.evaluate(lambda p: 1 - p, dtype, b1p),
                      one_minus_beta_2_power=K.evaluate(lambda p: 1 - p, dtype, b2p),
                      epsilon=K.literal(self.epsilon, dtype))
+
+    def _slice_terms(self, param, grad, learning_rate):
+        return square_terms(param, grad)
 
 
 

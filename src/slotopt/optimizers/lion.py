@@ -7,6 +7,7 @@ from typing import Any
 
 from ..engine import checks
 from ..engine import constants as K
+from ..engine import sparse as sparse_rows
 from ..kernels import lion as kernels
 from ..optimizer import LearningRate, Optimizer
 
@@ -27,6 +28,7 @@ class Lion(Optimizer):
     """
 
     _kernel_slots = ("momentum",)
+    _sparse_layout = "blocks"
 
     def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.99,
                  weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None, global_clipnorm: Any = None,
@@ -51,11 +53,22 @@ class Lion(Optimizer):
         super().build(variables)
         self._momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
 
-    def _update_group(self, params, grads, slots, learning_rate) -> None:
+    def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype
-        kernels.lion(params, grads, slots["momentum"], lr=self._lr_for(learning_rate, dtype),
+        kernels.lion(params, grads, slots["momentum"], terms.get("scaled_1"), terms.get("scaled_2"),
+                     lr=self._lr_for(learning_rate, dtype),
                      beta_1=K.cast(self.beta_1, dtype), one_minus_beta_1=K.f_form(self.beta_1, dtype),
                      beta_2=K.cast(self.beta_2, dtype), one_minus_beta_2=K.f_form(self.beta_2, dtype))
+
+    def _update_slices(self, param, grad, slots, learning_rate) -> None:
+        # The kernel reads only the two Σ(g * (1 - beta)) terms: no densified gradient needed.
+        terms = self._slice_terms(param, grad, learning_rate)
+        self._update_group([param], terms["scaled_1"], slots, learning_rate, **terms)
+
+    def _slice_terms(self, param, grad, learning_rate):
+        dtype = param.dtype
+        return {name: [sparse_rows.summed(grad, param, grad.values * K.f_form(beta, dtype))]
+                for name, beta in (("scaled_1", self.beta_1), ("scaled_2", self.beta_2))}
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2}

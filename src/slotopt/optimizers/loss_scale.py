@@ -11,6 +11,7 @@ import torch
 
 from ..engine.clipping import map_gradient_values
 from ..engine.core import Pair
+from ..engine.sparse import last_repeats
 from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..optimizer import Optimizer
 from ..variables import IndexedSlices, named_variables
@@ -232,7 +233,8 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     # Pipeline stages: validation and the build come from the base class (``_prepare_pairs``); the update is the
     # finiteness branch below. Constraints and the iteration counter belong to the inner optimizer.
     def _apply_updates(self, pairs: list[Pair]) -> None:
-        if _all_finite([g.values if isinstance(g, IndexedSlices) else g for g, _ in pairs]):
+        # Keras's `isfinite` on slices sees only the last repeat of each row (keras3_sparse.md §3.8).
+        if self._all_finite([last_repeats(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs]):
             scale = self._dynamic_scale.detach()
             self.inner_optimizer.apply_gradients(
                 map_gradient_values(
@@ -278,20 +280,3 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
             raise ValueError(f"A LossScaleOptimizer config needs `inner_optimizer`. Received: config={config}")
         inner = deserialize(config.pop("inner_optimizer"), custom_objects=custom_objects)
         return cls(inner, **config)
-
-
-def _all_finite(grads: Sequence[torch.Tensor]) -> bool:
-    """True when every element of every gradient is finite.
-
-    One fused max-abs reduction per device (``torch._foreach_norm`` with ``ord=inf``: inf or NaN propagate, and
-    unlike a 2-norm it cannot overflow on large finite values), then a single host sync per device.
-    """
-    by_device: dict[torch.device, list[torch.Tensor]] = {}
-    for g in grads:
-        if g.numel():
-            by_device.setdefault(g.device, []).append(g)
-    for tensors in by_device.values():
-        maxima = torch._foreach_norm(tensors, math.inf)
-        if not bool(torch.isfinite(torch.stack([m.float() for m in maxima])).all()):
-            return False
-    return True

@@ -7,8 +7,9 @@ from typing import Any
 import torch
 
 from ..engine import constants as K
+from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
-from .adam import MomentOptimizer
+from .adam import MomentOptimizer, square_terms
 
 
 def _momentum_schedule(beta_1: float, decay: float, t: float, dtype: torch.dtype) -> float:
@@ -38,6 +39,7 @@ class Nadam(MomentOptimizer):
     """
 
     _kernel_slots = ("momentum", "velocity")
+    _sparse_layout = "blocks"
 
     def build(self, variables: Any) -> None:
         if self.built:
@@ -56,8 +58,8 @@ class Nadam(MomentOptimizer):
                            K.literal(self.beta_1, dtype), K.literal(0.96, dtype), float(self._step_count()))
         product.fill_(value)
 
-    def _update_group(self, params, grads, slots, learning_rate) -> None:
-        dtype = params[0].dtype
+    def _schedule(self, dtype: torch.dtype) -> dict[str, float]:
+        """This step's momentum-schedule scalars, rounded in ``dtype``."""
         t = float(self._step_count())
         beta_1 = K.cast(self.beta_1, dtype)
         decay = K.cast(0.96, dtype)
@@ -70,11 +72,21 @@ class Nadam(MomentOptimizer):
         def one_minus(x: float) -> float:
             return K.evaluate(lambda y: 1 - y, dtype, x)
 
-        kernels.nadam(params, grads, slots["momentum"], slots["velocity"], lr=self._lr_for(learning_rate, dtype),
+        return dict(mu_next=mu_next, one_minus_mu=one_minus(mu), one_minus_product=one_minus(product),
+                    one_minus_product_next=one_minus(product_next), one_minus_beta_2_power=one_minus(beta_2_power))
+
+    def _slice_terms(self, param, grad, learning_rate):
+        s = self._schedule(param.dtype)
+        terms = kernels.nadam_gradient_terms([grad.values], one_minus_mu=s["one_minus_mu"],
+                                             one_minus_product=s["one_minus_product"])
+        return {**square_terms(param, grad), "gradient_terms": [sparse_rows.summed(grad, param, terms[0])]}
+
+    def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
+        dtype = params[0].dtype
+        kernels.nadam(params, grads, slots["momentum"], slots["velocity"], terms.get("squares"),
+                      terms.get("gradient_terms"), lr=self._lr_for(learning_rate, dtype),
                       one_minus_beta_1=K.f_form(self.beta_1, dtype), one_minus_beta_2=K.f_form(self.beta_2, dtype),
-                      mu_next=mu_next, one_minus_mu=one_minus(mu), one_minus_product=one_minus(product),
-                      one_minus_product_next=one_minus(product_next),
-                      one_minus_beta_2_power=one_minus(beta_2_power), epsilon=K.literal(self.epsilon, dtype))
+                      epsilon=K.literal(self.epsilon, dtype), **self._schedule(dtype))
 
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
+
+import torch
 
 from ..engine import checks
 from ..engine import constants as K
@@ -22,7 +24,7 @@ class RMSprop(Optimizer):
     Example:
         >>> import torch, slotopt
         >>> w = slotopt.Variable(torch.tensor([1.0]), name="w")
-        >>> opt = slotopt.RMSprop(learning_rate=0.1, rho=0.75, epsilon=0.0, name="rm_sprop")
+        >>> opt = slotopt.RMSprop(learning_rate=0.1, rho=0.75, epsilon=1e-12, name="rm_sprop")
         >>> _ = opt.apply_gradients([(torch.tensor([2.0]), w)])
         >>> round(w.item(), 4)
         0.8
@@ -30,12 +32,16 @@ class RMSprop(Optimizer):
         ['rm_sprop/w_velocity']
     """
 
+    #: Keras 3 refuses epsilon <= 0 (the square root of a zero second moment would divide by zero).
+    _hyperparameter_ranges = {"epsilon": checks.Range(0.0, low_open=True, label="positive")}
+
     def __init__(self, learning_rate: LearningRate = 0.001, rho: float = 0.9, momentum: float = 0.0,
                  epsilon: float = 1e-7, centered: bool = False, weight_decay: Any = None, clipnorm: Any = None,
                  clipvalue: Any = None, global_clipnorm: Any = None, use_ema: bool = False,
                  ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
                  gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
-        checks.check_values({"rho": rho, "momentum": momentum, "epsilon": epsilon, "centered": centered})
+        checks.check_values({"rho": rho, "momentum": momentum, "epsilon": epsilon, "centered": centered},
+                            self._hyperparameter_ranges)
         super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
                          ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
         self.rho = rho
@@ -43,6 +49,12 @@ class RMSprop(Optimizer):
         self.epsilon = epsilon
         self.centered = centered
         self._kernel_slots = self._slot_names()
+
+    @property
+    def _sparse_layout(self) -> Optional[str]:  # type: ignore[override]
+        # Keras divides the slices by sqrt(v + eps) gathered per row; with a zero divisor possible (eps = 0)
+        # it takes a dense path, which for unique indices is the dense result: densify then.
+        return "blocks" if K.literal(self.epsilon, torch.float16) > 0 else None
 
     def _slot_names(self) -> tuple[str, ...]:
         return ("velocity",) + (("momentum",) if self.momentum > 0 else ()) + (
@@ -60,12 +72,19 @@ class RMSprop(Optimizer):
         self._average_gradients = (
             self.add_optimizer_variables(trainable, "average_gradient") if self.centered else [])
 
+    def _update_slices(self, param, grad, slots, learning_rate) -> None:
+        dtype = param.dtype
+        kernels.rmsprop_slices(param, grad, slots["velocity"][0], (slots.get("momentum") or [None])[0],
+                               (slots.get("average_gradient") or [None])[0], **self._constants(learning_rate, dtype))
+
+    def _constants(self, learning_rate: Any, dtype: torch.dtype) -> dict[str, float]:
+        return dict(lr=self._lr_for(learning_rate, dtype), rho=K.literal(self.rho, dtype),
+                    one_minus_rho=K.d_form(self.rho, dtype), momentum_decay=K.literal(self.momentum, dtype),
+                    epsilon=K.literal(self.epsilon, dtype))
+
     def _update_group(self, params, grads, slots, learning_rate) -> None:
-        dtype = params[0].dtype
         kernels.rmsprop(params, grads, slots["velocity"], slots.get("momentum"), slots.get("average_gradient"),
-                        lr=self._lr_for(learning_rate, dtype), rho=K.literal(self.rho, dtype),
-                        one_minus_rho=K.d_form(self.rho, dtype), momentum_decay=K.literal(self.momentum, dtype),
-                        epsilon=K.literal(self.epsilon, dtype))
+                        **self._constants(learning_rate, params[0].dtype))
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon,

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine import constants as K
+from ..engine import sparse as sparse_rows
 from ..kernels import sgd as kernels
 from ..optimizer import LearningRate, Optimizer
 
@@ -33,7 +34,7 @@ class SGD(Optimizer):
         self.momentum = momentum
         self.nesterov = nesterov
         self._kernel_slots = ("momentum",) if momentum != 0 else ()
-        self._sparse_rows_independent = momentum == 0
+        self._sparse_layout = "rows" if momentum == 0 else "blocks"
 
     def build(self, variables: Any) -> None:
         if self.built:
@@ -42,14 +43,25 @@ class SGD(Optimizer):
         if self.momentum != 0:
             self.momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
 
-    def _update_group(self, params, grads, slots, learning_rate) -> None:
+    def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype
         lr = self._lr_for(learning_rate, dtype)
         if self.momentum != 0:
-            kernels.keras_momentum(params, grads, slots["momentum"], lr=lr, momentum=K.cast(self.momentum, dtype),
-                                   nesterov=self.nesterov)
+            kernels.keras_momentum(params, grads, slots["momentum"], terms.get("steps"), lr=lr,
+                                   momentum=K.cast(self.momentum, dtype), nesterov=self.nesterov)
         else:
             kernels.sgd(params, grads, lr=lr)
+
+    def _update_slices(self, param, grad, slots, learning_rate) -> None:
+        if self.momentum == 0:  # w[i_j] -= g_j * lr, one slice at a time: only the slices' rows change
+            kernels.scatter_sgd(param, grad.indices, grad.values, lr=self._lr_for(learning_rate, param.dtype))
+        else:  # the kernel reads only Σ(g * lr): no densified gradient needed
+            terms = self._slice_terms(param, grad, learning_rate)
+            self._update_group([param], terms["steps"], slots, learning_rate, **terms)
+
+    def _slice_terms(self, param, grad, learning_rate):
+        lr = self._lr_for(learning_rate, param.dtype)
+        return {"steps": [sparse_rows.summed(grad, param, grad.values * lr)]}
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}

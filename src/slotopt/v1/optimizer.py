@@ -629,7 +629,8 @@ class Optimizer(OptimizerCore):
         if not isinstance(values, dict):
             return False
         existing = {v.name: v for v in self.variables()}
-        tensors = {name: torch.as_tensor(value) for name, value in values.items()}
+        # Copies: a value kept for a slot created later must not follow the caller's later changes.
+        tensors = {name: torch.as_tensor(value).detach().clone() for name, value in values.items()}
         unknown = sorted(name for name in tensors if name not in existing)
         if existing and unknown:  # built: every saved variable must be one of this optimizer's
             raise ValueError(

@@ -1,0 +1,178 @@
+"""DDP, FSDP2 (``fully_shard``, DTensor parameters) and sharded checkpoints with 2 and 3 gloo processes on
+127.0.0.1 (issue 10).
+
+Each run trains a float64 model over the processes, every process on its part of the batch, and compares the
+result with single-process training on the whole batch (DDP and FSDP2 average the gradients, as the mean loss over
+the whole batch does): no optimizer reduces them again. Under FSDP2, element-wise rules run on the local shards;
+clipping norms and loss-scale finiteness are summed over the shards.
+"""
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import fully_shard
+
+import slotopt
+
+OPTIMIZERS = {
+    "keras3-adam": lambda p: slotopt.Adam(learning_rate=0.01, params=p),
+    "keras3-adamw-clipnorm": lambda p: slotopt.AdamW(learning_rate=0.01, clipnorm=0.05, params=p),
+    "keras3-sgd-global-clipnorm": lambda p: slotopt.SGD(learning_rate=0.1, momentum=0.9, global_clipnorm=0.1,
+                                                        params=p),
+    "keras3-rmsprop-ema": lambda p: slotopt.RMSprop(learning_rate=0.01, use_ema=True, params=p),
+    "keras3-loss-scale": lambda p: slotopt.LossScaleOptimizer(slotopt.Adam(learning_rate=0.01), params=p),
+    "legacy-sgd": lambda p: slotopt.legacy.SGD(learning_rate=0.1, params=p),
+    "legacy-adam": lambda p: slotopt.legacy.Adam(learning_rate=0.01, params=p),
+    "legacy-ftrl-clipnorm": lambda p: slotopt.legacy.Ftrl(learning_rate=0.1, clipnorm=0.05, params=p),
+    "v1-adam": lambda p: slotopt.v1.AdamOptimizer(0.01, params=p),
+    "composite": lambda p: slotopt.CompositeOptimizer(
+        [(slotopt.Adagrad(learning_rate=0.1), ["0.*"]), (slotopt.legacy.Adam(learning_rate=0.01), ["2.*"])],
+        params=p),
+}
+STEPS = 3
+BATCH = 12
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1)).double()
+
+
+def full_batch(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(BATCH, 4, generator=g, dtype=torch.float64), torch.randn(BATCH, 1, generator=g,
+                                                                               dtype=torch.float64)
+
+
+def train(model, opt, rank, world, steps, start=0):
+    for step in range(start, start + steps):
+        x, y = full_batch(step)
+        part = BATCH // world
+        x, y = x[rank * part:(rank + 1) * part], y[rank * part:(rank + 1) * part]
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+def full_parameters(model):
+    return [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone() for p in model.parameters()]
+
+
+def _train_worker(rank, world, engine, port, results):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        for name, make in OPTIMIZERS.items():
+            model = make_model()
+            if engine == "ddp":
+                wrapped = torch.nn.parallel.DistributedDataParallel(model)
+            else:
+                wrapped = fully_shard(model)
+            opt = make(model)
+            train(wrapped, opt, rank, world, STEPS)
+            results[(name, engine, world, rank)] = full_parameters(model)
+        if engine == "ddp":
+            return
+        model = make_model()
+        fully_shard(model)
+        try:
+            slotopt.Lamb(learning_rate=0.01, params=model)
+        except NotImplementedError as err:
+            results[("lamb", engine, world, rank)] = str(err)
+    finally:
+        dist.destroy_process_group()
+
+
+def single_process(name):
+    model = make_model()
+    opt = OPTIMIZERS[name](model)
+    train(model, opt, 0, 1, STEPS)
+    return [p.detach() for p in model.parameters()]
+
+
+@pytest.fixture(scope="module")
+def distributed_results():
+    manager = mp.Manager()
+    results = manager.dict()
+    # 3 processes: uneven shards (5 rows over 3; 1 row over 3 leaves empty shards)
+    for engine, world in (("ddp", 2), ("fsdp2", 2), ("fsdp2", 3)):
+        mp.start_processes(_train_worker, args=(world, engine, free_port(), results), nprocs=world, join=True,
+                           start_method="spawn")
+    return dict(results)
+
+
+@pytest.mark.parametrize("engine,world", [("ddp", 2), ("fsdp2", 2), ("fsdp2", 3)])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_data_parallel_equals_single_process_training(name, engine, world, distributed_results):
+    reference = single_process(name)
+    for rank in range(world):
+        for a, b in zip(distributed_results[(name, engine, world, rank)], reference):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_rules_that_need_whole_tensors_refuse_sharded_parameters(distributed_results):
+    assert "cannot update the FSDP2-sharded parameter" in distributed_results[("lamb", "fsdp2", 2, 0)]
+
+
+# ------------------------------------------------------------------------------------------- checkpoints N -> M
+CHECKPOINTED = ["keras3-adam", "legacy-adam", "keras3-sgd-global-clipnorm"]
+
+
+def _save_worker(rank, world, port, root, results):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        for name in CHECKPOINTED:
+            model = make_model()
+            fully_shard(model)
+            opt = OPTIMIZERS[name](model)
+            train(model, opt, rank, world, 2)
+            model_sd, optim_sd = get_state_dict(model, opt)
+            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=os.path.join(root, name))
+    finally:
+        dist.destroy_process_group()
+
+
+def _resume_worker(rank, world, port, root, results):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        for name in CHECKPOINTED:
+            model = make_model()
+            if world > 1:
+                fully_shard(model)
+            opt = OPTIMIZERS[name](model)
+            model_sd, optim_sd = get_state_dict(model, opt)
+            state = {"model": model_sd, "optim": optim_sd}
+            dcp.load(state, checkpoint_id=os.path.join(root, name))
+            set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            train(model, opt, rank, world, 2, start=2)
+            results[(name, world, rank)] = full_parameters(model)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("resume_world", [1, 3])
+def test_dcp_checkpoint_from_2_processes_resumes_on_another_count(resume_world, tmp_path):
+    manager = mp.Manager()
+    results = manager.dict()
+    mp.start_processes(_save_worker, args=(2, free_port(), str(tmp_path), results), nprocs=2, join=True,
+                       start_method="spawn")
+    mp.start_processes(_resume_worker, args=(resume_world, free_port(), str(tmp_path), results),
+                       nprocs=resume_world, join=True, start_method="spawn")
+    for name in CHECKPOINTED:
+        model = make_model()
+        opt = OPTIMIZERS[name](model)
+        train(model, opt, 0, 1, 4)
+        for rank in range(resume_world):
+            for a, b in zip(results[(name, resume_world, rank)], model.parameters()):
+                torch.testing.assert_close(a, b.detach(), rtol=1e-9, atol=1e-12)
