@@ -63,6 +63,10 @@ def main() -> None:
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=args.out)
         if rank == 0:
             print(f"saved a {world}-process checkpoint to {args.out} (iterations={int(opt.iterations)})")
+    # Free DDP's reducer while the process group is alive: destroying it after the group (at interpreter exit) can
+    # deadlock gloo's worker thread on the GIL.
+    del model, opt, scheduler
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -220,15 +220,16 @@ def test_benchmark_workloads_have_the_documented_shapes():
 
 
 def test_benchmark_table_ratios():
-    ms = {"slotopt": 3.0, "torch loop": 6.0, "torch foreach": 1.5, "torch fused": 0.75}
-    results = [bench.Measurement("large", "Adam", impl, ms=v) for impl, v in ms.items()]
-    results += [bench.Measurement("large", "RMSprop", impl, ms=2.0) for impl in bench.IMPLEMENTATIONS[:3]]
+    ms = {"slotopt": 3.0, "torch loop": 6.0, "torch foreach": 1.5, "torch fused": 0.75, "copy floor": 0.5}
+    results = [bench.Measurement("large", "Adam", impl, ms=v, peak_mb=1.0) for impl, v in ms.items()]
+    results += [bench.Measurement("large", "RMSprop", impl, ms=2.0) for impl in ("slotopt", "torch loop",
+                                                                                   "torch foreach")]
     results.append(bench.Measurement("large", "RMSprop", "torch fused", note="n/a"))
     lines = bench.format_dense(results).splitlines()
     adam = lines[2].split()
-    assert adam[:2] == ["large", "Adam"] and adam[-2:] == ["2.00x", "4.00x"]
+    assert adam[:2] == ["large", "Adam"] and adam[-5:] == ["4.00x", "(fused)", "6.00x", "1", "1"]
     rms = lines[3].split()
-    assert rms[-3:] == ["-", "1.00x", "-"]  # no fused RMSprop in torch
+    assert rms[-6:] == ["-", "1.00x", "(foreach)", "-", "-", "-"]  # no fused RMSprop in torch: foreach instead
 
 
 def test_time_steps_runs_warmup_then_timed_steps():
@@ -240,11 +241,20 @@ def test_time_steps_runs_warmup_then_timed_steps():
 def test_dense_measurement_runs_every_implementation_on_a_tiny_workload():
     params, grads = bench._make_tensors([(8, 4), (3,)], "cpu")
     by_label = {s.label: s for s in bench.OPTIMIZERS}
-    rows = {impl: bench._measure_dense("tiny", by_label["RMSprop"], impl, params, grads, steps=2, warmup=1,
-                                       device="cpu") for impl in bench.IMPLEMENTATIONS}
-    assert all(len(rows[i].samples) == 2 and rows[i].ms >= 0 for i in bench.IMPLEMENTATIONS[:3])
+    rows = {m.implementation: m for m in bench._measure_dense_group("tiny", by_label["RMSprop"], params, grads,
+                                                                    steps=3, warmup=1, device="cpu", rounds=3)}
+    for impl in ("slotopt", "torch loop", "torch foreach", "copy floor"):
+        assert len(rows[impl].samples) == 3 and rows[impl].ms >= 0, impl
     assert rows["torch fused"].note == "n/a" and not rows["torch fused"].failed  # torch has no fused RMSprop
     assert all(p.grad is None for p in params)  # the measurement leaves no gradients behind
+
+
+def test_a_step_that_allocates_a_temporary_shows_it_in_its_peak_memory():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("resident-set measurement is Linux-only")
+    x = torch.ones(4_000_000)  # 16 MB
+    assert bench.step_peak_extra_mb(lambda: x.add_(1.0)) < 8
+    assert bench.step_peak_extra_mb(lambda: (x * 2.0).sum()) > 12
 
 
 @pytest.mark.filterwarnings("ignore:Sparse invariant checks")  # raised inside torch.optim.Adagrad

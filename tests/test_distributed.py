@@ -7,6 +7,7 @@ the whole batch does): no optimizer reduces them again. Under FSDP2, element-wis
 clipping norms and loss-scale finiteness are summed over the shards.
 """
 
+import gc
 import os
 import socket
 
@@ -70,28 +71,33 @@ def full_parameters(model):
     return [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone() for p in model.parameters()]
 
 
+def _train_one(make, engine, rank, world):
+    model = make_model()
+    wrapped = torch.nn.parallel.DistributedDataParallel(model) if engine == "ddp" else fully_shard(model)
+    opt = make(model)
+    train(wrapped, opt, rank, world, STEPS)
+    return full_parameters(model)
+
+
+def _lamb_refusal():
+    model = make_model()
+    fully_shard(model)
+    try:
+        slotopt.Lamb(learning_rate=0.01, params=model)
+    except NotImplementedError as err:
+        return str(err)
+    return "accepted"
+
+
 def _train_worker(rank, world, engine, port, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         for name, make in OPTIMIZERS.items():
-            model = make_model()
-            if engine == "ddp":
-                wrapped = torch.nn.parallel.DistributedDataParallel(model)
-            else:
-                wrapped = fully_shard(model)
-            opt = make(model)
-            train(wrapped, opt, rank, world, STEPS)
-            results[(name, engine, world, rank)] = full_parameters(model)
-        if engine == "ddp":
-            return
-        model = make_model()
-        fully_shard(model)
-        try:
-            slotopt.Lamb(learning_rate=0.01, params=model)
-        except NotImplementedError as err:
-            results[("lamb", engine, world, rank)] = str(err)
+            results[(name, engine, world, rank)] = _train_one(make, engine, rank, world)
+        if engine == "fsdp2":
+            results[("lamb", engine, world, rank)] = _lamb_refusal()
     finally:
-        dist.destroy_process_group()
+        _shut_down()
 
 
 def single_process(name):
@@ -129,36 +135,52 @@ def test_rules_that_need_whole_tensors_refuse_sharded_parameters(distributed_res
 CHECKPOINTED = ["keras3-adam", "legacy-adam", "keras3-sgd-global-clipnorm"]
 
 
+def _save_one(name, rank, world, root):
+    model = make_model()
+    fully_shard(model)
+    opt = OPTIMIZERS[name](model)
+    train(model, opt, rank, world, 2)
+    model_sd, optim_sd = get_state_dict(model, opt)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=os.path.join(root, name))
+
+
 def _save_worker(rank, world, port, root, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         for name in CHECKPOINTED:
-            model = make_model()
-            fully_shard(model)
-            opt = OPTIMIZERS[name](model)
-            train(model, opt, rank, world, 2)
-            model_sd, optim_sd = get_state_dict(model, opt)
-            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=os.path.join(root, name))
+            _save_one(name, rank, world, root)
     finally:
-        dist.destroy_process_group()
+        _shut_down()
+
+
+def _shut_down():
+    """Frees every model and process-group user before the group goes: gloo can abort or deadlock when its
+    work objects outlive the group."""
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _resume_one(name, rank, world, root):
+    model = make_model()
+    if world > 1:
+        fully_shard(model)
+    opt = OPTIMIZERS[name](model)
+    model_sd, optim_sd = get_state_dict(model, opt)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=os.path.join(root, name))
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    train(model, opt, rank, world, 2, start=2)
+    return full_parameters(model)
 
 
 def _resume_worker(rank, world, port, root, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         for name in CHECKPOINTED:
-            model = make_model()
-            if world > 1:
-                fully_shard(model)
-            opt = OPTIMIZERS[name](model)
-            model_sd, optim_sd = get_state_dict(model, opt)
-            state = {"model": model_sd, "optim": optim_sd}
-            dcp.load(state, checkpoint_id=os.path.join(root, name))
-            set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-            train(model, opt, rank, world, 2, start=2)
-            results[(name, world, rank)] = full_parameters(model)
+            results[(name, world, rank)] = _resume_one(name, rank, world, root)
     finally:
-        dist.destroy_process_group()
+        _shut_down()
 
 
 @pytest.mark.parametrize("resume_world", [1, 3])

@@ -54,7 +54,11 @@ WORKLOADS: dict[str, Shapes] = {
     "small": [(1024,)] * 2000,
 }
 
-IMPLEMENTATIONS = ("slotopt", "torch loop", "torch foreach", "torch fused")
+IMPLEMENTATIONS = ("slotopt", "slotopt foreach", "torch loop", "torch foreach", "torch fused")
+
+#: Bytes a one-pass step must move per parameter element (float32), reads plus writes: the variable, the
+#: gradient and each state tensor are read once, the variable and the state written once.
+TRAFFIC_ELEMENTS = {"Adam": 7, "AdamW": 7, "SGD-momentum": 5, "RMSprop": 5, "Adagrad": 5}
 
 
 def _slotopt_class(name: str, module: str = "slotopt") -> Optional[type]:
@@ -153,40 +157,135 @@ def _torch_optimizer(spec: OptimizerSpec, params: list[torch.nn.Parameter], impl
     return cls(params, **spec.torch_kwargs, **flags)
 
 
-def _measure_dense(workload: str, spec: OptimizerSpec, impl: str, params: list[torch.nn.Parameter],
-                   grads: list[torch.Tensor], steps: int, warmup: int, device: str) -> Measurement:
-    m = Measurement(workload, spec.label, impl)
+def _step_function(spec: OptimizerSpec, impl: str, params: list[torch.nn.Parameter],
+                   grads: list[torch.Tensor]) -> Callable[[], None]:
+    """One optimizer step of ``impl``, set up (state built) but not yet run."""
+    if impl.startswith("slotopt"):
+        from .kernels import native
+
+        cls = _slotopt_class(spec.slotopt_name)
+        if cls is None:
+            raise LookupError(f"slotopt.{spec.slotopt_name} not available")
+        opt = cls(**spec.slotopt_kwargs)
+        opt.build(params)
+        # "slotopt foreach": the same slotopt step with the compiled kernels switched off, for comparison.
+        mode = "foreach" if impl == "slotopt foreach" else native.status()["mode"]
+
+        def step() -> None:
+            previous = native.use(mode)
+            try:
+                opt.apply(grads, params)
+            finally:
+                native.use(previous)
+
+        return step
+    opt = _torch_optimizer(spec, params, impl)
+
+    def torch_step() -> None:
+        opt.step()
+
+    return torch_step
+
+
+def _malloc_trim() -> None:
+    """Returns freed heap memory to the system (glibc), so that re-touching it shows in the resident set."""
     try:
-        if impl == "slotopt":
-            cls = _slotopt_class(spec.slotopt_name)
-            if cls is None:
-                m.note = f"slotopt.{spec.slotopt_name} not available"
-                return m
-            opt = cls(**spec.slotopt_kwargs)
-            opt.build(params)
+        import ctypes
 
-            def step() -> None:
-                opt.apply(grads)
-        else:
-            for p, g in zip(params, grads):
-                p.grad = g
-            opt = _torch_optimizer(spec, params, impl)
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
-            def step() -> None:
-                opt.step()
-        m.samples = time_steps(step, steps, warmup, device)
-        m.ms = statistics.median(m.samples)
-    except Exception as err:  # e.g. no fused kernel for this optimizer/device
-        if impl == "torch fused":
-            m.note = "n/a"
-        else:
-            m.note, m.failed = f"{type(err).__name__}: {err}", True
+
+def _current_rss_kb() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def step_peak_extra_mb(step: Callable[[], None], device: str = "cpu") -> float:
+    """Peak memory one step allocates beyond what exists before it (temporaries), in MB; NaN if unmeasurable.
+
+    CPU (Linux): freed heap memory is returned to the system first, the resident-set high-water mark is reset,
+    and the growth of the mark during the step is what the step touched anew. CUDA: the growth of
+    ``torch.cuda.max_memory_allocated``.
+    """
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    _malloc_trim()
+    if not _reset_peak_rss():
+        return math.nan
+    base = _current_rss_kb()
+    if base < 0:
+        return math.nan
+    step()
+    return max(_peak_rss_kb() - base, 0) / 1024
+
+
+def _copy_floor(elements: int, device: str, steps: int) -> list[float]:
+    """Step times of the memory-bandwidth floor: a copy moving ``elements`` float32 through memory.
+
+    A copy of k elements moves 3k: it reads the source, and writing the destination first reads each cache
+    line into the cache (write-allocate). An in-place update writes lines it has just read, so it moves only
+    its reads and writes: the copy is k = elements / 3.
+    """
+    count = max(elements // 3, 1)
+    src = torch.ones(count, device=device)
+    dst = torch.empty(count, device=device)
+    return time_steps(lambda: dst.copy_(src), steps, 2, device)
+
+
+def _measure_dense_group(workload: str, spec: OptimizerSpec, params: list[torch.nn.Parameter],
+                         grads: list[torch.Tensor], steps: int, warmup: int, device: str,
+                         rounds: int = 3) -> list[Measurement]:
+    """Every implementation of one (workload, optimizer), interleaved: ``rounds`` rounds, each timing
+    ``steps / rounds`` steps of each implementation in turn, so that a change of machine load during the run
+    shifts all of them alike. Then the copy floor and each implementation's peak extra memory per step."""
+    from .kernels import native
+
+    implementations = [i for i in IMPLEMENTATIONS if i != "slotopt foreach" or native.active()]
+    results = {impl: Measurement(workload, spec.label, impl) for impl in implementations}
+    step_of: dict[str, Callable[[], None]] = {}
+    for p, g in zip(params, grads):
+        p.grad = g
+    try:
+        for impl in implementations:
+            try:
+                step_of[impl] = _step_function(spec, impl, params, grads)
+                time_steps(step_of[impl], 0, warmup, device)
+            except Exception as err:  # e.g. no fused kernel for this optimizer/device
+                step_of.pop(impl, None)
+                m = results[impl]
+                m.note = "n/a" if impl == "torch fused" else f"{type(err).__name__}: {err}"
+                m.failed = impl != "torch fused" and not isinstance(err, LookupError)
+        per_round = max(steps // rounds, 1)
+        for _ in range(rounds):
+            for impl, step in step_of.items():
+                results[impl].samples += time_steps(step, per_round, 1, device)
+        for impl, step in step_of.items():
+            m = results[impl]
+            m.ms = statistics.median(m.samples)
+            m.peak_mb = step_peak_extra_mb(step, device)
+        elements = sum(p.numel() for p in params) * TRAFFIC_ELEMENTS.get(spec.label, 7)
+        floor = Measurement(workload, spec.label, "copy floor")
+        floor.samples = _copy_floor(elements, device, max(steps // 2, 3))
+        floor.ms = statistics.median(floor.samples)
     finally:
         for p in params:
             p.grad = None
-        opt = None
+        step_of.clear()
         gc.collect()
-    return m
+    return [*results.values(), floor]
 
 
 # ------------------------------------------------------------------------------------------- sparse worker
@@ -313,16 +412,26 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 2) 
 
 
 def format_dense(results: list[Measurement]) -> str:
-    """ms per step for each implementation, and slotopt / torch-foreach and slotopt / torch-fused ratios."""
+    """ms per step for each implementation and the copy floor, peak extra memory per step, and the ratios of
+    slotopt to torch fused (torch foreach where torch has no fused kernel) and to the floor."""
     by_key = {(m.workload, m.optimizer, m.implementation): m for m in results}
+    shown = [i for i in IMPLEMENTATIONS if any(m.implementation == i for m in results)]
     rows = []
     for workload in dict.fromkeys(m.workload for m in results):
         for opt in dict.fromkeys(m.optimizer for m in results if m.workload == workload):
-            ms = {impl: by_key[(workload, opt, impl)].ms if (workload, opt, impl) in by_key else math.nan
-                  for impl in IMPLEMENTATIONS}
-            rows.append((workload, opt, *(_fmt_ms(ms[i]) for i in IMPLEMENTATIONS),
-                         _ratio(ms["slotopt"], ms["torch foreach"]), _ratio(ms["slotopt"], ms["torch fused"])))
-    header = ("workload", "optimizer", *(f"{i} ms" for i in IMPLEMENTATIONS), "slotopt/foreach", "slotopt/fused")
+            def get(impl: str, what: str = "ms", key: tuple[str, str] = (workload, opt)) -> float:
+                m = by_key.get((*key, impl))
+                return getattr(m, what) if m is not None else math.nan
+
+            fused = get("torch fused")
+            best_torch, best_name = (fused, "fused") if not math.isnan(fused) else (get("torch foreach"), "foreach")
+            rows.append((workload, opt, *(_fmt_ms(get(i)) for i in shown), _fmt_ms(get("copy floor")),
+                         _ratio(get("slotopt"), best_torch) + f" ({best_name})",
+                         _ratio(get("slotopt"), get("copy floor")),
+                         *("-" if math.isnan(get(i, "peak_mb")) else f"{get(i, 'peak_mb'):.0f}"
+                           for i in ("slotopt", "torch fused" if best_name == "fused" else "torch foreach"))))
+    header = ("workload", "optimizer", *(f"{i} ms" for i in shown), "copy floor ms", "slotopt/torch best",
+              "slotopt/floor", "slotopt MB", "torch best MB")
     notes = sorted({f"{m.optimizer} {m.implementation}: {m.note}" for m in results if m.note and m.note != "n/a"})
     return _table(header, rows) + "".join(f"\n  note: {n}" for n in notes)
 
@@ -425,6 +534,10 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     print(f"slotopt bench: torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}; "
           f"median of {steps} steps after {warmup} warm-up{' (quick)' if quick else ''}", file=stream, flush=True)
+    from .kernels import native
+
+    kernels = native.status()
+    print(f"slotopt kernels: {kernels['path']} ({kernels['reason']})", file=stream, flush=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if load > 0.5:
         print(f"note: the 1-minute load average is {load:.1f} before starting: other processes compete for the "
@@ -433,8 +546,7 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     for workload in (w for w in chosen if w in WORKLOADS):
         params, grads = _make_tensors(WORKLOADS[workload], device)
         for spec in OPTIMIZERS:
-            for impl in IMPLEMENTATIONS:
-                dense.append(_measure_dense(workload, spec, impl, params, grads, steps, warmup, device))
+            dense += _measure_dense_group(workload, spec, params, grads, steps, warmup, device)
             print(f"  {workload:<6} {spec.label:<13} done", file=sys.stderr, flush=True)
         del params, grads
         gc.collect()
@@ -446,6 +558,11 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     if dense:
         print("\nDense step time, milliseconds per step (lower is better)", file=stream)
         print(format_dense(dense), file=stream)
+        print("copy floor: a copy moving as many bytes through memory as a one-pass step must read and write "
+              "(variable, gradient, state; a copy's destination is also read, write-allocate); slotopt/torch best: against torch fused, or foreach where torch has no fused kernel; "
+              "MB: peak memory a step touches beyond what exists before it (temporaries), "
+              + ("torch.cuda.max_memory_allocated" if device == "cuda" else "resident-set growth") + ".",
+              file=stream)
     if sparse:
         print("\n" + format_sparse(sparse, sparse_rows), file=stream)
         print("peak extra MB: " + ("growth of torch.cuda.max_memory_allocated" if device == "cuda" else

@@ -100,7 +100,31 @@ def build_parser() -> argparse.ArgumentParser:
                        help="only this workload (repeatable; default all)")
     bench.add_argument("--steps", type=_positive_int, default=None, metavar="N",
                        help="timed steps per measurement (default 20, 5 with --quick)")
+    commands.add_parser(
+        "info",
+        help="which kernel path is active (compiled one-pass kernels or foreach), and the versions in use",
+        description="Prints slotopt's and torch's versions, the thread count, and which kernel path runs the "
+                    "update rules: 'native' (the compiled one-pass CPU kernels) or 'foreach' (torch._foreach_* "
+                    "ops), with the reason. SLOTOPT_KERNELS=auto|native|foreach selects the path. Exits with 1 "
+                    "when SLOTOPT_KERNELS=native but the compiled kernels cannot be loaded.",
+    )
     return parser
+
+
+# ------------------------------------------------------------------------------------------- info
+def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
+    import torch
+
+    from . import __version__
+    from .kernels import native, triton
+
+    state = native.status()
+    print(f"slotopt {__version__} (torch {torch.__version__}, {state['threads']} threads)", file=out)
+    print(f"kernels: {state['path']} ({state['reason']}; SLOTOPT_KERNELS={state['mode']})", file=out)
+    if state["library"]:
+        print(f"library: {state['library']}", file=out)
+    print(f"cuda: {triton.status()}", file=out)
+    return EXIT_FAILURE if state["error"] else EXIT_OK
 
 
 # ------------------------------------------------------------------------------------------- demo
@@ -223,7 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    handler = {"demo": _cmd_demo, "parity": _cmd_parity, "bench": _cmd_bench}[args.command]
+    handler = {"demo": _cmd_demo, "parity": _cmd_parity, "bench": _cmd_bench, "info": _cmd_info}[args.command]
     try:
         return handler(args, sys.stdout)
     except UsageError as err:

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
+from ..kernels import native
+
 __all__ = ["FlatState", "SMALL_TENSOR_ELEMENTS", "constant_fill", "initial_value"]
 
 #: Variables up to this many elements get their state packed.
@@ -67,6 +69,7 @@ class FlatState:
     def __init__(self) -> None:
         self._buffers: dict[tuple[str, torch.device, torch.dtype], torch.Tensor] = {}
         self._positions: dict[tuple[str, torch.device, torch.dtype], tuple[int, ...]] = {}
+        self._views: dict[tuple[str, torch.device, torch.dtype], list[torch.Tensor]] = {}
         self._staging: dict[tuple[str, torch.device, torch.dtype], tuple[tuple[int, ...], torch.Tensor, list[torch.Tensor]]] = {}
 
     @staticmethod
@@ -142,12 +145,29 @@ class FlatState:
         if covered is None or not set(covered) <= set(group):
             return list(group)
         params = [variables[p] for p in covered]
-        flat_params = self.stage("params", covered, params)
-        flat_grads = self.stage("grads", covered, [grads[p] for p in covered])
-        update([flat_params], [flat_grads], self.buffers(slot_names, kind))
-        self.unstage("params", params)
+        if native.takes(first):
+            # The compiled rules take the variables and gradients where they are, with the packed state as
+            # per-variable views of its buffer: one call per group, and no staging copies.
+            update(params, [grads[p] for p in covered], self.views(slot_names, kind, params))
+        else:
+            flat_params = self.stage("params", covered, params)
+            flat_grads = self.stage("grads", covered, [grads[p] for p in covered])
+            update([flat_params], [flat_grads], self.buffers(slot_names, kind))
+            self.unstage("params", params)
         done = set(covered)
         return [p for p in group if p not in done]
+
+    def views(self, slot_names: Sequence[str], kind: Kind, like: Sequence[torch.Tensor]
+              ) -> dict[str, list[torch.Tensor]]:
+        """Per-variable views of the packed buffers (shaped like ``like``), made once per buffer."""
+        out = {}
+        for name in slot_names:
+            key = (name, *kind)
+            views = self._views.get(key)
+            if views is None:
+                views = self._views[key] = list(unflatten_dense_tensors(self._buffers[key], list(like)))
+            out[name] = views
+        return out
 
     def buffers(self, slot_names: Sequence[str], kind: Kind) -> dict[str, list[torch.Tensor]]:
         return {name: [self._buffers[(name, *kind)]] for name in slot_names}

@@ -8,6 +8,7 @@ from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from ..variables import IndexedSlices
 from . import roots
+from .native import compiled
 
 __all__ = ["adadelta", "adadelta_slices"]
 
@@ -40,6 +41,7 @@ def _adadelta_deltas(grads: Tensors, accumulated_grad: Tensors, accumulated_delt
     return delta
 
 
+@compiled("adadelta", 4, lambda p, g, eg, ed, *, lr, rho, one_minus_rho, epsilon: (lr, rho, one_minus_rho, epsilon))
 @elementwise
 def adadelta(params: Tensors, grads: Tensors, accumulated_grad: Tensors, accumulated_delta: Tensors, *,
              lr: float, rho: float, one_minus_rho: float, epsilon: float) -> None:
@@ -73,6 +75,8 @@ def adadelta_slices(param: torch.Tensor, grad: IndexedSlices, accumulated_grad: 
     sparse_rows.scatter_add_(param, indices, delta[0].mul_(lr))
 
 
+@compiled("apply_adadelta", 4, lambda p, g, a, u, *, lr, rho, one_minus_rho, epsilon: (
+    lr, rho, one_minus_rho, epsilon))
 @elementwise
 def apply_adadelta(params: Tensors, grads: Tensors, accum: Tensors, accum_update: Tensors, *, lr: float,
                    rho: float, one_minus_rho: float, epsilon: float) -> None:

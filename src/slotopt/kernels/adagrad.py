@@ -7,6 +7,7 @@ import torch
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from . import roots
+from .native import compiled
 
 __all__ = ["adagrad", "adagrad_slices"]
 
@@ -27,6 +28,7 @@ def _adagrad_steps(grads: Tensors, accumulators: Tensors, *, lr: float, epsilon:
     return step
 
 
+@compiled("adagrad", 3, lambda p, g, a, *, lr, epsilon, epsilon_inside_root=True: (lr, epsilon, epsilon_inside_root))
 @elementwise
 def adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, epsilon: float,
             epsilon_inside_root: bool = True) -> None:
@@ -65,6 +67,7 @@ def _scalar_over(scalar: float, tensors: Tensors) -> Tensors:
     return out
 
 
+@compiled("apply_adagrad", 3, lambda p, g, a, *, lr, scalar_rows=False: (lr, scalar_rows))
 @elementwise
 def apply_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float,
                   scalar_rows: bool = False) -> None:
@@ -82,6 +85,8 @@ def apply_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr:
     torch._foreach_sub_(params, step)
 
 
+@compiled("apply_proximal_adagrad", 3, lambda p, g, a, *, lr, l1, l2, l1_positive, scalar_rows=False: (
+    None if scalar_rows else (lr, l1, l2, l1_positive)))  # scalar rows divide in float64
 @elementwise
 def apply_proximal_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, l1: float,
                            l2: float, l1_positive: bool, scalar_rows: bool = False) -> None:
@@ -109,6 +114,7 @@ def apply_proximal_adagrad(params: Tensors, grads: Tensors, accumulators: Tensor
     fobos_shrink(params, threshold, denominator, l1_positive=l1_positive, widen=scalar_rows)
 
 
+@compiled("apply_adagrad_da", 4, lambda p, g, ga, gg, *, lr, t_l1, l2_t_lr, l1_positive: (lr, t_l1, l2_t_lr, l1_positive))
 @elementwise
 def apply_adagrad_da(params: Tensors, grads: Tensors, grad_sums: Tensors, squared_sums: Tensors, *, lr: float,
                      t_l1: float, l2_t_lr: float, l1_positive: bool) -> None:
@@ -136,6 +142,7 @@ def apply_adagrad_da(params: Tensors, grads: Tensors, grad_sums: Tensors, square
     torch._foreach_copy_(params, numerator)
 
 
+@compiled("apply_adagrad_da_rows", 4, lambda p, g, ga, gg, *, t, l1, l2, t_lr, l1_positive: (t, l1, l2, t_lr, l1_positive))
 @elementwise
 def apply_adagrad_da_rows(params: Tensors, grads: Tensors, grad_sums: Tensors, squared_sums: Tensors, *,
                           t: float, l1: float, l2: float, t_lr: float, l1_positive: bool) -> None:

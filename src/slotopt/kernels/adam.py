@@ -8,6 +8,7 @@ import torch
 
 from ..engine.blocks import elementwise
 from . import roots
+from .native import compiled
 
 __all__ = ["adam", "adam_variable_update", "adam_moments", "second_moment", "adamax", "nadam",
            "nadam_gradient_terms", "lamb"]
@@ -40,6 +41,8 @@ def second_moment(grads: Tensors, v: Tensors, squares: Optional[Tensors] = None,
     torch._foreach_add_(v, delta)
 
 
+@compiled("adam", 5, lambda p, g, m, v, vh, *, alpha, one_minus_beta_1, one_minus_beta_2, epsilon: (
+    alpha, one_minus_beta_1, one_minus_beta_2, epsilon, vh is not None))
 @elementwise
 def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors],
          squares: Optional[Tensors] = None, *, alpha: float, one_minus_beta_1: float, one_minus_beta_2: float,
@@ -55,6 +58,8 @@ def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
     adam_variable_update(params, m, v, v_hat, alpha=alpha, epsilon=epsilon)
 
 
+@compiled("adam_variable_update", 4, lambda p, m, v, vh, *, alpha, epsilon: (alpha, epsilon, vh is not None),
+          read_only=(1, 2))
 @elementwise
 def adam_variable_update(params: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors], *, alpha: float,
                          epsilon: float) -> None:
@@ -70,6 +75,9 @@ def adam_variable_update(params: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
     torch._foreach_sub_(params, step)
 
 
+@compiled("adamax", 4, lambda p, g, m, u, *, lr, one_minus_beta_1, beta_2, epsilon, one_minus_beta_1_power,
+          scaled_lr=None: (lr, one_minus_beta_1, beta_2, epsilon, one_minus_beta_1_power, scaled_lr is not None,
+                           scaled_lr or 0.0))
 @elementwise
 def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, abs_grads: Optional[Tensors] = None, *,
            lr: float, one_minus_beta_1: float, beta_2: float, epsilon: float, one_minus_beta_1_power: float,
@@ -98,6 +106,10 @@ def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, abs_grads: O
     torch._foreach_sub_(params, step)
 
 
+@compiled("nadam", 4, lambda p, g, m, v, *, lr, one_minus_beta_1, one_minus_beta_2, mu_next, one_minus_mu,
+          one_minus_product, one_minus_product_next, one_minus_beta_2_power, epsilon: (
+    lr, one_minus_beta_1, one_minus_beta_2, mu_next, one_minus_mu, one_minus_product, one_minus_product_next,
+    one_minus_beta_2_power, epsilon))
 @elementwise
 def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Optional[Tensors] = None,
           gradient_terms: Optional[Tensors] = None, *, lr: float, one_minus_beta_1: float,
@@ -228,6 +240,10 @@ def _nadam_denominator(v_rows: Tensors, *, one_minus_beta_2_power: float, epsilo
     return denom
 
 
+@compiled("nadam_cached", 4, lambda p, g, m, v, *, lr, beta_1, beta_2, one_minus_beta_1, one_minus_beta_2,
+          one_minus_mu, mu_next, one_minus_product, one_minus_product_next, one_minus_beta_2_power, epsilon: (
+    lr, beta_1, beta_2, one_minus_beta_1, one_minus_beta_2, one_minus_mu, mu_next, one_minus_product,
+    one_minus_product_next, one_minus_beta_2_power, epsilon))
 @elementwise
 def nadam_cached(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float, beta_1: float,
                  beta_2: float, one_minus_beta_1: float, one_minus_beta_2: float, one_minus_mu: float,

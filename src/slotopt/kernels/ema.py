@@ -5,12 +5,15 @@ from __future__ import annotations
 import torch
 
 from ..engine.blocks import elementwise
+from .native import compiled
 
 __all__ = ["moving_average"]
 
 Tensors = list[torch.Tensor]
 
 
+@compiled("moving_average", 2, lambda p, a, *, momentum, one_minus_momentum: (momentum, one_minus_momentum),
+          read_only=(0,))
 @elementwise(scale=2)
 def moving_average(params: Tensors, averages: Tensors, *, momentum: float, one_minus_momentum: float) -> None:
     """``avg <- avg * momentum + w * (1 - momentum)`` (after the update; momentum 0 on the first step)."""

@@ -8,12 +8,15 @@ import torch
 
 from ..engine.blocks import elementwise
 from . import roots
+from .native import compiled
 
 __all__ = ["ftrl"]
 
 Tensors = list[torch.Tensor]
 
 
+@compiled("ftrl_root", 4, lambda p, g, n, z, *, lr, power, l1, two_l2, shrinkage, scalar_rows=False, root=False: (
+    (lr, l1, two_l2, shrinkage, scalar_rows) if root else None))  # Eigen's pow has no compiled twin
 @elementwise
 def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensors,
          squares: Optional[Tensors] = None, *, lr: float, power: float, l1: float, two_l2: float, shrinkage: float,

@@ -10,6 +10,7 @@ from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from ..variables import IndexedSlices
 from . import roots
+from .native import compiled
 
 __all__ = ["rmsprop", "rmsprop_slices"]
 
@@ -52,6 +53,9 @@ def _rmsprop_increments(grads: Tensors, denom: Tensors, *, lr: float) -> Tensors
     return increment
 
 
+@compiled("rmsprop", 5, lambda p, g, v, mom, avg, *, lr, rho, one_minus_rho, momentum_decay, epsilon,
+          epsilon_inside_root=True: (lr, rho, one_minus_rho, momentum_decay, epsilon, epsilon_inside_root,
+                                     mom is not None, avg is not None))
 @elementwise
 def rmsprop(params: Tensors, grads: Tensors, velocity: Tensors, momentum: Optional[Tensors],
             average_gradient: Optional[Tensors], *, lr: float, rho: float, one_minus_rho: float,
@@ -107,6 +111,8 @@ def rmsprop_slices(param: torch.Tensor, grad: IndexedSlices, velocity: torch.Ten
         sparse_rows.scatter_add_(param, grad.indices, increment.neg_())
 
 
+@compiled("apply_rmsprop", 5, lambda p, g, ms, mom, mg, *, lr, one_minus_rho, momentum, epsilon: (
+    lr, one_minus_rho, momentum, epsilon, mg is not None))
 @elementwise
 def apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg: Tensors | None, *, lr: float,
                   one_minus_rho: float, momentum: float, epsilon: float) -> None:
@@ -137,6 +143,8 @@ def apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg
     torch._foreach_sub_(params, mom)
 
 
+@compiled("sparse_apply_rmsprop", 5, lambda p, g, ms, mom, mg, *, lr, rho, one_minus_rho, momentum, epsilon: (
+    lr, rho, one_minus_rho, momentum, epsilon, mg is not None))
 @elementwise
 def sparse_apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg: Tensors | None, *,
                          lr: float, rho: float, one_minus_rho: float, momentum: float, epsilon: float) -> None:

@@ -8,18 +8,21 @@ import torch
 
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
+from .native import compiled
 
 __all__ = ["sgd", "keras_momentum"]
 
 Tensors = list[torch.Tensor]
 
 
+@compiled("sgd", 2, lambda p, g, *, lr: (lr,))
 @elementwise(scale=2)
 def sgd(params: Tensors, grads: Tensors, *, lr: float) -> None:
     """``w <- w - g * lr``."""
     torch._foreach_sub_(params, torch._foreach_mul(grads, lr))
 
 
+@compiled("keras_momentum", 3, lambda p, g, m, *, lr, momentum, nesterov: (lr, momentum, nesterov))
 @elementwise(scale=2)
 def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, steps: Optional[Tensors] = None, *,
                    lr: float, momentum: float, nesterov: bool) -> None:
@@ -40,6 +43,8 @@ def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, steps: Opt
 
 
 
+@compiled("momentum", 3, lambda p, g, a, *, lr, momentum, nesterov, lr_times_momentum=None: (
+    lr, momentum, nesterov, lr_times_momentum is not None, lr_times_momentum or 0.0))
 @elementwise(scale=2)
 def momentum(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, momentum: float,
              nesterov: bool, lr_times_momentum: float | None = None) -> None:
@@ -99,6 +104,8 @@ def fobos_shrink(prox: Tensors, threshold: float | Tensors, denominator: float |
     torch._foreach_copy_(prox, numerator)
 
 
+@compiled("proximal_gradient_descent", 2, lambda p, g, *, lr, lr_l1, denominator, l1_positive, widen=False: (
+    None if widen else (lr, lr_l1, denominator, l1_positive)))
 @elementwise
 def proximal_gradient_descent(params: Tensors, grads: Tensors, *, lr: float, lr_l1: float, denominator: float,
                               l1_positive: bool, widen: bool = False) -> None:

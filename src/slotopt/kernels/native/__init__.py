@@ -1,0 +1,242 @@
+"""The compiled CPU path: every element-wise update rule as one pass over memory, one call per group.
+
+``slotopt_kernels.c`` (with ``rules.inc``) is built at install time into a plain shared library (no Python C
+API, no torch C++ ABI, so one build serves every torch version) and loaded here with ``ctypes``. Each rule
+reproduces the foreach kernel of the same name operation for operation, so both paths give the same bits;
+the foreach kernels stay the specification and the fallback.
+
+Which path runs is chosen by the environment variable ``SLOTOPT_KERNELS``:
+
+* ``auto`` (default): the compiled path where it was built and loads, the foreach kernels elsewhere;
+* ``native``: the same, but a library that cannot be loaded is reported by :func:`status` as an error;
+* ``foreach``: always the foreach kernels.
+
+:func:`use` switches at run time (tests compare the two paths this way). A call falls back to the foreach
+kernel, silently and with the same result, whenever the compiled path does not apply: a dtype other than
+float32/float64, non-contiguous or mixed tensors, or a variant of a rule not compiled. CUDA tensors go to the
+Triton twin of the rule (``kernels.triton``) where Triton is installed and has the rule, else to foreach.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+from torch._C._nn import unflatten_dense_tensors
+
+__all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "MODES"]
+
+MODES = ("auto", "native", "foreach")
+ABI_VERSION = 1
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SUFFIXES = {torch.float32: "f32", torch.float64: "f64"}
+_ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+
+_library: Optional[ctypes.CDLL] = None
+_load_error: Optional[str] = None
+_library_path: Optional[str] = None
+_mode = "auto"
+_functions: dict[tuple[str, torch.dtype], Any] = {}
+try:
+    from torch.autograd.graph import increment_version as _increment_version
+except ImportError:  # older torch
+    _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
+_calls = 0  # compiled calls made so far (tests check that the compiled path really ran)
+
+
+def _find_library() -> Optional[str]:
+    names = sorted(glob.glob(os.path.join(_HERE, "libslotopt_kernels.so.1")))
+    return names[0] if names else None
+
+
+def _load() -> None:
+    """Loads the library once; on any failure records why and leaves the foreach path in charge."""
+    global _library, _load_error, _library_path
+    path = os.environ.get("SLOTOPT_KERNELS_LIBRARY") or _find_library()
+    if path is None:
+        _load_error = "compiled library not built (pip install -e . compiles it with the machine's C compiler)"
+        return
+    _library_path = path
+    try:
+        library = ctypes.CDLL(path)
+        version = library.slotopt_abi_version()
+        supported = library.slotopt_cpu_supported()
+    except (OSError, AttributeError) as error:
+        _load_error = f"cannot load {path}: {error}"
+        return
+    if not supported:
+        _load_error = f"{path} was built for another processor (pip install -e . rebuilds it for this one)"
+        return
+    if version != ABI_VERSION:
+        _load_error = f"{path} has ABI version {version}, this slotopt needs {ABI_VERSION}: rebuild it"
+        return
+    _library = library
+
+
+def _function(rule: str, dtype: torch.dtype) -> Any:
+    key = (rule, dtype)
+    fn = _functions.get(key)
+    if fn is None:
+        fn = getattr(_library, f"{rule}_{_SUFFIXES[dtype]}")
+        fn.argtypes = _ARGTYPES
+        fn.restype = None
+        _functions[key] = fn
+    return fn
+
+
+def use(mode: str) -> str:
+    """Selects ``"auto"``, ``"native"`` or ``"foreach"`` (see the module docstring); returns the previous mode.
+
+    >>> previous = use("foreach")
+    >>> active()
+    False
+    >>> _ = use(previous)
+    """
+    global _mode
+    if mode not in MODES:
+        raise ValueError(f"Argument `mode` must be one of {MODES}. Received: mode={mode!r}")
+    previous, _mode = _mode, mode
+    return previous
+
+
+def active() -> bool:
+    """Whether element-wise rules on CPU float32/float64 tensors run the compiled kernels now."""
+    return _library is not None and _mode != "foreach"
+
+
+def takes(tensor: torch.Tensor) -> bool:
+    """Whether the compiled path runs element-wise rules on tensors like ``tensor`` (device and dtype)."""
+    return _library is not None and _mode != "foreach" and tensor.dtype in _SUFFIXES and tensor.is_cpu
+
+
+def status() -> dict[str, Any]:
+    """Which kernel path is active and why: ``{"path", "mode", "library", "reason", "threads"}``."""
+    if _mode == "foreach":
+        path, reason = "foreach", "forced by SLOTOPT_KERNELS=foreach"
+    elif _library is not None:
+        path, reason = "native", "compiled one-pass kernels loaded"
+    else:
+        path, reason = "foreach", _load_error or "unavailable"
+    return {"path": path, "mode": _mode, "library": _library_path, "reason": reason,
+            "threads": torch.get_num_threads(), "error": _mode == "native" and _library is None}
+
+
+def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars: Sequence[float],
+          read_only: Sequence[int] = (1,)) -> bool:
+    """Runs ``rule`` over parallel tensor lists in one compiled call; False (nothing done) when it does not apply.
+
+    ``lists`` are the rule's operand lists in order; ``None`` for an absent optional list (the rule's flags in
+    ``scalars`` say which are absent). Every tensor must be a contiguous CPU tensor of the first one's dtype and
+    the size of its counterpart in the first list. An operand after the first may also be ONE flat tensor
+    holding the whole group back to back (slotopt's packed state of small variables, ``engine.state``).
+    The lists at ``read_only`` positions (the gradients by default) are not written; every other tensor gets
+    its version counter bumped, as torch's own in-place ops do, so that autograd still detects a variable
+    modified after it was saved for a backward pass.
+    """
+    if _library is None or _mode == "foreach":
+        return False
+    first = lists[0]
+    if not first:
+        return False
+    dtype = first[0].dtype
+    if dtype not in _SUFFIXES or first[0].device.type != "cpu":
+        return False
+    n = len(first)
+    numels = [t.numel() for t in first]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(numels, out=offsets[1:])
+    total = int(offsets[-1])
+    table = np.zeros((len(lists), n), dtype=np.uint64)  # an absent list keeps its (null) row
+    for j, tensors in enumerate(lists):
+        if tensors is None:
+            continue
+        if len(tensors) == 1 and n > 1:  # one flat buffer for the whole group
+            flat = tensors[0]
+            if not (flat.is_contiguous() and flat.dtype == dtype and flat.is_cpu and flat.numel() == total):
+                return False
+            table[j] = flat.data_ptr() + offsets[:-1].astype(np.uint64) * flat.element_size()
+            continue
+        # Each property once per tensor, in bulk: these loops are the whole Python cost of a step.
+        if (len(tensors) != n or not all([t.is_contiguous() for t in tensors])
+                or any([t.dtype != dtype or not t.is_cpu for t in tensors])
+                or (j and [t.numel() for t in tensors] != numels)):
+            return False
+        table[j] = [t.data_ptr() for t in tensors]
+    values = np.array(scalars, dtype=np.float64)
+    _function(rule, dtype)(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data,
+                           torch.get_num_threads())
+    _increment_version([t for j, tensors in enumerate(lists) if tensors is not None and j not in read_only
+                        for t in tensors])
+    global _calls
+    _calls += 1
+    return True
+
+
+def _unpacked(lists: Sequence[Any]) -> list[Any]:
+    """The lists with a flat group buffer (see ``apply``) cut back into views shaped like the first list."""
+    first = lists[0]
+    return [tensors if tensors is None or len(tensors) == len(first) or len(first) < 2
+            else list(unflatten_dense_tensors(tensors[0], list(first))) for tensors in lists]
+
+
+def calls() -> int:
+    """How many compiled calls ran in this process (a group of any size counts once)."""
+    return _calls
+
+
+def _triton_apply(rule: str, lists: Sequence[Any], values: Sequence[float]) -> bool:
+    from .. import triton
+
+    return rule in triton.RULES and triton.apply(rule, lists, values)
+
+
+def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[float]]],
+             read_only: Sequence[int] = (1,)) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Decorates a foreach kernel with its compiled twin ``rule``.
+
+    ``operands`` is how many positional arguments are tensor lists; ``scalars(*lists, **kwargs)`` maps the
+    kernel's arguments to the compiled rule's scalar vector (flags included, e.g. whether an optional list is
+    present), or returns None for a variant that has no compiled form (the foreach kernel then runs).
+    ``read_only``: the positions of the lists the rule does not write (the gradients by default).
+    """
+
+    def decorate(kernel: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(kernel)
+        def run(*lists: Any, **kwargs: Any) -> None:
+            while len(lists) > operands and lists[-1] is None:  # absent optional terms: the dense rule
+                lists = lists[:-1]
+            if _mode != "foreach" and len(lists) == operands and lists[0]:
+                on_cuda = lists[0][0].device.type == "cuda"
+                if (_library is not None or on_cuda) and (values := scalars(*lists, **kwargs)) is not None \
+                        and all([isinstance(v, (float, int)) for v in values]):
+                    # Python numbers only: a tensor-valued hyperparameter is a different foreach op.
+                    if apply(rule, lists, values, read_only) if not on_cuda else _triton_apply(rule, lists, values):
+                        return None
+            return kernel(*_unpacked(lists), **kwargs)
+
+        run.foreach = kernel  # type: ignore[attr-defined]
+        run.rule = rule  # type: ignore[attr-defined]
+        run.scalar_vector = scalars  # type: ignore[attr-defined]
+        return run
+
+    return decorate
+
+
+def _initial_mode() -> str:
+    mode = os.environ.get("SLOTOPT_KERNELS", "auto").strip().lower() or "auto"
+    if mode not in MODES:
+        warnings.warn(f"SLOTOPT_KERNELS must be one of {MODES}; got {mode!r}, using 'auto'", stacklevel=2)
+        return "auto"
+    return mode
+
+
+_mode = _initial_mode()
+_load()  # also under "foreach", so that use("native") can switch at run time
