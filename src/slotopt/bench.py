@@ -523,9 +523,10 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
               stream: TextIO = sys.stdout) -> int:
     """Runs the benchmark, prints the tables and writes the chart; returns 0, or 1 if a measurement raised."""
     if png:
-        from .demo import require
+        from .demo import check_writable, require
 
         require("matplotlib", "the benchmark chart (skip it with --no-png)")  # fail before measuring
+        png = check_writable(png, "--png")
     steps = steps or (5 if quick else 20)
     warmup = 1 if quick else 3
     chosen = workloads or ["large", "model", "small", "sparse"]

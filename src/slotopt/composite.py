@@ -11,7 +11,6 @@ through ``slotopt.engine.routing``.
 from __future__ import annotations
 
 import fnmatch
-import importlib
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Optional, Union
@@ -19,10 +18,12 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
+from .engine import checks, transaction
 from .engine.core import OptimizerCore
-from .engine.routing import dispatch, group_by_owner, split_weights
+from .engine.routing import dispatch, group_by_owner, set_weights_all_or_nothing, split_weights
 from .engine.routing import optimizer_weights as _optimizer_weights
 from .engine.torch_protocol import ComposesOptimizers, TorchProtocol
+from .serialization import resolve_optimizer_class
 from .variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]
@@ -94,6 +95,10 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         if params is not None:
             self.build(params)
 
+    def _after_copy(self) -> None:
+        super()._after_copy()
+        self._names = {id(v): name for v, name in zip(self._params, self._names.values())}  # same order
+
     # ---------------------------------------------------------------------------------------- ownership
     def _remember(self, variables: Any) -> list[torch.Tensor]:
         out = []
@@ -145,7 +150,23 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
 
     # ---------------------------------------------------------------------------------------- build
     def build(self, variables: Any = None) -> None:
-        """Builds every sub-optimizer on its variables (``variables``: a module or named pairs for patterns)."""
+        """Builds every sub-optimizer on its variables (``variables``: a module or named pairs for patterns).
+
+        Weights or a state dict loaded before the build are applied now; when they do not fit, the composite and
+        its sub-optimizers are left as they were (unbuilt, the checkpoint still pending)."""
+        if self._pending_weights is None and "_pending_torch_state" not in self.__dict__:
+            self._build(variables)
+            return
+        objects = [self, *self.optimizers]
+        saved = [transaction.snapshot(o) for o in objects]
+        try:
+            self._build(variables)
+        except BaseException:
+            for o, s in zip(objects, saved):
+                transaction.restore(o, s)
+            raise
+
+    def _build(self, variables: Any) -> None:
         if variables is not None:
             self._remember(variables)
         owners = self._owner_map(self._params)
@@ -160,8 +181,8 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                 optimizer._create_all_weights(own)
         self.built = True
         if self._pending_weights is not None:
-            pending, self._pending_weights = self._pending_weights, None
-            self.set_weights(pending)
+            self.set_weights(self._pending_weights)  # all checked first; kept pending when it does not fit
+            self._pending_weights = None
         self._apply_pending_torch_state()
 
     # ---------------------------------------------------------------------------------------- apply
@@ -169,7 +190,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                         experimental_aggregate_gradients: bool = True,
                         skip_gradients_aggregation: Optional[bool] = None) -> None:
         """Sends each pair to its optimizer (groups ordered by first appearance) after validating all of them."""
-        pairs = list(grads_and_vars)
+        pairs = checks.check_pairs(grads_and_vars)
         owners = self._owner_map([v for _, v in pairs])
         groups = group_by_owner(
             pairs, lambda var: owners.get(id(var)),
@@ -237,14 +258,15 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns weights in ``weights`` order; before ``build`` they are kept and applied when it builds."""
         weights = list(weights)
-        if not self.built and not self.weights:
-            # Copies: kept until the build, they must not follow the caller's later changes.
+        started = self.built or any(getattr(o, "built", bool(_optimizer_weights(o))) for o in self.optimizers)
+        if not started and len(weights) != len(self.weights):
+            # Kept until the build (the sub-optimizers' slots do not exist yet). Copies: they must not follow the
+            # caller's later changes.
             self._pending_weights = [w.detach().clone() if isinstance(w, torch.Tensor) else np.array(w, copy=True)
                                      for w in weights]
             return
         parts = split_weights(self.optimizers, weights, self.name)[1:]
-        for optimizer, part in zip(self.optimizers, parts):
-            optimizer.set_weights(part)
+        set_weights_all_or_nothing(self.optimizers, parts)
 
     # ---------------------------------------------------------------------------------------- torch protocol
     def _torch_optimizers(self) -> list[TorchProtocol]:
@@ -278,18 +300,37 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
     @classmethod
     def from_config(cls, config: Mapping[str, Any],
                     custom_objects: Optional[Mapping[str, Any]] = None) -> CompositeOptimizer:
+        """Rebuilds a composite from ``get_config()``. Each sub-optimizer's class is looked up in the registry
+        ``slotopt.deserialize`` uses (by generation: Keras 3, ``slotopt.legacy``, ``slotopt.v1``) or in
+        ``custom_objects``; nothing named in the config is imported, and the result must be an optimizer."""
+        checks.check_config_dict(config)
+        entries_config = config.get("optimizers_and_vars")
+        if not isinstance(entries_config, (list, tuple)) or not entries_config:
+            raise ValueError("A CompositeOptimizer config needs a non-empty list `optimizers_and_vars`. Received: "
+                             f"optimizers_and_vars={entries_config!r}")
         entries = []
-        for entry in config["optimizers_and_vars"]:
-            spec = entry["optimizer"]
-            klass = (custom_objects or {}).get(spec["class_name"])
-            if klass is None:
-                module = spec.get("module", "slotopt")
-                if not module.startswith("slotopt"):
-                    raise ValueError(f"Unknown optimizer module {module!r}; pass the class in `custom_objects`.")
-                klass = _find_class(module, spec["class_name"])
-            entries.append((klass.from_config(spec["config"], custom_objects) if _takes_custom(klass)
-                            else klass.from_config(spec["config"]), list(entry["variables"])))
-        return cls(entries, name=config.get("name", "CompositeOptimizer"))
+        for i, entry in enumerate(entries_config):
+            spec = entry.get("optimizer") if isinstance(entry, Mapping) else None
+            patterns = entry.get("variables") if isinstance(entry, Mapping) else None
+            if not isinstance(spec, Mapping) or not isinstance(spec.get("config", {}), Mapping) or \
+                    not _is_patterns(patterns):
+                raise ValueError(
+                    f"`optimizers_and_vars[{i}]` must be {{'optimizer': {{'class_name', 'module', 'config'}}, "
+                    f"'variables': [name patterns]}}. Received: {entry!r}")
+            klass = resolve_optimizer_class(spec.get("class_name"), spec.get("module"), custom_objects,
+                                            spec.get("registered_name"))
+            from_config = getattr(klass, "from_config", None)
+            if not callable(from_config):
+                raise ValueError(f"`optimizers_and_vars[{i}]`: {klass.__name__} has no `from_config`, so it is not "
+                                 "an optimizer.")
+            inner = dict(spec.get("config") or {})
+            optimizer = from_config(inner, custom_objects) if _takes_custom(klass) else from_config(inner)
+            if not isinstance(optimizer, TorchProtocol):
+                raise ValueError(f"`optimizers_and_vars[{i}]`: {klass.__name__}.from_config returned "
+                                 f"{type(optimizer).__name__}, which is not a slotopt optimizer.")
+            entries.append((optimizer, list(patterns)))
+        name = config.get("name", "CompositeOptimizer")
+        return cls(entries, name=name if isinstance(name, str) else "CompositeOptimizer")
 
     def __getattr__(self, item: str) -> Any:
         if item in ("learning_rate", "lr"):
@@ -297,18 +338,6 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                 f"CompositeOptimizer has no `{item}`: each sub-optimizer has its own (see `.optimizers`)."
             )
         raise AttributeError(item)
-
-
-def _find_class(module: str, class_name: str) -> Any:
-    mod = importlib.import_module(module)
-    klass = getattr(mod, class_name, None)
-    if klass is None:
-        package = importlib.import_module("slotopt.legacy" if ".legacy" in module else
-                                          "slotopt.v1" if ".v1" in module else "slotopt")
-        klass = getattr(package, class_name, None)
-    if klass is None:
-        raise ValueError(f"Unknown optimizer class {class_name!r} in {module!r}.")
-    return klass
 
 
 def _takes_custom(klass: Any) -> bool:

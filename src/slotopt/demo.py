@@ -65,6 +65,32 @@ class OptimizerSpecError(DemoError, ValueError):
     """An ``--optimizer`` value that does not name a usable optimizer."""
 
 
+def check_writable(path: str, option: str) -> str:
+    """The absolute ``path`` when a file can be written there (its directory may not exist yet: the nearest
+    existing one must then be a writable directory); ``DemoError`` otherwise. Runs before any training or
+    measurement, so that a bad path does not waste the run."""
+    import tempfile
+
+    full = os.path.abspath(path)
+    if os.path.isdir(full):
+        raise DemoError(f"{option} {path!r} is a directory; give a file path such as {os.path.join(path, 'out.png')!r}.")
+    if os.path.exists(full) and not os.path.isfile(full):
+        raise DemoError(f"{option} {path!r} exists and is not a regular file.")
+    parent = os.path.dirname(full)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise DemoError(f"{option} {path!r} cannot be written: {parent!r} is a file, not a directory.")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".slotopt-write-check-"):
+            pass
+    except OSError as err:
+        raise DemoError(f"{option} {path!r} cannot be written: {err.strerror or err} ({parent!r}).") from None
+    if os.path.exists(full) and not os.access(full, os.W_OK):
+        raise DemoError(f"{option} {path!r} cannot be written: permission denied.")
+    return full
+
+
 def require(module: str, purpose: str = "the demo") -> Any:
     """Imports an optional dependency or raises ``MissingDependencyError`` saying how to install it."""
     import importlib
@@ -99,7 +125,8 @@ def parse_optimizer_arg(text: str) -> Identifier:
             value = json.loads(stripped)
         except json.JSONDecodeError as err:
             raise OptimizerSpecError(f"--optimizer value is not valid JSON ({err.msg}). Received: {text!r}") from err
-        if not isinstance(value, dict) or not isinstance(value.get("class_name"), str):
+        if not isinstance(value, dict) or not isinstance(value.get("class_name"), str) or \
+                not isinstance(value.get("config", {}) or {}, dict):
             raise OptimizerSpecError(
                 'An --optimizer JSON value must look like {"class_name": "Adam", "config": {...}}. '
                 f"Received: {text!r}"
@@ -403,6 +430,7 @@ def run_demo(optimizers: Optional[list[Identifier]] = None, epochs: int = 15, ou
     """
     if not (isinstance(epochs, int) and epochs >= 1):
         raise DemoError(f"--epochs must be an integer >= 1. Received: {epochs!r}")
+    out = check_writable(out, "--out")
     explicit = optimizers is not None
     chosen: list[tuple[Identifier, Any]] = []
     for identifier in (optimizers if explicit else DEFAULT_OPTIMIZERS):

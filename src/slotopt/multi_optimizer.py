@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from .engine.core import Pair
-from .engine.routing import dispatch, group_by_owner, split_weights, variable_path
+from .engine.routing import dispatch, group_by_owner, set_weights_all_or_nothing, split_weights, variable_path
 from .engine.torch_protocol import ComposesOptimizers, TorchProtocol
 from .optimizer import Optimizer
 
@@ -215,6 +215,10 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
             )
         return optimizer
 
+    def _after_copy(self) -> None:
+        super()._after_copy()
+        self._owner = {id(self._vars[p]): i for p, i in self.__dict__.get("_owner_positions", {}).items()}
+
     def build(self, variables: Any) -> None:
         """Routes every variable to its optimizer and builds each sub-optimizer on its own variables."""
         if self.built:
@@ -233,6 +237,7 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         self._inner_optimizers = inner
         self.loss_scale_factor = self.loss_scale_factor
         self._owner = owner
+        self._owner_positions = {self._position(self._vars[p]): owner[id(self._vars[p])] for p in positions}
         for index, optimizer in enumerate(inner):
             own = [(self._name_of(self._vars[p]), self._vars[p]) for p in positions
                    if owner[id(self._vars[p])] == index]
@@ -302,8 +307,7 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
                         f"Optimizer variable {var.path} has shape {tuple(var.shape)} not compatible with provided "
                         f"weight shape {tuple(torch.as_tensor(w).shape)}."
                     )
-        for optimizer, part in zip(self._inner_optimizers, parts):
-            optimizer.set_weights(part)
+        set_weights_all_or_nothing(self._inner_optimizers, parts)
         with torch.no_grad():
             for var, w in zip(self._variables, own):
                 var.copy_(torch.as_tensor(w).to(var.dtype))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -12,7 +11,7 @@ import numpy as np
 import torch
 
 from . import schedules as schedules_module
-from .engine import clipping
+from .engine import checks, clipping, transaction
 from .engine import constants as K
 from .engine import sparse as sparse_rows
 from .engine.core import OptimizerCore, Pair, Pairs
@@ -129,8 +128,11 @@ class Optimizer(OptimizerCore):
                 f"In optimizer '{type(self).__name__}', you forgot to call `super().__init__()` as the first "
                 "statement in the `__init__()` method. Go add it!"
             )
+        hyper_keys = self.__dict__.get("_hyper_keys_cache", ())
+        if name in hyper_keys:
+            checks.check_value(name, value, self._hyperparameter_ranges)
         object.__setattr__(self, name, value)
-        if name in self.__dict__.get("_hyper_keys_cache", ()):
+        if name in hyper_keys:
             self._broadcast(name, value)  # an attribute set applies to every parameter group
 
     def __init__(
@@ -158,16 +160,15 @@ class Optimizer(OptimizerCore):
                 warnings.warn("Argument `decay` is no longer supported and will be ignored.", stacklevel=2)
         if kwargs:
             raise ValueError(f"Argument(s) not recognized: {kwargs}")
-        if gradient_accumulation_steps and not (
-            isinstance(gradient_accumulation_steps, int) and gradient_accumulation_steps >= 2
-        ):
-            raise ValueError(
-                "`gradient_accumulation_steps` must be an integer >= 2. "
-                f"Received: gradient_accumulation_steps={gradient_accumulation_steps}"
-            )
+        if gradient_accumulation_steps:  # Keras: 0 and None both mean no accumulation
+            checks.check_integer("gradient_accumulation_steps", gradient_accumulation_steps, 2)
+        checks.check_values({"weight_decay": weight_decay, "clipnorm": clipnorm, "clipvalue": clipvalue,
+                             "global_clipnorm": global_clipnorm, "use_ema": use_ema,
+                             "loss_scale_factor": loss_scale_factor}, self._hyperparameter_ranges)
         if use_ema:
             if not 0 <= ema_momentum <= 1:
                 raise ValueError(f"`ema_momentum` must be in the range [0, 1]. Received: ema_momentum={ema_momentum}")
+            checks.check_number("ema_momentum", ema_momentum, checks.UNIT)
             if ema_overwrite_frequency and (
                 not isinstance(ema_overwrite_frequency, int) or ema_overwrite_frequency < 1
             ):
@@ -180,10 +181,6 @@ class Optimizer(OptimizerCore):
                 "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. "
                 f"Received: clipnorm={clipnorm}, clipvalue={clipvalue}, global_clipnorm={global_clipnorm}"
             )
-        if weight_decay is not None and (not isinstance(weight_decay, (int, float)) or weight_decay < 0):
-            raise ValueError(f"Argument `weight_decay` must be a float >= 0. Received: weight_decay={weight_decay}")
-        if loss_scale_factor is not None and not loss_scale_factor > 0:
-            raise ValueError(f"Argument `loss_scale_factor` must be > 0. Received: loss_scale_factor={loss_scale_factor}")
         self.name = name if name else _unique_name(type(self).__name__)
         self.weight_decay = weight_decay
         self.clipnorm = clipnorm
@@ -224,8 +221,8 @@ class Optimizer(OptimizerCore):
                 "(that takes in the current iteration value and returns the corresponding learning rate value). "
                 f"Received instead: learning_rate={learning_rate}"
             )
-        if not (learning_rate >= 0 and math.isfinite(learning_rate)):
-            raise ValueError(f"Argument `learning_rate` must be a finite float >= 0. Received: learning_rate={learning_rate}")
+        checks.check_number("learning_rate", learning_rate, checks.range_of("learning_rate",
+                                                                            self._hyperparameter_ranges))
         return self._own_variable(torch.tensor(learning_rate, dtype=_floatx()), "learning_rate")
 
     @property
@@ -253,6 +250,7 @@ class Optimizer(OptimizerCore):
         if isinstance(lr, Variable):
             return lr
         value = lr(self._iterations) if isinstance(lr, schedules_module.LearningRateSchedule) else lr()
+        checks.check_result("learning_rate", value, self._hyperparameter_ranges)
         self._remember_lr(value)
         return value
 
@@ -286,9 +284,8 @@ class Optimizer(OptimizerCore):
                 "Argument `learning_rate` must be a float, a LearningRateSchedule or a callable. "
                 f"Received: learning_rate={value!r}"
             )
-        value = float(value)
-        if not (value >= 0 and math.isfinite(value)):
-            raise ValueError(f"Argument `learning_rate` must be a finite float >= 0. Received: learning_rate={value}")
+        value = checks.check_number("learning_rate", value, checks.range_of("learning_rate",
+                                                                            self._hyperparameter_ranges))
         if isinstance(current, Variable):
             current.assign(value)
         else:  # a callable was set before: go back to a variable at its old place
@@ -409,6 +406,8 @@ class Optimizer(OptimizerCore):
         else:
             trainable_variables = [v for _, v in named_variables(trainable_variables)] if not isinstance(
                 trainable_variables, (list, tuple)) else list(trainable_variables)
+            for i, v in enumerate(trainable_variables):
+                checks.check_variable(v, f"trainable_variables[{i}]")
             if len(grads) != len(trainable_variables):
                 raise ValueError(
                     f"Received {len(grads)} gradients for {len(trainable_variables)} variables; "
@@ -418,7 +417,7 @@ class Optimizer(OptimizerCore):
 
     def apply_gradients(self, grads_and_vars: Pairs) -> torch.Tensor:
         """Applies ``(gradient, variable)`` pairs and returns ``iterations``."""
-        pairs = list(grads_and_vars)
+        pairs = checks.check_pairs(grads_and_vars)
         self.apply([g for g, _ in pairs], [v for _, v in pairs])
         return self._iterations
 
@@ -444,13 +443,24 @@ class Optimizer(OptimizerCore):
     def _hyperparameter_keys(self) -> tuple[str, ...]:
         keys = self.__dict__.get("_hyper_keys_cache")
         if keys is None:
-            keys = tuple(k for k, v in self.get_config().items()
+            keys = tuple(k for k, v in self._configuration_values().items()
                          if k not in self._GLOBAL_OPTIONS and isinstance(v, (int, float)))
             self.__dict__["_hyper_keys_cache"] = keys
         return keys
 
     def _read_hyperparameter(self, key: str) -> Any:
         return getattr(self, key)
+
+    def _configuration_values(self) -> dict[str, Any]:
+        lr = self._learning_rate
+        if isinstance(lr, Variable):
+            return self.get_config()
+        # A schedule or callable is checked where it is used; serializing it here would require get_config.
+        self.__dict__["_learning_rate"] = None
+        try:
+            return self.get_config()
+        finally:
+            self.__dict__["_learning_rate"] = lr
 
     def _write_hyperparameter(self, key: str, value: Any) -> None:
         object.__setattr__(self, key, value)
@@ -548,7 +558,17 @@ class Optimizer(OptimizerCore):
             checked, lambda grad, constraint: "Cannot use a constraint function on a sparse variable. Received: "
                                               f"grad={grad}, var.constraint={constraint}.")
         if not self.built:
+            # A checkpoint loaded before the build is checked once the variables exist: if it does not fit, the
+            # optimizer is left unbuilt with the checkpoint still pending (nothing changed).
+            pending = self._pending_state is not None or "_pending_torch_state" in self.__dict__
+            saved = transaction.snapshot(self) if pending else None
             self.build([v for _, v in checked])
+            try:
+                self._restore_pending_state()
+            except BaseException:
+                if saved is not None:
+                    transaction.restore(self, saved)
+                raise
         self._restore_pending_state()
         missing = [self._name_of(v) for g, v in checked if g is None]
         if missing:
@@ -574,9 +594,8 @@ class Optimizer(OptimizerCore):
         if (int(self._iterations) + 1) % steps != 0:
             torch._foreach_add_(accumulators, [g for g, _ in dense])
             return None
-        averaged = [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
-        torch._foreach_zero_(self._accumulated_gradients)
-        return averaged
+        # The accumulators are cleared in ``_finish_step``: an error in this update keeps them.
+        return [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
 
     def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
         """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
@@ -601,7 +620,10 @@ class Optimizer(OptimizerCore):
         self, var_list: Optional[Sequence[torch.Tensor]] = None, var_names: Optional[Sequence[str]] = None
     ) -> None:
         """Skips weight decay for these variables, or for variables whose name matches any ``var_names`` regex."""
-        self._exclude_ids = {id(v) for v in var_list} if var_list else set()
+        # The variables themselves are kept (not only their ids): an id is only meaningful while its object lives,
+        # and a copy of (model, optimizer) maps them to the copied variables.
+        self._exclude_vars = list(var_list) if var_list else []
+        self._exclude_ids = {id(v) for v in self._exclude_vars}
         self._exclude_pattern = re.compile("|".join(sorted(set(var_names)))) if var_names else None
 
     def _use_weight_decay(self, var: torch.Tensor) -> bool:
@@ -738,6 +760,9 @@ class Optimizer(OptimizerCore):
             torch._foreach_copy_(list(variables), list(self._model_variables_moving_average))
 
     def _finish_step(self, pairs: list[Pair], **options: Any) -> Any:
+        steps = self.gradient_accumulation_steps
+        if steps and (int(self._iterations) + 1) % steps == 0:
+            torch._foreach_zero_(self._accumulated_gradients)  # this update used them
         self._iterations.add_(1)
         return self._iterations
 
@@ -805,11 +830,24 @@ class Optimizer(OptimizerCore):
                 f"{len(model)} variables."
             )
         targets = own + model
+        values = []
+        for argument, given, expected in (("optimizer_variables", optimizer_variables, own),
+                                          ("trainable_variables", trainable_variables, model)):
+            for i, (value, target) in enumerate(zip(given, expected)):
+                try:
+                    value = torch.as_tensor(value, dtype=target.dtype, device=target.device)
+                except (TypeError, ValueError, RuntimeError) as err:
+                    raise TypeError(f"Argument `{argument}` entry {i} must be a tensor or an array of numbers. "
+                                    f"Received: {value!r}") from err
+                if value.shape != target.shape:  # no broadcasting: a wrong shape is a wrong variable
+                    raise ValueError(f"Argument `{argument}` entry {i} has shape {tuple(value.shape)}; the variable "
+                                     f"it replaces has shape {tuple(target.shape)}.")
+                values.append(value)
         saved = [t.detach().clone() for t in targets]
         with torch.no_grad():
             try:
-                for t, value in zip(targets, list(optimizer_variables) + list(trainable_variables)):
-                    t.copy_(torch.as_tensor(value, dtype=t.dtype, device=t.device))
+                for t, value in zip(targets, values):
+                    t.copy_(value)
                 self.apply(grads)
                 new_model = [v.detach().clone() for v in model]
                 new_own = [v.detach().clone() for v in self.variables]
@@ -845,10 +883,14 @@ class Optimizer(OptimizerCore):
             for var, w in zip(own, weights):
                 var.copy_(w.to(dtype=var.dtype, device=var.device))
 
+    def _after_copy(self) -> None:
+        super()._after_copy()
+        self._exclude_ids = {id(v) for v in self.__dict__.get("_exclude_vars", [])}
+
     def _restore_pending_state(self) -> None:
         if self._pending_state is not None and self.built:
-            pending, self._pending_state = self._pending_state, None
-            self.set_weights(pending)
+            self.set_weights(self._pending_state)  # checks every length and shape first; kept pending if not
+            self._pending_state = None
         if self.built and "_pending_torch_state" in self.__dict__:
             self._apply_pending_torch_state()
 
@@ -886,6 +928,7 @@ class Optimizer(OptimizerCore):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], custom_objects: Optional[Mapping[str, Any]] = None) -> Optimizer:
+        checks.check_config_dict(config)
         config = dict(config)
         if isinstance(config.get("learning_rate"), dict):
             config["learning_rate"] = schedules_module.deserialize(config["learning_rate"], custom_objects)

@@ -27,6 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from .engine import checks
+
 __all__ = [
     "LearningRateSchedule",
     "ExponentialDecay",
@@ -183,9 +185,10 @@ class LearningRateSchedule:
         return cls(**config)
 
 
-def _check_positive(name: str, value: Any) -> None:
-    if value <= 0:
-        raise ValueError(f"Argument `{name}` must be > 0. Received: {name}={value}")
+def _check_config(schedule: LearningRateSchedule) -> None:
+    """Every argument of a built-in schedule against the shared table (``engine/checks.py``): finite numbers of
+    their range (``decay_steps > 0``, rates, powers and ``t_mul`` not negative...) and boolean flags."""
+    checks.check_values(schedule.get_config())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -222,7 +225,7 @@ class _StepDecay(LearningRateSchedule):
         self.decay_rate = decay_rate
         self.staircase = staircase
         self.name = self._default_name if name is _CLASS_NAME else name
-        _check_positive("decay_steps", decay_steps)
+        _check_config(self)
 
     def _constants(self, device: torch.device) -> Dict[str, Any]:
         lr0 = _initial_lr(self.initial_learning_rate, device)
@@ -304,6 +307,13 @@ class PiecewiseConstantDecay(LearningRateSchedule):
                 f"Received: boundaries={boundaries} of length {len(boundaries)}, "
                 f"and values={values} of length {len(values)}."
             )
+        for i, boundary in enumerate(boundaries):
+            checks.check_number(f"boundaries[{i}]", boundary)
+        for i, value in enumerate(values):
+            checks.as_number(f"values[{i}]", value)
+        bounds = [float(b) for b in boundaries]
+        if any(b >= nxt for b, nxt in zip(bounds, bounds[1:])):
+            raise ValueError(f"Argument `boundaries` must be strictly increasing. Received: boundaries={boundaries}")
         self.boundaries = boundaries
         self.values = values
         self.name = name
@@ -382,7 +392,7 @@ class PolynomialDecay(LearningRateSchedule):
         self.power = power
         self.cycle = cycle
         self.name = name
-        _check_positive("decay_steps", decay_steps)
+        _check_config(self)
 
     def _constants(self, device: torch.device) -> Dict[str, Any]:
         lr0 = _initial_lr(self.initial_learning_rate, device)
@@ -479,7 +489,7 @@ class CosineDecay(LearningRateSchedule):
         self.name = name
         self.warmup_target = warmup_target
         self.warmup_steps = warmup_steps
-        _check_positive("decay_steps", decay_steps)
+        _check_config(self)
 
     def _constants(self, device: torch.device) -> Dict[str, Any]:
         lr0 = _initial_lr(self.initial_learning_rate, device)
@@ -572,7 +582,7 @@ class CosineDecayRestarts(LearningRateSchedule):
         self.m_mul = m_mul
         self.alpha = alpha
         self.name = name
-        _check_positive("first_decay_steps", first_decay_steps)
+        _check_config(self)
 
     def _constants(self, device: torch.device) -> Dict[str, Any]:
         lr0 = _initial_lr(self.initial_learning_rate, device)

@@ -49,6 +49,66 @@ def _builtins() -> dict[str, type]:
     return found
 
 
+def _namespace_registry(package: str) -> dict[str, type]:
+    """``{name: class}`` for the optimizers a generation's package exports (``__all__``), base classes excluded."""
+    import importlib
+
+    module = importlib.import_module(package)  # slotopt's own package, never a name taken from a config
+    base = module.Optimizer
+    found = {}
+    for name in module.__all__:
+        cls = getattr(module, name, None)
+        if isinstance(cls, type) and issubclass(cls, base) and cls is not base and name != "OptimizerV2":
+            found[name] = cls
+    return found
+
+
+def resolve_optimizer_class(class_name: Any, module: Any = None,
+                            custom_objects: Optional[Mapping[str, Any]] = None,
+                            registered_name: Any = None) -> type:
+    """The optimizer class a serialized optimizer names, found without importing anything it names.
+
+    ``custom_objects`` (name → class) first, by ``registered_name`` then ``class_name``; then the registry of
+    the generation ``module`` names: ``slotopt.legacy...`` → the tf.keras legacy optimizers, ``slotopt.v1...`` →
+    the TF1 optimizers, anything else → the Keras 3 optimizers ``deserialize`` knows (names case-insensitive).
+
+    Example:
+        >>> from slotopt.serialization import resolve_optimizer_class
+        >>> resolve_optimizer_class("adam").__module__, resolve_optimizer_class("Adam", "slotopt.legacy.adam").__module__
+        ('slotopt.optimizers.adam', 'slotopt.legacy.adam')
+    """
+    if not isinstance(class_name, str):
+        raise ValueError(f"A serialized optimizer needs a string `class_name`. Received: class_name={class_name!r}")
+    if module is not None and not isinstance(module, str):
+        raise ValueError(f"A serialized optimizer's `module` must be a string. Received: module={module!r}")
+    custom = dict(custom_objects or {})
+    if isinstance(registered_name, str) and registered_name in custom:
+        cls = custom[registered_name]
+    elif class_name in custom:
+        cls = custom[class_name]
+    else:
+        package = module or ""
+        if package == "slotopt.legacy" or package.startswith("slotopt.legacy."):
+            registry, generation = _namespace_registry("slotopt.legacy"), "slotopt.legacy"
+            cls = registry.get(class_name)
+        elif package == "slotopt.v1" or package.startswith("slotopt.v1."):
+            registry, generation = _namespace_registry("slotopt.v1"), "slotopt.v1"
+            cls = registry.get(class_name)
+        else:
+            registry, generation = _builtins(), "slotopt"
+            cls = registry.get(class_name.lower())
+        if cls is None:
+            valid = sorted(registry) + sorted(k for k in custom if k.lower() not in registry)
+            where = "" if generation == "slotopt" else f" (in {generation})"
+            raise ValueError(
+                f"Unknown optimizer: '{class_name}'. Valid names are {valid}{where}; pass other classes (such as "
+                "`Lamb`) through `custom_objects`."
+            )
+    if not isinstance(cls, type):
+        raise ValueError(f"`custom_objects[{class_name!r}]` must be an optimizer class. Received: {cls!r}")
+    return cls
+
+
 def serialize(optimizer: Any) -> dict[str, Any]:
     """The Keras 3 serialized form of ``optimizer``: ``{"module", "class_name", "config", "registered_name"}``.
 
@@ -97,20 +157,7 @@ def deserialize(config: Mapping[str, Any], custom_objects: Optional[Mapping[str,
     if not isinstance(inner, Mapping):
         raise ValueError(f"`config['config']` must be a dict. Received: config={dict(config)!r}")
     custom = dict(custom_objects or {})
-    registered_name = config.get("registered_name")
-    builtins = _builtins()
-    if registered_name in custom:
-        cls = custom[registered_name]
-    elif class_name in custom:
-        cls = custom[class_name]
-    elif class_name.lower() in builtins:
-        cls = builtins[class_name.lower()]
-    else:
-        valid = sorted(builtins) + sorted(k for k in custom if k.lower() not in builtins)
-        raise ValueError(
-            f"Unknown optimizer: '{class_name}'. Valid names are {valid}; pass other classes (such as `Lamb`) "
-            "through `custom_objects`."
-        )
+    cls = resolve_optimizer_class(class_name, None, custom, config.get("registered_name"))
     from_config = getattr(cls, "from_config", None)
     if from_config is None:
         return cls(**inner)

@@ -132,21 +132,25 @@ class Variable(nn.Parameter):
     def __deepcopy__(self, memo: dict) -> Variable:
         if id(self) in memo:
             return memo[id(self)]
-        result = Variable(
-            self.data.clone(memory_format=torch.preserve_format),
-            name=self.name,
-            trainable=self.requires_grad,
-            constraint=copy.deepcopy(self.constraint, memo),
-        )
+        # torch's deepcopy of the data keeps storage sharing (an optimizer slot that is a view of a packed buffer
+        # stays a view of the copied buffer), which a clone would break.
+        result = Variable._adopt(copy.deepcopy(self.data, memo), name=self.name, trainable=self.requires_grad)
+        result.constraint = copy.deepcopy(self.constraint, memo)
+        result._variable_path = self._variable_path
         memo[id(self)] = result
         return result
 
     def __reduce_ex__(self, proto: Any) -> Any:
-        return (_rebuild_variable, (self.data, self.name, self.requires_grad, self.constraint))
+        return (_rebuild_variable, (self.data, self.name, self.requires_grad, self.constraint, self._variable_path))
 
 
-def _rebuild_variable(data: torch.Tensor, name: Optional[str], trainable: bool, constraint: Any) -> Variable:
-    return Variable(data, name=name, trainable=trainable, constraint=constraint)
+def _rebuild_variable(data: torch.Tensor, name: Optional[str], trainable: bool, constraint: Any,
+                      path: Optional[str] = None) -> Variable:
+    # ``data`` was just unpickled (it shares storage only with tensors of the same pickle): adopted, not copied.
+    var = Variable._adopt(data, name=name, trainable=trainable)
+    var.constraint = constraint
+    var._variable_path = path
+    return var
 
 
 # A saved Variable (without a constraint function) is plain data: let torch.load(weights_only=True) rebuild it.

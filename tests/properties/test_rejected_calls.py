@@ -21,7 +21,7 @@ from _strategies import (
     optimizer_state,
     same_bits,
 )
-from hypothesis import Phase, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import slotopt
@@ -174,9 +174,7 @@ def test_failed_step_during_accumulation_changes_nothing(factory, accumulate, sh
         assert same_bits(a, b)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 9: an error on the update call of a gradient-accumulation "
-                                       "step (here the learning-rate callable raising) changes the accumulators")
-@settings(FAST, phases=[Phase.generate])   # known to fail (xfail): no time spent shrinking the example
+@FAST
 @given(factory=factories(apis=("keras3",), base=False), accumulate=st.sampled_from([2, 3]), shapes=SHAPES,
        dtype=DTYPE, seed=SEED, cycles=st.integers(0, 2))
 def test_failing_update_call_during_accumulation_changes_nothing(factory, accumulate, shapes, dtype, seed, cycles):

@@ -282,7 +282,6 @@ def test_rmsprop_momentum_rejects_out_of_range_values():
     slotopt.RMSprop(learning_rate=0.1, momentum=1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15: hyperparameter validation (RMSprop epsilon <= 0 is accepted)")
 def test_rmsprop_epsilon_rejects_non_positive_values():
     # keras/src/optimizers/rmsprop_test.py: test_epsilon_rejects_non_positive_values
     for bad in (0, -1e-7):

@@ -10,19 +10,32 @@ TensorFlow rounds constants in two ways, and the difference is visible in the re
 ``d_form`` and ``f_form`` are the two ways ``1 - beta`` is computed. All results are Python floats that hold the
 exact value of the rounded constant, so passing them to ``torch._foreach_*`` ops introduces no further rounding.
 Everything is computed on CPU scalars: no device synchronisation on the hot path.
+
+Low precision (issue 15, ``docs/migration.md``): the reference rounds every constant to the variable's dtype.
+For float16 slotopt does the same (11 significant bits keep the usual hyperparameters apart from 1). For bfloat16
+(8 bits) it does not: ``0.999`` rounds to ``1.0``, so Adam never moves and Nadam/Lamb divide by zero, and no
+reference data covers bfloat16 variables. Their coefficients are computed in float32 (``scalar_dtype``); the
+update itself still runs on the bfloat16 tensors, whose float32 "opmath" uses these values exactly.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["literal", "cast", "d_form", "f_form", "power", "evaluate"]
+__all__ = ["literal", "cast", "d_form", "f_form", "power", "evaluate", "scalar_dtype"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
 
+def scalar_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a hyperparameter or step counter is rounded to for variables of ``dtype``: ``dtype`` itself,
+    except float32 for bfloat16 (where the usual betas round to 1)."""
+    return torch.float32 if dtype == torch.bfloat16 else dtype
+
+
 def literal(x: float, dtype: torch.dtype) -> float:
     """``x`` rounded once to ``dtype``."""
+    dtype = scalar_dtype(dtype)
     if dtype == torch.float64:
         return float(x)
     return torch.tensor(float(x), dtype=dtype).item()
@@ -31,7 +44,7 @@ def literal(x: float, dtype: torch.dtype) -> float:
 def cast(x: float, dtype: torch.dtype) -> float:
     """``x`` rounded to float32 (TensorFlow's default for a Python float), then to ``dtype``."""
     x32 = torch.tensor(float(x), dtype=torch.float32).item()
-    return literal(x32, dtype) if dtype in _HALF else x32
+    return literal(x32, dtype) if scalar_dtype(dtype) in _HALF else x32
 
 
 def d_form(beta: float, dtype: torch.dtype) -> float:
@@ -41,15 +54,18 @@ def d_form(beta: float, dtype: torch.dtype) -> float:
 
 def f_form(beta: float, dtype: torch.dtype) -> float:
     """``1 - cast(beta)`` computed in ``dtype`` (tf.keras legacy, Keras 3 Nadam/Lion, TF1)."""
+    dtype = scalar_dtype(dtype)
     one = torch.tensor(1.0, dtype=dtype)
     return (one - torch.tensor(cast(beta, dtype), dtype=dtype)).item()
 
 
 def power(base: float, exponent: float, dtype: torch.dtype) -> float:
     """``base ** exponent`` evaluated in ``dtype`` (both operands already rounded to it)."""
+    dtype = scalar_dtype(dtype)
     return torch.pow(torch.tensor(base, dtype=dtype), torch.tensor(exponent, dtype=dtype)).item()
 
 
 def evaluate(fn, dtype: torch.dtype, *values: float) -> float:
     """Evaluates ``fn`` on 0-dim tensors of ``dtype`` so every intermediate is rounded as in the reference."""
+    dtype = scalar_dtype(dtype)
     return fn(*(torch.tensor(v, dtype=dtype) for v in values)).item()

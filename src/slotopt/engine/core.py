@@ -23,7 +23,7 @@ from ..variables import (
     named_variables,
     variable_name,
 )
-from . import distributed
+from . import checks, distributed
 from . import sparse as sparse_rows
 from .torch_protocol import TorchProtocol, is_param_group_list
 
@@ -41,6 +41,7 @@ class BuildsOnParams(type):
 
     def __call__(cls, *args: Any, params: Any = None, **kwargs: Any) -> Any:
         optimizer = super().__call__(*args, **kwargs)
+        optimizer._check_configuration()  # every generation's hyperparameters, by name (engine/checks.py)
         if params is not None:
             optimizer.build(params)
         return optimizer
@@ -58,6 +59,32 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     #: Whether ``apply_gradients`` refuses a variable listed twice (the legacy line; Keras 3 and TF1 apply
     #: each listing in turn, as the real libraries do).
     _refuses_repeated_variables: bool = False
+
+    #: Where a class narrows the shared range of a hyperparameter (``engine.checks.RANGES``), e.g. Adam's
+    #: ``beta_1`` in [0, 1): 1.0 divides by ``1 - beta_1 ** t = 0`` at the first step.
+    _hyperparameter_ranges: dict[str, checks.Range] = {}
+
+    def _configuration_values(self) -> dict[str, Any]:
+        """The constructor's hyperparameters by argument name (callables and schedules as given)."""
+        return {}
+
+    def _check_configuration(self) -> None:
+        """Raises for a hyperparameter that is not a finite number of its range, or a flag that is not a bool."""
+        values = {**self._attribute_values(), **self._configuration_values()}
+        checks.check_values(values, self._hyperparameter_ranges)
+
+    def _attribute_values(self) -> dict[str, Any]:
+        """Flags and plain-number attributes (``x`` or ``_x``) named like a checked hyperparameter: constants such
+        as ``initial_accumulator_value`` that a generation keeps outside its hyperparameter table."""
+        found: dict[str, Any] = {}
+        for key, value in self.__dict__.items():
+            name = key[1:] if key.startswith("_") and not key.startswith("__") else key
+            if name in checks.FLAGS or (name in checks.RANGES and isinstance(value, (int, float))):
+                found.setdefault(name, value)
+        return found
+
+    def _check_hyperparameter(self, key: str, value: Any) -> None:
+        checks.check_value("learning_rate" if key == "lr" else key, value, self._hyperparameter_ranges)
 
     def _init_core(self) -> None:
         self._vars: list[torch.Tensor] = []
@@ -180,7 +207,17 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return bool(flag.item() == 0.0)
 
     def _position(self, var: torch.Tensor) -> Optional[int]:
-        return self._var_index.get(id(var))
+        pos = self._var_index.get(id(var))
+        if pos is None or self._vars[pos] is var or self._originals[pos] is var:
+            return pos
+        return None  # an id of a freed object, now reused by another tensor
+
+    def _after_copy(self) -> None:
+        super()._after_copy()
+        # The user's tensors (param_groups) and the ones the rules update (a DTensor's local shard) are both keys.
+        self._var_index = {id(v): i for i, v in enumerate(self._vars)}
+        self._var_index.update({id(v): i for i, v in enumerate(self.__dict__.get("_originals", ()))})
+        self._group_cache = {}
 
     def _name_of(self, var: torch.Tensor) -> str:
         pos = self._position(var)

@@ -87,6 +87,11 @@ class TorchProtocol(torch.optim.Optimizer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._after_copy()
+
+    def _after_copy(self) -> None:
+        """Runs after unpickling or ``copy.deepcopy``: the variables are new objects, so every table keyed by a
+        variable's ``id()`` is rebuilt from the variables themselves (an old id may belong to anything now)."""
 
     # ------------------------------------------------------------------------------------------ groups
     @property
@@ -214,8 +219,10 @@ class TorchProtocol(torch.optim.Optimizer):
             if not _is_number(value) or not math.isfinite(value) or (key == "lr" and value < 0):
                 what = "a finite number >= 0" if key == "lr" else "a finite number"
                 raise ValueError(f"Parameter group {index}: `{key}` must be {what}. Received: {key}={value!r}")
-            if key != "lr":
+            try:
                 self._check_hyperparameter(key, value)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"Parameter group {index}: {err}") from None
 
     def _sync_param_groups(self) -> None:
         """Applies what was written into the groups since the last step (e.g. by a torch LR scheduler).
@@ -577,6 +584,9 @@ class WrapsInnerOptimizer:
 
     def _wrapper_state(self) -> dict[str, torch.Tensor]:
         return {}
+
+    def _configuration_values(self) -> dict[str, Any]:
+        return {}  # the inner optimizer checked its own
 
     def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
         entry = self._protocol_inner._param_state(param)

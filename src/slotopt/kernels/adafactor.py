@@ -16,8 +16,12 @@ Tensors = list[torch.Tensor]
 
 
 def _rms(x: torch.Tensor, count: Optional[int] = None) -> torch.Tensor:
-    """``sqrt(mean(x*x))``; with ``count``, the sum of squares over ``count`` elements (slices of a tensor)."""
-    return (torch.mean(x * x) if count is None else torch.sum(x * x) / count).sqrt()
+    """``sqrt(mean(x*x))``; with ``count``, the sum of squares over ``count`` elements (slices of a tensor).
+
+    Reductions run over the row-major values (a no-op for a contiguous tensor): the same values stored as a
+    transposed view give the same bits."""
+    square = (x * x).contiguous()
+    return (torch.mean(square) if count is None else torch.sum(square) / count).sqrt()
 
 
 def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensors,
@@ -40,7 +44,7 @@ def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensor
         rows = None if indices is None else indices[i]
         alpha = _rms(param).clamp_min(epsilon_2) * rho
         if rows is None:
-            regulated = grad * grad + epsilon_1
+            regulated = (grad * grad + epsilon_1).contiguous()  # layout-independent means (see _rms)
         else:
             regulated = sparse_rows.segment_sum(grad * grad, rows, param.shape[0]) + epsilon_1
         if param.dim() >= 2:

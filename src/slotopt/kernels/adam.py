@@ -163,8 +163,8 @@ def lamb(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Optio
     torch._foreach_add_(denom, epsilon)
     torch._foreach_div_(updates, denom)
     for param, update in zip(params, updates):
-        w_norm = torch.sum(param * param).sqrt()
-        u_norm = torch.sum(update * update).sqrt()
+        w_norm = torch.sum((param * param).contiguous()).sqrt()  # row-major order: independent of the layout
+        u_norm = torch.sum((update * update).contiguous()).sqrt()
         ratio = torch.where(w_norm > 0, torch.where(u_norm > 0, w_norm / u_norm, 1.0), 1.0)
         param.sub_(update.mul_(ratio * lr))
 

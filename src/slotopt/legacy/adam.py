@@ -7,8 +7,9 @@ from typing import Any, Optional
 import torch
 
 from .. import schedules as schedules_module
+from ..engine import checks
 from ..kernels import adam as kernels
-from .hyperparameters import as_scalar, epsilon_or_default, floats, literal_scalar
+from .hyperparameters import as_scalar, epsilon_or_default, floats, literal_scalar, step_scalar
 from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
 
 __all__ = ["Adam", "Adamax", "Nadam"]
@@ -18,6 +19,8 @@ class _AdamBase(Optimizer):
     """Shared constructor pieces: ``learning_rate``, ``decay``, ``beta_1``, ``beta_2`` hyperparameters."""
 
     _HAS_AGGREGATE_GRAD = True
+    #: ``1 - beta ** t`` divides the update (bias correction): a beta of 1 gives NaN or no movement at step 1.
+    _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN, "beta_2": checks.UNIT_OPEN}
 
     def _set_adam_hypers(self, learning_rate: Any, beta_1: Any, beta_2: Any, epsilon: Any, kwargs: dict) -> None:
         self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
@@ -28,7 +31,7 @@ class _AdamBase(Optimizer):
 
     def _betas(self, var_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(t, beta_1, beta_2)`` in the variable dtype, with ``t = iterations + 1``."""
-        local_step = (self.iterations.detach() + 1).to(var_dtype)
+        local_step = step_scalar(self.iterations.detach() + 1, var_dtype)
         return local_step, self._get_hyper("beta_1", var_dtype), self._get_hyper("beta_2", var_dtype)
 
     def _config(self, **extra: Any) -> dict[str, Any]:
@@ -142,6 +145,8 @@ class Adamax(_AdamBase):
         0.5
     """
 
+    _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN}  # beta_2 = 1 keeps the running maximum
+
     def __init__(self, learning_rate: Hyperparameter = 0.001, beta_1: Hyperparameter = 0.9,
                  beta_2: Hyperparameter = 0.999, epsilon: Optional[float] = 1e-7, name: Optional[str] = "Adamax",
                  **kwargs: Any) -> None:
@@ -251,7 +256,7 @@ class Nadam(_AdamBase):
     def _prepare_local(self, var_device: torch.device, var_dtype: torch.dtype, apply_state: ApplyState) -> None:
         lr_t = self._get_hyper("learning_rate", var_dtype)
         local_step, beta_1, beta_2 = self._betas(var_dtype)
-        next_step = (self.iterations.detach() + 2).to(var_dtype)
+        next_step = step_scalar(self.iterations.detach() + 2, var_dtype)
         decay_base = as_scalar(0.96, var_dtype)
         psi = self._initial_decay
         m_t = beta_1 * (1.0 - 0.5 * torch.pow(decay_base, psi * local_step))

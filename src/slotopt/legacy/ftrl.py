@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..engine import checks
 from ..kernels import ftrl as kernels
 from .hyperparameters import as_scalar, floats, is_number
 from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
@@ -33,13 +34,16 @@ class Ftrl(Optimizer):
         -0.5
     """
 
+    #: The update divides by the learning rate: 0 gives NaN at the first step.
+    _hyperparameter_ranges = {"learning_rate": checks.POSITIVE}
+
     def __init__(self, learning_rate: Hyperparameter = 0.001, learning_rate_power: Hyperparameter = -0.5,
                  initial_accumulator_value: float = 0.1, l1_regularization_strength: Hyperparameter = 0.0,
                  l2_regularization_strength: Hyperparameter = 0.0, name: Optional[str] = "Ftrl",
                  l2_shrinkage_regularization_strength: float = 0.0, beta: Hyperparameter = 0.0,
                  **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
-        checks = (
+        rules = (
             ("initial_accumulator_value", initial_accumulator_value, "positive or zero", lambda x: x < 0.0),
             ("learning_rate_power", learning_rate_power, "negative or zero", lambda x: x > 0.0),
             ("l1_regularization_strength", l1_regularization_strength, "positive or zero", lambda x: x < 0.0),
@@ -47,7 +51,7 @@ class Ftrl(Optimizer):
             ("l2_shrinkage_regularization_strength", l2_shrinkage_regularization_strength, "positive or zero",
              lambda x: x < 0.0),
         )
-        for key, value, wanted, bad in checks:
+        for key, value, wanted, bad in rules:
             number_only = key in ("initial_accumulator_value", "l2_shrinkage_regularization_strength")
             if number_only and not is_number(value):
                 raise TypeError(f"Argument `{key}` must be a number. Received: {key}={value!r}")

@@ -20,7 +20,7 @@ from ..engine import constants as K
 from ..engine import state
 
 __all__ = ["is_number", "is_hyper_value", "as_scalar", "literal_scalar", "initial_value", "momentum_enabled",
-           "epsilon_or_default", "floats", "DEFAULT_EPSILON"]
+           "epsilon_or_default", "floats", "DEFAULT_EPSILON", "step_scalar"]
 
 #: Keras' backend epsilon, used when ``epsilon`` is 0 or None.
 DEFAULT_EPSILON = 1e-7
@@ -46,6 +46,7 @@ def as_scalar(value: Any, dtype: torch.dtype) -> torch.Tensor:
     A Python number becomes float32 first (TensorFlow's ``convert_to_tensor``), a tensor or numpy value is cast
     from its own dtype.
     """
+    dtype = K.scalar_dtype(dtype)  # bfloat16 variables: float32 coefficients (see engine/constants.py)
     if isinstance(value, torch.Tensor):
         return value.detach().reshape(()).to(device="cpu", dtype=dtype)
     if isinstance(value, (np.ndarray, np.generic)):
@@ -57,7 +58,16 @@ def as_scalar(value: Any, dtype: torch.dtype) -> torch.Tensor:
 
 def literal_scalar(value: float, dtype: torch.dtype) -> torch.Tensor:
     """``tf.convert_to_tensor(value, dtype)``: a Python float rounded once, straight to ``dtype``."""
-    return torch.tensor(K.literal(float(value), dtype), dtype=dtype)
+    return torch.tensor(K.literal(float(value), dtype), dtype=K.scalar_dtype(dtype))
+
+
+def step_scalar(count: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An iteration count as the reference uses it, ``tf.cast(iterations, var_dtype)``, while that is finite; a
+    float16 count past 65504 would be inf (training would stop), so it is float32 from there on."""
+    dtype = K.scalar_dtype(dtype)
+    if dtype == torch.float16 and int(count) > 65504:
+        dtype = torch.float32
+    return count.detach().to(dtype)
 
 
 def initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, device: Any) -> torch.Tensor:

@@ -24,14 +24,14 @@ import torch
 from torch import nn
 
 from .. import schedules as schedules_module
-from ..engine import clipping
+from ..engine import checks, clipping, transaction
 from ..engine import sparse as sparse_rows
 from ..engine.core import OptimizerCore, Pair
 from ..engine.distributed import no_aggregation
 from ..engine.pipeline import run_step
 from ..optimizer import _unique_name
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables, variable_name
-from .hyperparameters import as_scalar, initial_value, is_hyper_value, is_number
+from .hyperparameters import as_scalar, initial_value, is_hyper_value, is_number, step_scalar
 
 __all__ = ["Optimizer", "OptimizerV2", "ApplyState", "Hyperparameter", "grouped_dense"]
 
@@ -132,6 +132,8 @@ class Optimizer(OptimizerCore):
                 raise TypeError(f"Argument `{key}` must be a number or None. Received: {key}={value!r}")
             if is_number(value) and value < 0:
                 raise ValueError(f"Expected {key} >= 0, received: {value}")
+            if is_number(value) or isinstance(value, torch.Tensor):
+                checks.check_number(key, value, checks.NONNEGATIVE)
             if key == "lr":
                 warnings.warn("The `lr` argument is deprecated, use `learning_rate` instead.", UserWarning,
                               stacklevel=3)
@@ -159,8 +161,9 @@ class Optimizer(OptimizerCore):
                 self._raise_clip_with_transformers(key, value, transformers)
         decay = kwargs.pop("decay", 0.0)
         decay = 0.0 if decay is None else decay
-        if decay < 0.0:
+        if is_number(decay) and decay < 0.0:
             raise ValueError(f"decay cannot be less than 0. Received: decay={decay}.")
+        checks.check_number("decay", decay, checks.NONNEGATIVE)
 
         self._init_core()
         self._name = name if name else _unique_name(type(self).__name__)
@@ -235,6 +238,7 @@ class Optimizer(OptimizerCore):
             raise TypeError(f"Argument `{key}` must be a number or None. Received: {key}={value!r}")
         if value < 0:
             raise ValueError(f"Expected {key} >= 0, received: {value}")
+        checks.check_number(key, value, checks.NONNEGATIVE)
 
     @property
     def clipnorm(self) -> Optional[float]:
@@ -280,6 +284,7 @@ class Optimizer(OptimizerCore):
                 f"Hyperparameter `{name}` must be a number, a scalar tensor, a LearningRateSchedule or a "
                 f"no-argument callable. Received: {name}={value!r}"
             )
+        checks.check_value(name, value, self._hyperparameter_ranges)
         previous = self._hyper.get(name)
         variable = self._hyper_variables.get(name)
         if variable is not None and previous is variable and not callable(value):
@@ -297,7 +302,12 @@ class Optimizer(OptimizerCore):
         if isinstance(value, schedules_module.LearningRateSchedule):
             return value
         if callable(value):
-            value = value()
+            step_values = self.__dict__.get("_step_values")
+            if step_values is not None and name in step_values:
+                value = step_values[name]  # evaluated (and checked) once, before this step changed anything
+            else:
+                value = value()
+                checks.check_result(name, value, self._hyperparameter_ranges)
             if name == "learning_rate":
                 self._remember_lr(value)
         if dtype is not None:
@@ -342,11 +352,13 @@ class Optimizer(OptimizerCore):
         then divided by ``1 + decay * iterations`` when ``decay > 0``."""
         lr_t = self._get_hyper("learning_rate", var_dtype)
         if isinstance(lr_t, schedules_module.LearningRateSchedule):
-            local_step = self.iterations.detach().to(var_dtype)
-            lr_t = as_scalar(lr_t(local_step), var_dtype)
+            local_step = step_scalar(self.iterations, var_dtype)
+            value = lr_t(local_step)
+            checks.check_result("learning_rate", value, self._hyperparameter_ranges)
+            lr_t = as_scalar(value, var_dtype)
             self._remember_lr(lr_t)
         if self._initial_decay > 0.0:
-            local_step = self.iterations.detach().to(var_dtype)
+            local_step = step_scalar(self.iterations, var_dtype)
             decay_t = as_scalar(self._initial_decay, var_dtype)
             lr_t = lr_t / (1.0 + decay_t * local_step)
         return lr_t
@@ -443,7 +455,19 @@ class Optimizer(OptimizerCore):
         idempotent)."""
 
     def _create_all_weights(self, var_list: Sequence[torch.Tensor]) -> None:
-        """Creates ``iterations``, the hyperparameter variables and the slots of ``var_list``."""
+        """Creates ``iterations``, the hyperparameter variables and the slots of ``var_list``. With a checkpoint
+        loaded before the build that does not fit, nothing is created and the checkpoint stays pending."""
+        if "_pending_torch_state" not in self.__dict__:
+            self._create_weights_for(var_list)
+            return
+        saved = transaction.snapshot(self)
+        try:
+            self._create_weights_for(var_list)
+        except BaseException:
+            transaction.restore(self, saved)
+            raise
+
+    def _create_weights_for(self, var_list: Sequence[torch.Tensor]) -> None:
         _ = self.iterations
         self._create_hypers()
         var_list = list(var_list)
@@ -523,6 +547,7 @@ class Optimizer(OptimizerCore):
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Optional[dict[str, Any]] = None) -> Optimizer:
         """Recreates an optimizer from ``get_config()`` (``lr`` is renamed, a schedule dict deserialized)."""
+        checks.check_config_dict(config)
         config = dict(config)
         if "lr" in config:
             config["learning_rate"] = config.pop("lr")
@@ -577,6 +602,14 @@ class Optimizer(OptimizerCore):
     # The hooks of ``engine/torch_protocol.py``: a group carries the ``_set_hyper`` hyperparameters and ``epsilon``.
     def _has_learning_rate(self) -> bool:
         return "learning_rate" in self._hyper
+
+    def _configuration_values(self) -> dict[str, Any]:
+        values = {name: value for name, value in self._hyper.items() if not isinstance(value, Variable)}
+        values.update(decay=self._initial_decay, clipnorm=self._clipnorm, clipvalue=self._clipvalue,
+                      global_clipnorm=self._global_clipnorm)
+        if is_number(self.__dict__.get("epsilon")):
+            values["epsilon"] = self.epsilon
+        return values
 
     def _hyperparameter_keys(self) -> tuple[str, ...]:
         keys = tuple(k for k in self._hyper if k not in ("learning_rate", "decay"))
@@ -689,11 +722,27 @@ class Optimizer(OptimizerCore):
                 "`model.compile()`, did you forget to provide a `loss` argument?",
                 stacklevel=4,
             )
-        self._create_all_weights([v for _, v in present])
-        if not present:
-            return None
-        self._apply_state = self._prepare([v for _, v in present])
+        # The callables' values first: one that raises or returns NaN leaves no slot or iteration behind.
+        self.__dict__["_step_values"] = self._evaluate_callable_hypers()
+        try:
+            self._create_all_weights([v for _, v in present])
+            if not present:
+                return None
+            self._apply_state = self._prepare([v for _, v in present])
+        finally:
+            self.__dict__["_step_values"] = None
         return checked
+
+    def _evaluate_callable_hypers(self) -> dict[str, Any]:
+        """Each no-argument callable hyperparameter called once and its value checked (``_get_hyper`` reuses it
+        for this step's coefficients)."""
+        values = {}
+        for name, value in self._hyper.items():
+            if callable(value) and not isinstance(value, (torch.Tensor, schedules_module.LearningRateSchedule)):
+                result = value()
+                checks.check_result(name, result, self._hyperparameter_ranges)
+                values[name] = result
+        return values
 
     def _check_supported(self, pairs: list[Pair]) -> None:
         """A subclass without ``_resource_apply_sparse`` (or ``_dense``) cannot take such gradients."""

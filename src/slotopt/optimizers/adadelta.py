@@ -6,10 +6,10 @@ from typing import Any, Optional
 
 import torch
 
+from ..engine import checks
 from ..engine import constants as K
 from ..kernels import adadelta as kernels
 from ..optimizer import LearningRate, Optimizer
-from .rmsprop import _check_fractions, _check_non_negative
 
 
 class Adadelta(Optimizer):
@@ -35,8 +35,7 @@ class Adadelta(Optimizer):
                  use_ema: bool = False, ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
                  loss_scale_factor: Any = None, gradient_accumulation_steps: Any = None, name: Any = None,
                  **kwargs: Any) -> None:
-        _check_fractions(rho=rho)
-        _check_non_negative(epsilon=epsilon)
+        checks.check_values({"rho": rho, "epsilon": epsilon})
         super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
                          ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
         self.rho = rho

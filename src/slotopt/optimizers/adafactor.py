@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
+from ..engine import checks
 from ..engine import constants as K
 from ..kernels import adafactor as kernels
 from ..optimizer import LearningRate, Optimizer
-from .rmsprop import _check_non_negative
 
 
 class Adafactor(Optimizer):
@@ -47,12 +46,8 @@ class Adafactor(Optimizer):
                  use_ema: bool = False, ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
                  loss_scale_factor: Any = None, gradient_accumulation_steps: Any = None, name: Any = None,
                  **kwargs: Any) -> None:
-        if not isinstance(beta_2_decay, (int, float)) or isinstance(beta_2_decay, bool) \
-                or not math.isfinite(beta_2_decay):
-            raise ValueError(f"Argument `beta_2_decay` must be a finite number. Received: beta_2_decay={beta_2_decay!r}")
-        _check_non_negative(epsilon_1=epsilon_1, epsilon_2=epsilon_2, clip_threshold=clip_threshold)
-        if clip_threshold == 0:
-            raise ValueError(f"Argument `clip_threshold` must be > 0. Received: clip_threshold={clip_threshold!r}")
+        checks.check_values({"beta_2_decay": beta_2_decay, "epsilon_1": epsilon_1, "epsilon_2": epsilon_2,
+                             "clip_threshold": clip_threshold, "relative_step": relative_step})
         super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
                          ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
         self.beta_2_decay = beta_2_decay

@@ -6,10 +6,10 @@ from typing import Any, Optional
 
 import torch
 
+from ..engine import checks
 from ..engine import constants as K
 from ..kernels import adagrad as kernels
 from ..optimizer import LearningRate, Optimizer
-from .rmsprop import _check_non_negative
 
 
 class Adagrad(Optimizer):
@@ -36,7 +36,7 @@ class Adagrad(Optimizer):
                  global_clipnorm: Any = None, use_ema: bool = False, ema_momentum: float = 0.99,
                  ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
                  gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
-        _check_non_negative(initial_accumulator_value=initial_accumulator_value, epsilon=epsilon)
+        checks.check_values({"initial_accumulator_value": initial_accumulator_value, "epsilon": epsilon})
         super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
                          ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
         self.initial_accumulator_value = initial_accumulator_value

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
+from ..engine import checks
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
@@ -35,9 +35,12 @@ class MomentOptimizer(Optimizer):
         (True, 0.99, 1.0)
     """
 
+    #: ``1 - beta ** t`` divides the update (bias correction): a beta of 1 gives NaN or no movement at step 1.
+    _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN, "beta_2": checks.UNIT_OPEN}
+
     def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
                  epsilon: float = 1e-7, **kwargs: Any) -> None:
-        _check_betas(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+        checks.check_values({"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}, self._hyperparameter_ranges)
         super().__init__(learning_rate, **kwargs)
         self.beta_1 = beta_1
         self.beta_2 = beta_2
@@ -114,15 +117,6 @@ class AdamW(Adam):
             raise ValueError(f"Argument `weight_decay` must be a float. Received: weight_decay={weight_decay}")
         super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                          amsgrad=amsgrad, weight_decay=weight_decay, **kwargs)
-
-
-def _check_betas(**values: float) -> None:
-    """Rejects hyperparameters that are not finite numbers >= 0 (betas must also be < 1... or == 1)."""
-    for name, value in values.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"Argument `{name}` must be a finite number >= 0. Received: {name}={value!r}")
-        if name.startswith("beta") and value > 1:
-            raise ValueError(f"Argument `{name}` must be in [0, 1]. Received: {name}={value!r}")
 
 
 __all__ = ["MomentOptimizer", "Adam", "AdamW", "adam_alpha", "square_terms"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine import checks
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
@@ -30,6 +31,7 @@ class Adamax(MomentOptimizer):
 
     _kernel_slots = ("momentum", "norm")
     _sparse_layout = "blocks"
+    _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN}  # beta_2 = 1 keeps the running maximum: legitimate
 
     def build(self, variables: Any) -> None:
         if self.built:

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from ..engine import checks
 from ..engine import constants as K
 from ..kernels import ftrl as kernels
 from ..optimizer import LearningRate, Optimizer
 from .adam import square_terms
-
-
-def _check_number(name: str, value: Any) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise ValueError(f"Argument `{name}` must be a finite number. Received: {name}={value!r}")
 
 
 class Ftrl(Optimizer):
@@ -35,6 +30,8 @@ class Ftrl(Optimizer):
 
     _kernel_slots = ("accumulator", "linear")
     _sparse_layout = "blocks"
+    #: The update divides by the learning rate: 0 gives NaN at the first step.
+    _hyperparameter_ranges = {"learning_rate": checks.POSITIVE}
 
     def __init__(self, learning_rate: LearningRate = 0.001, learning_rate_power: float = -0.5,
                  initial_accumulator_value: float = 0.1, l1_regularization_strength: float = 0.0,
@@ -49,7 +46,7 @@ class Ftrl(Optimizer):
                            ("l2_regularization_strength", l2_regularization_strength),
                            ("l2_shrinkage_regularization_strength", l2_shrinkage_regularization_strength),
                            ("beta", beta)):
-            _check_number(arg, value)
+            checks.check_number(arg, value, checks.ANY)
         if initial_accumulator_value < 0.0:
             raise ValueError("`initial_accumulator_value` needs to be positive or zero. Received: "
                              f"initial_accumulator_value={initial_accumulator_value}.")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..engine import checks
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import lion as kernels
 from ..optimizer import LearningRate, Optimizer
-from .rmsprop import _check_fractions
 
 
 class Lion(Optimizer):
@@ -41,7 +41,7 @@ class Lion(Optimizer):
                 "Argument `beta_1` must be in the [0, 1] range. Otherwise, the optimizer degenerates to SignSGD. "
                 f"Received: beta_1={beta_1}."
             )
-        _check_fractions(beta_2=beta_2)
+        checks.check_values({"beta_2": beta_2})
         super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
                          ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
         self.beta_1 = beta_1

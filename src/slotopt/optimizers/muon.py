@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -10,6 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from ..engine import checks
 from ..engine import constants as K
 from ..engine.core import Pair
 from ..engine.routing import variable_path
@@ -17,17 +17,12 @@ from ..kernels import adam as adam_kernels
 from ..kernels import muon as kernels
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..optimizer import LearningRate, Optimizer
-from .adam import _check_betas, adam_alpha
+from .adam import adam_alpha
 
 
 def _number(name: str, value: Any, *, optional: bool = False, minimum: Optional[float] = None) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
-            minimum is not None and value < minimum):
-        bound = f" >= {minimum}" if minimum is not None else ""
-        kind = "a finite number" + bound + (" or None" if optional else "")
-        raise ValueError(f"Argument `{name}` must be {kind}. Received: {name}={value!r}")
+    if not (optional and value is None):
+        checks.check_number(name, value, checks.Range(minimum) if minimum is not None else checks.ANY)
 
 
 class Muon(Optimizer):
@@ -80,10 +75,8 @@ class Muon(Optimizer):
                  muon_a: float = 3.4445, muon_b: float = -4.7750, muon_c: float = 2.0315,
                  adam_lr_ratio: float = 1, momentum: float = 0.95, ns_steps: int = 5, nesterov: bool = True,
                  rms_rate: Optional[float] = 0.2, **kwargs: Any) -> None:
-        _check_betas(adam_beta_1=adam_beta_1, adam_beta_2=adam_beta_2, epsilon=epsilon, momentum=momentum)
-        for key, value in (("adam_beta_1", adam_beta_1), ("adam_beta_2", adam_beta_2), ("momentum", momentum)):
-            if value > 1:
-                raise ValueError(f"Argument `{key}` must be in [0, 1]. Received: {key}={value!r}")
+        checks.check_values({"adam_beta_1": adam_beta_1, "adam_beta_2": adam_beta_2, "epsilon": epsilon,
+                             "momentum": momentum, "nesterov": nesterov, "exclude_embeddings": exclude_embeddings})
         _number("adam_weight_decay", adam_weight_decay, optional=True, minimum=0)
         _number("adam_lr_ratio", adam_lr_ratio, minimum=0)
         _number("rms_rate", rms_rate, optional=True, minimum=0)

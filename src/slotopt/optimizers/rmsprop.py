@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import torch
 
+from ..engine import checks
 from ..engine import constants as K
 from ..kernels import rmsprop as kernels
 from ..optimizer import LearningRate, Optimizer
-
-
-def _check_fractions(**values: Any) -> None:
-    """Rejects hyperparameters that are not finite numbers in [0, 1]."""
-    for name, value in values.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
-                or not 0 <= value <= 1:
-            raise ValueError(f"Argument `{name}` must be a number in [0, 1]. Received: {name}={value!r}")
-
-
-def _check_non_negative(**values: Any) -> None:
-    """Rejects hyperparameters that are not finite numbers >= 0."""
-    for name, value in values.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"Argument `{name}` must be a finite number >= 0. Received: {name}={value!r}")
 
 
 class RMSprop(Optimizer):
@@ -39,7 +24,7 @@ class RMSprop(Optimizer):
     Example:
         >>> import torch, slotopt
         >>> w = slotopt.Variable(torch.tensor([1.0]), name="w")
-        >>> opt = slotopt.RMSprop(learning_rate=0.1, rho=0.75, epsilon=0.0, name="rm_sprop")
+        >>> opt = slotopt.RMSprop(learning_rate=0.1, rho=0.75, epsilon=1e-12, name="rm_sprop")
         >>> _ = opt.apply_gradients([(torch.tensor([2.0]), w)])
         >>> round(w.item(), 4)
         0.8
@@ -47,13 +32,16 @@ class RMSprop(Optimizer):
         ['rm_sprop/w_velocity']
     """
 
+    #: Keras 3 refuses epsilon <= 0 (the square root of a zero second moment would divide by zero).
+    _hyperparameter_ranges = {"epsilon": checks.Range(0.0, low_open=True, label="positive")}
+
     def __init__(self, learning_rate: LearningRate = 0.001, rho: float = 0.9, momentum: float = 0.0,
                  epsilon: float = 1e-7, centered: bool = False, weight_decay: Any = None, clipnorm: Any = None,
                  clipvalue: Any = None, global_clipnorm: Any = None, use_ema: bool = False,
                  ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
                  gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
-        _check_fractions(rho=rho, momentum=momentum)
-        _check_non_negative(epsilon=epsilon)
+        checks.check_values({"rho": rho, "momentum": momentum, "epsilon": epsilon, "centered": centered},
+                            self._hyperparameter_ranges)
         super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
                          ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
         self.rho = rho

@@ -6,10 +6,10 @@ from typing import Any, Optional
 
 import torch
 
+from ..engine import checks
 from ..engine import constants as K
 from ..kernels import schedule_free as kernels
 from ..optimizer import LearningRate, Optimizer
-from .adam import _check_betas
 
 
 class ScheduleFreeAdamW(Optimizer):
@@ -50,13 +50,15 @@ class ScheduleFreeAdamW(Optimizer):
     """
 
     _kernel_slots = ("momentum", "velocity")
+    #: ``sqrt(1 - beta_2 ** t)`` scales the step: a beta_2 of 1 never moves.
+    _hyperparameter_ranges = {"beta_2": checks.UNIT_OPEN}
 
     def __init__(self, learning_rate: LearningRate = 0.0025, beta_1: float = 0.9, beta_2: float = 0.999,
                  epsilon: float = 1e-8, warmup_steps: int = 0, weight_decay: Any = None, clipnorm: Any = None,
                  clipvalue: Any = None, global_clipnorm: Any = None, use_ema: bool = False,
                  ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
                  gradient_accumulation_steps: Any = None, name: Optional[str] = None, **kwargs: Any) -> None:
-        _check_betas(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+        checks.check_values({"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}, self._hyperparameter_ranges)
         if beta_1 == 0:
             raise ValueError(f"Argument `beta_1` must be > 0 (x is recovered by dividing by it). Received: "
                              f"beta_1={beta_1!r}")

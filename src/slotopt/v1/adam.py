@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from ..engine import checks
 from ..engine import constants as K
 from ..kernels import adam as kernels
 from .optimizer import BuiltinOptimizer, cast
@@ -39,6 +40,9 @@ class AdamOptimizer(BuiltinOptimizer):
     """
 
     _kernel_slots = ("m", "v")
+
+    #: No TF1 kernel checks the betas, and ``1 - beta ** t`` divides the update: 1 gives NaN at step 1.
+    _hyperparameter_ranges = {"beta1": checks.UNIT_OPEN, "beta2": checks.UNIT_OPEN}
 
     def __init__(self, learning_rate: Any = 0.001, beta1: Any = 0.9, beta2: Any = 0.999, epsilon: Any = 1e-8,
                  use_locking: bool = False, name: str = "Adam", use_own_namescope_for_non_slot_vars: bool = False,

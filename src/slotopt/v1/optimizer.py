@@ -25,6 +25,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree
 
+from ..engine import checks, transaction
+from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..engine.core import OptimizerCore, Pair, Pairs
 from ..engine.pipeline import run_step
@@ -86,7 +88,9 @@ def check_hyperparameter(value: Any, name: str, allow_callable: bool) -> None:
 
 
 def cast(tensor: torch.Tensor, dtype: torch.dtype) -> float:
-    """``math_ops.cast(tensor, dtype)`` as a Python float holding the exact value in ``dtype``."""
+    """``math_ops.cast(tensor, dtype)`` as a Python float holding the exact value in ``dtype`` (float32 for
+    bfloat16 variables: see ``engine/constants.py``)."""
+    dtype = K.scalar_dtype(dtype)
     if tensor.dtype != dtype:
         tensor = tensor.to(dtype)
     return float(tensor)
@@ -405,12 +409,18 @@ class Optimizer(OptimizerCore):
         return self._register([(name.split(":")[0], var)])[0]
 
     def _snapshot(self) -> tuple[Any, ...]:
+        groups = [dict(g, params=list(g["params"])) for g in self._param_groups]
         return ({k: dict(d) for k, d in self._slots.items()}, dict(self._non_slot_dict), set(self._state_names),
-                len(self._vars), self._unnamed_count, dict(self._pending_state))
+                len(self._vars), self._unnamed_count, dict(self._pending_state),
+                (groups, [dict(p) for p in self._published], self.__dict__.get("_pending_torch_state")))
 
     def _restore(self, saved: tuple[Any, ...]) -> None:
-        slots, non_slot, names, count, unnamed, pending = saved
+        slots, non_slot, names, count, unnamed, pending, (groups, published, pending_torch) = saved
         self._pending_state = pending
+        self._param_groups[:] = groups  # the same list object: a composite's view of it stays valid
+        self._published[:] = published
+        if pending_torch is not None:
+            self.__dict__["_pending_torch_state"] = pending_torch
         self._slots = slots
         self._non_slot_dict = non_slot
         self._state_names = names
@@ -621,6 +631,12 @@ class Optimizer(OptimizerCore):
         existing = {v.name: v for v in self.variables()}
         # Copies: a value kept for a slot created later must not follow the caller's later changes.
         tensors = {name: torch.as_tensor(value).detach().clone() for name, value in values.items()}
+        unknown = sorted(name for name in tensors if name not in existing)
+        if existing and unknown:  # built: every saved variable must be one of this optimizer's
+            raise ValueError(
+                f"Loaded state has variables {unknown[:10]} that {type(self).__name__} {self._name!r} does not have "
+                f"(it has {sorted(existing)[:10]}): the state was saved by another optimizer class, name or set of "
+                "variables.")
         for name, value in tensors.items():
             if name in existing and tuple(existing[name].shape) != tuple(value.shape):
                 raise ValueError(f"Optimizer variable {name} has shape {tuple(existing[name].shape)}; the state has "
@@ -648,17 +664,38 @@ class Optimizer(OptimizerCore):
     def build(self, var_list: Any) -> None:
         """Creates the slots of ``var_list`` (a module, tensors, named pairs or torch param-group dicts) now, as
         the first ``apply_gradients`` would; ``step()`` then applies their ``.grad``."""
-        positions = self._register(var_list)
-        variables = [self._vars[p] for p in positions]
-        self._assert_valid_dtypes(variables, "variable")
-        self._create_slots(variables)
-        self._apply_pending_torch_state()
+        saved = transaction.snapshot(self)
+        try:
+            positions = self._register(var_list)
+            variables = [self._vars[p] for p in positions]
+            self._assert_valid_dtypes(variables, "variable")
+            self._create_slots(variables)
+            self._apply_pending_torch_state()
+        except BaseException:
+            transaction.restore(self, saved)  # no slot is left behind by a build that raised
+            raise
 
     def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
         self.build(groups)
 
     def _hypers(self) -> dict[str, Any]:
         return self.__dict__.get("_hyper", {})
+
+    def _configuration_values(self) -> dict[str, Any]:
+        return dict(self._hypers())
+
+    def _check_configuration(self) -> None:
+        """TF1's kernels check the ranges at apply time (``InvalidArgumentError``, see ``_check_positive``), and
+        slotopt keeps that; but a NaN or infinite number is refused here, since no kernel would catch it."""
+        for key, value in {**self._attribute_values(), **self._configuration_values()}.items():
+            if key in checks.FLAGS:
+                checks.check_flag(key, value)
+            elif _is_number(value) or isinstance(value, torch.Tensor):
+                checks.check_number(key, value, self._hyperparameter_ranges.get(key, checks.ANY))
+
+    def _check_hyperparameter(self, key: str, value: Any) -> None:
+        key = "learning_rate" if key == "lr" else key
+        checks.check_number(key, value, self._hyperparameter_ranges.get(key, checks.ANY))
 
     def _has_learning_rate(self) -> bool:
         return "learning_rate" in self._hypers()
@@ -728,7 +765,9 @@ class BuiltinOptimizer(Optimizer):
     def _prepare(self) -> None:
         prepared = {}
         for key, value in self._hyper.items():
-            value = self._call_if_callable(value) if self._callable_hypers else value
+            if self._callable_hypers and callable(value) and not isinstance(value, torch.Tensor):
+                value = value()
+                checks.check_result(key, value, {key: self._hyperparameter_ranges.get(key, checks.ANY)})
             prepared[key] = convert_to_tensor(value, key)
         self._prepared = prepared
         if self._lr_is_driven():

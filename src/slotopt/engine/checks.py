@@ -1,0 +1,217 @@
+"""One checker for the hyperparameters of every generation, schedule and composite.
+
+A hyperparameter that is NaN, infinite, of the wrong type or out of its range either makes the first step NaN or
+silently disables a feature (``clipnorm=nan`` turns clipping off, ``nesterov="no"`` is truthy). Every face checks
+its values here, with one table of ranges keyed by the argument's name (a class narrows a range with its own
+``_hyperparameter_ranges``): at construction, when an attribute or a parameter group is written, and when a
+callable or schedule returns a value at a step.
+
+Example:
+    >>> from slotopt.engine.checks import check_number, UNIT_OPEN
+    >>> check_number("beta_1", 0.9, UNIT_OPEN)
+    0.9
+    >>> check_number("beta_1", 1.0, UNIT_OPEN)
+    Traceback (most recent call last):
+    ...
+    ValueError: Argument `beta_1` must be in [0, 1). Received: beta_1=1.0
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+__all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
+           "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of",
+           "check_pairs", "check_variable", "check_config_dict"]
+
+
+class HyperparameterTypeError(TypeError, ValueError):
+    """A hyperparameter of the wrong type (a string, a bool, a list...). Both a ``TypeError`` and a
+    ``ValueError``: Keras raises either, depending on the optimizer, for the same mistake."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """An interval of allowed values (``low_open``/``high_open`` exclude the bound)."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    label: str = ""  # a word for the range ("positive"), used in messages instead of the bounds
+
+    def __contains__(self, value: float) -> bool:
+        if value < self.low or (self.low_open and value == self.low):
+            return False
+        return not (value > self.high or (self.high_open and value == self.high))
+
+    def describe(self, finite: bool = True) -> str:
+        """``"> 0"``, ``"in [0, 1)"``...; with ``finite``, ``"a finite number > 0"``..."""
+        prefix = "a finite number" if finite else ""
+        if self.label:
+            return f"a finite {self.label} number" if finite else self.label
+        if self.low == -math.inf and self.high == math.inf:
+            return "a finite number"
+        if self.high == math.inf:
+            bound = f"{'>' if self.low_open else '>='} {self.low:g}"
+        elif self.low == -math.inf:
+            bound = f"{'<' if self.high_open else '<='} {self.high:g}"
+        else:
+            bound = f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+        return f"{prefix} {bound}".strip()
+
+
+ANY = Range()
+NONNEGATIVE = Range(0.0)
+POSITIVE = Range(0.0, low_open=True)
+NONPOSITIVE = Range(high=0.0)
+UNIT = Range(0.0, 1.0)
+UNIT_OPEN = Range(0.0, 1.0, high_open=True)
+
+#: The range of every hyperparameter name used by a slotopt optimizer or schedule (all generations' spellings).
+RANGES: dict[str, Range] = {
+    # optimizers
+    "learning_rate": NONNEGATIVE, "lr": NONNEGATIVE, "weight_decay": NONNEGATIVE, "decay": NONNEGATIVE,
+    "momentum": UNIT, "rho": UNIT, "beta_1": UNIT, "beta_2": UNIT, "beta1": UNIT, "beta2": UNIT,
+    "epsilon": NONNEGATIVE, "loss_scale_factor": POSITIVE,
+    "clipnorm": ANY, "clipvalue": ANY, "global_clipnorm": ANY,  # Keras 3: a value <= 0 disables clipping
+    "initial_accumulator_value": NONNEGATIVE, "learning_rate_power": NONPOSITIVE,
+    "l1_regularization_strength": NONNEGATIVE, "l2_regularization_strength": NONNEGATIVE,
+    "l2_shrinkage_regularization_strength": NONNEGATIVE, "beta": NONNEGATIVE,
+    "beta_2_decay": ANY, "epsilon_1": NONNEGATIVE, "epsilon_2": NONNEGATIVE, "clip_threshold": POSITIVE,
+    "adam_beta_1": UNIT_OPEN, "adam_beta_2": UNIT_OPEN, "adam_weight_decay": NONNEGATIVE,
+    "lr_power": NONPOSITIVE, "l1": NONNEGATIVE, "l2": NONNEGATIVE, "initial_gradient_squared_accumulator_value":
+        POSITIVE,
+    # schedules
+    "initial_learning_rate": NONNEGATIVE, "end_learning_rate": NONNEGATIVE, "decay_steps": POSITIVE,
+    "first_decay_steps": POSITIVE, "decay_rate": NONNEGATIVE, "power": NONNEGATIVE, "t_mul": POSITIVE,
+    "m_mul": NONNEGATIVE, "alpha": UNIT, "warmup_steps": NONNEGATIVE, "warmup_target": NONNEGATIVE,
+}
+
+#: Arguments that must be booleans (a string such as "no" is truthy: refused rather than taken as True).
+FLAGS = frozenset({"nesterov", "amsgrad", "centered", "use_ema", "staircase", "cycle", "use_locking",
+                   "relative_step", "dynamic", "use_nesterov", "exclude_embeddings", "exclude_layernorms"})
+
+
+def range_of(name: str, overrides: Optional[Mapping[str, Range]] = None) -> Optional[Range]:
+    if overrides and name in overrides:
+        return overrides[name]
+    return RANGES.get(name)
+
+
+def as_number(name: str, value: Any) -> float:
+    """``value`` as a float (possibly NaN or infinite) when it is a real number or a one-element real tensor."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        raise HyperparameterTypeError(f"Argument `{name}` must be a number, not a boolean. Received: {name}={value!r}")
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_complex():
+            raise HyperparameterTypeError(f"Argument `{name}` must be a real number or a one-element tensor. Received: "
+                            f"{name}={value!r}")
+        return float(value.detach().reshape(()).cpu())
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iuf":
+        return float(value.reshape(()))
+    if isinstance(value, (numbers.Real, np.number)) and not isinstance(value, np.complexfloating):
+        return float(value)
+    raise HyperparameterTypeError(f"Argument `{name}` must be a number. Received: {name}={value!r} (of type "
+                    f"{type(value).__name__})")
+
+
+def check_number(name: str, value: Any, allowed: Optional[Range] = None) -> float:
+    """``value`` as a float when it is a finite real number in ``allowed`` (default: ``RANGES[name]``, else any
+    finite number); raises ``TypeError``/``ValueError`` naming the argument and the value otherwise."""
+    number = as_number(name, value)
+    allowed = allowed or RANGES.get(name, ANY)
+    if not math.isfinite(number) or number not in allowed:
+        raise ValueError(f"Argument `{name}` must be {allowed.describe(not math.isfinite(number))}. "
+                         f"Received: {name}={value!r}")
+    return number
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A boolean argument: ``True``/``False`` (numpy booleans and the integers 0 and 1 too)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise HyperparameterTypeError(f"Argument `{name}` must be a boolean (True or False). Received: {name}={value!r}")
+
+
+def check_integer(name: str, value: Any, minimum: int) -> int:
+    """An integer argument ``>= minimum`` (not a bool, not a float)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"Argument `{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+    return int(value)
+
+
+def check_value(name: str, value: Any, overrides: Optional[Mapping[str, Range]] = None) -> None:
+    """Checks one configuration entry by its name: a flag, or a number of the name's range. Values that are not
+    numbers (``None``, callables, schedules, tensors of a schedule...) are left to the caller."""
+    if name in FLAGS:
+        check_flag(name, value)
+        return
+    allowed = range_of(name, overrides)
+    if allowed is None or value is None or isinstance(value, (str, Mapping)):
+        if isinstance(value, str) and allowed is not None:
+            raise HyperparameterTypeError(f"Argument `{name}` must be a number. Received: {name}={value!r}")
+        return
+    if callable(value) and not isinstance(value, torch.Tensor):
+        return  # a callable or schedule: its result is checked when it is used
+    check_number(name, value, allowed)
+
+
+def check_values(values: Mapping[str, Any], overrides: Optional[Mapping[str, Range]] = None) -> None:
+    """``check_value`` for every entry of a configuration."""
+    for name, value in values.items():
+        check_value(name, value, overrides)
+
+
+def check_result(name: str, value: Any, overrides: Optional[Mapping[str, Range]] = None) -> None:
+    """Checks what a callable or schedule returned for hyperparameter ``name`` at a step."""
+    allowed = range_of(name, overrides) or ANY
+    try:
+        number = as_number(name, value)
+    except TypeError as err:
+        raise HyperparameterTypeError(
+            f"Hyperparameter `{name}` must evaluate to a number or a scalar tensor (its callable or schedule "
+            f"returned {value!r}).") from err
+    if not math.isfinite(number) or number not in allowed:
+        raise ValueError(f"Hyperparameter `{name}` must evaluate to {allowed.describe()}: its callable or "
+                         f"schedule returned {value!r}.")
+
+
+def check_pairs(grads_and_vars: Any, argument: str = "grads_and_vars") -> list[tuple[Any, torch.Tensor]]:
+    """``grads_and_vars`` as a list of ``(gradient, variable)`` pairs whose variables are tensors; raises
+    ``TypeError`` naming the argument, the index and the entry otherwise (a list as a variable, a 3-tuple...)."""
+    if isinstance(grads_and_vars, (torch.Tensor, str, bytes, Mapping)) or not hasattr(grads_and_vars, "__iter__"):
+        raise TypeError(f"Argument `{argument}` must be an iterable of (gradient, variable) pairs. "
+                        f"Received: {argument}={grads_and_vars!r}")
+    pairs = []
+    for i, item in enumerate(grads_and_vars):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise TypeError(f"Argument `{argument}` must hold (gradient, variable) pairs. Received at index {i}: "
+                            f"{item!r}")
+        check_variable(item[1], f"{argument}[{i}]")
+        pairs.append((item[0], item[1]))
+    return pairs
+
+
+def check_variable(variable: Any, where: str) -> torch.Tensor:
+    """A variable must be a tensor (a list or an array would be updated nowhere)."""
+    if not isinstance(variable, torch.Tensor):
+        raise TypeError(f"The variable at `{where}` must be a tensor (e.g. a torch.nn.Parameter or a "
+                        f"slotopt.Variable). Received: {variable!r} (of type {type(variable).__name__})")
+    return variable
+
+
+def check_config_dict(config: Any) -> None:
+    """``from_config`` takes the dict ``get_config()`` returned, with string keys."""
+    if not isinstance(config, Mapping) or not all(isinstance(k, str) for k in config):
+        raise TypeError(f"Argument `config` must be a dict of arguments, as returned by `get_config()`. "
+                        f"Received: config={config!r}")
