@@ -43,6 +43,17 @@ def hand_loop(make, batches, scheduler=None):
     return model
 
 
+class Wrapped(torch.nn.Module):
+    """The MLP as a Hugging Face model: it takes the batch's fields and returns its loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = net()
+
+    def forward(self, inputs, labels):
+        return {"loss": torch.nn.functional.mse_loss(self.model(inputs), labels)}
+
+
 def batches_of(x, y, size):
     return [(x[i:i + size], y[i:i + size]) for i in range(0, len(x), size)]
 
@@ -91,14 +102,6 @@ def test_hugging_face_trainer_equals_the_hand_written_loop(kind, with_scheduler,
 
     x, y = data()
 
-    class Wrapped(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = net()
-
-        def forward(self, inputs, labels):
-            return {"loss": torch.nn.functional.mse_loss(self.model(inputs), labels)}
-
     class Rows(torch.utils.data.Dataset):
         def __len__(self):
             return len(x)
@@ -125,14 +128,6 @@ def test_hugging_face_trainer_creates_its_scheduler_on_a_slotopt_optimizer(tmp_p
     from transformers import Trainer, TrainingArguments
 
     x, y = data()
-
-    class Wrapped(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = net()
-
-        def forward(self, inputs, labels):
-            return {"loss": torch.nn.functional.mse_loss(self.model(inputs), labels)}
 
     rows = [{"inputs": a, "labels": b} for a, b in zip(x, y)]
     wrapped = Wrapped()

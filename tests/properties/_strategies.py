@@ -169,6 +169,15 @@ def gradient_steps(variables: list, steps: int, seed: int) -> list:
             for _ in range(steps)]
 
 
+def trained(factory, shapes: list, dtype: torch.dtype, seed: int, steps: int) -> tuple:
+    """A fresh optimizer from ``factory`` after ``steps`` steps on new variables: ``(optimizer, variables)``."""
+    variables = make_variables(shapes, dtype, seed)
+    opt = factory()
+    for grads in gradient_steps(variables, steps, seed):
+        factory.apply(opt, list(zip(grads, variables)))
+    return opt, variables
+
+
 def clone_variables(variables: list, prefix: str = "c") -> list:
     return [slotopt.Variable(v.detach().clone(), name=f"{prefix}{i}") for i, v in enumerate(variables)]
 

@@ -20,6 +20,7 @@ from _strategies import (
     make_variables,
     optimizer_state,
     same_bits,
+    trained,
 )
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -60,19 +61,11 @@ def _assert_unchanged(before, opt, variables, factory):
         assert same_bits(a, b), f"state tensor {i} changed by a refused call"
 
 
-def _train(factory, shapes, dtype, seed, steps):
-    variables = make_variables(shapes, dtype, seed)
-    opt = factory()
-    for grads in gradient_steps(variables, steps, seed):
-        factory.apply(opt, list(zip(grads, variables)))
-    return opt, variables
-
-
 @FAST
 @given(factory=factories(), shapes=SHAPES, dtype=DTYPE, seed=SEED, steps=st.integers(0, 3),
        kind=st.sampled_from(BAD_CALLS), victim=st.integers(0, 2))
 def test_bad_gradient_changes_nothing(factory, shapes, dtype, seed, steps, kind, victim):
-    opt, variables = _train(factory, shapes, dtype, seed, steps)
+    opt, variables = trained(factory, shapes, dtype, seed, steps)
     victim %= len(variables)
     grads = gradient_steps(variables, 1, seed + 7)[0]
     grads[victim] = _bad_gradient(kind, variables[victim])
@@ -86,7 +79,7 @@ def test_bad_gradient_changes_nothing(factory, shapes, dtype, seed, steps, kind,
 @given(factory=factories(apis=("keras3",)), shapes=SHAPES, dtype=DTYPE, seed=SEED, steps=st.integers(1, 3))
 def test_unknown_variable_changes_nothing(factory, shapes, dtype, seed, steps):
     # Keras 3 refuses a variable the optimizer was not built with (the legacy and TF1 lines add it instead).
-    opt, variables = _train(factory, shapes, dtype, seed, steps)
+    opt, variables = trained(factory, shapes, dtype, seed, steps)
     stranger = make_variables([shapes[0]], dtype, seed + 3, prefix="stranger")[0]
     pairs = list(zip(gradient_steps(variables, 1, seed + 9)[0], variables)) + [(torch.ones_like(stranger), stranger)]
     before = _snapshot(opt, variables, factory)
@@ -112,7 +105,7 @@ def _corrupt(weights, how):
 @given(factory=factories(apis=("keras3", "legacy")), shapes=SHAPES, dtype=DTYPE, seed=SEED, steps=st.integers(1, 3),
        how=st.sampled_from(["short", "long", "shape"]), via=st.sampled_from(["set_weights", "load_state_dict"]))
 def test_bad_weights_change_nothing(factory, shapes, dtype, seed, steps, how, via):
-    opt, variables = _train(factory, shapes, dtype, seed, steps)
+    opt, variables = trained(factory, shapes, dtype, seed, steps)
     bad = _corrupt(opt.get_weights(), how)
     before = _snapshot(opt, variables, factory)
     with pytest.raises(ValueError):
@@ -142,7 +135,7 @@ def _corrupt_state_dict(state, how):
 @given(factory=factories(apis=("v1",)), shapes=SHAPES, dtype=DTYPE, seed=SEED, steps=st.integers(1, 3),
        how=st.sampled_from(["shape", "empty"]))
 def test_v1_bad_state_dict_changes_nothing(factory, shapes, dtype, seed, steps, how):
-    opt, variables = _train(factory, shapes, dtype, seed, steps)
+    opt, variables = trained(factory, shapes, dtype, seed, steps)
     state = opt.state_dict()
     assume(state["state"])
     bad = _corrupt_state_dict(state, how)
@@ -158,7 +151,7 @@ def test_v1_bad_state_dict_changes_nothing(factory, shapes, dtype, seed, steps, 
 def test_failed_step_during_accumulation_changes_nothing(factory, accumulate, shapes, dtype, seed, steps, kind):
     # Accumulated gradients are state too: a refused call, on an accumulating call or on the update call, keeps them.
     factory.kwargs["gradient_accumulation_steps"] = accumulate
-    opt, variables = _train(factory, shapes, dtype, seed, steps)
+    opt, variables = trained(factory, shapes, dtype, seed, steps)
     grads = gradient_steps(variables, 1, seed + 5)[0]
     grads[-1] = _bad_gradient(kind, variables[-1])
     before = _snapshot(opt, variables, factory)
@@ -166,7 +159,7 @@ def test_failed_step_during_accumulation_changes_nothing(factory, accumulate, sh
         factory.apply(opt, list(zip(grads, variables)))
     _assert_unchanged(before, opt, variables, factory)
     # ... and training goes on exactly as for a twin that never saw the call.
-    twin, twin_vars = _train(factory, shapes, dtype, seed, steps)
+    twin, twin_vars = trained(factory, shapes, dtype, seed, steps)
     for grads in gradient_steps(variables, accumulate, seed + 11):
         factory.apply(opt, list(zip(grads, variables)))
         factory.apply(twin, list(zip(grads, twin_vars)))
@@ -188,7 +181,7 @@ def test_failing_update_call_during_accumulation_changes_nothing(factory, accumu
 
     factory.kwargs.update(learning_rate=learning_rate, gradient_accumulation_steps=accumulate)
     # stop right before an update call: cycles full cycles, then accumulate - 1 accumulating calls
-    opt, variables = _train(factory, shapes, dtype, seed, cycles * accumulate + accumulate - 1)
+    opt, variables = trained(factory, shapes, dtype, seed, cycles * accumulate + accumulate - 1)
     before = _snapshot(opt, variables, factory)
     failing["now"] = True
     with pytest.raises(RuntimeError, match="learning rate unavailable"):

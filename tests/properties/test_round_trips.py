@@ -21,6 +21,7 @@ from _strategies import (
     make_variables,
     optimizer_state,
     same_bits,
+    trained,
 )
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
@@ -41,19 +42,11 @@ def _continue_both(factory_a, opt_a, vars_a, factory_b, opt_b, vars_b, seed, ste
         assert same_bits(a, b), f"optimizer state tensor {i} diverged after the round trip"
 
 
-def _trained(factory, shapes, dtype, seed, steps):
-    variables = make_variables(shapes, dtype, seed)
-    opt = factory()
-    for grads in gradient_steps(variables, steps, seed):
-        factory.apply(opt, list(zip(grads, variables)))
-    return opt, variables
-
-
 @FAST
 @given(factory=factories(apis=("keras3", "legacy")), shapes=SHAPES, dtype=DTYPE, seed=SEED,
        steps=st.integers(1, 4), more=st.integers(1, 4), via_config=st.booleans())
 def test_config_and_weights_round_trip_continue_identically(factory, shapes, dtype, seed, steps, more, via_config):
-    opt, variables = _trained(factory, shapes, dtype, seed, steps)
+    opt, variables = trained(factory, shapes, dtype, seed, steps)
     twin_vars = clone_variables(variables)
     if via_config:
         twin = type(opt).from_config(opt.get_config())
@@ -69,7 +62,7 @@ def test_config_and_weights_round_trip_continue_identically(factory, shapes, dty
 @given(factory=factories(apis=("keras3", "legacy", "v1")), shapes=SHAPES, dtype=DTYPE, seed=SEED,
        steps=st.integers(1, 4), more=st.integers(1, 4))
 def test_state_dict_round_trip_continues_identically(factory, shapes, dtype, seed, steps, more):
-    opt, variables = _trained(factory, shapes, dtype, seed, steps)
+    opt, variables = trained(factory, shapes, dtype, seed, steps)
     twin_factory = Factory(factory.api, factory.name, factory.kwargs)
     twin = twin_factory()
     if twin_factory.global_step is not None:
@@ -112,7 +105,7 @@ def test_composite_round_trip_continues_identically(rules, shapes, seed, steps, 
 
 
 def _snapshot_survives_training(factory, shapes, dtype, seed, steps, more):
-    opt, variables = _trained(factory, shapes, dtype, seed, steps)
+    opt, variables = trained(factory, shapes, dtype, seed, steps)
     snapshot = opt.get_weights()
     kept = [w.copy() for w in snapshot]
     for grads in gradient_steps(variables, more, seed + 50):
