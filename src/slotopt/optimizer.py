@@ -477,7 +477,7 @@ class Optimizer(OptimizerCore):
             attr = "_learning_rate" if key == "lr" else key
             saved[attr] = self.__dict__[attr]
             if key == "lr":
-                value = Variable._adopt(torch.tensor(float(value), dtype=torch.float32), "learning_rate")
+                value = Variable._adopt(torch.tensor(float(value), dtype=_floatx()), "learning_rate")
             self.__dict__[attr] = value
         return lambda: self.__dict__.update(saved)
 

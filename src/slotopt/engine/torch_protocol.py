@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
@@ -111,6 +111,10 @@ class TorchProtocol(torch.optim.Optimizer):
             values = {"lr": self._shown_lr(), **values}
         return values
 
+    @defaults.setter
+    def defaults(self, value: Any) -> None:  # torch's base class assigns it; slotopt derives it
+        pass
+
     def _remember_lr(self, value: Any) -> None:
         """A schedule's or callable's value, as the step evaluated it (shown in ``param_groups`` without
         calling the schedule again: user schedules may count their calls)."""
@@ -125,10 +129,6 @@ class TorchProtocol(torch.optim.Optimizer):
         if self._lr_is_driven():
             return self.__dict__.get("_last_evaluated_lr", math.nan)
         return self._current_lr()
-
-    @defaults.setter
-    def defaults(self, value: Any) -> None:  # torch's base class assigns it; slotopt derives it
-        pass
 
     def _new_group(self, params: list[torch.Tensor], options: Mapping[str, Any]) -> dict[str, Any]:
         """A group dict: ``params``, then every hyperparameter (the group's own values over the optimizer's)."""
@@ -326,13 +326,8 @@ class TorchProtocol(torch.optim.Optimizer):
             packed = {k: v for k, v in group.items() if k != "params"}
             packed["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
             packed_groups.append(packed)
-        state: dict[int, dict[str, Any]] = {}
-        for group in self.param_groups:
-            for p in group["params"]:
-                entry = self._param_state(p)
-                if entry:
-                    state[index[id(p)]] = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v
-                                           for k, v in entry.items()}
+        state = {index[id(p)]: {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
+                 for p, entry in self.state.items()}
         state_dict = {"state": state, "param_groups": packed_groups}
         for post_hook in self._optimizer_state_dict_post_hooks.values():
             result = post_hook(self, state_dict)
@@ -560,10 +555,6 @@ def _describe(value: Any) -> str:
         return f"a dict with keys {sorted(map(str, value))}"
     return f"{type(value).__name__}"
 
-
-def iter_params(groups: Iterable[Mapping[str, Any]]) -> Iterator[torch.Tensor]:
-    for group in groups:
-        yield from group["params"]
 
 
 class WrapsInnerOptimizer:
