@@ -266,15 +266,19 @@ class KerasCheckpoint:
                         stacklevel=3,
                     )
 
+    def _check_names(self, argument: str, given: Mapping[str, Any]) -> None:
+        """``given`` (keyed by Keras name) names every trainable variable of the checkpoint and nothing else."""
+        missing = [n for n in self.variable_names if n not in given]
+        unknown = [n for n in given if n not in self.weights]
+        if missing or unknown:
+            raise ValueError(
+                f"Argument `{argument}` must name every trainable variable of the checkpoint: missing {missing}, "
+                f"unknown {unknown}. Expected names: {self.variable_names}."
+            )
+
     def _params_in_order(self, params: Any) -> list[torch.Tensor]:
         if isinstance(params, Mapping):
-            missing = [n for n in self.variable_names if n not in params]
-            extra = [n for n in params if n not in self.weights]
-            if missing or extra:
-                raise ValueError(
-                    f"Argument `params` must map every trainable variable of the checkpoint: missing {missing}, "
-                    f"unknown {extra}. Expected names: {self.variable_names}."
-                )
+            self._check_names("params", params)
             ordered = [params[n] for n in self.variable_names]
         elif isinstance(params, (list, tuple)):
             if len(params) != len(self.variable_names):
@@ -339,13 +343,7 @@ class KerasCheckpoint:
             mapping = dict(zip(self.variable_names, named))
         if not isinstance(mapping, Mapping):
             raise TypeError(f"Argument `mapping` must be a dict Keras name → parameter name. Received: {mapping!r}")
-        missing = [n for n in self.variable_names if n not in mapping]
-        unknown = [n for n in mapping if n not in self.weights]
-        if missing or unknown:
-            raise ValueError(
-                f"Argument `mapping` must name every trainable variable of the checkpoint: missing {missing}, unknown "
-                f"{unknown}. Expected names: {self.variable_names}."
-            )
+        self._check_names("mapping", mapping)
         targets = []
         for name in mapping:
             pname = mapping[name]
