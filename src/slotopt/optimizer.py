@@ -481,13 +481,11 @@ class Optimizer(OptimizerCore):
             self.__dict__[attr] = value
         return lambda: self.__dict__.update(saved)
 
-    def _shared_state(self) -> dict[str, torch.Tensor]:
-        slots = {id(t) for table in self._slots.values() for t in table.values()}
-        shared = {"step": self._iterations}
-        for var in self._variables:
-            if id(var) not in slots and var is not self._iterations and var is not self._learning_rate:
-                shared[var.name] = var
-        return shared
+    def _state_counter(self) -> torch.Tensor:
+        return self._iterations
+
+    def _state_variables(self) -> list[torch.Tensor]:
+        return [v for v in self._variables if v is not self._learning_rate]  # the rate is the groups' "lr"
 
     def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
         if not self.built:

@@ -238,8 +238,23 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return entry
 
     def _shared_state(self) -> dict[str, torch.Tensor]:
-        """Optimizer-wide state shown in every parameter's ``state`` (``step``: the iteration counter)."""
-        return {}
+        """Optimizer-wide state shown in every parameter's ``state``: ``step`` (the iteration counter), then every
+        other optimizer variable that is not a slot, by name."""
+        counter = self._state_counter()
+        slots = {id(t) for table in self._slots.values() for t in table.values()}
+        shared = {"step": counter} if counter is not None else {}
+        for var in self._state_variables():
+            if id(var) not in slots and var is not counter:
+                shared[var.name] = var
+        return shared
+
+    def _state_counter(self) -> Optional[torch.Tensor]:
+        """The face's iteration counter (None: the generation keeps none, as TF1)."""
+        return None
+
+    def _state_variables(self) -> list[torch.Tensor]:
+        """The face's optimizer variables that belong in the state (hyperparameters are in the groups)."""
+        return []
 
     # ----------------------------------------------------------------------------------------- slots
     def _set_slot(self, slot_name: str, pos: int, tensor: torch.Tensor) -> None:

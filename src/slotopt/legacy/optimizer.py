@@ -657,13 +657,11 @@ class Optimizer(OptimizerCore):
             object.__setattr__(self, "epsilon", saved_epsilon)
         return restore
 
-    def _shared_state(self) -> dict[str, torch.Tensor]:
-        slots = {id(t) for table in self._slots.values() for t in table.values()}
-        shared = {"step": self._iterations} if self._iterations is not None else {}
-        for weight in self._weights:
-            if id(weight) not in slots and weight is not self._iterations:
-                shared[weight.name] = weight
-        return shared
+    def _state_counter(self) -> Optional[torch.Tensor]:
+        return self._iterations
+
+    def _state_variables(self) -> list[torch.Tensor]:
+        return self._weights
 
     def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
         self.build(groups)

@@ -732,8 +732,8 @@ class Optimizer(OptimizerCore):
             self._prepare()
         return restore
 
-    def _shared_state(self) -> dict[str, torch.Tensor]:
-        return {v.name: v for v in self._non_slot_variables()}
+    def _state_variables(self) -> list[torch.Tensor]:
+        return list(self._non_slot_variables())
 
     # ------------------------------------------------------------------------------------------ hyperparameters
     @staticmethod
