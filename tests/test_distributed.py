@@ -4,7 +4,8 @@
 Each run trains a float64 model over the processes, every process on its part of the batch, and compares the
 result with single-process training on the whole batch (DDP and FSDP2 average the gradients, as the mean loss over
 the whole batch does): no optimizer reduces them again. Under FSDP2, element-wise rules run on the local shards;
-clipping norms and loss-scale finiteness are summed over the shards.
+clipping norms, loss-scale finiteness, Lamb's trust ratio and Adafactor's RMS and factored means are summed over
+the shards; Muon gathers each matrix for Newton-Schulz.
 """
 
 import gc
@@ -27,6 +28,9 @@ OPTIMIZERS = {
     "keras3-sgd-global-clipnorm": lambda p: slotopt.SGD(learning_rate=0.1, momentum=0.9, global_clipnorm=0.1,
                                                         params=p),
     "keras3-rmsprop-ema": lambda p: slotopt.RMSprop(learning_rate=0.01, use_ema=True, params=p),
+    "keras3-lamb": lambda p: slotopt.Lamb(learning_rate=0.01, params=p),
+    "keras3-adafactor": lambda p: slotopt.Adafactor(learning_rate=0.1, params=p),
+    "keras3-muon": lambda p: slotopt.Muon(learning_rate=0.05, params=p),
     "keras3-loss-scale": lambda p: slotopt.LossScaleOptimizer(slotopt.Adam(learning_rate=0.01), params=p),
     "legacy-sgd": lambda p: slotopt.legacy.SGD(learning_rate=0.1, params=p),
     "legacy-adam": lambda p: slotopt.legacy.Adam(learning_rate=0.01, params=p),
@@ -79,14 +83,19 @@ def _train_one(make, engine, rank, world):
     return full_parameters(model)
 
 
-def _lamb_refusal():
+def _sparse_refusal():
+    """A row-sparse gradient for a sharded parameter is refused before anything changes."""
     model = make_model()
     fully_shard(model)
+    opt = slotopt.Adam(learning_rate=0.01, params=model)
+    weight = model[0].weight
+    before = weight.full_tensor().clone()
+    grad = slotopt.IndexedSlices(torch.ones(1, 4, dtype=torch.float64), torch.tensor([0]), (5, 4))
     try:
-        slotopt.Lamb(learning_rate=0.01, params=model)
-    except NotImplementedError as err:
-        return str(err)
-    return "accepted"
+        opt.apply_gradients([(grad, weight)])
+    except ValueError as err:
+        return str(err), bool(torch.equal(before, weight.full_tensor())), int(opt.iterations)
+    return "accepted", False, int(opt.iterations)
 
 
 def _train_worker(rank, world, engine, port, results):
@@ -95,7 +104,7 @@ def _train_worker(rank, world, engine, port, results):
         for name, make in OPTIMIZERS.items():
             results[(name, engine, world, rank)] = _train_one(make, engine, rank, world)
         if engine == "fsdp2":
-            results[("lamb", engine, world, rank)] = _lamb_refusal()
+            results[("sparse", engine, world, rank)] = _sparse_refusal()
     finally:
         _shut_down()
 
@@ -127,12 +136,15 @@ def test_data_parallel_equals_single_process_training(name, engine, world, distr
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
-def test_rules_that_need_whole_tensors_refuse_sharded_parameters(distributed_results):
-    assert "cannot update the FSDP2-sharded parameter" in distributed_results[("lamb", "fsdp2", 2, 0)]
+def test_a_row_sparse_gradient_for_a_sharded_parameter_is_refused(distributed_results):
+    message, unchanged, iterations = distributed_results[("sparse", "fsdp2", 2, 0)]
+    assert "received a row-sparse gradient" in message and "0.weight" in message
+    assert unchanged and iterations == 0
 
 
 # ------------------------------------------------------------------------------------------- checkpoints N -> M
-CHECKPOINTED = ["keras3-adam", "legacy-adam", "keras3-sgd-global-clipnorm"]
+# Adafactor: its row and column moments are sharded on the axes they keep and whole on the others.
+CHECKPOINTED = ["keras3-adam", "legacy-adam", "keras3-sgd-global-clipnorm", "keras3-adafactor"]
 
 
 def _save_one(name, rank, world, root):

@@ -112,9 +112,6 @@ class Optimizer(OptimizerCore):
     _kernel_slots: tuple[str, ...] = ()
     #: Built-ins whose update is element-wise (no whole-tensor norms) may run over packed or cut tensors.
     _elementwise_update: bool = True
-    @property
-    def _shard_local_update(self) -> bool:  # type: ignore[override]
-        return self._elementwise_update
 
     #: How a built-in applies an ``IndexedSlices`` gradient with Keras 3's TensorFlow-backend semantics
     #: (keras3_sparse.md): ``"rows"``: the rule only scatters into the slices' rows; ``"blocks"``: element-wise

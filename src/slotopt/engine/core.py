@@ -95,6 +95,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         self._group_cache: dict[tuple[int, ...], list[list[int]]] = {}
         self._originals: list[torch.Tensor] = []  # what the user gave: param_groups hold these
         self._sharded: dict[int, Any] = {}  # position -> the DTensor parameter (FSDP2) whose local shard is _vars
+        self._layouts: dict[int, distributed.ShardLayout] = {}  # position -> how that shard sits in the whole
         self._init_torch_protocol()
 
     # ----------------------------------------------------------------------------------------- variables
@@ -131,8 +132,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 self._taken_names.add(name)
                 self._originals.append(var)
                 if distributed.is_dtensor(var):  # FSDP2: the rules run on the local shard
-                    self._check_shardable(name)
                     self._sharded[pos] = var
+                    self._layouts[pos] = distributed.ShardLayout(var)
                     var = distributed.local_view(var)
                     self._var_index[id(var)] = pos
                 self._vars.append(var)
@@ -142,17 +143,19 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return positions
 
     # ----------------------------------------------------------------------------------------- sharded parameters
-    def _check_shardable(self, name: str) -> None:
-        """Raises for an update rule that needs whole tensors (per-tensor norms, matrix products): it would be
-        wrong on a local shard."""
-        if not self._shard_local_update:
-            raise NotImplementedError(
-                f"{type(self).__name__} needs whole tensors (per-tensor norms or matrix products), so it cannot "
-                f"update the FSDP2-sharded parameter {name} shard by shard yet. Use an element-wise optimizer "
-                "(Adam, AdamW, SGD, RMSprop, ...) with fully_shard, or DDP.")
+    def _shard_layouts(self, params: Sequence[torch.Tensor]) -> Optional[list[Optional[distributed.ShardLayout]]]:
+        """For rules that are not element-wise: per parameter (a local shard the rule updates), where it sits
+        in the whole FSDP2 tensor (None: not sharded). None when nothing is sharded (the single-process path)."""
+        if not self._layouts:
+            return None
+        index, layouts = self._var_index, self._layouts
+        return [layouts.get(index.get(id(p), -1)) for p in params]
 
-    #: Whether the update rule is correct on a local shard (element-wise); faces refine it.
-    _shard_local_update: bool = True
+    def _slot_axes(self, name: str, slot: torch.Tensor, param: torch.Tensor) -> Optional[Sequence[int]]:
+        """The parameter axes behind ``slot``'s axes, for showing a sharded parameter's slot as a DTensor:
+        ``None`` for a slot shaped like the parameter's shard; faces with reduced slots (Adafactor's row and
+        column moments) say which axes they keep. A slot with no answer (``()`` for a scalar) is kept whole."""
+        return None if slot.shape == param.shape else ()
 
     def _local_pairs(self, grads_and_vars: Pairs) -> Pairs:
         """FSDP2: ``(DTensor gradient, DTensor parameter)`` pairs become pairs of local shards (the pipeline's
@@ -168,6 +171,10 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                     raise ValueError(
                         f"Sharded (FSDP2) parameter {variable_name(var, 'variable')} is unknown to this optimizer: "
                         "pass the sharded parameters with `params=` (or `build`) before the first step.")
+                if is_sparse(grad):
+                    raise ValueError(
+                        f"Sharded (FSDP2) parameter {self._var_names[pos]} received a row-sparse gradient "
+                        f"({type(grad).__name__}); FSDP2 gradients are dense DTensors: densify it first.")
                 if distributed.is_dtensor(grad):
                     if tuple(grad.placements) != tuple(var.placements):
                         grad = grad.redistribute(var.device_mesh, var.placements)
@@ -230,10 +237,14 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         if pos is None:
             return {}
         entry = {name: table[pos] for name, table in self._slots.items() if pos in table}
-        owner = self._sharded.get(pos)
-        if owner is not None:
-            local_shape = self._vars[pos].shape
-            entry = {k: distributed.wrap_like(v, owner) if v.shape == local_shape else v for k, v in entry.items()}
+        layout = self._layouts.get(pos)
+        if layout is not None:
+            param = self._vars[pos]
+            shown = {}
+            for name, slot in entry.items():
+                axes = self._slot_axes(name, slot, param)
+                shown[name] = slot if axes == () else layout.wrap(slot, axes)
+            entry = shown
         entry.update(self._shared_state())
         return entry
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Optional
 
 import torch
 
 from ..engine.blocks import elementwise
+from ..engine.distributed import ShardLayout, sum_over_layouts
 from . import roots
 from .native import compiled
 
@@ -149,12 +151,13 @@ def nadam_gradient_terms(grads: Tensors, *, one_minus_mu: float, one_minus_produ
 def lamb(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Optional[Tensors] = None, *, lr: float,
          one_minus_beta_1: float,
          one_minus_beta_2: float, one_minus_beta_1_power: float, one_minus_beta_2_power: float,
-         epsilon: float) -> None:
+         epsilon: float, layouts: Optional[Sequence[Optional[ShardLayout]]] = None) -> None:
     """LAMB (Adam direction scaled by a per-tensor trust ratio) as Keras 3 evaluates it.
 
     ``m += (g - m) * (1 - b1)``; ``v += (g*g - v) * (1 - b2)``;
     ``u = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)``; ``r = ||w|| / ||u||`` (1 when either norm is 0,
     norms over the whole tensor); ``w -= (r * lr) * u``. ``squares`` (optional) replaces ``g*g``.
+    ``layouts`` (FSDP2): the tensors are local shards; their squared norms are summed over the shards.
     """
     adam_moments(grads, m, v, squares, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
     updates = torch._foreach_div(m, one_minus_beta_1_power)
@@ -162,9 +165,14 @@ def lamb(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Optio
     roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     torch._foreach_div_(updates, denom)
-    for param, update in zip(params, updates):
-        w_norm = torch.sum((param * param).contiguous()).sqrt()  # row-major order: independent of the layout
-        u_norm = torch.sum((update * update).contiguous()).sqrt()
+    # Row-major order (``contiguous``): the sums do not depend on the layout of the tensors.
+    w_squares = [torch.sum((param * param).contiguous()) for param in params]
+    u_squares = [torch.sum((update * update).contiguous()) for update in updates]
+    if layouts is not None:
+        both = sum_over_layouts(w_squares + u_squares, list(layouts) * 2)
+        w_squares, u_squares = both[:len(params)], both[len(params):]
+    for param, update, w_square, u_square in zip(params, updates, w_squares, u_squares):
+        w_norm, u_norm = w_square.sqrt(), u_square.sqrt()
         ratio = torch.where(w_norm > 0, torch.where(u_norm > 0, w_norm / u_norm, 1.0), 1.0)
         param.sub_(update.mul_(ratio * lr))
 

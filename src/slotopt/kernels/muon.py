@@ -7,7 +7,12 @@ so results match Keras/TensorFlow to about 1e-6 relative in float32, not bit for
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Optional
+
 import torch
+
+from ..engine.distributed import ShardLayout
 
 __all__ = ["muon", "newton_schulz5"]
 
@@ -35,13 +40,16 @@ def newton_schulz5(x: torch.Tensor, *, steps: int, a: float, b: float, c: float,
 
 def muon(params: Tensors, grads: Tensors, m: Tensors, *, lr: float, momentum: float, momentum_minus_one: float,
          nesterov: bool, steps: int, a: float, b: float, c: float, norm_epsilon: float,
-         rms_scales: list[float], rms_rate: float | None) -> None:
+         rms_scales: list[float], rms_rate: float | None,
+         layouts: Optional[Sequence[Optional[ShardLayout]]] = None) -> None:
     """The Muon step on 2-D variables, in Keras's evaluation order.
 
     ``m += g + m * (momentum - 1)``; ``u = g + momentum * m`` (Nesterov) or ``m``;
     ``o = newton_schulz5(u)``; ``w -= ((lr * o) * rms_scale) * rms_rate`` where ``rms_scale = sqrt(max(rows,
     cols))`` (one per variable, rounded by the caller), or ``w -= lr * o`` when ``rms_rate`` is None.
-    Not element-wise (whole-matrix products), so never run over packed or cut tensors.
+    Not element-wise (whole-matrix products), so never run over packed or cut tensors. ``layouts[i]`` (FSDP2)
+    marks ``params[i]`` as a local shard: ``u`` is gathered whole, every process orthogonalises the same matrix
+    and keeps its own part of ``o``.
     """
     step = torch._foreach_mul(m, momentum_minus_one)
     torch._foreach_add_(step, grads)  # g + m*(momentum-1): addition commutes exactly
@@ -51,8 +59,11 @@ def muon(params: Tensors, grads: Tensors, m: Tensors, *, lr: float, momentum: fl
         torch._foreach_add_(directions, grads)
     else:
         directions = list(m)
-    for param, direction, scale in zip(params, directions, rms_scales):
+    for i, (param, direction, scale) in enumerate(zip(params, directions, rms_scales)):
+        layout = None if layouts is None else layouts[i]
+        if layout is not None:
+            direction = layout.gather(direction)
         update = newton_schulz5(direction, steps=steps, a=a, b=b, c=c, norm_epsilon=norm_epsilon).mul_(lr)
         if rms_rate is not None:
             update.mul_(scale).mul_(rms_rate)
-        param.sub_(update)
+        param.sub_(update if layout is None else layout.local_part(update))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import torch
 
@@ -35,7 +36,7 @@ class Adafactor(Optimizer):
         ['adafactor/kernel', 'adafactor/kernel', 'adafactor/kernel_velocity']
     """
 
-    _elementwise_update = False  # per-tensor norms
+    _elementwise_update = False  # per-tensor norms and factored means (summed over FSDP2 shards)
 
     _kernel_slots = ("r", "c", "velocity")
     _sparse_layout = "whole"
@@ -89,7 +90,17 @@ class Adafactor(Optimizer):
         kernels.adafactor(params, grads, slots["r"], slots["c"], slots["velocity"], indices, rho=rho,
                           epsilon_1=K.literal(self.epsilon_1, dtype), epsilon_2=K.cast(self.epsilon_2, dtype),
                           beta_2=beta_2, one_minus_beta_2=K.evaluate(lambda b: 1 - b, dtype, beta_2),
-                          clip_threshold=K.literal(self.clip_threshold, dtype))
+                          clip_threshold=K.literal(self.clip_threshold, dtype),
+                          layouts=None if indices is not None else self._shard_layouts(params))
+
+    def _slot_axes(self, name: str, slot: torch.Tensor, param: torch.Tensor) -> Optional[Sequence[int]]:
+        """``r`` keeps every axis but the last and ``c`` every axis but the second-to-last (rank >= 2)."""
+        rank = param.dim()
+        if name == "r" and rank >= 2:
+            return tuple(range(rank - 1))
+        if name == "c" and rank >= 2:
+            return tuple(range(rank - 2)) + (rank - 1,)
+        return super()._slot_axes(name, slot, param)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "beta_2_decay": self.beta_2_decay, "epsilon_1": self.epsilon_1,

@@ -26,7 +26,7 @@ class Lamb(MomentOptimizer):
         [2.646, 3.646]
     """
 
-    _elementwise_update = False  # per-tensor norms
+    _elementwise_update = False  # per-tensor norms (summed over the shards of an FSDP2 parameter)
 
     _kernel_slots = ("momentum", "velocity")
     _sparse_layout = "whole"
@@ -48,11 +48,10 @@ class Lamb(MomentOptimizer):
                      one_minus_beta_1=K.d_form(self.beta_1, dtype), one_minus_beta_2=K.d_form(self.beta_2, dtype),
                      one_minus_beta_1_power=K.evaluate(lambda p: 1 - p, dtype, b1p),
                      one_minus_beta_2_power=K.evaluate(lambda p: 1 - p, dtype, b2p),
-                     epsilon=K.literal(self.epsilon, dtype))
+                     epsilon=K.literal(self.epsilon, dtype), layouts=self._shard_layouts(params))
 
     def _slice_terms(self, param, grad, learning_rate):
         return square_terms(param, grad)
-
 
 
 __all__ = ["Lamb"]

@@ -63,7 +63,7 @@ class Muon(Optimizer):
     """
 
     _kernel_slots = ("momentum",)
-    _elementwise_update = False  # whole-matrix products
+    _elementwise_update = False  # whole-matrix products (gathered from FSDP2 shards)
 
     def __init__(self, learning_rate: LearningRate = 0.001, adam_beta_1: float = 0.9, adam_beta_2: float = 0.999,
                  adam_weight_decay: Optional[float] = 0.004, epsilon: float = 1e-7,
@@ -166,14 +166,18 @@ class Muon(Optimizer):
                               epsilon=K.literal(self.epsilon, dtype))
         if matrices:
             chosen = [params[i] for i in matrices]
+            layouts = self._shard_layouts(chosen)  # FSDP2: the shapes are the whole matrices'
+            shapes = [p.shape if layouts is None or layouts[k] is None else layouts[k].global_shape
+                      for k, p in enumerate(chosen)]
             # ``sqrt(max(rows, cols))`` is a float32 square root in Keras (ops.sqrt of an integer).
-            scales = [K.cast(float(np.sqrt(np.float32(max(p.shape[0], p.shape[1])))), dtype) for p in chosen]
+            scales = [K.cast(float(np.sqrt(np.float32(max(shape[0], shape[1])))), dtype) for shape in shapes]
             kernels.muon(chosen, [grads[i] for i in matrices], [momentums[i] for i in matrices],
                          lr=self._lr_for(learning_rate, dtype), momentum=K.literal(self.momentum, dtype),
                          momentum_minus_one=K.literal(self.momentum - 1, dtype), nesterov=self.nesterov,
                          steps=self.ns_steps, a=K.literal(self.muon_a, dtype), b=K.literal(self.muon_b, dtype),
                          c=K.literal(self.muon_c, dtype), norm_epsilon=K.literal(1e-7, dtype), rms_scales=scales,
-                         rms_rate=None if self.rms_rate is None else K.literal(self.rms_rate, dtype))
+                         rms_rate=None if self.rms_rate is None else K.literal(self.rms_rate, dtype),
+                         layouts=layouts)
 
     def get_config(self) -> dict[str, Any]:
         return {
