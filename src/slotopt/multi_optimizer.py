@@ -294,23 +294,7 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
             super().set_weights(weights)  # kept until the build
             return
         own, *parts = split_weights(self._inner_optimizers, weights, self.name, leading=len(self._variables))
-        for i, (var, w) in enumerate(zip(self._variables, own)):
-            if tuple(torch.as_tensor(w).shape) != tuple(var.shape):
-                raise ValueError(
-                    f"Optimizer variable {i} ({var.path}) has shape {tuple(var.shape)} not compatible with provided "
-                    f"weight shape {tuple(torch.as_tensor(w).shape)}."
-                )
-        for optimizer, part in zip(self._inner_optimizers, parts):
-            for var, w in zip(optimizer.variables, part):
-                if tuple(torch.as_tensor(w).shape) != tuple(var.shape):
-                    raise ValueError(
-                        f"Optimizer variable {var.path} has shape {tuple(var.shape)} not compatible with provided "
-                        f"weight shape {tuple(torch.as_tensor(w).shape)}."
-                    )
-        set_weights_all_or_nothing(self._inner_optimizers, parts)
-        with torch.no_grad():
-            for var, w in zip(self._variables, own):
-                var.copy_(torch.as_tensor(w).to(var.dtype))
+        set_weights_all_or_nothing(self._inner_optimizers, parts, self._variables, own)
 
     def finalize_variable_values(self, var_list: Sequence[torch.Tensor]) -> None:
         """Each sub-optimizer finalizes (EMA overwrite) its own variables among ``var_list``."""

@@ -14,6 +14,7 @@ from . import schedules as schedules_module
 from .engine import checks, clipping, transaction
 from .engine import constants as K
 from .engine import sparse as sparse_rows
+from .engine import weights as weights_io
 from .engine.core import OptimizerCore, Pair, Pairs
 from .engine.pipeline import run_step
 from .engine.state import FlatState, constant_fill, initial_value
@@ -55,6 +56,24 @@ def _constructed_by_a_subclass(cls: type) -> bool:
     class to pass ``isinstance`` checks and forwards attributes to the real optimizer)."""
     owner = next(c for c in cls.__mro__ if "__init__" in c.__dict__)
     return issubclass(owner, Optimizer)
+
+
+def _replaced_shape_error(argument: str) -> weights_io.ShapeError:
+    return lambda i, target, shape: (f"Argument `{argument}` entry {i} has shape {shape}; the variable it replaces "
+                                     f"has shape {tuple(target.shape)}.")
+
+
+def _write(variable: torch.Tensor, value: Any, how: str) -> None:
+    """Keras's ``assign`` / ``assign_add`` / ``assign_sub`` (``how``: copy, add, sub); row slices write their rows."""
+    with torch.no_grad():
+        if isinstance(value, IndexedSlices):
+            rows = value.values.to(variable.dtype)
+            if how == "copy":
+                variable.index_copy_(0, value.indices, rows)
+            else:
+                variable.index_add_(0, value.indices, rows if how == "add" else -rows)
+        else:
+            getattr(variable, how + "_")(torch.as_tensor(value, dtype=variable.dtype, device=variable.device))
 
 
 def _rounds(pairs: list[Pair]) -> list[list[Pair]]:
@@ -778,27 +797,15 @@ class Optimizer(OptimizerCore):
     # ------------------------------------------------------------------------------------------ assign
     @staticmethod
     def assign(variable: torch.Tensor, value: Any) -> None:
-        with torch.no_grad():
-            if isinstance(value, IndexedSlices):
-                variable.index_copy_(0, value.indices, value.values.to(variable.dtype))
-            else:
-                variable.copy_(torch.as_tensor(value, dtype=variable.dtype, device=variable.device))
+        _write(variable, value, "copy")
 
     @staticmethod
     def assign_add(variable: torch.Tensor, value: Any) -> None:
-        with torch.no_grad():
-            if isinstance(value, IndexedSlices):
-                variable.index_add_(0, value.indices, value.values.to(variable.dtype))
-            else:
-                variable.add_(torch.as_tensor(value, dtype=variable.dtype, device=variable.device))
+        _write(variable, value, "add")
 
     @staticmethod
     def assign_sub(variable: torch.Tensor, value: Any) -> None:
-        with torch.no_grad():
-            if isinstance(value, IndexedSlices):
-                variable.index_add_(0, value.indices, -value.values.to(variable.dtype))
-            else:
-                variable.sub_(torch.as_tensor(value, dtype=variable.dtype, device=variable.device))
+        _write(variable, value, "sub")
 
     # ------------------------------------------------------------------------------------------ stateless
     def stateless_apply(
@@ -825,36 +832,24 @@ class Optimizer(OptimizerCore):
                 f"{len(model)} variables."
             )
         targets = own + model
-        values = []
-        for argument, given, expected in (("optimizer_variables", optimizer_variables, own),
-                                          ("trainable_variables", trainable_variables, model)):
-            for i, (value, target) in enumerate(zip(given, expected)):
-                try:
-                    value = torch.as_tensor(value, dtype=target.dtype, device=target.device)
-                except (TypeError, ValueError, RuntimeError) as err:
-                    raise TypeError(f"Argument `{argument}` entry {i} must be a tensor or an array of numbers. "
-                                    f"Received: {value!r}") from err
-                if value.shape != target.shape:  # no broadcasting: a wrong shape is a wrong variable
-                    raise ValueError(f"Argument `{argument}` entry {i} has shape {tuple(value.shape)}; the variable "
-                                     f"it replaces has shape {tuple(target.shape)}.")
-                values.append(value)
-        saved = [t.detach().clone() for t in targets]
-        with torch.no_grad():
-            try:
-                for t, value in zip(targets, values):
-                    t.copy_(value)
+        values = weights_io.checked_values(own, optimizer_variables, argument="optimizer_variables",
+                                           shape_error=_replaced_shape_error("optimizer_variables")) + \
+            weights_io.checked_values(model, trainable_variables, argument="trainable_variables",
+                                      shape_error=_replaced_shape_error("trainable_variables"))
+        saved = transaction.copy_values(targets)
+        try:
+            weights_io.assign_values(targets, values)
+            with torch.no_grad():
                 self.apply(grads)
-                new_model = [v.detach().clone() for v in model]
-                new_own = [v.detach().clone() for v in self.variables]
-            finally:
-                for t, value in zip(targets, saved):
-                    t.copy_(value)
+            new_model, new_own = transaction.copy_values(model), transaction.copy_values(self.variables)
+        finally:
+            transaction.put_values(targets, saved)
         return new_model, new_own
 
     # ------------------------------------------------------------------------------------------ weights I/O
     def get_weights(self) -> list[np.ndarray]:
         """The values of ``variables`` as numpy arrays (Keras 3 removed this; its users asked for it back)."""
-        return [v.detach().cpu().numpy().copy() for v in self.variables]
+        return weights_io.snapshot(self.variables)
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns ``weights`` to ``variables`` in order. Before ``build``, they are kept and applied at build."""
@@ -863,20 +858,9 @@ class Optimizer(OptimizerCore):
             self._pending_state = weights
             return
         own = self._variables
-        if len(weights) != len(own):
-            raise ValueError(
-                f"You called `set_weights(weights)` on optimizer {self.name} with a weight list of length "
-                f"{len(weights)}, but the optimizer was expecting {len(own)} weights."
-            )
-        for i, (var, w) in enumerate(zip(own, weights)):
-            if tuple(var.shape) != tuple(w.shape):
-                raise ValueError(
-                    f"Optimizer variable {i} ({var.path}) has shape {tuple(var.shape)} not compatible with provided "
-                    f"weight shape {tuple(w.shape)}."
-                )
-        with torch.no_grad():
-            for var, w in zip(own, weights):
-                var.copy_(w.to(dtype=var.dtype, device=var.device))
+        values = weights_io.checked_values(own, weights, count=weights_io.count_error(self.name, len(weights),
+                                                                                     len(own)))
+        weights_io.assign_values(own, values)
 
     def _after_copy(self) -> None:
         super()._after_copy()

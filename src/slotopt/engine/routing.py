@@ -15,6 +15,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from . import weights
+from .transaction import copy_values, put_values
+
 __all__ = ["variable_path", "group_by_owner", "dispatch", "accepted", "optimizer_weights", "split_weights",
            "set_weights_all_or_nothing"]
 
@@ -99,33 +102,24 @@ def split_weights(optimizers: Sequence[Any], weights: Sequence[Any], owner_name:
     return parts
 
 
-def set_weights_all_or_nothing(optimizers: Sequence[Any], parts: Sequence[Sequence[Any]]) -> None:
-    """``optimizer.set_weights(part)`` for each sub-optimizer; when one raises, the ones before it get their
-    previous values back (a failed load changes nothing)."""
-    from .transaction import copy_values, put_values
-
-    weights = [w for optimizer in optimizers for w in optimizer_weights(optimizer)]
-    saved = copy_values(weights)
+def set_weights_all_or_nothing(optimizers: Sequence[Any], parts: Sequence[Sequence[Any]],
+                               own: Sequence[torch.Tensor] = (), own_part: Sequence[Any] = ()) -> None:
+    """``optimizer.set_weights(part)`` for each sub-optimizer, after the wrapper's ``own`` variables get
+    ``own_part``. Every shape is checked first; when a sub-optimizer still raises, everything gets its previous
+    values back (a failed load changes nothing)."""
+    own_values = weights.checked_values(own, own_part)
+    for optimizer, part in zip(optimizers, parts):
+        weights.checked_values(optimizer_weights(optimizer), part)
+    targets = [w for optimizer in optimizers for w in optimizer_weights(optimizer)]
+    saved = copy_values(targets)
     try:
         for optimizer, part in zip(optimizers, parts):
             if callable(getattr(optimizer, "set_weights", None)):
                 optimizer.set_weights(part)
-            else:  # a TF1 optimizer has no set_weights: its variables() in order, each shape checked first
-                _assign_in_order(optimizer, part)
+            else:  # a TF1 optimizer has no set_weights: its variables() in order
+                weights.assign_values(optimizer_weights(optimizer), weights.checked_values(
+                    optimizer_weights(optimizer), part))
     except BaseException:
-        put_values(weights, saved)
+        put_values(targets, saved)
         raise
-
-
-def _assign_in_order(optimizer: Any, values: Sequence[Any]) -> None:
-    targets = optimizer_weights(optimizer)
-    if len(values) != len(targets):
-        raise ValueError(f"{type(optimizer).__name__} has {len(targets)} variables; received {len(values)} weights.")
-    tensors = [torch.as_tensor(v) for v in values]
-    for target, value in zip(targets, tensors):
-        if tuple(value.shape) != tuple(target.shape):
-            raise ValueError(f"Optimizer variable {getattr(target, 'name', '')} has shape {tuple(target.shape)} not "
-                             f"compatible with provided weight shape {tuple(value.shape)}.")
-    with torch.no_grad():
-        for target, value in zip(targets, tensors):
-            target.copy_(value.to(dtype=target.dtype, device=target.device))
+    weights.assign_values(own, own_values)

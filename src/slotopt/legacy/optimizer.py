@@ -26,6 +26,7 @@ from torch import nn
 from .. import schedules as schedules_module
 from ..engine import checks, clipping, transaction
 from ..engine import sparse as sparse_rows
+from ..engine import weights as weights_io
 from ..engine.core import OptimizerCore, Pair
 from ..engine.distributed import no_aggregation
 from ..engine.pipeline import run_step
@@ -500,37 +501,19 @@ class Optimizer(OptimizerCore):
 
     def get_weights(self) -> list[np.ndarray]:
         """The weights' values as numpy arrays: the iteration count first, then the state in creation order."""
-        return [w.detach().cpu().numpy().copy() for w in self._weights]  # copies: a snapshot, not live views
+        return weights_io.snapshot(self._weights)
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns ``weights`` (from ``get_weights``) to the weights, after checking every length and shape."""
-        params = self._weights
         if isinstance(weights, (str, bytes)) or not isinstance(weights, Iterable):
             raise TypeError(f"Argument `weights` must be a list of arrays. Received: weights={weights!r}")
         weights = list(weights)
-        if len(params) != len(weights):
-            raise ValueError(
-                f"You called `set_weights(weights)` on optimizer {self._name} with a  weight list of length "
-                f"{len(weights)}, but the optimizer was expecting {len(params)} weights. Provided weights: "
-                f"{str(weights)[:50]}..."
-            )
-        if not params:
-            return
-        values = []
-        for i, (param, w) in enumerate(zip(params, weights)):
-            try:
-                value = torch.as_tensor(np.asarray(w.detach().cpu() if isinstance(w, torch.Tensor) else w))
-            except (TypeError, ValueError, RuntimeError) as err:
-                raise TypeError(f"Argument `weights` entry {i} is not an array of numbers: {w!r}") from err
-            if tuple(value.shape) != tuple(param.shape):
-                raise ValueError(
-                    f"Optimizer weight shape {tuple(param.shape)} not compatible with provided weight shape "
-                    f"{tuple(value.shape)}."
-                )
-            values.append(value)
-        with torch.no_grad():
-            for param, value in zip(params, values):
-                param.copy_(value.to(dtype=param.dtype, device=param.device))
+        params = self._weights
+        count = weights_io.count_error(self._name, len(weights), len(params), spacing="  ",
+                                       shown=f" Provided weights: {str(weights)[:50]}...")
+        values = weights_io.checked_values(params, weights, count=count, shape_error=lambda i, param, shape: (
+            f"Optimizer weight shape {tuple(param.shape)} not compatible with provided weight shape {shape}."))
+        weights_io.assign_values(params, values)
 
     # -------------------------------------------------------------------------------------------- config
     def get_config(self) -> dict[str, Any]:

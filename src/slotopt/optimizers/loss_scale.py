@@ -6,11 +6,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-import numpy as np
 import torch
 
 from ..engine.clipping import map_gradient_values
 from ..engine.core import Pair
+from ..engine.routing import set_weights_all_or_nothing, split_weights
 from ..engine.sparse import last_repeats
 from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..optimizer import Optimizer
@@ -185,23 +185,8 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         if not self.built:
             super().set_weights(weights)  # kept until the build
             return
-        own = self._variables
-        expected = len(own) + len(self.inner_optimizer.variables)
-        if len(weights) != expected:
-            raise ValueError(
-                f"You called `set_weights(weights)` on optimizer {self.name} with a weight list of length "
-                f"{len(weights)}, but the optimizer was expecting {expected} weights."
-            )
-        for i, (var, w) in enumerate(zip(own, weights)):
-            if tuple(np.shape(w)) != tuple(var.shape):
-                raise ValueError(
-                    f"Optimizer variable {i} ({var.path}) has shape {tuple(var.shape)} not compatible with provided "
-                    f"weight shape {tuple(np.shape(w))}."
-                )
-        self.inner_optimizer.set_weights(weights[len(own):])  # validates its part before changing anything
-        with torch.no_grad():
-            for var, w in zip(own, weights):
-                var.copy_(torch.as_tensor(np.asarray(w)).to(var.dtype))
+        own_part, inner_part = split_weights([self.inner_optimizer], weights, self.name, leading=len(self._variables))
+        set_weights_all_or_nothing([self.inner_optimizer], [inner_part], self._variables, own_part)
 
     # ------------------------------------------------------------------------------------------ steps
     def scale_loss(self, loss: Any) -> Any:
