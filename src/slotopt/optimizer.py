@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from . import schedules as schedules_module
-from .engine import checks, clipping, transaction
+from .engine import checks, clipping, gradients, transaction
 from .engine import constants as K
 from .engine import sparse as sparse_rows
 from .engine import weights as weights_io
@@ -439,10 +439,10 @@ class Optimizer(OptimizerCore):
 
     def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> torch.Tensor:
         """Computes the gradients of ``loss`` (callable or tensor with a graph) for ``var_list`` and applies them."""
-        variables = self._resolve_var_list(var_list)
+        variables = gradients.resolve_var_list(var_list)
         if not self.built:
             self.build(var_list if not callable(var_list) or isinstance(var_list, torch.nn.Module) else variables)
-        grads = self._gradients_of(loss, variables)
+        grads = gradients.gradients_of(loss, variables)
         return self.apply_gradients(zip(grads, variables))
 
     def scale_loss(self, loss: Any) -> Any:

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional, Union
 
 import torch
-from torch import nn
 
 from ..variables import (
     IndexedSlices,
@@ -381,38 +380,6 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         if isinstance(grad, IndexedSlices):
             return sparse_rows.densify(grad, var)
         return grad if grad.dtype == var.dtype else grad.to(var.dtype)
-
-    # ----------------------------------------------------------------------------------------- torch API
-    @staticmethod
-    def _gradients_of(
-        loss: Union[Callable[[], torch.Tensor], torch.Tensor],
-        variables: Sequence[torch.Tensor],
-        grad_loss: Optional[torch.Tensor] = None,
-    ) -> list[Optional[torch.Tensor]]:
-        """Gradients of ``loss`` (a no-argument callable or a tensor with a graph); ``None`` where unused."""
-        if callable(loss) and not isinstance(loss, torch.Tensor):
-            with torch.enable_grad():
-                value = loss()
-        else:
-            value = loss
-        if not isinstance(value, torch.Tensor) or value.grad_fn is None:
-            raise ValueError(
-                "`loss` must be a no-argument callable returning a tensor, or a tensor with a graph "
-                f"(computed from the variables with autograd on). Received: {loss!r}"
-            )
-        trainable = [v for v in variables if v.requires_grad]
-        if grad_loss is None and value.dim() > 0:
-            # TensorFlow differentiates a non-scalar loss as the sum of its elements (unit output gradients).
-            grad_loss = torch.ones_like(value)
-        grads = torch.autograd.grad(value, trainable, grad_outputs=grad_loss, allow_unused=True)
-        by_id = {id(v): g for v, g in zip(trainable, grads)}
-        return [by_id.get(id(v)) for v in variables]
-
-    @staticmethod
-    def _resolve_var_list(var_list: Any) -> list[torch.Tensor]:
-        if callable(var_list) and not isinstance(var_list, (nn.Module, torch.Tensor)):
-            var_list = var_list()
-        return [v for _, v in named_variables(var_list)]
 
     # ----------------------------------------------------------------------------------------- constraints
     def _apply_constraints(self, pairs: Sequence[Pair]) -> None:

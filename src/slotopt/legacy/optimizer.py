@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .. import schedules as schedules_module
-from ..engine import checks, clipping, transaction
+from ..engine import checks, clipping, gradients, transaction
 from ..engine import sparse as sparse_rows
 from ..engine import weights as weights_io
 from ..engine.core import OptimizerCore, Pair
@@ -573,7 +573,7 @@ class Optimizer(OptimizerCore):
         self._register(named)
         variables = [v for _, v in named]
         loss = self._transform_loss(loss)
-        grads = self._gradients_of(loss, variables, grad_loss)
+        grads = gradients.gradients_of(loss, variables, grad_loss)
         return list(zip(grads, variables))
 
     def _transform_loss(self, loss: Any) -> Any:

@@ -22,10 +22,8 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils import _pytree
 
-from ..engine import checks, transaction
+from ..engine import checks, gradients, transaction
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..engine.core import OptimizerCore, Pair, Pairs
@@ -94,48 +92,6 @@ def cast(tensor: torch.Tensor, dtype: torch.dtype) -> float:
     if tensor.dtype != dtype:
         tensor = tensor.to(dtype)
     return float(tensor)
-
-
-class _AccessRecorder(TorchFunctionMode):
-    """Records the leaf tensors that require grad in the order torch functions first receive them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: dict[int, torch.Tensor] = {}
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        for leaf in _pytree.tree_leaves((args, kwargs)):
-            if isinstance(leaf, torch.Tensor) and leaf.is_leaf and leaf.requires_grad and id(leaf) not in self.seen:
-                self.seen[id(leaf)] = leaf
-        return func(*args, **kwargs)
-
-
-def _graph_leaves(value: torch.Tensor) -> list[torch.Tensor]:
-    """Leaf tensors of ``value``'s autograd graph in the order the forward pass first used them.
-
-    A leaf's first use is the earliest-created backward node (``_sequence_nr``) that consumes it.
-    """
-    first_use: dict[int, tuple[int, int]] = {}
-    leaves: dict[int, torch.Tensor] = {}
-    visited: set[int] = set()
-    stack = [value.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in visited:
-            continue
-        visited.add(id(node))
-        order = node._sequence_nr() if hasattr(node, "_sequence_nr") else 0
-        for position, (child, _) in enumerate(node.next_functions):
-            variable = getattr(child, "variable", None)
-            if isinstance(variable, torch.Tensor):
-                leaves.setdefault(id(variable), variable)
-                key = (order, position)
-                if key < first_use.get(id(variable), (2**63, 0)):
-                    first_use[id(variable)] = key
-            elif child is not None:
-                stack.append(child)
-    return sorted(leaves.values(), key=lambda v: first_use[id(v)])
 
 
 class Optimizer(OptimizerCore):
@@ -257,7 +213,7 @@ class Optimizer(OptimizerCore):
             if isinstance(grad_loss, torch.Tensor):
                 self._assert_valid_dtypes([grad_loss], "grad_loss")
 
-        variables = None if var_list is None else self._resolve_var_list(var_list)
+        variables = None if var_list is None else gradients.resolve_var_list(var_list)
         watched: list[torch.Tensor] = []
         if is_function and variables is not None:
             watched = [v for v in variables if isinstance(v, torch.Tensor) and v.is_leaf
@@ -266,21 +222,18 @@ class Optimizer(OptimizerCore):
             for v in watched:  # TF's tape.watch(var_list): non-trainable variables get gradients too
                 v.requires_grad_(True)
             if is_function:
-                recorder = _AccessRecorder()
-                with torch.enable_grad():
-                    if variables is None:
-                        with recorder:
-                            value = loss()
-                        variables = list(recorder.seen.values())
-                    else:
+                if variables is None:
+                    value, variables = gradients.run_watching(loss)
+                else:
+                    with torch.enable_grad():
                         value = loss()
             else:
                 value = loss
                 if variables is None:
-                    variables = _graph_leaves(value)
+                    variables = gradients.graph_leaves(value)
                 if not variables:
                     raise ValueError("No variables to optimize.")
-            grads_by_id = self._gradients_by_id(value, variables, grad_loss)
+            grads_by_id = gradients.differentiate(value, variables, grad_loss)
         finally:
             for v in watched:
                 v.requires_grad_(False)
@@ -288,22 +241,6 @@ class Optimizer(OptimizerCore):
         if not is_function:
             self._assert_valid_dtypes([v for g, v in pairs if g is not None], "variable")
         return pairs
-
-    @staticmethod
-    def _gradients_by_id(value: Any, variables: Sequence[Any], grad_loss: Any) -> dict[int, Any]:
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"`loss` must return a tensor. Received: {value!r}")
-        targets = [v for v in variables if isinstance(v, torch.Tensor) and v.requires_grad]
-        if not targets or value.grad_fn is None:
-            return {}
-        output_grad = None
-        if grad_loss is not None:
-            output_grad = torch.broadcast_to(torch.as_tensor(grad_loss, dtype=value.dtype, device=value.device),
-                                             value.shape)
-        elif value.numel() != 1:
-            output_grad = torch.ones_like(value)
-        grads = torch.autograd.grad(value, targets, grad_outputs=output_grad, allow_unused=True)
-        return {id(v): g for v, g in zip(targets, grads)}
 
     @staticmethod
     def _assert_valid_dtypes(tensors: Sequence[torch.Tensor], what: str) -> None:
