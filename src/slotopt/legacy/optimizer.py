@@ -52,6 +52,20 @@ def grouped_dense(method: Callable[..., Any]) -> Callable[..., Any]:
     return method
 
 
+def _clip_argument(key: str, doc: str) -> Any:
+    """The property of a clip argument (``clipnorm``, ``global_clipnorm``, ``clipvalue``), checked when set."""
+
+    def get(self: Any) -> Optional[float]:
+        return self.__dict__.get("_" + key)
+
+    def set_checked(self: Any, value: Optional[float]) -> None:
+        self._check_clip(key, value)
+        self.__dict__["_" + key] = value
+
+    get.__doc__ = doc
+    return property(get, set_checked, doc=doc)
+
+
 class Optimizer(OptimizerCore):
     """Base class of the tf.keras legacy optimizers (``tf.keras.optimizers.legacy.Optimizer``, OptimizerV2).
 
@@ -241,35 +255,10 @@ class Optimizer(OptimizerCore):
             raise ValueError(f"Expected {key} >= 0, received: {value}")
         checks.check_number(key, value, checks.NONNEGATIVE)
 
-    @property
-    def clipnorm(self) -> Optional[float]:
-        """Clips each gradient to this norm (``g * c / max(||g||, c)``); None disables it."""
-        return self._clipnorm
-
-    @clipnorm.setter
-    def clipnorm(self, value: Optional[float]) -> None:
-        self._check_clip("clipnorm", value)
-        self._clipnorm = value
-
-    @property
-    def global_clipnorm(self) -> Optional[float]:
-        """Scales all gradients so that their global norm is at most this value; None disables it."""
-        return self._global_clipnorm
-
-    @global_clipnorm.setter
-    def global_clipnorm(self, value: Optional[float]) -> None:
-        self._check_clip("global_clipnorm", value)
-        self._global_clipnorm = value
-
-    @property
-    def clipvalue(self) -> Optional[float]:
-        """Clips every gradient element to ``[-clipvalue, clipvalue]``; None disables it."""
-        return self._clipvalue
-
-    @clipvalue.setter
-    def clipvalue(self, value: Optional[float]) -> None:
-        self._check_clip("clipvalue", value)
-        self._clipvalue = value
+    clipnorm = _clip_argument("clipnorm", "Clips each gradient to this norm (``g * c / max(||g||, c)``); None disables it.")
+    global_clipnorm = _clip_argument(
+        "global_clipnorm", "Scales all gradients so that their global norm is at most this value; None disables it.")
+    clipvalue = _clip_argument("clipvalue", "Clips every gradient element to ``[-clipvalue, clipvalue]``; None disables it.")
 
     # -------------------------------------------------------------------------------------------- hyperparameters
     def _set_hyper(self, name: str, value: Hyperparameter) -> None:
