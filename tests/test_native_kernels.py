@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import slotopt
 from slotopt.kernels import adadelta, adagrad, adam, ema, ftrl, lion, native, rmsprop, sgd, weight_decay
 from slotopt.reference import load_cases, replay
 
@@ -38,6 +39,10 @@ CASES = [
     ("adam", adam.adam, "wgmv_", dict(alpha=0.00123, one_minus_beta_1=0.1, one_minus_beta_2=0.001, epsilon=1e-7)),
     ("amsgrad", adam.adam, "wgmvv",
      dict(alpha=0.00123, one_minus_beta_1=0.1, one_minus_beta_2=0.001, epsilon=1e-7)),
+    ("adamw_one_pass", adam.adam, "wgmv_", dict(alpha=0.00123, one_minus_beta_1=0.1, one_minus_beta_2=0.001,
+                                              epsilon=1e-7, weight_decay=0.004, weight_decay_lr=0.01)),
+    ("amsgrad_decay", adam.adam, "wgmvv", dict(alpha=0.00123, one_minus_beta_1=0.1, one_minus_beta_2=0.001,
+                                             epsilon=1e-7, weight_decay=0.5, weight_decay_lr=0.1)),
     ("adam_variable_update", adam.adam_variable_update, "wmv_", dict(alpha=0.001, epsilon=1e-7)),
     ("adam_variable_update_amsgrad", adam.adam_variable_update, "wmvv", dict(alpha=0.001, epsilon=1e-7)),
     ("adamax", adam.adamax, "wgmv",
@@ -295,3 +300,44 @@ def test_compiled_step_bumps_version_counters_like_an_in_place_op():
     assert grad._version == 0  # the gradient is only read
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_adamw_decays_inside_the_update_pass_with_the_bits_of_two_passes(dtype):
+    """AdamW's decay runs in the Adam kernel (no separate weight-decay call) for dense gradients; excluded
+    variables, a variable listed twice (decay, decay, update, update, as in Keras) and a row-sparse gradient
+    keep the separate pass. Every case gives the bits of the foreach path, which decays in its own pass."""
+
+    def train(mode):
+        previous = native.use(mode)
+        try:
+            generator = torch.Generator().manual_seed(3)
+            shapes = [(3, 4), (5,), (300, 200), (7, 2)]
+            variables = [slotopt.Variable(torch.randn(s, dtype=dtype, generator=generator), name=f"v{i}")
+                         for i, s in enumerate(shapes)]
+            opt = slotopt.AdamW(learning_rate=0.01, weight_decay=0.1)
+            opt.exclude_from_weight_decay(var_names=["v1"])
+            opt.build(variables)
+            decay_calls = []
+            for step in range(4):
+                grads = [torch.randn(s, dtype=dtype, generator=generator) for s in shapes]
+                pairs = list(zip(grads, variables))
+                if step == 1:  # a variable listed twice
+                    pairs.append((torch.randn((3, 4), dtype=dtype, generator=generator), variables[0]))
+                if step == 2:  # row slices for the last variable
+                    pairs[3] = (slotopt.IndexedSlices(torch.randn(2, 2, dtype=dtype, generator=generator),
+                                                      torch.tensor([1, 1]), (7, 2)), variables[3])
+                before = native.calls()
+                opt.apply_gradients(pairs)
+                decay_calls.append(native.calls() - before)
+            return [v.detach().clone() for v in variables], decay_calls
+        finally:
+            native.use(previous)
+
+    compiled, calls = train("native")
+    reference, _ = train("foreach")
+    _assert_same_bits([reference], [compiled], "AdamW")
+    # step 0: one fused Adam call for the decayed variables, one for the excluded one; no separate decay call
+    assert calls[0] == 2
+    assert calls[1] > calls[0]  # listed twice: separate decay passes and two rounds

@@ -131,6 +131,8 @@ class Optimizer(OptimizerCore):
     _kernel_slots: tuple[str, ...] = ()
     #: Built-ins whose update is element-wise (no whole-tensor norms) may run over packed or cut tensors.
     _elementwise_update: bool = True
+    #: Built-ins whose kernel takes ``weight_decay`` / ``weight_decay_lr`` and decays in its own pass.
+    _fused_weight_decay: bool = False
 
     #: How a built-in applies an ``IndexedSlices`` gradient with Keras 3's TensorFlow-backend semantics
     #: (keras3_sparse.md): ``"rows"``: the rule only scatters into the slices' rows; ``"blocks"``: element-wise
@@ -646,16 +648,29 @@ class Optimizer(OptimizerCore):
         return not (self._exclude_pattern is not None and self._exclude_pattern.search(self._name_of(var)))
 
     def _apply_weight_decay(self, pairs: list[Pair]) -> None:
+        self.__dict__["_decay_in_update"] = None
         if not self.weight_decay:
             return
         learning_rate = self._learning_rate_of_step()
-        for round_pairs in _rounds(pairs):  # a variable listed twice decays twice, as in Keras
+        rounds = _rounds(pairs)  # a variable listed twice decays twice before its updates, as in Keras
+        fused: set[int] = set()
+        if self._fused_weight_decay and len(rounds) == 1 and type(self).update_step is Optimizer.update_step:
+            # The update kernel decays dense-gradient variables in its own pass (one pass over memory): the
+            # same operations on each element, and each element's decay still precedes its update.
+            fused = {self._var_index[id(v)] for g, v in pairs
+                     if not isinstance(g, IndexedSlices) and self._use_weight_decay(v)}
+            self.__dict__["_decay_in_update"] = fused
+        for round_pairs in rounds:
             decayed = [v for _, v in round_pairs if self._use_weight_decay(v)]
-            for group in self._groups([self._position(v) for v in decayed]):
+            positions = [p for p in (self._position(v) for v in decayed) if p not in fused]
+            for group in self._groups(positions):
                 params = [self._vars[p] for p in group]
                 dtype = params[0].dtype
-                decoupled_weight_decay(params, weight_decay=K.cast(self.weight_decay, dtype),
-                                       lr=self._lr_for(learning_rate, dtype))
+                decoupled_weight_decay(params, **self._decay_terms(learning_rate, dtype, "lr"))
+
+    def _decay_terms(self, learning_rate: Any, dtype: torch.dtype, lr_key: str) -> dict[str, float]:
+        """The decoupled weight decay's constants in ``dtype`` (``lr_key`` names the learning rate argument)."""
+        return {"weight_decay": K.cast(self.weight_decay, dtype), lr_key: self._lr_for(learning_rate, dtype)}
 
     def _start_updates(self) -> None:
         self.__dict__["_step_learning_rate"] = self.learning_rate  # a schedule is evaluated once per update
@@ -667,11 +682,13 @@ class Optimizer(OptimizerCore):
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
         learning_rate = self._learning_rate_of_step()
+        fused = self.__dict__.pop("_decay_in_update", None) or set()  # decayed by the update kernel
         for round_pairs in _rounds(pairs):
-            self._apply_round(round_pairs, learning_rate)
+            self._apply_round(round_pairs, learning_rate, fused)
 
-    def _apply_round(self, pairs: list[Pair], learning_rate: Any) -> None:
-        """Updates variables that each appear once in ``pairs``."""
+    def _apply_round(self, pairs: list[Pair], learning_rate: Any, fused: set[int]) -> None:
+        """Updates variables that each appear once in ``pairs``; those in ``fused`` also get their weight decay
+        from the update kernel."""
         custom = type(self).update_step is not Optimizer.update_step
         dense: list[Pair] = []
         for g, v in pairs:
@@ -685,15 +702,22 @@ class Optimizer(OptimizerCore):
             return
         index = self._var_index
         by_pos = {index[id(v)]: g for g, v in dense}
-        for group in self._groups(list(by_pos)):
-            if self._elementwise_update and self._kernel_slots:
-                group = self._flat_state.update_packed(
-                    group, self._vars, by_pos, self._kernel_slots,
-                    lambda params, grads, slots: self._update_group(params, grads, slots, learning_rate))
-            if group:
-                params = [self._vars[p] for p in group]
-                self._update_group(params, [by_pos[p] for p in group],
-                                   self._slot_lists(self._kernel_slots, group), learning_rate)
+        for whole_group in self._groups(list(by_pos)):
+            parts = [(whole_group, {})]
+            if fused:
+                terms = self._decay_terms(learning_rate, self._vars[whole_group[0]].dtype, "weight_decay_lr")
+                parts = [([p for p in whole_group if p in fused], terms),
+                         ([p for p in whole_group if p not in fused], {})]
+            for group, terms in parts:
+                if self._elementwise_update and self._kernel_slots and group:
+                    group = self._flat_state.update_packed(
+                        group, self._vars, by_pos, self._kernel_slots,
+                        lambda params, grads, slots, terms=terms: self._update_group(params, grads, slots,
+                                                                                     learning_rate, **terms))
+                if group:
+                    params = [self._vars[p] for p in group]
+                    self._update_group(params, [by_pos[p] for p in group],
+                                       self._slot_lists(self._kernel_slots, group), learning_rate, **terms)
 
     def _apply_slices(self, var: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> None:
         """Keras 3 on its TensorFlow backend keeps a sparse gradient as slices through element-wise ops: repeats

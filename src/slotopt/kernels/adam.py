@@ -11,6 +11,7 @@ from ..engine.blocks import elementwise
 from ..engine.distributed import ShardLayout, sum_over_layouts
 from . import roots
 from .native import compiled
+from .weight_decay import decoupled_weight_decay
 
 __all__ = ["adam", "adam_variable_update", "adam_moments", "second_moment", "adamax", "nadam",
            "nadam_gradient_terms", "lamb"]
@@ -43,19 +44,24 @@ def second_moment(grads: Tensors, v: Tensors, squares: Optional[Tensors] = None,
     torch._foreach_add_(v, delta)
 
 
-@compiled("adam", 5, lambda p, g, m, v, vh, *, alpha, one_minus_beta_1, one_minus_beta_2, epsilon: (
-    alpha, one_minus_beta_1, one_minus_beta_2, epsilon, vh is not None))
+@compiled("adam", 5, lambda p, g, m, v, vh, *, alpha, one_minus_beta_1, one_minus_beta_2, epsilon,
+          weight_decay=None, weight_decay_lr=0.0: (
+    alpha, one_minus_beta_1, one_minus_beta_2, epsilon, vh is not None, weight_decay is not None,
+    weight_decay or 0.0, weight_decay_lr))
 @elementwise
 def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors],
          squares: Optional[Tensors] = None, *, alpha: float, one_minus_beta_1: float, one_minus_beta_2: float,
-         epsilon: float) -> None:
+         epsilon: float, weight_decay: Optional[float] = None, weight_decay_lr: float = 0.0) -> None:
     """Adam as Keras 3 and the tf.keras ``ApplyAdam`` kernel evaluate it.
 
     ``m += (g - m) * (1 - b1)``; ``v += (g*g - v) * (1 - b2)``; with AMSGrad ``v_hat = max(v_hat, v)``;
     ``w -= (m * alpha) / (sqrt(v or v_hat) + eps)`` where ``alpha = lr * sqrt(1 - b2^t) / (1 - b1^t)``.
     The caller rounds ``1 - b`` in its generation's form (D-form for Keras 3, F-form for legacy).
-    ``squares`` (optional) replaces ``g*g``, see ``adam_moments``.
+    ``squares`` (optional) replaces ``g*g``, see ``adam_moments``. With ``weight_decay``, Keras 3's decoupled
+    weight decay ``w -= (w * weight_decay) * weight_decay_lr`` comes first, in the same pass (AdamW).
     """
+    if weight_decay is not None:
+        decoupled_weight_decay(params, weight_decay=weight_decay, lr=weight_decay_lr)
     adam_moments(grads, m, v, squares, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
     adam_variable_update(params, m, v, v_hat, alpha=alpha, epsilon=epsilon)
 

@@ -66,6 +66,7 @@ class Adam(MomentOptimizer):
 
     _kernel_slots = ("momentum", "velocity")
     _sparse_layout = "blocks"
+    _fused_weight_decay = True  # AdamW's decay runs in the Adam kernel's pass
 
     def __init__(self, learning_rate: LearningRate = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
                  epsilon: float = 1e-7, amsgrad: bool = False, **kwargs: Any) -> None:
@@ -90,7 +91,8 @@ class Adam(MomentOptimizer):
         kernels.adam(params, grads, slots["momentum"], slots["velocity"], slots.get("velocity_hat"),
                      terms.get("squares"), alpha=alpha,
                      one_minus_beta_1=K.d_form(self.beta_1, dtype), one_minus_beta_2=K.d_form(self.beta_2, dtype),
-                     epsilon=K.literal(self.epsilon, dtype))
+                     epsilon=K.literal(self.epsilon, dtype), weight_decay=terms.get("weight_decay"),
+                     weight_decay_lr=terms.get("weight_decay_lr", 0.0))
 
     def _slice_terms(self, param, grad, learning_rate):
         return square_terms(param, grad)

@@ -142,7 +142,8 @@ def _build() -> dict[str, Any]:
         tl.store(w_ptr + offs, w - (w * wd) * lr, mask=mask)
 
     @triton.jit
-    def adam(w_ptr, g_ptr, m_ptr, v_ptr, vh_ptr, s_ptr, n, AMSGRAD: tl.constexpr, BLOCK: tl.constexpr):
+    def adam(w_ptr, g_ptr, m_ptr, v_ptr, vh_ptr, s_ptr, n, AMSGRAD: tl.constexpr, DECAY: tl.constexpr,
+             BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         alpha = tl.load(s_ptr)
@@ -160,6 +161,8 @@ def _build() -> dict[str, Any]:
             v = tl.maximum(tl.load(vh_ptr + offs, mask=mask), v, propagate_nan=tl.PropagateNan.ALL)
             tl.store(vh_ptr + offs, v, mask=mask)
         w = tl.load(w_ptr + offs, mask=mask)
+        if DECAY:  # AdamW: the decoupled weight decay first, in the same pass
+            w = w - (w * tl.load(s_ptr + 6)) * tl.load(s_ptr + 7)
         tl.store(w_ptr + offs, w - _div_rn(m * alpha, _sqrt_rn(v) + eps), mask=mask)
 
     @triton.jit
@@ -264,7 +267,7 @@ _LAYOUT: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     "keras_momentum": (3, (("NESTEROV", 2),)),
     "momentum": (3, (("NESTEROV", 2), ("FUSED_PRODUCT", 3))),
     "decoupled_weight_decay": (1, ()),
-    "adam": (5, (("AMSGRAD", 4),)),
+    "adam": (5, (("AMSGRAD", 4), ("DECAY", 5))),
     "rmsprop": (5, (("INSIDE", 5), ("MOMENTUM", 6), ("CENTERED", 7))),
     "apply_rmsprop": (5, (("CENTERED", 4),)),
     "adagrad": (3, (("INSIDE", 2),)),
