@@ -341,3 +341,24 @@ def test_adamw_decays_inside_the_update_pass_with_the_bits_of_two_passes(dtype):
     # step 0: one fused Adam call for the decayed variables, one for the excluded one; no separate decay call
     assert calls[0] == 2
     assert calls[1] > calls[0]  # listed twice: separate decay passes and two rounds
+
+
+@needs_native
+def test_packed_state_is_addressed_through_its_buffer_and_its_versions_move():
+    """The packed slots of small variables reach the compiled call as one buffer (their pointers computed from
+    it); the buffer's version counter, which its views share, still moves with each step."""
+    variables = [torch.nn.Parameter(torch.randn(16)) for _ in range(5)]
+    opt = slotopt.Adam(learning_rate=0.1)
+    opt.build(variables)
+    momentum = opt._momentums[0]
+    assert isinstance(opt._flat_state.views(("momentum",), (momentum.device, momentum.dtype), variables)["momentum"],
+                      native.FlatViews)
+    before_calls, before_version = native.calls(), momentum._version
+    previous = native.use("native")
+    try:
+        opt.apply([torch.ones(16)] * 5, variables)
+    finally:
+        native.use(previous)
+    assert native.calls() == before_calls + 1
+    assert momentum._version > before_version
+    torch.testing.assert_close(opt._momentums[4], torch.full((16,), 0.1), rtol=0, atol=1e-7)

@@ -84,6 +84,8 @@ def _rounds(pairs: list[Pair]) -> list[list[Pair]]:
     same step count). Distinct variables do not interact, so running the k-th listing of every variable together
     gives the same result. Almost always there is one part.
     """
+    if len({id(v) for _, v in pairs}) == len(pairs):
+        return [pairs]
     seen: dict[int, int] = {}
     rounds: list[list[Pair]] = []
     for g, v in pairs:
@@ -424,8 +426,10 @@ class Optimizer(OptimizerCore):
         else:
             trainable_variables = [v for _, v in named_variables(trainable_variables)] if not isinstance(
                 trainable_variables, (list, tuple)) else list(trainable_variables)
-            for i, v in enumerate(trainable_variables):
-                checks.check_variable(v, f"trainable_variables[{i}]")
+            tensor = torch.Tensor
+            if not all([isinstance(v, tensor) for v in trainable_variables]):
+                for i, v in enumerate(trainable_variables):
+                    checks.check_variable(v, f"trainable_variables[{i}]")
             if len(grads) != len(trainable_variables):
                 raise ValueError(
                     f"Received {len(grads)} gradients for {len(trainable_variables)} variables; "
@@ -552,7 +556,7 @@ class Optimizer(OptimizerCore):
         if self.built:
             index, trainable = self._var_index, self._trainable_index
             for _, v in checked:
-                if index.get(id(v)) not in trainable:
+                if index.get(id(v), -1) not in trainable:
                     raise ValueError(
                         f"Unknown variable: {self._name_of(v)}. This optimizer can only be called for the variables "
                         "it was originally built with. When working with a new set of variables, you should "
@@ -691,9 +695,12 @@ class Optimizer(OptimizerCore):
         from the update kernel."""
         custom = type(self).update_step is not Optimizer.update_step
         dense: list[Pair] = []
-        for g, v in pairs:
+        for pair in pairs:
+            g, v = pair
             if isinstance(g, IndexedSlices) and not custom and self._sparse_layout is not None:
                 self._apply_slices(v, g, learning_rate)
+            elif type(g) is torch.Tensor and g.dtype is v.dtype:
+                dense.append(pair)  # the common case: no new objects per pair (the GC's work grows with them)
             else:
                 dense.append((self._dense(g, v), v))
         if custom:

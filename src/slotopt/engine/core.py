@@ -302,10 +302,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         shape, dtype and device) are recognised inline, without the call."""
         out: list[Pair] = []
         strided, floats = torch.strided, _FLOAT_TYPES
-        for grad, var in pairs:
+        for pair in pairs:
+            grad, var = pair
             if type(grad) is torch.Tensor and grad.dtype is var.dtype and grad.layout is strided and \
                     grad.dtype in floats and grad.shape == var.shape and grad.device == var.device:
-                out.append((grad, var))
+                out.append(pair if type(pair) is tuple else (grad, var))
             else:
                 out.append((self._check_gradient(grad, var, lambda var=var: self._name_of(var)), var))
         return out
@@ -425,7 +426,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return None
 
     def _drop_missing_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        return [(g, v) for g, v in pairs if g is not None]
+        return [pair for pair in pairs if pair[0] is not None]
 
     def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
         return pairs

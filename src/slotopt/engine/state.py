@@ -165,7 +165,8 @@ class FlatState:
             key = (name, *kind)
             views = self._views.get(key)
             if views is None:
-                views = self._views[key] = list(unflatten_dense_tensors(self._buffers[key], list(like)))
+                views = self._views[key] = native.FlatViews(unflatten_dense_tensors(self._buffers[key], list(like)),
+                                                            self._buffers[key])
             out[name] = views
         return out
 

@@ -155,14 +155,18 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     np.cumsum(numels, out=offsets[1:])
     total = int(offsets[-1])
     table = np.zeros((len(lists), n), dtype=np.uint64)  # an absent list keeps its (null) row
+    bumped: list[torch.Tensor] = []  # written tensors whose version counters move (views share their base's)
     for j, tensors in enumerate(lists):
         if tensors is None:
             continue
-        if len(tensors) == 1 and n > 1:  # one flat buffer for the whole group
-            flat = tensors[0]
+        whole = getattr(tensors, "flat", None) if len(tensors) == n else None
+        if (len(tensors) == 1 and n > 1) or whole is not None:  # one flat buffer for the whole group
+            flat = tensors[0] if whole is None else whole
             if not (flat.is_contiguous() and flat.dtype == dtype and flat.is_cpu and flat.numel() == total):
                 return False
             table[j] = flat.data_ptr() + offsets[:-1].astype(np.uint64) * flat.element_size()
+            if j not in read_only:
+                bumped.append(flat)
             continue
         # Each property once per tensor, in bulk: these loops are the whole Python cost of a step.
         if (len(tensors) != n or not all([t.is_contiguous() for t in tensors])
@@ -170,14 +174,24 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
                 or (j and [t.numel() for t in tensors] != numels)):
             return False
         table[j] = [t.data_ptr() for t in tensors]
+        if j not in read_only:
+            bumped.extend(tensors)
     values = np.array(scalars, dtype=np.float64)
     _function(rule, dtype)(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data,
                            torch.get_num_threads())
-    _increment_version([t for j, tensors in enumerate(lists) if tensors is not None and j not in read_only
-                        for t in tensors])
+    _increment_version(bumped)
     global _calls
     _calls += 1
     return True
+
+
+class FlatViews(list):  # type: ignore[type-arg]
+    """Per-variable views of one flat buffer, back to back in list order (slotopt's packed state of small
+    variables). ``apply`` computes their pointers from the buffer's, with no per-tensor Python."""
+
+    def __init__(self, views: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
+        super().__init__(views)
+        self.flat = flat
 
 
 def _unpacked(lists: Sequence[Any]) -> list[Any]:
