@@ -242,7 +242,7 @@ def test_dense_measurement_runs_every_implementation_on_a_tiny_workload():
     params, grads = bench._make_tensors([(8, 4), (3,)], "cpu")
     by_label = {s.label: s for s in bench.OPTIMIZERS}
     rows = {m.implementation: m for m in bench._measure_dense_group("tiny", by_label["RMSprop"], params, grads,
-                                                                    steps=3, warmup=1, device="cpu", rounds=3)}
+                                                                    steps=3, warmup=1, device="cpu")}
     for impl in ("slotopt", "torch loop", "torch foreach", "copy floor"):
         assert len(rows[impl].samples) == 3 and rows[impl].ms >= 0, impl
     assert rows["torch fused"].note == "n/a" and not rows["torch fused"].failed  # torch has no fused RMSprop

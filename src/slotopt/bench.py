@@ -232,8 +232,8 @@ def step_peak_extra_mb(step: Callable[[], None], device: str = "cpu") -> float:
     return max(_peak_rss_kb() - base, 0) / 1024
 
 
-def _copy_floor(elements: int, device: str, steps: int) -> list[float]:
-    """Step times of the memory-bandwidth floor: a copy moving ``elements`` float32 through memory.
+def _copy_floor_step(elements: int, device: str) -> Callable[[], Any]:
+    """The memory-bandwidth floor as a step: a copy moving ``elements`` float32 through memory.
 
     A copy of k elements moves 3k: it reads the source, and writing the destination first reads each cache
     line into the cache (write-allocate). An in-place update writes lines it has just read, so it moves only
@@ -242,15 +242,14 @@ def _copy_floor(elements: int, device: str, steps: int) -> list[float]:
     count = max(elements // 3, 1)
     src = torch.ones(count, device=device)
     dst = torch.empty(count, device=device)
-    return time_steps(lambda: dst.copy_(src), steps, 2, device)
+    return lambda: dst.copy_(src)
 
 
 def _measure_dense_group(workload: str, spec: OptimizerSpec, params: list[torch.nn.Parameter],
-                         grads: list[torch.Tensor], steps: int, warmup: int, device: str,
-                         rounds: int = 3) -> list[Measurement]:
-    """Every implementation of one (workload, optimizer), interleaved: ``rounds`` rounds, each timing
-    ``steps / rounds`` steps of each implementation in turn, so that a change of machine load during the run
-    shifts all of them alike. Then the copy floor and each implementation's peak extra memory per step."""
+                         grads: list[torch.Tensor], steps: int, warmup: int, device: str) -> list[Measurement]:
+    """Every implementation of one (workload, optimizer) and the copy floor, interleaved step by step: each
+    round times one step of each in turn, so that a change of machine load during the run (this machine is
+    shared) shifts all of them alike. Then each implementation's peak extra memory per step."""
     from .kernels import native
 
     implementations = [i for i in IMPLEMENTATIONS if i != "slotopt foreach" or native.active()]
@@ -268,17 +267,18 @@ def _measure_dense_group(workload: str, spec: OptimizerSpec, params: list[torch.
                 m = results[impl]
                 m.note = "n/a" if impl == "torch fused" else f"{type(err).__name__}: {err}"
                 m.failed = impl != "torch fused" and not isinstance(err, LookupError)
-        per_round = max(steps // rounds, 1)
-        for _ in range(rounds):
+        elements = sum(p.numel() for p in params) * TRAFFIC_ELEMENTS.get(spec.label, 7)
+        floor = Measurement(workload, spec.label, "copy floor")
+        copy = _copy_floor_step(elements, device)
+        time_steps(copy, 0, 2, device)
+        for _ in range(steps):
             for impl, step in step_of.items():
-                results[impl].samples += time_steps(step, per_round, 1, device)
+                results[impl].samples += time_steps(step, 1, 0, device)
+            floor.samples += time_steps(copy, 1, 0, device)
         for impl, step in step_of.items():
             m = results[impl]
             m.ms = statistics.median(m.samples)
             m.peak_mb = step_peak_extra_mb(step, device)
-        elements = sum(p.numel() for p in params) * TRAFFIC_ELEMENTS.get(spec.label, 7)
-        floor = Measurement(workload, spec.label, "copy floor")
-        floor.samples = _copy_floor(elements, device, max(steps // 2, 3))
         floor.ms = statistics.median(floor.samples)
     finally:
         for p in params:

@@ -18,6 +18,7 @@ from .engine import weights as weights_io
 from .engine.core import OptimizerCore, Pair, Pairs
 from .engine.pipeline import run_step
 from .engine.state import FlatState, constant_fill, initial_value
+from .kernels import native
 from .kernels.ema import moving_average
 from .kernels.weight_decay import decoupled_weight_decay
 from .variables import IndexedSlices, Variable, named_variables
@@ -721,9 +722,9 @@ class Optimizer(OptimizerCore):
                         group, self._vars, by_pos, self._kernel_slots,
                         lambda params, grads, slots, terms=terms: self._update_group(params, grads, slots,
                                                                                      learning_rate, **terms))
-                if group:
+                if group:  # the gradients were checked against their variables this step (Matched)
                     params = [self._vars[p] for p in group]
-                    self._update_group(params, [by_pos[p] for p in group],
+                    self._update_group(params, native.Matched([by_pos[p] for p in group]),
                                        self._slot_lists(self._kernel_slots, group), learning_rate, **terms)
 
     def _apply_slices(self, var: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> None:

@@ -148,7 +148,8 @@ class FlatState:
         if native.takes(first):
             # The compiled rules take the variables and gradients where they are, with the packed state as
             # per-variable views of its buffer: one call per group, and no staging copies.
-            update(params, [grads[p] for p in covered], self.views(slot_names, kind, params))
+            update(params, native.Matched([grads[p] for p in covered]),
+                   self.views(slot_names, kind, params))
         else:
             flat_params = self.stage("params", covered, params)
             flat_grads = self.stage("grads", covered, [grads[p] for p in covered])

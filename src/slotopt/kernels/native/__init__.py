@@ -168,10 +168,12 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
             if j not in read_only:
                 bumped.append(flat)
             continue
-        # Each property once per tensor, in bulk: these loops are the whole Python cost of a step.
-        if (len(tensors) != n or not all([t.is_contiguous() for t in tensors])
-                or any([t.dtype != dtype or not t.is_cpu for t in tensors])
-                or (j and [t.numel() for t in tensors] != numels)):
+        # Each property once per tensor, in bulk: these loops are the whole Python cost of a step. What the
+        # engine has checked already (``Matched``) is not checked again.
+        if len(tensors) != n or not all([t.is_contiguous() for t in tensors]):
+            return False
+        if (j == 0 or type(tensors) is not Matched) and (any([t.dtype != dtype or not t.is_cpu for t in tensors])
+                                                        or (j and [t.numel() for t in tensors] != numels)):
             return False
         table[j] = [t.data_ptr() for t in tensors]
         if j not in read_only:
@@ -192,6 +194,12 @@ class FlatViews(list):  # type: ignore[type-arg]
     def __init__(self, views: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
         super().__init__(views)
         self.flat = flat
+
+
+class Matched(list):  # type: ignore[type-arg]
+    """Gradients the engine checked in this step against their variables, the first operand list of the call:
+    each has its variable's dtype, device and shape. ``apply`` then only reads their contiguity and addresses
+    (the variables themselves are always checked: their storage may have been swapped since)."""
 
 
 def _unpacked(lists: Sequence[Any]) -> list[Any]:
