@@ -248,8 +248,8 @@ def _copy_floor_step(elements: int, device: str) -> Callable[[], Any]:
 def _measure_dense_group(workload: str, spec: OptimizerSpec, params: list[torch.nn.Parameter],
                          grads: list[torch.Tensor], steps: int, warmup: int, device: str) -> list[Measurement]:
     """Every implementation of one (workload, optimizer) and the copy floor, interleaved step by step: each
-    round times one step of each in turn, so that a change of machine load during the run (this machine is
-    shared) shifts all of them alike. Then each implementation's peak extra memory per step."""
+    round times one step of each in turn (in a rotating order), so that a change of machine load during the run
+    (this machine is shared) shifts all of them alike. Then each implementation's peak extra memory per step."""
     from .kernels import native
 
     implementations = [i for i in IMPLEMENTATIONS if i != "slotopt foreach" or native.active()]
@@ -271,10 +271,12 @@ def _measure_dense_group(workload: str, spec: OptimizerSpec, params: list[torch.
         floor = Measurement(workload, spec.label, "copy floor")
         copy = _copy_floor_step(elements, device)
         time_steps(copy, 0, 2, device)
-        for _ in range(steps):
-            for impl, step in step_of.items():
-                results[impl].samples += time_steps(step, 1, 0, device)
-            floor.samples += time_steps(copy, 1, 0, device)
+        # Each step leaves the cache full of the lines it wrote, which the next one pays to write back: the
+        # order rotates every round, so that each implementation follows each other one equally often.
+        timed = [(results[impl], step) for impl, step in step_of.items()] + [(floor, copy)]
+        for r in range(steps):
+            for m, step in timed[r % len(timed):] + timed[:r % len(timed)]:
+                m.samples += time_steps(step, 1, 0, device)
         for impl, step in step_of.items():
             m = results[impl]
             m.ms = statistics.median(m.samples)
