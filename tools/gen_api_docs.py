@@ -148,11 +148,15 @@ def first_paragraph(doc: str | None) -> str:
 
 
 def public_members(cls: type) -> list[tuple[str, Any]]:
-    """Public methods and properties defined on ``cls`` itself (not inherited), in source order."""
+    """Public methods and properties defined on ``cls`` itself, in source order, then those it takes from the
+    engine's stage mixins (``slotopt.engine.stages``, which has no section of its own)."""
     members = []
-    for name, value in cls.__dict__.items():
-        if name.startswith("_"):
+    own = [cls.__dict__] + [base.__dict__ for base in cls.__mro__[1:] if base.__module__ == "slotopt.engine.stages"]
+    seen: set[str] = set()
+    for name, value in [item for namespace in own for item in namespace.items()]:
+        if name.startswith("_") or name in seen:
             continue
+        seen.add(name)
         if isinstance(value, classmethod):
             members.append((name, ("classmethod", value.__func__)))
         elif isinstance(value, staticmethod):

@@ -13,14 +13,11 @@ import torch
 from . import schedules as schedules_module
 from .engine import checks, clipping, gradients, transaction
 from .engine import constants as K
-from .engine import sparse as sparse_rows
 from .engine import weights as weights_io
-from .engine.core import OptimizerCore, Pair, Pairs
+from .engine.core import Pair, Pairs
 from .engine.pipeline import run_step
+from .engine.stages import DecoupledWeightDecay, GradientAccumulation, GroupedUpdates, MovingAverages
 from .engine.state import FlatState, constant_fill, initial_value
-from .kernels import native
-from .kernels.ema import moving_average
-from .kernels.weight_decay import decoupled_weight_decay
 from .variables import IndexedSlices, Variable, named_variables
 
 __all__ = ["Optimizer"]
@@ -77,28 +74,7 @@ def _write(variable: torch.Tensor, value: Any, how: str) -> None:
             getattr(variable, how + "_")(torch.as_tensor(value, dtype=variable.dtype, device=variable.device))
 
 
-def _rounds(pairs: list[Pair]) -> list[list[Pair]]:
-    """Splits pairs so that each part holds a variable at most once, in the order listed.
-
-    Keras 3 (TensorFlow backend) applies the pairs one after the other, with no check for repeats: a variable
-    listed twice in one call is decayed twice and updated twice, the second time from the first result (with the
-    same step count). Distinct variables do not interact, so running the k-th listing of every variable together
-    gives the same result. Almost always there is one part.
-    """
-    if len({id(v) for _, v in pairs}) == len(pairs):
-        return [pairs]
-    seen: dict[int, int] = {}
-    rounds: list[list[Pair]] = []
-    for g, v in pairs:
-        k = seen.get(id(v), 0)
-        seen[id(v)] = k + 1
-        if k == len(rounds):
-            rounds.append([])
-        rounds[k].append((g, v))
-    return rounds
-
-
-class Optimizer(OptimizerCore):
+class Optimizer(GroupedUpdates, DecoupledWeightDecay, MovingAverages, GradientAccumulation):
     """The Keras 3 optimizer base class, on PyTorch tensors.
 
     A custom optimizer overrides ``build`` (to create its state with ``add_variable_from_reference``) and
@@ -130,18 +106,6 @@ class Optimizer(OptimizerCore):
         [0.5, 0.5]
     """
 
-    #: Names of the per-variable state a built-in optimizer's kernel reads, in kernel argument order.
-    _kernel_slots: tuple[str, ...] = ()
-    #: Built-ins whose update is element-wise (no whole-tensor norms) may run over packed or cut tensors.
-    _elementwise_update: bool = True
-    #: Built-ins whose kernel takes ``weight_decay`` / ``weight_decay_lr`` and decays in its own pass.
-    _fused_weight_decay: bool = False
-
-    #: How a built-in applies an ``IndexedSlices`` gradient with Keras 3's TensorFlow-backend semantics
-    #: (keras3_sparse.md): ``"rows"``: the rule only scatters into the slices' rows; ``"blocks"``: element-wise
-    #: rule that rewrites every row, run a block of rows at a time; ``"whole"``: needs whole-tensor norms;
-    #: ``None``: the gradient is densified first (custom optimizers, and rules whose divisor may be 0).
-    _sparse_layout: Optional[str] = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if "_super_init_called" not in self.__dict__ and _constructed_by_a_subclass(type(self)):
@@ -606,18 +570,6 @@ class Optimizer(OptimizerCore):
         factor = self.loss_scale_factor
         return clipping.map_gradient_values(pairs, lambda grads: [g / factor for g in grads])
 
-    def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
-        steps = self.gradient_accumulation_steps
-        if not steps:
-            return pairs
-        dense = [(self._dense(g, v), v) for g, v in pairs]
-        accumulators = [self._get_slot("gradient_accumulator", self._position(v)) for _, v in dense]
-        if (int(self._iterations) + 1) % steps != 0:
-            torch._foreach_add_(accumulators, [g for g, _ in dense])
-            return None
-        # The accumulators are cleared in ``_finish_step``: an error in this update keeps them.
-        return [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
-
     def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
         """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
         if self.clipnorm and self.clipnorm > 0:
@@ -637,46 +589,6 @@ class Optimizer(OptimizerCore):
         shards = self._shard_groups_of(pairs)
         return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, shards))
 
-    def exclude_from_weight_decay(
-        self, var_list: Optional[Sequence[torch.Tensor]] = None, var_names: Optional[Sequence[str]] = None
-    ) -> None:
-        """Skips weight decay for these variables, or for variables whose name matches any ``var_names`` regex."""
-        # The variables themselves are kept (not only their ids): an id is only meaningful while its object lives,
-        # and a copy of (model, optimizer) maps them to the copied variables.
-        self._exclude_vars = list(var_list) if var_list else []
-        self._exclude_ids = {id(v) for v in self._exclude_vars}
-        self._exclude_pattern = re.compile("|".join(sorted(set(var_names)))) if var_names else None
-
-    def _use_weight_decay(self, var: torch.Tensor) -> bool:
-        if id(var) in self._exclude_ids:
-            return False
-        return not (self._exclude_pattern is not None and self._exclude_pattern.search(self._name_of(var)))
-
-    def _apply_weight_decay(self, pairs: list[Pair]) -> None:
-        self.__dict__["_decay_in_update"] = None
-        if not self.weight_decay:
-            return
-        learning_rate = self._learning_rate_of_step()
-        rounds = _rounds(pairs)  # a variable listed twice decays twice before its updates, as in Keras
-        fused: set[int] = set()
-        if self._fused_weight_decay and len(rounds) == 1 and type(self).update_step is Optimizer.update_step:
-            # The update kernel decays dense-gradient variables in its own pass (one pass over memory): the
-            # same operations on each element, and each element's decay still precedes its update.
-            fused = {self._var_index[id(v)] for g, v in pairs
-                     if not isinstance(g, IndexedSlices) and self._use_weight_decay(v)}
-            self.__dict__["_decay_in_update"] = fused
-        for round_pairs in rounds:
-            decayed = [v for _, v in round_pairs if self._use_weight_decay(v)]
-            positions = [p for p in (self._position(v) for v in decayed) if p not in fused]
-            for group in self._groups(positions):
-                params = [self._vars[p] for p in group]
-                dtype = params[0].dtype
-                decoupled_weight_decay(params, **self._decay_terms(learning_rate, dtype, "lr"))
-
-    def _decay_terms(self, learning_rate: Any, dtype: torch.dtype, lr_key: str) -> dict[str, float]:
-        """The decoupled weight decay's constants in ``dtype`` (``lr_key`` names the learning rate argument)."""
-        return {"weight_decay": K.cast(self.weight_decay, dtype), lr_key: self._lr_for(learning_rate, dtype)}
-
     def _start_updates(self) -> None:
         self.__dict__["_step_learning_rate"] = self.learning_rate  # a schedule is evaluated once per update
         self._before_updates(self._step_learning_rate)
@@ -684,97 +596,6 @@ class Optimizer(OptimizerCore):
     def _learning_rate_of_step(self) -> Any:
         """This update's learning rate: the schedule's value from ``_start_updates``, or the (group's) variable."""
         return self._step_learning_rate if self._lr_is_driven() else self.learning_rate
-
-    def _apply_updates(self, pairs: list[Pair]) -> None:
-        learning_rate = self._learning_rate_of_step()
-        fused = self.__dict__.pop("_decay_in_update", None) or set()  # decayed by the update kernel
-        for round_pairs in _rounds(pairs):
-            self._apply_round(round_pairs, learning_rate, fused)
-
-    def _apply_round(self, pairs: list[Pair], learning_rate: Any, fused: set[int]) -> None:
-        """Updates variables that each appear once in ``pairs``; those in ``fused`` also get their weight decay
-        from the update kernel."""
-        custom = type(self).update_step is not Optimizer.update_step
-        dense: list[Pair] = []
-        for pair in pairs:
-            g, v = pair
-            if isinstance(g, IndexedSlices) and not custom and self._sparse_layout is not None:
-                self._apply_slices(v, g, learning_rate)
-            elif type(g) is torch.Tensor and g.dtype is v.dtype:
-                dense.append(pair)  # the common case: no new objects per pair (the GC's work grows with them)
-            else:
-                dense.append((self._dense(g, v), v))
-        if custom:
-            for g, v in dense:
-                self.update_step(g, v, learning_rate)
-            return
-        index = self._var_index
-        by_pos = {index[id(v)]: g for g, v in dense}
-        for whole_group in self._groups(list(by_pos)):
-            parts = [(whole_group, {})]
-            if fused:
-                terms = self._decay_terms(learning_rate, self._vars[whole_group[0]].dtype, "weight_decay_lr")
-                parts = [([p for p in whole_group if p in fused], terms),
-                         ([p for p in whole_group if p not in fused], {})]
-            for group, terms in parts:
-                if self._elementwise_update and self._kernel_slots and group:
-                    group = self._flat_state.update_packed(
-                        group, self._vars, by_pos, self._kernel_slots,
-                        lambda params, grads, slots, terms=terms: self._update_group(params, grads, slots,
-                                                                                     learning_rate, **terms))
-                if group:  # the gradients were checked against their variables this step (Matched)
-                    params = [self._vars[p] for p in group]
-                    self._update_group(params, native.Matched([by_pos[p] for p in group]),
-                                       self._slot_lists(self._kernel_slots, group), learning_rate, **terms)
-
-    def _apply_slices(self, var: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> None:
-        """Keras 3 on its TensorFlow backend keeps a sparse gradient as slices through element-wise ops: repeats
-        of a row are summed only where the rule densifies (keras3_sparse.md §2). ``cast`` keeps slices, so the
-        values are cast to the variable's dtype first; the rule then sees the whole variable, or a block of its
-        rows with the slices of that block (``"blocks"``), so that no table-sized temporary is made."""
-        pos = self._position(var)
-        grad = IndexedSlices(grad.values.to(var.dtype), grad.indices, tuple(var.shape))
-        names = self._kernel_slots
-
-        def update(param: torch.Tensor, slices: IndexedSlices, slots: list[torch.Tensor]) -> None:
-            self._update_slices(param, slices, {n: [s] for n, s in zip(names, slots)}, learning_rate)
-
-        slots = [self._slots[n][pos] for n in names]
-        if self._sparse_layout == "blocks":
-            sparse_rows.update_by_row_blocks(var, grad, slots, update)
-        else:
-            update(var, grad, slots)
-
-    def _update_slices(self, param: torch.Tensor, grad: IndexedSlices, slots: dict[str, list[torch.Tensor]],
-                       learning_rate: Any) -> None:
-        """The rule on slices. Default: the dense kernel on ``Σg`` with the per-slice terms of ``_slice_terms``."""
-        self._update_group([param], [sparse_rows.summed(grad, param)], slots, learning_rate,
-                           **self._slice_terms(param, grad, learning_rate))
-
-    def _slice_terms(self, param: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> dict[str, Any]:
-        """The kernel inputs that Keras computes per slice and then sums (``Σ(f(g))`` where the dense rule has
-        ``f(Σg)``), as one-element lists keyed by the kernel's argument name."""
-        return {}
-
-    def _before_updates(self, learning_rate: Any) -> None:
-        """Runs once per update step, before any variable is updated (per-step scalars such as Nadam's product)."""
-
-    def update_step(self, gradient: torch.Tensor, variable: torch.Tensor, learning_rate: Any) -> None:
-        """Updates one variable. Custom optimizers override this; built-ins run their multi-tensor kernel."""
-        pos = self._position(variable)
-        self._update_group([variable], [gradient], self._slot_lists(self._kernel_slots, [pos]), learning_rate)
-
-    def _update_group(
-        self,
-        params: list[torch.Tensor],
-        grads: list[torch.Tensor],
-        slots: dict[str, list[torch.Tensor]],
-        learning_rate: Any,
-        **terms: Any,
-    ) -> None:
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement `update_step(gradient, variable, learning_rate)`."
-        )
 
     def _lr_for(self, learning_rate: Any, dtype: torch.dtype) -> float:
         """``cast(learning_rate, var.dtype)``: the learning rate (a floatx tensor, or a Python float taken as
@@ -787,44 +608,12 @@ class Optimizer(OptimizerCore):
         """``it + 1``: the bias-correction step of this update."""
         return int(self.iterations) + 1
 
-    def _update_moving_averages(self) -> None:
-        if not self.use_ema:
-            return
-        it = int(self.iterations)
-        for group in self._groups(self._trainable_positions):
-            params = [self._vars[p] for p in group]
-            averages = [self._slots["average"][p] for p in group]
-            dtype = params[0].dtype
-            momentum = K.literal(self.ema_momentum, dtype) if it != 0 else 0.0
-            one_minus = K.evaluate(lambda one, m: one - m, dtype, 1.0, momentum)
-            moving_average(params, averages, momentum=momentum, one_minus_momentum=one_minus)
-        if self.ema_overwrite_frequency and (it + 1) % self.ema_overwrite_frequency == 0:
-            self._overwrite_with_averages(self._trainable_variables)
-
-    def _overwrite_with_averages(self, variables: Sequence[torch.Tensor]) -> None:
-        with torch.no_grad():
-            torch._foreach_copy_(list(variables), list(self._model_variables_moving_average))
-
     def _finish_step(self, pairs: list[Pair], **options: Any) -> Any:
         steps = self.gradient_accumulation_steps
         if steps and (int(self._iterations) + 1) % steps == 0:
             torch._foreach_zero_(self._accumulated_gradients)  # this update used them
         self._iterations.add_(1)
         return self._iterations
-
-    def finalize_variable_values(self, var_list: Sequence[torch.Tensor]) -> None:
-        """With ``use_ema``, sets each variable to its moving average (call once after training)."""
-        if not self.use_ema:
-            return
-        var_list = list(var_list)
-        averages = self._model_variables_moving_average
-        if len(var_list) != len(averages):
-            raise ValueError(
-                f"The length of model variables ({len(var_list)}) to override does not match the length of model "
-                f"variables stored in the optimizer ({len(averages)}). Please check if the optimizer was called "
-                "on your model."
-            )
-        self._overwrite_with_averages(var_list)
 
     # ------------------------------------------------------------------------------------------ assign
     @staticmethod
