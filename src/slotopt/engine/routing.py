@@ -104,12 +104,10 @@ def split_weights(optimizers: Sequence[Any], weights: Sequence[Any], owner_name:
 
 def set_weights_all_or_nothing(optimizers: Sequence[Any], parts: Sequence[Sequence[Any]],
                                own: Sequence[torch.Tensor] = (), own_part: Sequence[Any] = ()) -> None:
-    """``optimizer.set_weights(part)`` for each sub-optimizer, after the wrapper's ``own`` variables get
-    ``own_part``. Every shape is checked first; when a sub-optimizer still raises, everything gets its previous
-    values back (a failed load changes nothing)."""
+    """``optimizer.set_weights(part)`` for each sub-optimizer (each checks its part before changing anything),
+    then the wrapper's ``own`` variables get ``own_part`` (checked first of all). When a sub-optimizer raises,
+    the ones before it get their previous values back: a failed load changes nothing."""
     own_values = weights.checked_values(own, own_part)
-    for optimizer, part in zip(optimizers, parts):
-        weights.checked_values(optimizer_weights(optimizer), part)
     targets = [w for optimizer in optimizers for w in optimizer_weights(optimizer)]
     saved = copy_values(targets)
     try:
