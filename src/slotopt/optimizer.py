@@ -106,7 +106,6 @@ class Optimizer(GroupedUpdates, DecoupledWeightDecay, MovingAverages, GradientAc
         [0.5, 0.5]
     """
 
-
     def __setattr__(self, name: str, value: Any) -> None:
         if "_super_init_called" not in self.__dict__ and _constructed_by_a_subclass(type(self)):
             raise RuntimeError(

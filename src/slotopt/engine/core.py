@@ -184,15 +184,15 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
 
     def _shard_groups_of(self, pairs: Sequence[Pair]) -> Optional[list[list[Any]]]:
         """Per pair with a gradient: the process groups its variable is sharded over (None: nothing sharded)."""
-        if not self._sharded:
+        if not self._layouts:
             return None
-        index, sharded = self._var_index, self._sharded
+        index, layouts = self._var_index, self._layouts
         groups = []
         for g, v in pairs:
             if g is None:
                 continue
-            owner = sharded.get(index.get(id(v), -1))
-            groups.append(distributed.shard_groups(owner) if owner is not None else [])
+            layout = layouts.get(index.get(id(v), -1))
+            groups.append(layout.groups() if layout is not None else [])
         return groups
 
     def _all_finite(self, grads: Sequence[torch.Tensor]) -> bool:
@@ -207,7 +207,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                      for ts in by_device.values())
         flag = torch.tensor([0.0 if finite else 1.0])
         if self._sharded:
-            groups = {id(gr): gr for owner in self._sharded.values() for gr in distributed.shard_groups(owner)}
+            groups = {id(gr): gr for layout in self._layouts.values() for gr in layout.groups()}
             for group in groups.values():
                 torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=group)
         return bool(flag.item() == 0.0)

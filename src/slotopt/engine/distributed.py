@@ -155,12 +155,6 @@ def local_view(value: Any) -> torch.Tensor:
     return view
 
 
-def shard_groups(dtensor: Any) -> list[Any]:
-    """The process groups of the mesh dimensions ``dtensor`` is sharded on (a sum over them is the whole)."""
-    mesh = dtensor.device_mesh
-    return [mesh.get_group(dim) for dim, placement in enumerate(dtensor.placements) if placement.is_shard()]
-
-
 def sum_over_shards(values: list[torch.Tensor], groups: list[list[Any]]) -> list[torch.Tensor]:
     """``values[i]`` (a local partial sum) summed over ``groups[i]``; an empty list of groups keeps it local.
 
