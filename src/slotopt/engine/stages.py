@@ -42,14 +42,14 @@ def rounds(pairs: list[Pair]) -> list[list[Pair]]:
     if len({id(v) for _, v in pairs}) == len(pairs):
         return [pairs]
     seen: dict[int, int] = {}
-    rounds: list[list[Pair]] = []
-    for g, v in pairs:
-        k = seen.get(id(v), 0)
-        seen[id(v)] = k + 1
-        if k == len(rounds):
-            rounds.append([])
-        rounds[k].append((g, v))
-    return rounds
+    parts: list[list[Pair]] = []
+    for pair in pairs:
+        k = seen.get(id(pair[1]), 0)
+        seen[id(pair[1])] = k + 1
+        if k == len(parts):
+            parts.append([])
+        parts[k].append(pair)
+    return parts
 
 
 class GradientAccumulation(OptimizerCore):
