@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -27,18 +27,25 @@ from .. import schedules as schedules_module
 from ..engine import checks, clipping, gradients, transaction
 from ..engine import sparse as sparse_rows
 from ..engine import weights as weights_io
-from ..engine.core import OptimizerCore, Pair
+from ..engine.core import Pair
 from ..engine.distributed import no_aggregation
 from ..engine.pipeline import run_step
 from ..optimizer import _unique_name
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables, variable_name
-from .hyperparameters import as_scalar, initial_value, is_hyper_value, is_number, step_scalar
+from .hyperparameters import (
+    Hyperparameter,
+    HyperparameterStore,
+    as_scalar,
+    initial_value,
+    is_hyper_value,
+    is_number,
+    step_scalar,
+)
 
 __all__ = ["Optimizer", "OptimizerV2", "ApplyState", "Hyperparameter", "grouped_dense"]
 
 #: ``{(device, dtype): {coefficient name: 0-dim CPU tensor in that dtype}}``, built once per step.
 ApplyState = dict[tuple[torch.device, torch.dtype], dict[str, Any]]
-Hyperparameter = Union[float, int, torch.Tensor, Callable[[], Any], schedules_module.LearningRateSchedule]
 
 _ALLOWED_KWARGS = ("clipnorm", "clipvalue", "lr", "decay", "global_clipnorm")
 _GROUPED = "_slotopt_grouped"
@@ -66,7 +73,7 @@ def _clip_argument(key: str, doc: str) -> Any:
     return property(get, set_checked, doc=doc)
 
 
-class Optimizer(OptimizerCore):
+class Optimizer(HyperparameterStore):
     """Base class of the tf.keras legacy optimizers (``tf.keras.optimizers.legacy.Optimizer``, OptimizerV2).
 
     A custom optimizer implements ``_create_slots(var_list)`` (calling ``add_slot``), optionally
@@ -197,16 +204,6 @@ class Optimizer(OptimizerCore):
         self._clipvalue = clipvalue
 
     # -------------------------------------------------------------------------------------------- attributes
-    def __getattr__(self, name: str) -> Any:
-        """Hyperparameters read as attributes (``opt.learning_rate``, ``opt.lr``, ``opt.beta_1``...)."""
-        if name.startswith("__") or name == "_hyper":
-            raise AttributeError(name)
-        hyper = self.__dict__.get("_hyper")
-        key = "learning_rate" if name == "lr" else name
-        if hyper is not None and key in hyper:
-            return self._get_hyper(key)
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
-
     def __setattr__(self, name: str, value: Any) -> None:
         """``opt.<hyperparameter> = value`` (and ``opt.lr = value``) goes through ``_set_hyper``."""
         if name == "lr":
@@ -224,12 +221,6 @@ class Optimizer(OptimizerCore):
         object.__setattr__(self, name, value)
         if name == "epsilon" and "_param_groups" in self.__dict__ and is_number(value):
             self._broadcast(name, value)
-
-    def __dir__(self) -> Iterable[str]:
-        names = set(super().__dir__()) | set(self._hyper)
-        if "learning_rate" in self._hyper:
-            names.add("lr")
-        return sorted(names)
 
     @property
     def name(self) -> str:
@@ -261,82 +252,6 @@ class Optimizer(OptimizerCore):
     clipvalue = _clip_argument("clipvalue", "Clips every gradient element to ``[-clipvalue, clipvalue]``; None disables it.")
 
     # -------------------------------------------------------------------------------------------- hyperparameters
-    def _set_hyper(self, name: str, value: Hyperparameter) -> None:
-        """Sets hyperparameter ``name``: a number, a scalar tensor, a no-argument callable or a schedule.
-
-        Once the hyperparameter variables exist, a number or tensor is assigned into the float32 variable
-        (rounded to float32); a callable or a schedule replaces it.
-        """
-        if not isinstance(name, str):
-            raise TypeError(f"Hyperparameter names must be strings. Received: {name!r}")
-        if not is_hyper_value(value):
-            raise TypeError(
-                f"Hyperparameter `{name}` must be a number, a scalar tensor, a LearningRateSchedule or a "
-                f"no-argument callable. Received: {name}={value!r}"
-            )
-        checks.check_value(name, value, self._hyperparameter_ranges)
-        previous = self._hyper.get(name)
-        variable = self._hyper_variables.get(name)
-        if variable is not None and previous is variable and not callable(value):
-            with torch.no_grad():
-                variable.copy_(as_scalar(value, torch.float32))
-            return
-        self._hyper[name] = value
-
-    def _get_hyper(self, name: str, dtype: Optional[torch.dtype] = None) -> Any:
-        """The hyperparameter's value: a schedule as is; a callable is called; then cast to ``dtype`` if given
-        (a 0-dim CPU tensor). Without ``dtype``, a number set before the first step is its float32 variable."""
-        if not self._hypers_created:
-            self._create_hypers()
-        value = self._hyper[name]
-        if isinstance(value, schedules_module.LearningRateSchedule):
-            return value
-        if callable(value):
-            step_values = self.__dict__.get("_step_values")
-            if step_values is not None and name in step_values:
-                value = step_values[name]  # evaluated (and checked) once, before this step changed anything
-            else:
-                value = value()
-                checks.check_result(name, value, self._hyperparameter_ranges)
-            if name == "learning_rate":
-                self._remember_lr(value)
-        if dtype is not None:
-            try:
-                return as_scalar(value, dtype)
-            except (TypeError, ValueError, RuntimeError) as err:
-                raise TypeError(
-                    f"Hyperparameter `{name}` must evaluate to a number or a scalar tensor. Received: {value!r}"
-                ) from err
-        return value
-
-    def _create_hypers(self) -> None:
-        """Turns every number hyperparameter into a float32 variable (in sorted name order)."""
-        if self._hypers_created:
-            return
-        for name, value in sorted(self._hyper.items()):
-            if isinstance(value, torch.Tensor) or callable(value):
-                continue
-            variable = Variable(as_scalar(value, torch.float32), name=name, trainable=False)
-            variable._variable_path = f"{self._name}/{name}"
-            self._hyper[name] = variable
-            self._hyper_variables[name] = variable
-        self._hypers_created = True
-
-    def _serialize_hyperparameter(self, name: str) -> Any:
-        """A schedule → its serialized dict; a callable → its current value; a tensor → a numpy scalar."""
-        value = self._hyper[name]
-        if isinstance(value, schedules_module.LearningRateSchedule):
-            return schedules_module.serialize(value)
-        if callable(value):
-            value = value()
-        if isinstance(value, torch.Tensor):
-            return value.detach().cpu().numpy()[()]
-        return value
-
-    @staticmethod
-    def _call_if_callable(param: Any) -> Any:
-        return param() if callable(param) else param
-
     def _decayed_lr(self, var_dtype: torch.dtype) -> torch.Tensor:
         """This step's learning rate in ``var_dtype``: the schedule at ``float(iterations)`` (first step: 0),
         then divided by ``1 + decay * iterations`` when ``decay > 0``."""
