@@ -147,11 +147,16 @@ def first_paragraph(doc: str | None) -> str:
     return " ".join(line.strip() for line in para.splitlines())
 
 
+#: Modules of the mixins a face is built from (no section of their own): their public members are listed on the
+#: face that takes them.
+MIXIN_MODULES = ("slotopt.engine.stages", "slotopt.legacy.hyperparameters", "slotopt.v1.state")
+
+
 def public_members(cls: type) -> list[tuple[str, Any]]:
     """Public methods and properties defined on ``cls`` itself, in source order, then those it takes from the
-    engine's stage mixins (``slotopt.engine.stages``, which has no section of its own)."""
+    mixins it is built from (``MIXIN_MODULES``)."""
     members = []
-    own = [cls.__dict__] + [base.__dict__ for base in cls.__mro__[1:] if base.__module__ == "slotopt.engine.stages"]
+    own = [cls.__dict__] + [base.__dict__ for base in cls.__bases__ if base.__module__ in MIXIN_MODULES]
     seen: set[str] = set()
     for name, value in [item for namespace in own for item in namespace.items()]:
         if name.startswith("_") or name in seen:
