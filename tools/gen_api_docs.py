@@ -149,7 +149,8 @@ def first_paragraph(doc: str | None) -> str:
 
 #: Modules of the mixins a face is built from (no section of their own): their public members are listed on the
 #: face that takes them.
-MIXIN_MODULES = ("slotopt.engine.stages", "slotopt.legacy.hyperparameters", "slotopt.legacy.weights", "slotopt.v1.state")
+MIXIN_MODULES = ("slotopt.engine.stages", "slotopt.optimizer_variables", "slotopt.legacy.hyperparameters",
+                 "slotopt.legacy.weights", "slotopt.v1.state")
 
 
 def public_members(cls: type) -> list[tuple[str, Any]]:
