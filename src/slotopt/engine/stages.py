@@ -167,10 +167,10 @@ class GroupedUpdates(OptimizerCore):
         dense: list[Pair] = []
         for pair in pairs:
             g, v = pair
-            if isinstance(g, IndexedSlices) and not custom and self._sparse_layout is not None:
-                self._apply_slices(v, g, learning_rate)
-            elif type(g) is torch.Tensor and g.dtype is v.dtype:
+            if type(g) is torch.Tensor and g.dtype is v.dtype:
                 dense.append(pair)  # the common case: no new objects per pair (the GC's work grows with them)
+            elif isinstance(g, IndexedSlices) and not custom and self._sparse_layout is not None:
+                self._apply_slices(v, g, learning_rate)
             else:
                 dense.append((self._dense(g, v), v))
         if custom:
