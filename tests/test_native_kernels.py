@@ -39,6 +39,11 @@ CASES = [
     ("adam", adam.adam, "wgmv_", dict(alpha=0.00123, one_minus_beta_1=0.1, one_minus_beta_2=0.001, epsilon=1e-7)),
     ("amsgrad", adam.adam, "wgmvv",
      dict(alpha=0.00123, one_minus_beta_1=0.1, one_minus_beta_2=0.001, epsilon=1e-7)),
+    ("sgd_decay", sgd.sgd, "wg", dict(lr=0.01, weight_decay=0.004, weight_decay_lr=0.01)),
+    ("keras_momentum_decay", sgd.keras_momentum, "wgm",
+     dict(lr=0.01, momentum=0.9, nesterov=False, weight_decay=0.1, weight_decay_lr=0.01)),
+    ("keras_nesterov_decay", sgd.keras_momentum, "wgm",
+     dict(lr=0.01, momentum=0.9, nesterov=True, weight_decay=0.1, weight_decay_lr=0.01)),
     ("adamw_one_pass", adam.adam, "wgmv_", dict(alpha=0.00123, one_minus_beta_1=0.1, one_minus_beta_2=0.001,
                                               epsilon=1e-7, weight_decay=0.004, weight_decay_lr=0.01)),
     ("amsgrad_decay", adam.adam, "wgmvv", dict(alpha=0.00123, one_minus_beta_1=0.1, one_minus_beta_2=0.001,
@@ -253,6 +258,7 @@ def _train(name, kwargs, mode, dtype):
 
 
 KERAS3 = [("Adam", {}), ("Adam", {"amsgrad": True}), ("AdamW", {"weight_decay": 0.01}), ("SGD", {"momentum": 0.9}),
+          ("SGD", {"momentum": 0.9, "weight_decay": 0.01}), ("SGD", {"weight_decay": 0.01}),
           ("SGD", {"momentum": 0.9, "nesterov": True}), ("RMSprop", {"centered": True, "momentum": 0.5}),
           ("Adagrad", {}), ("Adadelta", {}), ("Adamax", {}), ("Nadam", {}), ("Lion", {}),
           ("Ftrl", {"l1_regularization_strength": 0.01}), ("Adam", {"use_ema": True})]

@@ -9,28 +9,38 @@ import torch
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from .native import compiled
+from .weight_decay import decoupled_weight_decay
 
 __all__ = ["sgd", "keras_momentum"]
 
 Tensors = list[torch.Tensor]
 
 
-@compiled("sgd", 2, lambda p, g, *, lr: (lr,))
+@compiled("sgd", 2, lambda p, g, *, lr, weight_decay=None, weight_decay_lr=0.0: (
+    lr, weight_decay is not None, weight_decay or 0.0, weight_decay_lr))
 @elementwise(scale=2)
-def sgd(params: Tensors, grads: Tensors, *, lr: float) -> None:
-    """``w <- w - g * lr``."""
+def sgd(params: Tensors, grads: Tensors, *, lr: float, weight_decay: Optional[float] = None,
+        weight_decay_lr: float = 0.0) -> None:
+    """``w <- w - g * lr``; with ``weight_decay``, Keras 3's decoupled weight decay first, in the same pass."""
+    if weight_decay is not None:
+        decoupled_weight_decay(params, weight_decay=weight_decay, lr=weight_decay_lr)
     torch._foreach_sub_(params, torch._foreach_mul(grads, lr))
 
 
-@compiled("keras_momentum", 3, lambda p, g, m, *, lr, momentum, nesterov: (lr, momentum, nesterov))
+@compiled("keras_momentum", 3, lambda p, g, m, *, lr, momentum, nesterov, weight_decay=None, weight_decay_lr=0.0: (
+    lr, momentum, nesterov, weight_decay is not None, weight_decay or 0.0, weight_decay_lr))
 @elementwise(scale=2)
 def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, steps: Optional[Tensors] = None, *,
-                   lr: float, momentum: float, nesterov: bool) -> None:
+                   lr: float, momentum: float, nesterov: bool, weight_decay: Optional[float] = None,
+                   weight_decay_lr: float = 0.0) -> None:
     """Keras momentum (Keras 3 and tf.keras legacy):
 
     ``m <- m * mu - g * lr``; then ``w <- w + (m * mu - g * lr)`` (Nesterov, with the new m) or ``w <- w + m``.
     ``steps`` (optional) replaces ``g * lr`` (Keras 3 on slices: products per slice, then the repeats summed).
+    With ``weight_decay``, Keras 3's decoupled weight decay runs first, in the same pass.
     """
+    if weight_decay is not None:
+        decoupled_weight_decay(params, weight_decay=weight_decay, lr=weight_decay_lr)
     step = torch._foreach_mul(grads, lr) if steps is None else steps
     torch._foreach_mul_(momenta, momentum)
     torch._foreach_sub_(momenta, step)

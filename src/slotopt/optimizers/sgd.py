@@ -22,6 +22,8 @@ class SGD(Optimizer):
         [0.9, 1.9]
     """
 
+    _fused_weight_decay = True  # Keras 3's weight decay runs in the SGD kernels' pass
+
     def __init__(self, learning_rate: LearningRate = 0.01, momentum: float = 0.0, nesterov: bool = False,
                  weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None, global_clipnorm: Any = None,
                  use_ema: bool = False, ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
@@ -46,11 +48,12 @@ class SGD(Optimizer):
     def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype
         lr = self._lr_for(learning_rate, dtype)
+        decay = {"weight_decay": terms.get("weight_decay"), "weight_decay_lr": terms.get("weight_decay_lr", 0.0)}
         if self.momentum != 0:
             kernels.keras_momentum(params, grads, slots["momentum"], terms.get("steps"), lr=lr,
-                                   momentum=K.cast(self.momentum, dtype), nesterov=self.nesterov)
+                                   momentum=K.cast(self.momentum, dtype), nesterov=self.nesterov, **decay)
         else:
-            kernels.sgd(params, grads, lr=lr)
+            kernels.sgd(params, grads, lr=lr, **decay)
 
     def _update_slices(self, param, grad, slots, learning_rate) -> None:
         if self.momentum == 0:  # w[i_j] -= g_j * lr, one slice at a time: only the slices' rows change

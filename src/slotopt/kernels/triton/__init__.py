@@ -85,16 +85,19 @@ def _build() -> dict[str, Any]:
     globals().update(_div_rn=_div_rn, _sqrt_rn=_sqrt_rn)
 
     @triton.jit
-    def sgd(w_ptr, g_ptr, s_ptr, n, BLOCK: tl.constexpr):
+    def sgd(w_ptr, g_ptr, s_ptr, n, DECAY: tl.constexpr, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         lr = tl.load(s_ptr)
         w = tl.load(w_ptr + offs, mask=mask)
+        if DECAY:  # Keras 3's decoupled weight decay first, in the same pass
+            w = w - (w * tl.load(s_ptr + 2)) * tl.load(s_ptr + 3)
         g = tl.load(g_ptr + offs, mask=mask)
         tl.store(w_ptr + offs, w - g * lr, mask=mask)
 
     @triton.jit
-    def keras_momentum(w_ptr, g_ptr, m_ptr, s_ptr, n, NESTEROV: tl.constexpr, BLOCK: tl.constexpr):
+    def keras_momentum(w_ptr, g_ptr, m_ptr, s_ptr, n, NESTEROV: tl.constexpr, DECAY: tl.constexpr,
+                       BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         lr = tl.load(s_ptr)
@@ -104,6 +107,8 @@ def _build() -> dict[str, Any]:
         m = tl.load(m_ptr + offs, mask=mask) * mu - step
         tl.store(m_ptr + offs, m, mask=mask)
         w = tl.load(w_ptr + offs, mask=mask)
+        if DECAY:
+            w = w - (w * tl.load(s_ptr + 4)) * tl.load(s_ptr + 5)
         if NESTEROV:
             w = w + (m * mu - step)
         else:
@@ -263,8 +268,8 @@ def _build() -> dict[str, Any]:
 
 # For each rule: how many operand lists, and its compile-time flags as (name, position in the scalar vector).
 _LAYOUT: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
-    "sgd": (2, ()),
-    "keras_momentum": (3, (("NESTEROV", 2),)),
+    "sgd": (2, (("DECAY", 1),)),
+    "keras_momentum": (3, (("NESTEROV", 2), ("DECAY", 3))),
     "momentum": (3, (("NESTEROV", 2), ("FUSED_PRODUCT", 3))),
     "decoupled_weight_decay": (1, ()),
     "adam": (5, (("AMSGRAD", 4), ("DECAY", 5))),
