@@ -265,3 +265,10 @@ def test_sparse_worker_reports_step_times_and_memory(kind, name, kwargs):
                                    "kind": kind, "name": name, "kwargs": kwargs})
     assert len(result["samples"]) == 3
     assert math.isfinite(result["peak_mb"]) and result["peak_mb"] >= 0
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    result = subprocess.run(f"{sys.executable} -m slotopt.cli info | head -c 7", shell=True, capture_output=True,
+                            text=True, timeout=60)
+    assert result.stdout == "slotopt"
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr

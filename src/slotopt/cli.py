@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional, TextIO
@@ -249,13 +250,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     handler = {"demo": _cmd_demo, "parity": _cmd_parity, "bench": _cmd_bench, "info": _cmd_info}[args.command]
     try:
-        return handler(args, sys.stdout)
+        code = handler(args, sys.stdout)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+        return code
     except UsageError as err:
         print(f"slotopt {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``slotopt info | head -1``): stop quietly, and keep Python's final flush of
+        # stdout from raising again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
