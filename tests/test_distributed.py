@@ -10,13 +10,14 @@ the shards; Muon gathers each matrix for Newton-Schulz.
 
 import gc
 import os
-import socket
+import time
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
+from _processes import free_port, init_gloo, run_processes
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.fsdp import fully_shard
 
@@ -42,12 +43,6 @@ OPTIMIZERS = {
 }
 STEPS = 3
 BATCH = 12
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_model():
@@ -99,7 +94,7 @@ def _sparse_refusal():
 
 
 def _train_worker(rank, world, engine, port, results):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    init_gloo(rank, world, port)
     try:
         for name, make in OPTIMIZERS.items():
             results[(name, engine, world, rank)] = _train_one(make, engine, rank, world)
@@ -122,8 +117,7 @@ def distributed_results():
     results = manager.dict()
     # 3 processes: uneven shards (5 rows over 3; 1 row over 3 leaves empty shards)
     for engine, world in (("ddp", 2), ("fsdp2", 2), ("fsdp2", 3)):
-        mp.start_processes(_train_worker, args=(world, engine, free_port(), results), nprocs=world, join=True,
-                           start_method="spawn")
+        run_processes(_train_worker, (world, engine, free_port(), results), world)
     return dict(results)
 
 
@@ -157,7 +151,7 @@ def _save_one(name, rank, world, root):
 
 
 def _save_worker(rank, world, port, root, results):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    init_gloo(rank, world, port)
     try:
         for name in CHECKPOINTED:
             _save_one(name, rank, world, root)
@@ -187,7 +181,7 @@ def _resume_one(name, rank, world, root):
 
 
 def _resume_worker(rank, world, port, root, results):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    init_gloo(rank, world, port)
     try:
         for name in CHECKPOINTED:
             results[(name, world, rank)] = _resume_one(name, rank, world, root)
@@ -199,10 +193,8 @@ def _resume_worker(rank, world, port, root, results):
 def test_dcp_checkpoint_from_2_processes_resumes_on_another_count(resume_world, tmp_path):
     manager = mp.Manager()
     results = manager.dict()
-    mp.start_processes(_save_worker, args=(2, free_port(), str(tmp_path), results), nprocs=2, join=True,
-                       start_method="spawn")
-    mp.start_processes(_resume_worker, args=(resume_world, free_port(), str(tmp_path), results),
-                       nprocs=resume_world, join=True, start_method="spawn")
+    run_processes(_save_worker, (2, free_port(), str(tmp_path), results), 2)
+    run_processes(_resume_worker, (resume_world, free_port(), str(tmp_path), results), resume_world)
     for name in CHECKPOINTED:
         model = make_model()
         opt = OPTIMIZERS[name](model)
@@ -210,3 +202,18 @@ def test_dcp_checkpoint_from_2_processes_resumes_on_another_count(resume_world, 
         for rank in range(resume_world):
             for a, b in zip(results[(name, resume_world, rank)], model.parameters()):
                 torch.testing.assert_close(a, b.detach(), rtol=1e-9, atol=1e-12)
+
+
+def _hang(rank, port):
+    init_gloo(rank, 2, port)
+    if rank == 0:
+        dist.barrier()  # rank 1 never joins it
+    else:
+        time.sleep(3600)
+
+
+def test_a_hung_multi_process_run_is_killed_at_its_deadline():
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not end within 5 s"):
+        run_processes(_hang, (free_port(),), 2, seconds=5)
+    assert time.monotonic() - start < 30

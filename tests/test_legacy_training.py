@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from _processes import COLLECTIVE_TIMEOUT, run_processes
 
 import slotopt
 from slotopt.engine.distributed import all_reduce_sum_gradients, is_distributed
@@ -102,7 +103,8 @@ def test_default_aggregator_is_a_no_op_with_a_single_process_group():
 
 
 def _worker(rank, store, results):
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
+                            timeout=COLLECTIVE_TIMEOUT)
     try:
         w = slotopt.Variable(torch.zeros(2), name="w")
         table = slotopt.Variable(torch.zeros(3, 1), name="table")
@@ -133,7 +135,7 @@ def test_explicit_aggregators_sum_or_average_over_two_processes():
     with tempfile.TemporaryDirectory() as tmp:
         manager = mp.Manager()
         results = manager.dict()
-        mp.spawn(_worker, args=(os.path.join(tmp, "store"), results), nprocs=2, join=True)
+        run_processes(_worker, (os.path.join(tmp, "store"), results), 2)
         for rank in (0, 1):
             w, table, user = results[rank]
             assert w == [-3.0, -3.0]  # 1 + 2 summed over the processes
