@@ -217,3 +217,79 @@ def test_a_hung_multi_process_run_is_killed_at_its_deadline():
     with pytest.raises(TimeoutError, match="did not end within 5 s"):
         run_processes(_hang, (free_port(),), 2, seconds=5)
     assert time.monotonic() - start < 30
+
+
+# --------------------------------------------------------------- explicit aggregation in every generation
+# A hand-written data-parallel loop without DDP asks for the reduction: `gradient_aggregator=` on any optimizer,
+# skipped for one call by the generation's own flag. Process r's gradient is r + 1 (2 processes: sum 3, mean 1.5).
+def _sgd(generation, aggregator):
+    if generation == "keras3":
+        return slotopt.SGD(learning_rate=1.0, gradient_aggregator=aggregator)
+    if generation == "legacy":
+        return slotopt.legacy.SGD(learning_rate=1.0, gradient_aggregator=aggregator)
+    return slotopt.v1.GradientDescentOptimizer(1.0, gradient_aggregator=aggregator)
+
+
+SKIP_FLAG = {"keras3": {"skip_gradients_aggregation": True}, "legacy": {"experimental_aggregate_gradients": False},
+             "v1": {"skip_gradients_aggregation": True}}
+AGGREGATORS = {"sum": slotopt.distributed.all_reduce_sum, "mean": slotopt.distributed.all_reduce_mean, "none": None}
+
+
+def _wrapped(kind, inner):
+    if kind == "loss-scale":
+        return slotopt.LossScaleOptimizer(inner, initial_scale=1.0)
+    if kind == "multi":
+        return slotopt.MultiOptimizer(slotopt.OptimizerMap(inner, {}))
+    return slotopt.CompositeOptimizer([(inner, ["*"])])
+
+
+def _aggregation_worker(rank, port, results):
+    init_gloo(rank, 2, port)
+    try:
+        grad = torch.full((2,), float(rank + 1))
+        for generation in SKIP_FLAG:
+            for how, aggregator in AGGREGATORS.items():
+                w = slotopt.Variable(torch.zeros(2), name="w")
+                _sgd(generation, aggregator).apply_gradients([(grad, w)])
+                skipped = slotopt.Variable(torch.zeros(2), name="skipped")
+                _sgd(generation, aggregator).apply_gradients([(grad, skipped)], **SKIP_FLAG[generation])
+                results[(generation, how, rank)] = (w.tolist(), skipped.tolist())
+        for kind in ("loss-scale", "multi", "composite"):  # the wrapped optimizer's aggregator runs, once
+            w = slotopt.Variable(torch.zeros(2), name="w")
+            _wrapped(kind, slotopt.SGD(learning_rate=1.0, gradient_aggregator=AGGREGATORS["mean"])).apply_gradients(
+                [(grad, w)])
+            results[(kind, rank)] = w.tolist()
+        # A loss-scale skip is decided on the aggregated gradients: one process's overflow skips the step on both.
+        w = slotopt.Variable(torch.zeros(2), name="w")
+        opt = slotopt.LossScaleOptimizer(slotopt.SGD(learning_rate=1.0, gradient_aggregator=AGGREGATORS["mean"]),
+                                         initial_scale=4.0)
+        opt.apply_gradients([(grad if rank == 0 else torch.tensor([float("inf"), 0.0]), w)])
+        results[("overflow", rank)] = (w.tolist(), float(opt.dynamic_scale), int(opt.iterations))
+    finally:
+        _shut_down()
+
+
+def test_an_explicit_aggregator_sums_or_averages_in_every_generation_and_its_skip_flag_skips_it():
+    results = mp.Manager().dict()
+    run_processes(_aggregation_worker, (free_port(), results), 2)
+    for rank in (0, 1):
+        local = -(rank + 1.0)
+        for generation in SKIP_FLAG:
+            expected = {"sum": -3.0, "mean": -1.5, "none": local}  # none: DDP/FSDP2 have already reduced
+            for how, value in expected.items():
+                assert results[(generation, how, rank)] == ([value] * 2, [local] * 2), (generation, how)
+        for kind in ("loss-scale", "multi", "composite"):
+            assert results[(kind, rank)] == [-1.5, -1.5], kind
+        assert results[("overflow", rank)] == ([0.0, 0.0], 2.0, 0)
+
+
+@pytest.mark.parametrize("kind", ["loss-scale", "multi"])
+def test_wrappers_leave_aggregation_to_the_optimizers_they_wrap(kind):
+    with pytest.raises(ValueError, match="does not aggregate gradients itself.*gradient_aggregator=<function"):
+        if kind == "loss-scale":
+            slotopt.LossScaleOptimizer(slotopt.SGD(), gradient_aggregator=slotopt.distributed.all_reduce_sum)
+        else:
+            slotopt.MultiOptimizer(slotopt.OptimizerMap(slotopt.SGD(), {}),
+                                   gradient_aggregator=slotopt.distributed.all_reduce_sum)
+    with pytest.raises(TypeError, match="must be a callable.*Received: gradient_aggregator='sum'"):
+        slotopt.Adam(gradient_aggregator="sum")

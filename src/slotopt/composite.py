@@ -20,7 +20,13 @@ import torch
 
 from .engine import checks, transaction
 from .engine.core import OptimizerCore
-from .engine.routing import dispatch, group_by_owner, set_weights_all_or_nothing, split_weights
+from .engine.routing import (
+    aggregation_options,
+    dispatch,
+    group_by_owner,
+    set_weights_all_or_nothing,
+    split_weights,
+)
 from .engine.routing import optimizer_weights as _optimizer_weights
 from .engine.torch_protocol import ComposesOptimizers, TorchProtocol
 from .serialization import resolve_optimizer_class
@@ -213,9 +219,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         if not self.built and self._pending_weights is not None:
             self._remember([(self._name_of(v) or f"variable_{i}", v) for i, (_, v) in enumerate(pairs)])
             self.build()
-        options = {"name": name, "experimental_aggregate_gradients": experimental_aggregate_gradients}
-        if skip_gradients_aggregation is not None:
-            options["skip_gradients_aggregation"] = skip_gradients_aggregation
+        options = {"name": name, **aggregation_options(experimental_aggregate_gradients, skip_gradients_aggregation)}
         dispatch(self.optimizers, groups, options)  # an optimizer with nothing to apply does not step
 
     def zero_grad(self, set_to_none: bool = True) -> None:

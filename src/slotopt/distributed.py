@@ -2,13 +2,16 @@
 
 Under ``DistributedDataParallel`` or FSDP2 (``fully_shard``) the gradients are already reduced when the optimizer
 runs: use any slotopt optimizer as it is. A hand-written data-parallel loop (no DDP) that wants TensorFlow's
-contract passes an explicit aggregator to a legacy optimizer::
+contract passes an explicit aggregator to the optimizer, of any generation::
 
-    opt = slotopt.legacy.SGD(learning_rate=0.1, gradient_aggregator=slotopt.distributed.all_reduce_mean)
+    opt = slotopt.Adam(learning_rate=0.1, gradient_aggregator=slotopt.distributed.all_reduce_mean)
+    opt = slotopt.legacy.SGD(learning_rate=0.1, gradient_aggregator=slotopt.distributed.all_reduce_sum)
 
 ``all_reduce_sum`` is TensorFlow's own (the sum over replicas, as ``tf.distribute`` strategies give it);
-``all_reduce_mean`` is DDP's. ``apply_gradients(..., experimental_aggregate_gradients=False)`` skips the aggregator
-for one call.
+``all_reduce_mean`` is DDP's. The generation's flag skips the aggregator for one call:
+``apply_gradients(..., skip_gradients_aggregation=True)`` (Keras 3, TF1) or
+``experimental_aggregate_gradients=False`` (tf.keras). With one process both aggregators return the gradients as
+they are.
 """
 
 from __future__ import annotations

@@ -17,7 +17,14 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from .engine.core import Pair
-from .engine.routing import dispatch, group_by_owner, set_weights_all_or_nothing, split_weights, variable_path
+from .engine.routing import (
+    AGGREGATED,
+    dispatch,
+    group_by_owner,
+    set_weights_all_or_nothing,
+    split_weights,
+    variable_path,
+)
 from .engine.torch_protocol import ComposesOptimizers, TorchProtocol
 from .optimizer import Optimizer
 
@@ -310,10 +317,19 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
     def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
         return pairs
 
-    def _apply_updates(self, pairs: list[Pair]) -> None:
+    def _by_owner(self, pairs: list[Pair]) -> dict[int, list[Pair]]:
         groups = group_by_owner(pairs, lambda v: self._owner.get(id(v)),
                                 lambda v: f"Variable {self._name_of(v)} not found in any optimizer.")
-        dispatch(self._inner_optimizers, {i: groups[i] for i in sorted(groups)}, validate_first=True)
+        return {i: groups[i] for i in sorted(groups)}
+
+    def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:
+        # Each sub-optimizer's aggregator on its own pairs, in sub-optimizer order on every process (collectives
+        # must be called in the same order everywhere); the updates below then skip aggregation.
+        return [pair for i, group in self._by_owner(pairs).items()
+                for pair in self._inner_optimizers[i]._aggregate_across_processes(group, **options)]
+
+    def _apply_updates(self, pairs: list[Pair]) -> None:
+        dispatch(self._inner_optimizers, self._by_owner(pairs), AGGREGATED, validate_first=True)
 
     def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
         return None

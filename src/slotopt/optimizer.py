@@ -262,8 +262,13 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         return self._trainable_index[self._position(variable)]
 
     # ------------------------------------------------------------------------------------------ apply
-    def apply(self, grads: Sequence[Any], trainable_variables: Optional[Sequence[torch.Tensor]] = None) -> None:
-        """Applies one step of ``grads`` to ``trainable_variables`` (default: the variables built on)."""
+    def apply(self, grads: Sequence[Any], trainable_variables: Optional[Sequence[torch.Tensor]] = None, *,
+              skip_gradients_aggregation: bool = False) -> None:
+        """Applies one step of ``grads`` to ``trainable_variables`` (default: the variables built on).
+
+        ``skip_gradients_aggregation=True``: the gradients are aggregated across processes already, so the
+        ``gradient_aggregator`` (if the optimizer was given one) does not run for this call.
+        """
         grads = list(grads)
         if trainable_variables is None:
             if not self.built:
@@ -290,12 +295,12 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
                     f"Received {len(grads)} gradients for {len(trainable_variables)} variables; "
                     "`grads` and `trainable_variables` must have the same length."
                 )
-        run_step(self, list(zip(grads, trainable_variables)))
+        run_step(self, list(zip(grads, trainable_variables)), skip_gradients_aggregation=skip_gradients_aggregation)
 
-    def apply_gradients(self, grads_and_vars: Pairs) -> torch.Tensor:
-        """Applies ``(gradient, variable)`` pairs and returns ``iterations``."""
+    def apply_gradients(self, grads_and_vars: Pairs, *, skip_gradients_aggregation: bool = False) -> torch.Tensor:
+        """Applies ``(gradient, variable)`` pairs and returns ``iterations`` (see ``apply``)."""
         pairs = checks.check_pairs(grads_and_vars)
-        self.apply([g for g, _ in pairs], [v for _, v in pairs])
+        self.apply([g for g, _ in pairs], [v for _, v in pairs], skip_gradients_aggregation=skip_gradients_aggregation)
         return self._iterations
 
     def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> torch.Tensor:

@@ -38,12 +38,30 @@ class BuildsOnParams(type):
     """Takes the keyword argument ``params=`` (a module, tensors, named pairs or torch param-group dicts) of every
     optimizer and builds on it once the whole constructor chain (subclass attributes included) has run."""
 
-    def __call__(cls, *args: Any, params: Any = None, **kwargs: Any) -> Any:
+    def __call__(cls, *args: Any, params: Any = None, gradient_aggregator: Any = None, **kwargs: Any) -> Any:
+        if gradient_aggregator is not None:
+            check_gradient_aggregator(gradient_aggregator, cls)
         optimizer = super().__call__(*args, **kwargs)
         optimizer._check_configuration()  # every generation's hyperparameters, by name (engine/checks.py)
+        if gradient_aggregator is not None:
+            optimizer.gradient_aggregator = gradient_aggregator
         if params is not None:
             optimizer.build(params)
         return optimizer
+
+
+def check_gradient_aggregator(value: Any, cls: type) -> None:
+    """Raises unless ``value`` can aggregate gradients for optimizers of ``cls``."""
+    if not cls._aggregates_gradients:
+        raise ValueError(
+            f"`{cls.__name__}` does not aggregate gradients itself: pass `gradient_aggregator` to the optimizer(s) "
+            f"it wraps. Received: gradient_aggregator={value!r}"
+        )
+    if not callable(value):
+        raise TypeError(
+            "Argument `gradient_aggregator` must be a callable `fn(grads_and_vars) -> grads_and_vars` or None. "
+            f"Received: gradient_aggregator={value!r}"
+        )
 
 
 class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
@@ -58,6 +76,13 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     #: Whether ``apply_gradients`` refuses a variable listed twice (the legacy line; Keras 3 and TF1 apply
     #: each listing in turn, as the real libraries do).
     _refuses_repeated_variables: bool = False
+
+    #: Sums or averages the gradients over processes in the aggregation stage: ``fn(grads_and_vars) ->
+    #: grads_and_vars``, given as ``gradient_aggregator=`` to any optimizer's constructor (e.g.
+    #: ``slotopt.distributed.all_reduce_mean``). None by default: DDP and FSDP2 have already reduced them.
+    gradient_aggregator: Callable[[list[Pair]], Any] = staticmethod(distributed.no_aggregation)  # type: ignore
+    #: False where the optimizers a class wraps or composes aggregate instead (they get the aggregator).
+    _aggregates_gradients: bool = True
 
     #: Where a class narrows the shared range of a hyperparameter (``engine.checks.RANGES``), e.g. Adam's
     #: ``beta_1`` in [0, 1): 1.0 divides by ``1 - beta_1 ** t = 0`` at the first step.
@@ -435,7 +460,20 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return pairs
 
     def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:
-        return pairs
+        """``_transform_unaggregated_gradients`` then ``_aggregate_gradients``, unless the call says the gradients
+        are aggregated already: ``experimental_aggregate_gradients=False`` (tf.keras) or
+        ``skip_gradients_aggregation=True`` (TF1, Keras 3)."""
+        if options.get("skip_gradients_aggregation") or options.get("experimental_aggregate_gradients") is False:
+            return pairs
+        return list(self._aggregate_gradients(list(self._transform_unaggregated_gradients(pairs))))
+
+    def _transform_unaggregated_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
+        """Hook run on each process's own gradients before they are aggregated (identity)."""
+        return grads_and_vars
+
+    def _aggregate_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
+        """Aggregates gradients across processes with ``gradient_aggregator`` (subclasses may override)."""
+        return self.gradient_aggregator(grads_and_vars)
 
     def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
         return pairs

@@ -18,7 +18,7 @@ import torch
 from . import weights
 from .transaction import copy_values, put_values
 
-__all__ = ["variable_path", "group_by_owner", "dispatch", "accepted", "optimizer_weights", "split_weights",
+__all__ = ["variable_path", "group_by_owner", "dispatch", "accepted", "AGGREGATED", "aggregation_options", "optimizer_weights", "split_weights",
            "set_weights_all_or_nothing"]
 
 Pair = tuple[Any, torch.Tensor]
@@ -45,6 +45,19 @@ def group_by_owner(pairs: Sequence[Pair], owner_of: Callable[[torch.Tensor], Opt
             check(pair)
         groups.setdefault(index, []).append(pair)
     return groups
+
+
+#: The options that tell ``apply_gradients`` of every generation that the gradients are aggregated already (each
+#: generation takes the one it knows: ``accepted`` filters them).
+AGGREGATED = {"skip_gradients_aggregation": True, "experimental_aggregate_gradients": False}
+
+
+def aggregation_options(experimental_aggregate_gradients: bool = True,
+                        skip_gradients_aggregation: Optional[bool] = None) -> dict[str, Any]:
+    """The caller's choice, in both spellings (tf.keras: ``experimental_aggregate_gradients=False``; TF1 and
+    Keras: ``skip_gradients_aggregation=True``), for sub-optimizers of any generation."""
+    skip = bool(skip_gradients_aggregation) or not experimental_aggregate_gradients
+    return dict(AGGREGATED) if skip else {}
 
 
 def dispatch(optimizers: Sequence[Any], groups: dict[int, list[Pair]], options: Optional[dict[str, Any]] = None,

@@ -561,6 +561,7 @@ class WrapsInnerOptimizer:
     """The torch protocol of a wrapper (a ``LossScaleOptimizer``): the inner optimizer's parameter groups (the
     same dicts), its hyperparameters, and its state plus the wrapper's own scalars."""
 
+    _aggregates_gradients = False  # the inner optimizer aggregates (before the wrapper's finiteness check)
     _protocol_inner: Any
 
     def _share_param_groups(self, inner: Any) -> None:
@@ -618,6 +619,8 @@ class ComposesOptimizers:
     """The torch protocol of an optimizer made of sub-optimizers (``CompositeOptimizer``, ``MultiOptimizer``):
     ``param_groups`` are the sub-optimizers' groups (the same dicts, so a torch LR scheduler drives each
     sub-optimizer), ``state`` and ``state_dict`` cover every sub-optimizer."""
+
+    _aggregates_gradients = False  # each sub-optimizer aggregates its own gradients
 
     def _torch_optimizers(self) -> list[TorchProtocol]:
         raise NotImplementedError

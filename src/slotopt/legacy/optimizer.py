@@ -25,8 +25,7 @@ from torch import nn
 from .. import schedules as schedules_module
 from ..engine import checks, clipping, gradients
 from ..engine import sparse as sparse_rows
-from ..engine.core import Pair
-from ..engine.distributed import no_aggregation
+from ..engine.core import Pair, check_gradient_aggregator
 from ..engine.pipeline import run_step
 from ..optimizer import _unique_name
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables
@@ -157,11 +156,8 @@ class Optimizer(SlotWeights, HyperparameterStore):
             if key == "lr":
                 warnings.warn("The `lr` argument is deprecated, use `learning_rate` instead.", UserWarning,
                               stacklevel=3)
-        if gradient_aggregator is not None and not callable(gradient_aggregator):
-            raise TypeError(
-                "Argument `gradient_aggregator` must be a callable `fn(grads_and_vars) -> grads_and_vars` or None. "
-                f"Received: gradient_aggregator={gradient_aggregator!r}"
-            )
+        if gradient_aggregator is not None:  # (through the constructor chain, not the engine's metaclass)
+            check_gradient_aggregator(gradient_aggregator, type(self))
         transformers = list(gradient_transformers) if gradient_transformers is not None else []
         if not all(callable(fn) for fn in transformers):
             raise TypeError(
@@ -195,7 +191,8 @@ class Optimizer(SlotWeights, HyperparameterStore):
         self._hyper_variables: dict[str, Variable] = {}
         self._slots_created_for: set[tuple[int, ...]] = set()
         self._apply_state: Optional[ApplyState] = None
-        self.gradient_aggregator = gradient_aggregator if gradient_aggregator is not None else no_aggregation
+        if gradient_aggregator is not None:
+            self.gradient_aggregator = gradient_aggregator
         self.gradient_transformers = transformers
         self._clipnorm = clipnorm
         self._global_clipnorm = global_clipnorm
@@ -515,21 +512,6 @@ class Optimizer(SlotWeights, HyperparameterStore):
     def _coefficients(self, var: torch.Tensor, apply_state: Optional[ApplyState]) -> dict[str, Any]:
         key = (var.device, var.dtype)
         return (apply_state or {}).get(key) or self._fallback_apply_state(*key)
-
-    def _transform_unaggregated_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
-        """Hook run before ``_aggregate_gradients`` (identity)."""
-        return grads_and_vars
-
-    def _aggregate_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
-        """Aggregates gradients across processes with ``gradient_aggregator`` (subclasses may override)."""
-        return self.gradient_aggregator(grads_and_vars)
-
-    def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:
-        """The pipeline's aggregation stage: ``_transform_unaggregated_gradients`` then ``_aggregate_gradients``,
-        or nothing with ``experimental_aggregate_gradients=False`` (the gradients are already aggregated)."""
-        if not options.get("experimental_aggregate_gradients", True):
-            return pairs
-        return list(self._aggregate_gradients(list(self._transform_unaggregated_gradients(pairs))))
 
     def _transform_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
         """Clips by value, then by norm, then by global norm, then runs each ``gradient_transformers`` fn."""

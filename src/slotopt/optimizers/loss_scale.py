@@ -195,9 +195,9 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
             return loss * self.dynamic_scale.detach().to(loss.dtype)
         return loss * float(self.dynamic_scale)
 
-    def apply_gradients(self, grads_and_vars: Any) -> torch.Tensor:
+    def apply_gradients(self, grads_and_vars: Any, *, skip_gradients_aggregation: bool = False) -> torch.Tensor:
         """Applies scaled ``(gradient, variable)`` pairs and returns the inner optimizer's iteration counter."""
-        super().apply_gradients(grads_and_vars)
+        super().apply_gradients(grads_and_vars, skip_gradients_aggregation=skip_gradients_aggregation)
         return self.inner_optimizer._iterations
 
     def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> torch.Tensor:
@@ -217,14 +217,19 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
 
     # Pipeline stages: validation and the build come from the base class (``_prepare_pairs``); the update is the
     # finiteness branch below. Constraints and the iteration counter belong to the inner optimizer.
+    def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:
+        # The inner optimizer's aggregator runs before the finiteness check: every process then sees the same
+        # gradients and skips (or applies) the same step, as tf.keras's LossScaleOptimizer does.
+        return self.inner_optimizer._aggregate_across_processes(pairs, **options)
+
     def _apply_updates(self, pairs: list[Pair]) -> None:
         # Keras's `isfinite` on slices sees only the last repeat of each row (keras3_sparse.md §3.8).
         if self._all_finite([last_repeats(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs]):
             scale = self._dynamic_scale.detach()
             self.inner_optimizer.apply_gradients(
                 map_gradient_values(
-                    pairs, lambda grads: [g.to(torch.promote_types(g.dtype, torch.float32)) / scale for g in grads])
-            )
+                    pairs, lambda grads: [g.to(torch.promote_types(g.dtype, torch.float32)) / scale for g in grads]),
+                skip_gradients_aggregation=True)  # aggregated above
             if int(self._step_counter) == self.dynamic_growth_steps - 1:
                 self._step_counter.zero_()
                 self._dynamic_scale.mul_(2.0)

@@ -203,14 +203,17 @@ class Optimizer(NamedState):
 
     # ------------------------------------------------------------------------------------------ apply
     def apply_gradients(self, grads_and_vars: Pairs, global_step: Optional[torch.Tensor] = None,
-                        name: Optional[str] = None) -> None:
+                        name: Optional[str] = None, skip_gradients_aggregation: bool = False) -> None:
         """Applies one step of ``(gradient, variable)`` pairs; ``None`` gradients are skipped.
 
         ``global_step`` (an integer scalar tensor, e.g. ``slotopt.Variable(0, dtype=torch.int64)``) is
         incremented by one after every update and after ``_finish``. Returns None (TF1 eager behaviour).
+        ``skip_gradients_aggregation=True``: the gradients are aggregated across processes already (the
+        optimizer's ``gradient_aggregator``, if it was given one, does not run for this call).
         """
         self._apply_name = name or self._name
-        return run_step(self, grads_and_vars, global_step=global_step)
+        return run_step(self, grads_and_vars, global_step=global_step,
+                        skip_gradients_aggregation=skip_gradients_aggregation)
 
     def _prepare_pairs(self, grads_and_vars: Pairs, global_step: Optional[torch.Tensor] = None,
                        **options: Any) -> Optional[list[Pair]]:
