@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -15,6 +16,7 @@ from .engine import checks, clipping, gradients, transaction
 from .engine import constants as K
 from .engine.core import Pair, Pairs
 from .engine.pipeline import run_step
+from .engine.plan import Ordinary
 from .engine.stages import DecoupledWeightDecay, GradientAccumulation, GroupedUpdates, MovingAverages
 from .engine.state import FlatState
 from .optimizer_variables import OptimizerVariables
@@ -83,6 +85,8 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         >>> w.tolist()
         [0.5, 0.5]
     """
+
+    _plans_steps = True  # the stages below take an ordinary step's shortcuts (engine/plan.py)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if "_super_init_called" not in self.__dict__ and _constructed_by_a_subclass(type(self)):
@@ -286,8 +290,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         else:
             trainable_variables = [v for _, v in named_variables(trainable_variables)] if not isinstance(
                 trainable_variables, (list, tuple)) else list(trainable_variables)
-            tensor = torch.Tensor
-            if not all([isinstance(v, tensor) for v in trainable_variables]):
+            if not all(map(isinstance, trainable_variables, repeat(torch.Tensor))):
                 for i, v in enumerate(trainable_variables):
                     checks.check_variable(v, f"trainable_variables[{i}]")
             if len(grads) != len(trainable_variables):
@@ -413,6 +416,9 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         if not pairs:
             return None
         checked = self._checked_pairs(pairs)
+        if type(checked) is Ordinary:  # the variables and gradients of the last step's kind (engine/plan.py)
+            self._restore_pending_state()
+            return checked
         if self.built:
             index, trainable = self._var_index, self._trainable_index
             for _, v in checked:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import Any, Callable, Optional, Union
 
 import torch
@@ -24,6 +25,7 @@ from ..variables import (
 )
 from . import checks, distributed
 from . import sparse as sparse_rows
+from .plan import Ordinary, StepPlan
 from .torch_protocol import TorchProtocol, is_param_group_list
 
 __all__ = ["OptimizerCore", "Pairs", "Pair"]
@@ -83,6 +85,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     gradient_aggregator: Callable[[list[Pair]], Any] = staticmethod(distributed.no_aggregation)  # type: ignore
     #: False where the optimizers a class wraps or composes aggregate instead (they get the aggregator).
     _aggregates_gradients: bool = True
+    #: Whether this face's stages take an ``Ordinary`` step's shortcuts (engine/plan.py), so that checked steps
+    #: leave a plan for the next ones.
+    _plans_steps: bool = False
 
     #: Where a class narrows the shared range of a hyperparameter (``engine.checks.RANGES``), e.g. Adam's
     #: ``beta_1`` in [0, 1): 1.0 divides by ``1 - beta_1 ** t = 0`` at the first step.
@@ -117,6 +122,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         self._var_index: dict[int, int] = {}
         self._slots: dict[str, dict[int, torch.Tensor]] = {}
         self._group_cache: dict[tuple[int, ...], list[list[int]]] = {}
+        self._plan: Optional[StepPlan] = None  # what the last checked step derived from its variables
         self._originals: list[torch.Tensor] = []  # what the user gave: param_groups hold these
         self._sharded: dict[int, Any] = {}  # position -> the DTensor parameter (FSDP2) whose local shard is _vars
         self._layouts: dict[int, distributed.ShardLayout] = {}  # position -> how that shard sits in the whole
@@ -249,6 +255,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         self._var_index = {id(v): i for i, v in enumerate(self._vars)}
         self._var_index.update({id(v): i for i, v in enumerate(self.__dict__.get("_originals", ()))})
         self._group_cache = {}
+        self._plan = None
 
     def _name_of(self, var: torch.Tensor) -> str:
         pos = self._position(var)
@@ -324,7 +331,13 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     # ----------------------------------------------------------------------------------------- gradients
     def _checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
         """``_check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
-        shape, dtype and device) are recognised inline, without the call."""
+        shape, dtype and device) are recognised inline, without the call. A step that fits the plan of the last
+        one (engine/plan.py) is recognised in one pass and returned as ``Ordinary``."""
+        plan = self._plan
+        if plan is not None and plan.valid_for(self):
+            ordinary = plan.fits(pairs)
+            if ordinary is not None:
+                return ordinary
         out: list[Pair] = []
         strided, floats = torch.strided, _FLOAT_TYPES
         for pair in pairs:
@@ -409,7 +422,10 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
 
     # ----------------------------------------------------------------------------------------- constraints
     def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
-        for _, var in pairs:
+        variables = [pair[1] for pair in pairs]
+        if not any(map(getattr, variables, repeat("constraint"), repeat(None))):
+            return  # (one C-level pass: most steps have no constraint at all)
+        for var in variables:
             constraint = getattr(var, "constraint", None)
             if constraint is not None:
                 with torch.no_grad():
@@ -450,7 +466,18 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     def _empty_step_result(self) -> Any:
         return None
 
+    def _ordinary(self, pairs: list[Pair]) -> list[Pair]:
+        """Checked ``pairs`` as an ``Ordinary`` step when they can be, leaving a plan for the next steps."""
+        if type(pairs) is Ordinary or not self._plans_steps or not StepPlan.possible(self, pairs):
+            return pairs
+        plan = StepPlan(self, pairs)
+        ordinary = plan.fits(pairs)
+        self._plan = plan if ordinary is not None else None
+        return ordinary if ordinary is not None else pairs
+
     def _drop_missing_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        if type(pairs) is Ordinary:
+            return pairs
         return [pair for pair in pairs if pair[0] is not None]
 
     def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
@@ -465,7 +492,15 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         ``skip_gradients_aggregation=True`` (TF1, Keras 3)."""
         if options.get("skip_gradients_aggregation") or options.get("experimental_aggregate_gradients") is False:
             return pairs
+        if self._aggregates_nothing():
+            return pairs  # as they are (an ``Ordinary`` step stays one)
         return list(self._aggregate_gradients(list(self._transform_unaggregated_gradients(pairs))))
+
+    def _aggregates_nothing(self) -> bool:
+        cls = type(self)
+        return (self.gradient_aggregator is distributed.no_aggregation
+                and cls._transform_unaggregated_gradients is OptimizerCore._transform_unaggregated_gradients
+                and cls._aggregate_gradients is OptimizerCore._aggregate_gradients)
 
     def _transform_unaggregated_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
         """Hook run on each process's own gradients before they are aggregated (identity)."""

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -27,6 +28,7 @@ from ..variables import IndexedSlices
 from . import constants as K
 from . import sparse as sparse_rows
 from .core import OptimizerCore, Pair
+from .plan import Ordinary
 
 __all__ = ["rounds", "GradientAccumulation", "DecoupledWeightDecay", "GroupedUpdates", "MovingAverages"]
 
@@ -39,7 +41,7 @@ def rounds(pairs: list[Pair]) -> list[list[Pair]]:
     same step count). Distinct variables do not interact, so running the k-th listing of every variable together
     gives the same result. Almost always there is one part.
     """
-    if len({id(v) for _, v in pairs}) == len(pairs):
+    if type(pairs) is Ordinary or len({id(v) for _, v in pairs}) == len(pairs):
         return [pairs]
     seen: dict[int, int] = {}
     parts: list[list[Pair]] = []
@@ -106,12 +108,22 @@ class DecoupledWeightDecay(OptimizerCore):
         learning_rate = self._learning_rate_of_step()
         listed = rounds(pairs)  # a variable listed twice decays twice before its updates, as in Keras
         fused: set[int] = set()
+        plan = pairs.plan if type(pairs) is Ordinary else None
+        exclusions = (self._exclude_ids, self._exclude_pattern)
         if self._fused_weight_decay and len(listed) == 1 and not self._has_custom_update():
             # The update kernel decays dense-gradient variables in its own pass (one pass over memory): the
             # same operations on each element, and each element's decay still precedes its update.
-            fused = {self._var_index[id(v)] for g, v in pairs
-                     if not isinstance(g, IndexedSlices) and self._use_weight_decay(v)}
+            remembered = plan.memo.get("decayed") if plan is not None else None
+            if remembered is not None and all(map(operator.is_, remembered[0], exclusions)):
+                fused = remembered[1]  # an ordinary step: every gradient dense, the same exclusions
+            else:
+                fused = {self._var_index[id(v)] for g, v in pairs
+                         if not isinstance(g, IndexedSlices) and self._use_weight_decay(v)}
+                if plan is not None:
+                    plan.memo["decayed"] = (exclusions, fused)
             self.__dict__["_decay_in_update"] = fused
+            if plan is not None:
+                return  # every decayed variable of an ordinary step is decayed by the update kernel
         for round_pairs in listed:
             decayed = [v for _, v in round_pairs if self._use_weight_decay(v)]
             positions = [p for p in (self._position(v) for v in decayed) if p not in fused]
@@ -164,6 +176,10 @@ class GroupedUpdates(OptimizerCore):
         """Updates variables that each appear once in ``pairs``; those in ``fused`` also get their weight decay
         from the update kernel."""
         custom = self._has_custom_update()
+        if type(pairs) is Ordinary and not custom:
+            plan = pairs.plan
+            self._update_groups(plan.groups, dict(zip(plan.positions, pairs.grads)), learning_rate, fused, pairs)
+            return
         dense: list[Pair] = []
         for pair in pairs:
             g, v = pair
@@ -179,18 +195,30 @@ class GroupedUpdates(OptimizerCore):
             return
         index = self._var_index
         by_pos = {index[id(v)]: g for g, v in dense}
-        for whole_group in self._groups(list(by_pos)):
+        self._update_groups(self._groups(list(by_pos)), by_pos, learning_rate, fused)
+
+    def _update_groups(self, groups: list[list[int]], by_pos: dict[int, Any], learning_rate: Any, fused: set[int],
+                       step: Optional[Ordinary] = None) -> None:
+        """The rule over each (device, dtype) group of positions (``by_pos``: their dense gradients), the
+        variables in ``fused`` decayed by the rule's own pass; an ordinary ``step``'s plan keeps the split."""
+        plan = step.plan if step is not None else None
+        for whole_group in groups:
             parts = [(whole_group, {})]
             if fused:
                 terms = self._decay_terms(learning_rate, self._vars[whole_group[0]].dtype, "weight_decay_lr")
-                parts = [([p for p in whole_group if p in fused], terms),
-                         ([p for p in whole_group if p not in fused], {})]
+                split = plan.memo.get(("fused split", id(whole_group))) if plan is not None else None
+                if split is None or split[0] is not fused:
+                    split = (fused, [p for p in whole_group if p in fused], [p for p in whole_group if p not in fused])
+                    if plan is not None:
+                        plan.memo[("fused split", id(whole_group))] = split
+                parts = [(split[1], terms), (split[2], {})]
             for group, terms in parts:
                 if self._elementwise_update and self._kernel_slots and group:
                     group = self._flat_state.update_packed(
                         group, self._vars, by_pos, self._kernel_slots,
                         lambda params, grads, slots, terms=terms: self._update_group(params, grads, slots,
-                                                                                     learning_rate, **terms))
+                                                                                     learning_rate, **terms),
+                        step)
                 if group:  # the gradients were checked against their variables this step (Matched)
                     params = [self._vars[p] for p in group]
                     self._update_group(params, native.Matched([by_pos[p] for p in group]),

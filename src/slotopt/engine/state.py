@@ -17,6 +17,7 @@ import torch
 from torch._C._nn import unflatten_dense_tensors
 
 from ..kernels import native
+from .plan import Ordinary
 
 __all__ = ["FlatState", "SMALL_TENSOR_ELEMENTS", "constant_fill", "initial_value"]
 
@@ -131,32 +132,41 @@ class FlatState:
     def update_packed(self, group: Sequence[int], variables: Sequence[torch.Tensor],
                       grads: dict[int, torch.Tensor], slot_names: Sequence[str],
                       update: Callable[[list[torch.Tensor], list[torch.Tensor], dict[str, list[torch.Tensor]]], None],
-                      ) -> list[int]:
+                      step: Optional[Ordinary] = None) -> list[int]:
         """Runs ``update`` once over the packed small variables of ``group``; returns the positions left over.
 
         The variables and gradients are staged into flat buffers, the element-wise rule runs over them and the
         packed state as single tensors, and the variables are written back: the same arithmetic, in one call.
+        An ordinary ``step`` (engine/plan.py): its plan keeps what this derives from the positions alone.
         """
         if len(group) < 2:
             return list(group)
         first = variables[group[0]]
         kind = (first.device, first.dtype)
         covered = self.covered(slot_names, kind)
-        if covered is None or not set(covered) <= set(group):
-            return list(group)
-        params = [variables[p] for p in covered]
+        plan = step.plan if step is not None else None
+        remembered = plan.memo.get(("packed", id(group))) if plan is not None else None
+        if remembered is None or remembered[0] is not covered:
+            if covered is None or not set(covered) <= set(group):
+                return list(group)
+            done = set(covered)
+            params = [variables[p] for p in covered]
+            remembered = (covered, params, [p for p in group if p not in done],
+                          plan.verified(covered, params) if plan is not None and native.takes(first) else None)
+            if plan is not None:
+                plan.memo[("packed", id(group))] = remembered
+        covered, params, left_over, verified = remembered
         if native.takes(first):
             # The compiled rules take the variables and gradients where they are, with the packed state as
             # per-variable views of its buffer: one call per group, and no staging copies.
-            update(params, native.Matched([grads[p] for p in covered]),
-                   self.views(slot_names, kind, params))
+            update(verified or params, step.gradients(covered) if verified is not None and step is not None
+                   else native.Matched([grads[p] for p in covered]), self.views(slot_names, kind, params))
         else:
             flat_params = self.stage("params", covered, params)
             flat_grads = self.stage("grads", covered, [grads[p] for p in covered])
             update([flat_params], [flat_grads], self.buffers(slot_names, kind))
             self.unstage("params", params)
-        done = set(covered)
-        return [p for p in group if p not in done]
+        return left_over
 
     def views(self, slot_names: Sequence[str], kind: Kind, like: Sequence[torch.Tensor]
               ) -> dict[str, list[torch.Tensor]]:

@@ -562,6 +562,7 @@ class WrapsInnerOptimizer:
     same dicts), its hyperparameters, and its state plus the wrapper's own scalars."""
 
     _aggregates_gradients = False  # the inner optimizer aggregates (before the wrapper's finiteness check)
+    _plans_steps = False  # the inner optimizer plans its own steps
     _protocol_inner: Any
 
     def _share_param_groups(self, inner: Any) -> None:
@@ -621,6 +622,7 @@ class ComposesOptimizers:
     sub-optimizer), ``state`` and ``state_dict`` cover every sub-optimizer."""
 
     _aggregates_gradients = False  # each sub-optimizer aggregates its own gradients
+    _plans_steps = False  # and plans its own steps
 
     def _torch_optimizers(self) -> list[TorchProtocol]:
         raise NotImplementedError

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
-__all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "MODES"]
+__all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "MODES", "Matched", "Verified",
+           "FlatViews"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -150,14 +151,25 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     if dtype not in _SUFFIXES or first[0].device.type != "cpu":
         return False
     n = len(first)
-    numels = [t.numel() for t in first]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(numels, out=offsets[1:])
+    verified = type(first) is Verified
+    if verified:
+        offsets = first.offsets
+        numels: Any = None  # taken from the offsets if another list needs them
+    else:
+        numels = [t.numel() for t in first]
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(numels, out=offsets[1:])
     total = int(offsets[-1])
     table = np.zeros((len(lists), n), dtype=np.uint64)  # an absent list keeps its (null) row
     bumped: list[torch.Tensor] = []  # written tensors whose version counters move (views share their base's)
     for j, tensors in enumerate(lists):
         if tensors is None:
+            continue
+        addresses = getattr(tensors, "addresses", None) if (j == 0 and verified) or type(tensors) is Matched else None
+        if addresses is not None and len(tensors) == n:  # read and checked this step already (engine/plan.py)
+            table[j] = addresses
+            if j not in read_only:
+                bumped.extend(tensors)
             continue
         whole = getattr(tensors, "flat", None) if len(tensors) == n else None
         if (len(tensors) == 1 and n > 1) or whole is not None:  # one flat buffer for the whole group
@@ -172,6 +184,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         # engine has checked already (``Matched``) is not checked again.
         if len(tensors) != n or not all([t.is_contiguous() for t in tensors]):
             return False
+        if numels is None:
+            numels = np.diff(offsets).tolist()
         if (j == 0 or type(tensors) is not Matched) and (any([t.dtype != dtype or not t.is_cpu for t in tensors])
                                                         or (j and [t.numel() for t in tensors] != numels)):
             return False
@@ -199,7 +213,22 @@ class FlatViews(list):  # type: ignore[type-arg]
 class Matched(list):  # type: ignore[type-arg]
     """Gradients the engine checked in this step against their variables, the first operand list of the call:
     each has its variable's dtype, device and shape. ``apply`` then only reads their contiguity and addresses
-    (the variables themselves are always checked: their storage may have been swapped since)."""
+    (the variables themselves are always checked: their storage may have been swapped since), or takes
+    ``addresses`` when the engine read them this step (all contiguous)."""
+
+    addresses: Any
+
+
+class Verified(list):  # type: ignore[type-arg]
+    """Variables whose dtype, device, contiguity, sizes and ``addresses`` the engine has checked this step (an
+    ordinary step, engine/plan.py): a CPU float32/float64 group of one dtype. ``apply`` takes them as they are."""
+
+    def __init__(self, variables: Sequence[torch.Tensor], addresses: Sequence[int]) -> None:
+        super().__init__(variables)
+        self.dtype = variables[0].dtype
+        self.addresses = np.array(addresses, dtype=np.uint64)
+        self.offsets = np.zeros(len(variables) + 1, dtype=np.int64)
+        np.cumsum([t.numel() for t in variables], out=self.offsets[1:])
 
 
 def _unpacked(lists: Sequence[Any]) -> list[Any]:
