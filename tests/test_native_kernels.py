@@ -392,3 +392,55 @@ def test_packed_state_is_addressed_through_its_buffer_and_its_versions_move():
     assert native.calls() == before_calls + 1
     assert momentum._version > before_version
     torch.testing.assert_close(opt._momentums[4], torch.full((16,), 0.1), rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["float16", "bfloat16"])
+def test_torch_takes_python_scalars_on_half_tensors_as_the_half_rules_assume(dtype):
+    """The half-precision rules reproduce how torch's CPU kernels take a Python scalar (rules.inc: SF / SH):
+    float32 for an out-of-place ``_foreach_mul`` and for divisions, rounded to the half type (through float32)
+    for scalar add/sub and for the in-place ``_foreach_mul_``. If a torch release changes this, the rule tests
+    fail too; this test says why."""
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(1)).mul_(3).to(dtype)
+    s = TIE_F16 if dtype == torch.float16 else TIE_BF16
+    s_f = torch.tensor(s, dtype=torch.float32)  # float64 -> float32
+    s_h = s_f.to(dtype).float()  # -> half type: a tie, rounded to even (a direct rounding would go up)
+    assert s_h.item() == 0.5
+
+    def expect(op, scalar):
+        return op(x.float(), scalar).to(dtype)
+
+    mul, add, sub, div = torch.mul, torch.add, torch.sub, torch.div
+    in_place = [x.clone()]
+    torch._foreach_mul_(in_place, s)
+    assert torch.equal(in_place[0], expect(mul, s_h))
+    assert torch.equal(torch._foreach_mul([x], s)[0], expect(mul, s_f))
+    for name, op in (("add", add), ("sub", sub)):
+        assert torch.equal(getattr(torch, f"_foreach_{name}")([x], s)[0], expect(op, s_h)), name
+    assert torch.equal(torch._foreach_div([x], s)[0], expect(div, s_f))
+    in_place = [x.clone()]
+    torch._foreach_div_(in_place, s)
+    assert torch.equal(in_place[0], expect(div, s_f))
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", HALF, ids=["float16", "bfloat16"])
+def test_every_half_value_loads_rounds_and_stores_like_torch(dtype):
+    """sgd over every bit pattern of the half type as w and g (NaN, infinities, subnormals, signed zeros): the
+    compiled conversions and rounding (overflow to inf, subnormal results, ties) against torch's, in one call."""
+    every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+    shuffled = every[torch.randperm(every.numel(), generator=torch.Generator().manual_seed(2))]
+    for lr in (1.0, 0.1, 3.0, 2.0 ** -20):
+        reference, candidate = [every.clone()], [every.clone()]
+        previous = native.use("foreach")
+        try:
+            sgd.sgd(reference, [shuffled], lr=lr)
+        finally:
+            native.use(previous)
+        previous = native.use("native")
+        try:
+            before = native.calls()
+            sgd.sgd(candidate, [shuffled], lr=lr)
+            assert native.calls() == before + 1
+        finally:
+            native.use(previous)
+        _assert_same_bits([reference], [candidate], f"sgd lr={lr}")

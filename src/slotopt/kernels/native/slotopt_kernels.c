@@ -183,36 +183,47 @@ static inline float bf16_float_(uint32_t bits) {
 
 /* float16 in software as well, with integer operations that vectorize. (GCC 12's _Float16 is not an option: with
  * -march=native on an AVX512-FP16 machine its SLP vectorizer drops the float -> _Float16 -> float rounding of
- * the scalars, silently giving float32 results.) Encoding rounds to nearest even: normal results drop 13 bits
- * like bfloat16 (a carry into the exponent is the right result); results below 2^-14 are multiples of 2^-24,
- * rounded by the float addition to 0.75 itself (the binade [0.5, 1) has that spacing, and the difference of
- * the bits is the subnormal encoding, up to 0x400 = 2^-14); 65520 and up overflow to inf; NaN stays NaN. */
-static inline uint32_t f16_bits_(float x) {
-    uint32_t u, t;
+ * the scalars, silently giving float32 results.) Round to nearest even: results of 2^-14 and up drop 13 bits
+ * like bfloat16 (a carry into the exponent is the right result); smaller ones are multiples of 2^-24, rounded
+ * by a float addition to 0.75, whose binade [0.5, 1) has that spacing; 65520 and up overflow to inf; NaN stays
+ * NaN. Every floating-point operation is done for every element and only integers are selected, so that GCC
+ * if-converts and vectorizes the loops (it does not speculate an FP operation it sees in a branch). */
+static inline float f16_as_float_(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+static inline uint32_t f16_as_bits_(float x) {
+    uint32_t u;
     memcpy(&u, &x, sizeof u);
-    const uint32_t a = u & 0x7fffffffu;
-    const uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;
-    const float tiny = fabsf(x) + 0.75f;
-    memcpy(&t, &tiny, sizeof t);
-    uint32_t h = a < 0x38800000u ? t - 0x3f400000u : normal;
+    return u;
+}
+static inline float f16_round_(float x) {
+    const uint32_t u = f16_as_bits_(x), a = u & 0x7fffffffu;
+    const uint32_t tiny = f16_as_bits_((fabsf(x) + 0.75f) - 0.75f);
+    uint32_t r = a < 0x38800000u ? tiny : (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+    r = a >= 0x477ff000u ? 0x7f800000u : r;
+    r = a > 0x7f800000u ? a | 0x00400000u : r;
+    return f16_as_float_(r | (u & 0x80000000u));
+}
+static inline uint32_t f16_bits_(float x) { /* rounds as f16_round_, then encodes */
+    const uint32_t u = f16_as_bits_(x), a = u & 0x7fffffffu;
+    const uint32_t tiny = f16_as_bits_(fabsf(x) + 0.75f) - 0x3f400000u; /* k * 2^-24, up to k = 0x400 = 2^-14 */
+    uint32_t h = a < 0x38800000u ? tiny : (a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;
     h = a >= 0x477ff000u ? 0x7c00u : h;
     h = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x1ffu) : h;
     return h | ((u >> 16) & 0x8000u);
 }
 static inline float f16_float_(uint32_t h) {
     const uint32_t em = h & 0x7fffu;
+    const uint32_t tiny = f16_as_bits_(f16_as_float_(0x38800000u | (em << 13)) - 0x1p-14f); /* exact */
     uint32_t u = em >= 0x7c00u ? (em << 13) | 0x7f800000u : (em << 13) + 0x38000000u;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    x = em < 0x400u ? (float)(int32_t)em * 0x1p-24f : x; /* subnormal: exact */
-    memcpy(&u, &x, sizeof u);
-    u |= (h & 0x8000u) << 16;
-    memcpy(&x, &u, sizeof x);
-    return x;
+    u = em < 0x400u ? tiny : u;
+    return f16_as_float_(u | (h & 0x8000u) << 16);
 }
 #define E uint16_t
 #define SFX f16
 #define LD(x) f16_float_(x)
 #define ST(x) ((uint16_t)f16_bits_(x))
-#define R(x) f16_float_(f16_bits_(x))
+#define R(x) f16_round_(x)
 #include "rules.inc"
