@@ -1,9 +1,10 @@
 """The compiled one-pass kernels against the foreach kernels, bit for bit, for every rule and variant.
 
 The foreach kernels are the specification (they match the recorded references); the compiled kernels must
-reproduce them exactly, on float32 and float64, on groups mixing empty, tiny, odd-sized and multi-threaded
-tensors, over several steps, with zeros of both signs among the gradients. Then every recorded reference case
-replays under both paths with identical deviations.
+reproduce them exactly, on float32, float64, float16 and bfloat16, on groups mixing empty, tiny, odd-sized and
+multi-threaded tensors, over several steps, with zeros of both signs, tiny (subnormal in the half types), huge,
+infinite and NaN values among the gradients. Then every recorded reference case replays under both paths with
+identical deviations.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ NATIVE = native._library is not None
 needs_native = pytest.mark.skipif(not NATIVE, reason=f"compiled kernels unavailable: {native.status()['reason']}")
 
 SIZES = [0, 1, 7, 1000, 33_000]  # 34k elements in all: the compiled call splits the group over 2 threads
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+DTYPE_IDS = ["float32", "float64", "float16", "bfloat16"]
+HALF = (torch.float16, torch.bfloat16)
+# Scalars just above a tie of the half type, which a rounding straight from float64 would round up but torch's
+# (through float32, where the excess vanishes) rounds to even: 0.5 + half an ulp + 2^-41.
+TIE_F16, TIE_BF16 = 0.5 + 2.0 ** -12 + 2.0 ** -41, 0.5 + 2.0 ** -9 + 2.0 ** -41
 
 # (id, kernel, operand roles, keyword arguments). Roles: "w" variable, "g" gradient, "m" signed state,
 # "v" non-negative state, None an absent optional list.
@@ -90,6 +97,15 @@ CASES = [
     ("sparse_apply_rmsprop_centered", rmsprop.sparse_apply_rmsprop, "wgvmm",
      dict(lr=0.001, rho=0.9, one_minus_rho=0.1, momentum=0.5, epsilon=0.1)),
 ]
+CASES += [  # every scalar of these is rounded to the half type in an in-place op somewhere
+    ("adam_tie_f16", adam.adam, "wgmv_", dict(alpha=TIE_F16, one_minus_beta_1=TIE_F16, one_minus_beta_2=TIE_F16,
+                                              epsilon=TIE_F16, weight_decay=TIE_F16, weight_decay_lr=TIE_F16)),
+    ("adam_tie_bf16", adam.adam, "wgmv_", dict(alpha=TIE_BF16, one_minus_beta_1=TIE_BF16, one_minus_beta_2=TIE_BF16,
+                                               epsilon=TIE_BF16, weight_decay=TIE_BF16, weight_decay_lr=TIE_BF16)),
+    ("momentum_tie_bf16", sgd.momentum, "wgm", dict(lr=TIE_BF16, momentum=TIE_BF16, nesterov=True)),
+    ("rmsprop_tie_f16", rmsprop.rmsprop, "wgvmm", dict(lr=TIE_F16, rho=TIE_F16, one_minus_rho=TIE_F16,
+                                                       momentum_decay=TIE_F16, epsilon=TIE_F16)),
+]
 for momentum in (False, True):
     for centered in (False, True):
         for inside in (True, False):
@@ -109,6 +125,13 @@ def _operand(role, size, dtype, generator):
             values[:3] = torch.tensor([0.0, 0.25, 1.0])
     elif role == "g" and size > 4:
         values[:4] = torch.tensor([0.0, -0.0, 1e-30, -3e4])
+        if dtype in HALF and size > 20:
+            # subnormal in float16 / in bfloat16, the largest finite values, infinities and NaN
+            tiny, huge = (6e-8, 6e4) if dtype == torch.float16 else (1e-39, 3e38)
+            values[4:14] = torch.tensor([tiny, -tiny, 3 * tiny, huge, -huge, float("inf"), -float("inf"),
+                                         float("nan"), 1e-5, -2.0 ** -14])
+    elif role == "w" and dtype in HALF and size > 20:
+        values[:3] = torch.tensor([-0.0, 1e-7, -6e-8])  # w * decay underflows to subnormals and signed zeros
     elif role == "m":
         values = values * 0.1
     return values.to(dtype)
@@ -124,7 +147,7 @@ def _make_lists(roles, dtype, seed):
 
 
 def _bits(t):
-    return t.view(torch.int32 if t.dtype == torch.float32 else torch.int64)
+    return t.view({4: torch.int32, 8: torch.int64, 2: torch.int16}[t.element_size()])
 
 
 def _assert_same_bits(expected, actual, what):
@@ -141,7 +164,7 @@ def _assert_same_bits(expected, actual, what):
 
 @needs_native
 @pytest.mark.filterwarnings("ignore:invalid value encountered in sqrt")  # centered variants: sqrt(v - a*a) < 0
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_compiled_rule_equals_foreach_rule_bit_for_bit(case, dtype):
     name, kernel, roles, kwargs = case
@@ -188,7 +211,8 @@ def test_tensors_the_compiled_path_cannot_take_fall_back_to_foreach_with_the_sam
     cases = {
         "non-contiguous": ([base.t()], [torch.randn(32, 64, dtype=torch.float64)]),
         "mixed dtypes": ([base.clone()], [torch.randn(64, 32, dtype=torch.float32)]),
-        "float16": ([base.half()], [torch.randn(64, 32).half()]),
+        "float16 and bfloat16": ([base.half()], [torch.randn(64, 32).bfloat16()]),
+        "float16 non-contiguous": ([base.half().t()], [torch.randn(32, 64).half()]),
     }
     for what, (params, grads) in cases.items():
         expected = [p.clone() for p in params]
@@ -265,7 +289,7 @@ KERAS3 = [("Adam", {}), ("Adam", {"amsgrad": True}), ("AdamW", {"weight_decay": 
 
 
 @needs_native
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name,kwargs", KERAS3, ids=[f"{n}{sorted(k)}" for n, k in KERAS3])
 def test_keras3_optimizer_with_packed_small_variables_is_identical_on_both_paths(name, kwargs, dtype):
     before = native.calls()
@@ -309,7 +333,7 @@ def test_compiled_step_bumps_version_counters_like_an_in_place_op():
 
 
 @needs_native
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_adamw_decays_inside_the_update_pass_with_the_bits_of_two_passes(dtype):
     """AdamW's decay runs in the Adam kernel (no separate weight-decay call) for dense gradients; excluded
     variables, a variable listed twice (decay, decay, update, update, as in Keras) and a row-sparse gradient
@@ -368,3 +392,55 @@ def test_packed_state_is_addressed_through_its_buffer_and_its_versions_move():
     assert native.calls() == before_calls + 1
     assert momentum._version > before_version
     torch.testing.assert_close(opt._momentums[4], torch.full((16,), 0.1), rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["float16", "bfloat16"])
+def test_torch_takes_python_scalars_on_half_tensors_as_the_half_rules_assume(dtype):
+    """The half-precision rules reproduce how torch's CPU kernels take a Python scalar (rules.inc: SF / SH):
+    float32 for an out-of-place ``_foreach_mul`` and for divisions, rounded to the half type (through float32)
+    for scalar add/sub and for the in-place ``_foreach_mul_``. If a torch release changes this, the rule tests
+    fail too; this test says why."""
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(1)).mul_(3).to(dtype)
+    s = TIE_F16 if dtype == torch.float16 else TIE_BF16
+    s_f = torch.tensor(s, dtype=torch.float32)  # float64 -> float32
+    s_h = s_f.to(dtype).float()  # -> half type: a tie, rounded to even (a direct rounding would go up)
+    assert s_h.item() == 0.5
+
+    def expect(op, scalar):
+        return op(x.float(), scalar).to(dtype)
+
+    mul, add, sub, div = torch.mul, torch.add, torch.sub, torch.div
+    in_place = [x.clone()]
+    torch._foreach_mul_(in_place, s)
+    assert torch.equal(in_place[0], expect(mul, s_h))
+    assert torch.equal(torch._foreach_mul([x], s)[0], expect(mul, s_f))
+    for name, op in (("add", add), ("sub", sub)):
+        assert torch.equal(getattr(torch, f"_foreach_{name}")([x], s)[0], expect(op, s_h)), name
+    assert torch.equal(torch._foreach_div([x], s)[0], expect(div, s_f))
+    in_place = [x.clone()]
+    torch._foreach_div_(in_place, s)
+    assert torch.equal(in_place[0], expect(div, s_f))
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", HALF, ids=["float16", "bfloat16"])
+def test_every_half_value_loads_rounds_and_stores_like_torch(dtype):
+    """sgd over every bit pattern of the half type as w and g (NaN, infinities, subnormals, signed zeros): the
+    compiled conversions and rounding (overflow to inf, subnormal results, ties) against torch's, in one call."""
+    every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+    shuffled = every[torch.randperm(every.numel(), generator=torch.Generator().manual_seed(2))]
+    for lr in (1.0, 0.1, 3.0, 2.0 ** -20):
+        reference, candidate = [every.clone()], [every.clone()]
+        previous = native.use("foreach")
+        try:
+            sgd.sgd(reference, [shuffled], lr=lr)
+        finally:
+            native.use(previous)
+        previous = native.use("native")
+        try:
+            before = native.calls()
+            sgd.sgd(candidate, [shuffled], lr=lr)
+            assert native.calls() == before + 1
+        finally:
+            native.use(previous)
+        _assert_same_bits([reference], [candidate], f"sgd lr={lr}")

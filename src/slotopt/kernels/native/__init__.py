@@ -12,8 +12,10 @@ Which path runs is chosen by the environment variable ``SLOTOPT_KERNELS``:
 * ``foreach``: always the foreach kernels.
 
 :func:`use` switches at run time (tests compare the two paths this way). A call falls back to the foreach
-kernel, silently and with the same result, whenever the compiled path does not apply: a dtype other than
-float32/float64, non-contiguous or mixed tensors, or a variant of a rule not compiled. CUDA tensors go to the
+kernel, silently and with the same result, whenever the compiled path does not apply: a dtype the library was
+not built for (float16 needs a compiler with ``_Float16``), non-contiguous or mixed tensors, or a variant of a
+rule not compiled. float16 and bfloat16 rules compute each torch op in float32 and round its result to the half
+type, as torch's CPU kernels do, so they too give the foreach kernels' bits. CUDA tensors go to the
 Triton twin of the rule (``kernels.triton``) where Triton is installed and has the rule, else to foreach.
 """
 
@@ -31,20 +33,21 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
-__all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "MODES", "Matched", "Verified",
-           "FlatViews"]
+__all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
+           "Verified", "FlatViews"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SUFFIXES = {torch.float32: "f32", torch.float64: "f64"}
+_SUFFIXES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16"}
 _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
 
 _library: Optional[ctypes.CDLL] = None
 _load_error: Optional[str] = None
 _library_path: Optional[str] = None
 _mode = "auto"
+_dtypes: frozenset[torch.dtype] = frozenset()  # the dtypes the loaded library has rules for
 _functions: dict[tuple[str, torch.dtype], Any] = {}
 try:
     from torch.autograd.graph import increment_version as _increment_version
@@ -60,7 +63,7 @@ def _find_library() -> Optional[str]:
 
 def _load() -> None:
     """Loads the library once; on any failure records why and leaves the foreach path in charge."""
-    global _library, _load_error, _library_path
+    global _library, _load_error, _library_path, _dtypes
     path = os.environ.get("SLOTOPT_KERNELS_LIBRARY") or _find_library()
     if path is None:
         _load_error = "compiled library not built (pip install -e . compiles it with the machine's C compiler)"
@@ -80,6 +83,9 @@ def _load() -> None:
         _load_error = f"{path} has ABI version {version}, this slotopt needs {ABI_VERSION}: rebuild it"
         return
     _library = library
+    # A library built without _Float16 (or before the half variants existed) has no f16 rules: float16 then
+    # runs foreach.
+    _dtypes = frozenset(dtype for dtype, suffix in _SUFFIXES.items() if hasattr(library, f"sgd_{suffix}"))
 
 
 def _function(rule: str, dtype: torch.dtype) -> Any:
@@ -109,13 +115,18 @@ def use(mode: str) -> str:
 
 
 def active() -> bool:
-    """Whether element-wise rules on CPU float32/float64 tensors run the compiled kernels now."""
+    """Whether element-wise rules on CPU tensors (of the dtypes in :func:`dtypes`) run the compiled kernels now."""
     return _library is not None and _mode != "foreach"
 
 
 def takes(tensor: torch.Tensor) -> bool:
     """Whether the compiled path runs element-wise rules on tensors like ``tensor`` (device and dtype)."""
-    return _library is not None and _mode != "foreach" and tensor.dtype in _SUFFIXES and tensor.is_cpu
+    return _library is not None and _mode != "foreach" and tensor.dtype in _dtypes and tensor.is_cpu
+
+
+def dtypes() -> frozenset[torch.dtype]:
+    """The dtypes the loaded library has compiled rules for (empty when it is not loaded)."""
+    return _dtypes
 
 
 def status() -> dict[str, Any]:
@@ -148,7 +159,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     if not first:
         return False
     dtype = first[0].dtype
-    if dtype not in _SUFFIXES or first[0].device.type != "cpu":
+    if dtype not in _dtypes or first[0].device.type != "cpu":
         return False
     n = len(first)
     verified = type(first) is Verified

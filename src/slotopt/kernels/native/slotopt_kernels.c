@@ -5,7 +5,8 @@
  * specification: each operation is rounded separately in the tensor dtype (the build uses -ffp-contract=off
  * and no fast-math, so no fused multiply-add and no reassociation), square roots and divisions are the
  * correctly rounded IEEE ones, and scalars are rounded to the tensor dtype first, as torch does for a Python
- * number applied to a float32 or float64 tensor.
+ * number applied to a float32 or float64 tensor. float16 and bfloat16 tensors are computed as torch's CPU
+ * kernels compute them: each op in float32, its result rounded to the half type (see rules.inc).
  *
  * Calling convention, the same for every rule:
  *   void rule_f32(int64_t n, void *const *ptr, const int64_t *off, const double *s, int threads)
@@ -20,6 +21,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -99,25 +101,129 @@ int slotopt_cpu_supported(void) {
         }                                                                                                  \
     } while (0)
 
-#define P(j) ((T *)ptr[(size_t)(j) * (size_t)n + (size_t)k])
+#define P(j) ((E *)ptr[(size_t)(j) * (size_t)n + (size_t)k])
 
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)
 #define RULE(name) void CAT(name, SFX)(int64_t n, void *const *ptr, const int64_t *off, const double *s_, \
                                        int threads)
 
+/* float32 and float64: every operator is one torch op, rounded in the dtype itself. */
+#define LD(x) (x)
+#define ST(x) (x)
+#define R(x) (x)
+#define SF(x) ((T)(x))
+#define SH(x) ((T)(x))
+
 #define T float
+#define E float
 #define SFX f32
 #define SQRT sqrtf
 #define FABS fabsf
 #include "rules.inc"
 #undef T
+#undef E
 #undef SFX
 #undef SQRT
 #undef FABS
 
 #define T double
+#define E double
 #define SFX f64
 #define SQRT sqrt
 #define FABS fabs
+#include "rules.inc"
+#undef T
+#undef E
+#undef SFX
+#undef SQRT
+#undef FABS
+#undef LD
+#undef ST
+#undef R
+#undef SF
+#undef SH
+
+/* float16 and bfloat16: torch's CPU kernels load each element to float32, compute ONE op in float32 and round
+ * its result to the half type (round to nearest even) when storing it; the next op starts from the rounded
+ * value. R() is that rounding, kept in float. A Python scalar enters an op either as float32 (SF) or rounded
+ * to the half type through float32 (SH), depending on the op (rules.inc). */
+#define T float
+#define SQRT sqrtf
+#define FABS fabsf
+#define SF(x) ((float)(x))
+#define SH(x) R((float)(x))
+
+/* bfloat16 is the upper half of a float32: round to nearest even by adding 0x7fff plus the lowest kept bit,
+ * then truncate. A NaN is quieted instead (the carry could otherwise turn a NaN with a low payload into inf).
+ * Written without branches so that loops vectorize. */
+static inline uint32_t bf16_bits_(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+    return ((u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) : rounded) >> 16;
+}
+static inline float bf16_float_(uint32_t bits) {
+    const uint32_t u = bits << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+#define E uint16_t
+#define SFX bf16
+#define LD(x) bf16_float_(x)
+#define ST(x) ((uint16_t)bf16_bits_(x))
+#define R(x) bf16_float_(bf16_bits_(x))
+#include "rules.inc"
+#undef E
+#undef SFX
+#undef LD
+#undef ST
+#undef R
+
+/* float16 in software as well, with integer operations that vectorize. (GCC 12's _Float16 is not an option: with
+ * -march=native on an AVX512-FP16 machine its SLP vectorizer drops the float -> _Float16 -> float rounding of
+ * the scalars, silently giving float32 results.) Round to nearest even: results of 2^-14 and up drop 13 bits
+ * like bfloat16 (a carry into the exponent is the right result); smaller ones are multiples of 2^-24, rounded
+ * by a float addition to 0.75, whose binade [0.5, 1) has that spacing; 65520 and up overflow to inf; NaN stays
+ * NaN. Every floating-point operation is done for every element and only integers are selected, so that GCC
+ * if-converts and vectorizes the loops (it does not speculate an FP operation it sees in a branch). */
+static inline float f16_as_float_(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+static inline uint32_t f16_as_bits_(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+static inline float f16_round_(float x) {
+    const uint32_t u = f16_as_bits_(x), a = u & 0x7fffffffu;
+    const uint32_t tiny = f16_as_bits_((fabsf(x) + 0.75f) - 0.75f);
+    uint32_t r = a < 0x38800000u ? tiny : (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+    r = a >= 0x477ff000u ? 0x7f800000u : r;
+    r = a > 0x7f800000u ? a | 0x00400000u : r;
+    return f16_as_float_(r | (u & 0x80000000u));
+}
+static inline uint32_t f16_bits_(float x) { /* rounds as f16_round_, then encodes */
+    const uint32_t u = f16_as_bits_(x), a = u & 0x7fffffffu;
+    const uint32_t tiny = f16_as_bits_(fabsf(x) + 0.75f) - 0x3f400000u; /* k * 2^-24, up to k = 0x400 = 2^-14 */
+    uint32_t h = a < 0x38800000u ? tiny : (a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;
+    h = a >= 0x477ff000u ? 0x7c00u : h;
+    h = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x1ffu) : h;
+    return h | ((u >> 16) & 0x8000u);
+}
+static inline float f16_float_(uint32_t h) {
+    const uint32_t em = h & 0x7fffu;
+    const uint32_t tiny = f16_as_bits_(f16_as_float_(0x38800000u | (em << 13)) - 0x1p-14f); /* exact */
+    uint32_t u = em >= 0x7c00u ? (em << 13) | 0x7f800000u : (em << 13) + 0x38000000u;
+    u = em < 0x400u ? tiny : u;
+    return f16_as_float_(u | (h & 0x8000u) << 16);
+}
+#define E uint16_t
+#define SFX f16
+#define LD(x) f16_float_(x)
+#define ST(x) ((uint16_t)f16_bits_(x))
+#define R(x) f16_round_(x)
 #include "rules.inc"
