@@ -11,6 +11,7 @@ them again). At the end the sharded optimizer state is saved with torch.distribu
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 
 import torch
@@ -30,6 +31,18 @@ def main() -> None:
 
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend)
+    try:
+        train(args, backend)
+    finally:
+        # Everything that holds process-group work (DDP's reducer, FSDP2's hooks on the last loss's graph, the
+        # checkpoint's DTensors) was local to train() and is gone now: destroying the group while such objects
+        # are alive, or leaving them to interpreter exit, can abort or deadlock gloo's threads.
+        gc.collect()
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, backend: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", rank % torch.cuda.device_count()) if backend == "nccl" else torch.device("cpu")
 
@@ -63,11 +76,6 @@ def main() -> None:
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=args.out)
         if rank == 0:
             print(f"saved a {world}-process checkpoint to {args.out} (iterations={int(opt.iterations)})")
-    # Free DDP's reducer while the process group is alive: destroying it after the group (at interpreter exit) can
-    # deadlock gloo's worker thread on the GIL.
-    del model, opt, scheduler
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
