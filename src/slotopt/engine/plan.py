@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["StepPlan", "Ordinary"]
 
 _is = operator.is_
+_dtype, _shape, _device, _on_cpu = (operator.attrgetter(name) for name in ("dtype", "shape", "device", "is_cpu"))
 _contiguous = torch.Tensor.is_contiguous
 _address = torch.Tensor.data_ptr
 
@@ -121,19 +123,20 @@ class StepPlan:
             return None
         if list(map(_address, variables)) != self.addresses or not all(map(_contiguous, variables)):
             return None  # moved or re-strided since (``p.data = ...``): checked in full again
-        tensor, strided = torch.Tensor, torch.strided
-        if self.on_cpu:
-            ok = all([type(g) is tensor and g.dtype is d and g.layout is strided and g.is_cpu and g.shape == s
-                      for g, d, s in zip(grads, self.dtypes, self.shapes)])
-        else:
-            ok = all([type(g) is tensor and g.dtype is d and g.layout is strided and g.device == dev and g.shape == s
-                      for g, d, s, dev in zip(grads, self.dtypes, self.shapes, self.devices)])
-        if not ok:
+        # One C-level pass per property (no Python loop per gradient): the type, dtype, device and shape of
+        # each gradient against its variable's, as the plan recorded them.
+        if not (all(map(_is, map(type, grads), repeat(torch.Tensor))) and list(map(_dtype, grads)) == self.dtypes
+                and (all(map(_on_cpu, grads)) if self.on_cpu else list(map(_device, grads)) == self.devices)
+                and list(map(_shape, grads)) == self.shapes):
+            return None
+        try:
+            contiguous = all(map(_contiguous, grads))
+        except RuntimeError:  # a sparse (COO, CSR) or opaque layout has no contiguity: the full path takes it
             return None
         ordinary = Ordinary(pairs)
         ordinary.plan = self
         ordinary.grads = grads
-        ordinary.grad_addresses = list(map(_address, grads)) if all(map(_contiguous, grads)) else None
+        ordinary.grad_addresses = list(map(_address, grads)) if contiguous else None
         return ordinary
 
 
