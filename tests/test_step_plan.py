@@ -1,0 +1,133 @@
+"""The step plan (engine/plan.py): a step like the last one skips re-deriving what depends on the variables only,
+and anything else takes the full path. The plan changes what is looked up, never what is computed."""
+
+import pytest
+import torch
+
+import slotopt
+from slotopt.engine.plan import Ordinary
+
+
+def make(n=6, shape=(3, 4), dtype=torch.float32):
+    torch.manual_seed(0)
+    return [slotopt.Variable(torch.randn(shape, dtype=dtype), name=f"v{i}") for i in range(n)]
+
+
+def grads_for(variables, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(v.shape, generator=g, dtype=v.dtype) for v in variables]
+
+
+CONFIGS = [
+    ("Adam", {}), ("AdamW", {"weight_decay": 0.01}), ("SGD", {"momentum": 0.9, "weight_decay": 0.004}),
+    ("RMSprop", {"momentum": 0.5, "centered": True}), ("Adagrad", {}), ("Lion", {}), ("Nadam", {}),
+    ("Adam", {"use_ema": True, "clipnorm": 1.0}), ("Adafactor", {}), ("Lamb", {}),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("name,kwargs", CONFIGS, ids=[f"{n}-{'-'.join(k) or 'plain'}" for n, k in CONFIGS])
+def test_planned_steps_give_the_bits_of_full_steps(name, kwargs, dtype, monkeypatch):
+    def train(plans):
+        monkeypatch.setattr(slotopt.Optimizer, "_plans_steps", plans)
+        variables = make(dtype=dtype)
+        opt = getattr(slotopt, name)(learning_rate=0.01, **kwargs)
+        if name == "AdamW":
+            opt.exclude_from_weight_decay(var_names=["v1"])
+        for step in range(4):
+            opt.apply(grads_for(variables, step), variables)
+        return variables, opt
+
+    planned, opt = train(True)
+    assert opt._plan is not None
+    full, unplanned = train(False)
+    assert unplanned._plan is None
+    for a, b in zip(planned, full):
+        assert torch.equal(a, b)
+
+
+def test_an_ordinary_step_is_recognised_in_one_pass_and_runs_one_compiled_call():
+    from slotopt.kernels import native
+
+    variables = make(n=50)
+    opt = slotopt.Adam(learning_rate=0.01)
+    opt.apply(grads_for(variables, 0), variables)
+    pairs = list(zip(grads_for(variables, 1), variables))
+    assert type(opt._checked_pairs(pairs)) is Ordinary
+    if native.active():
+        before = native.calls()
+        opt.apply(grads_for(variables, 2), variables)
+        assert native.calls() == before + 1  # the whole group at once
+
+
+def _full_path_refusal(opt, variables, grads):
+    """What the full path says of these gradients, on an optimizer that plans nothing."""
+    fresh = slotopt.Adam(learning_rate=0.01)
+    fresh._plans_steps = False
+    fresh.build(variables)
+    with pytest.raises((ValueError, TypeError)) as err:
+        fresh.apply(grads, variables)
+    return type(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("bad", ["shape", "not a tensor", "device meta", "int gradient"])
+def test_a_bad_gradient_after_planned_steps_is_refused_as_before_and_changes_nothing(bad):
+    variables = make()
+    opt = slotopt.Adam(learning_rate=0.01)
+    for step in range(2):
+        opt.apply(grads_for(variables, step), variables)
+    grads = grads_for(variables, 9)
+    grads[3] = {"shape": torch.zeros(4, 3), "not a tensor": "g",
+                "device meta": torch.zeros(3, 4, device="meta"), "int gradient": torch.zeros(3, 4, dtype=torch.int64)}[bad]
+    before = [v.detach().clone() for v in variables] + [s.clone() for s in opt.variables]
+    with pytest.raises((ValueError, TypeError)) as err:
+        opt.apply(grads, variables)
+    assert (type(err.value), str(err.value)) == _full_path_refusal(opt, variables, grads)
+    after = [v.detach() for v in variables] + list(opt.variables)
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+
+
+@pytest.mark.filterwarnings("ignore:Gradients do not exist")  # the step with missing gradients warns, as in Keras
+def test_what_differs_from_the_plan_takes_the_full_path_with_the_same_numbers():
+    variables = make()
+    opt = slotopt.Adam(learning_rate=0.01)
+    twin_vars = make()
+    twin = slotopt.Adam(learning_rate=0.01)
+    twin._plans_steps = False
+
+    def both(grads_of, order=None):
+        for opt_, vs in ((opt, variables), (twin, twin_vars)):
+            chosen = [vs[i] for i in order] if order else vs
+            opt_.apply(grads_of(chosen), chosen)
+
+    both(lambda vs: grads_for(vs, 0))
+    plan = opt._plan
+    both(lambda vs: grads_for(vs, 1), order=[5, 4, 3, 2, 1, 0])  # another order: the full path, a new plan
+    assert opt._plan is not plan
+    both(lambda vs: grads_for(vs, 2)[:3] + [None] * 3)  # missing gradients: the full path
+    both(lambda vs: [g.t().contiguous().t() for g in grads_for(vs, 3)])  # non-contiguous gradients
+    both(lambda vs: [g.double() for g in grads_for(vs, 7)])  # another dtype: cast on the full path
+    sparse = [slotopt.IndexedSlices(torch.ones(1, 4), torch.tensor([1]), (3, 4))]
+    both(lambda vs: sparse + grads_for(vs, 4)[1:])
+    with torch.no_grad():  # a variable moved in memory (p.data = ...): checked in full again
+        variables[2].data = variables[2].data.clone()
+        twin_vars[2].data = twin_vars[2].data.clone()
+    both(lambda vs: grads_for(vs, 5))
+    both(lambda vs: grads_for(vs, 6))
+    for a, b in zip(variables, twin_vars):
+        assert torch.equal(a, b)
+
+
+def test_a_plan_ends_when_the_variables_change():
+    model = torch.nn.Linear(3, 2)
+    opt = slotopt.Adam(learning_rate=0.01, params=model)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    plan = opt._plan
+    assert plan is not None and plan.valid_for(opt)
+    extra = torch.nn.Parameter(torch.ones(2))
+    opt.add_param_group({"params": [extra]})
+    assert not plan.valid_for(opt)
+    extra.grad = torch.ones(2)
+    opt.step()
+    assert opt._plan is not plan and extra.tolist() != [1.0, 1.0]
