@@ -15,7 +15,10 @@ Low precision (issue 15, ``docs/migration.md``): the reference rounds every cons
 For float16 slotopt does the same (11 significant bits keep the usual hyperparameters apart from 1). For bfloat16
 (8 bits) it does not: ``0.999`` rounds to ``1.0``, so Adam never moves and Nadam/Lamb divide by zero, and no
 reference data covers bfloat16 variables. Their coefficients are computed in float32 (``scalar_dtype``); the
-update itself still runs on the bfloat16 tensors, whose float32 "opmath" uses these values exactly.
+update itself still runs on the bfloat16 tensors. torch's float32 "opmath" takes such a value as float32 in
+out-of-place multiplies and in divisions, but rounds it to the tensor's dtype first in scalar additions,
+subtractions and in-place multiplies (``_foreach_mul_(v, 0.9)`` multiplies by 0.8984375 in bfloat16): the
+compiled kernels reproduce exactly that (``kernels/native/rules.inc``).
 """
 
 from __future__ import annotations
