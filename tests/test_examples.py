@@ -1,19 +1,13 @@
 """The README's data-parallel example runs as documented, with torchrun and 2 processes (issue 10)."""
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("engine", ["ddp", "fsdp2"])

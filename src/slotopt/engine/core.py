@@ -470,9 +470,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         """Checked ``pairs`` as an ``Ordinary`` step when they can be, leaving a plan for the next steps."""
         if type(pairs) is Ordinary or not self._plans_steps or not StepPlan.possible(self, pairs):
             return pairs
-        plan = StepPlan(self, pairs)
-        ordinary = plan.fits(pairs)
-        self._plan = plan if ordinary is not None else None
+        self._plan = StepPlan(self, pairs)
+        ordinary = self._plan.fits(pairs)  # fits: ``possible`` checked what ``fits`` does
         return ordinary if ordinary is not None else pairs
 
     def _drop_missing_gradients(self, pairs: list[Pair]) -> list[Pair]:

@@ -64,17 +64,13 @@ class StepPlan:
         self.variables = variables
         self.key = _registry_key(opt)
         self.positions = [opt._var_index[id(v)] for v in variables]
+        self.index_of = {p: i for i, p in enumerate(self.positions)}  # position -> pair index
         self.dtypes = [v.dtype for v in variables]
         self.shapes = [v.shape for v in variables]
-        devices = {v.device for v in variables}
-        self.on_cpu = all(d.type == "cpu" for d in devices)
         self.devices = [v.device for v in variables]
+        self.on_cpu = all(d.type == "cpu" for d in self.devices)
         self.addresses = [v.data_ptr() for v in variables]
-        #: Positions in pair order where that order is the registry's, grouped by (device, dtype): the groups
-        #: ``_groups`` gives, with the pair indices of their members.
-        self.groups = opt._groups(self.positions)
-        index_of = {p: i for i, p in enumerate(self.positions)}
-        self.pair_indices = [[index_of[p] for p in group] for group in self.groups]
+        self.groups = opt._groups(self.positions)  # the (device, dtype) groups of the positions
         #: Values a stage derived from the variables, by the stage's key (e.g. the decayed positions for one
         #: exclusion list); dropped with the plan.
         self.memo: dict[Any, Any] = {}
@@ -83,27 +79,26 @@ class StepPlan:
         """The pair indices of ``positions``, or None when they are the pairs' own order."""
         key = ("order", positions)
         if key not in self.memo:
-            index_of = {p: i for i, p in enumerate(self.positions)}
-            order = [index_of[p] for p in positions]
+            order = [self.index_of[p] for p in positions]
             self.memo[key] = None if order == list(range(len(self.positions))) else order
         return self.memo[key]
 
     def verified(self, positions: tuple[int, ...], params: list[torch.Tensor]) -> native.Verified:
         """``params`` (the variables of ``positions``) for a compiled call: their element counts and addresses
         computed once; ``fits`` re-reads the addresses at every step, so they hold while the plan is used."""
-        address_of = dict(zip(self.positions, self.addresses))
-        return native.Verified(params, [address_of[p] for p in positions])
+        return native.Verified(params, [self.addresses[self.index_of[p]] for p in positions])
 
     @staticmethod
     def possible(opt: OptimizerCore, pairs: Sequence[Pair]) -> bool:
-        """Whether a checked step of ``pairs`` can leave a plan: every variable known and strided-contiguous,
-        each listed once, every gradient a dense tensor."""
+        """Whether a checked step of ``pairs`` can leave a plan, i.e. is an ordinary step of its own plan (what
+        ``fits`` checks): every variable known, strided-contiguous and listed once, every gradient a dense tensor
+        of its variable's dtype, shape and device. A step that is not builds no plan (which would be dropped)."""
         if len(pairs) < 2:  # nothing to save
             return False
-        tensor, index = torch.Tensor, opt._var_index
+        tensor, strided, index = torch.Tensor, torch.strided, opt._var_index
         for g, v in pairs:
-            if type(g) is not tensor or g.layout is not torch.strided or v.layout is not torch.strided \
-                    or not v.is_contiguous() or id(v) not in index:
+            if type(g) is not tensor or g.layout is not strided or v.layout is not strided or id(v) not in index \
+                    or g.dtype is not v.dtype or g.shape != v.shape or g.device != v.device or not v.is_contiguous():
                 return False
         return len({id(v) for _, v in pairs}) == len(pairs)
 

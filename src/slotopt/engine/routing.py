@@ -18,8 +18,8 @@ import torch
 from . import weights
 from .transaction import copy_values, put_values
 
-__all__ = ["variable_path", "group_by_owner", "dispatch", "accepted", "AGGREGATED", "aggregation_options", "optimizer_weights", "split_weights",
-           "set_weights_all_or_nothing"]
+__all__ = ["variable_path", "group_by_owner", "dispatch", "accepted", "AGGREGATED", "aggregation_options",
+           "optimizer_weights", "split_weights", "set_weights_all_or_nothing"]
 
 Pair = tuple[Any, torch.Tensor]
 

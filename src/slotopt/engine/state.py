@@ -159,8 +159,10 @@ class FlatState:
         if native.takes(first):
             # The compiled rules take the variables and gradients where they are, with the packed state as
             # per-variable views of its buffer: one call per group, and no staging copies.
-            update(verified or params, step.gradients(covered) if verified is not None and step is not None
-                   else native.Matched([grads[p] for p in covered]), self.views(slot_names, kind, params))
+            if verified is not None and step is not None:  # an ordinary step: addresses read once, in its plan
+                update(verified, step.gradients(covered), self.views(slot_names, kind, params))
+            else:
+                update(params, native.Matched([grads[p] for p in covered]), self.views(slot_names, kind, params))
         else:
             flat_params = self.stage("params", covered, params)
             flat_grads = self.stage("grads", covered, [grads[p] for p in covered])

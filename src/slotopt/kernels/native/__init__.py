@@ -13,8 +13,8 @@ Which path runs is chosen by the environment variable ``SLOTOPT_KERNELS``:
 
 :func:`use` switches at run time (tests compare the two paths this way). A call falls back to the foreach
 kernel, silently and with the same result, whenever the compiled path does not apply: a dtype the library was
-not built for (float16 needs a compiler with ``_Float16``), non-contiguous or mixed tensors, or a variant of a
-rule not compiled. float16 and bfloat16 rules compute each torch op in float32 and round its result to the half
+not built for (a library built before the float16/bfloat16 variants existed), non-contiguous or mixed tensors,
+or a variant of a rule not compiled. float16 and bfloat16 rules compute each torch op in float32 and round its result to the half
 type, as torch's CPU kernels do, so they too give the foreach kernels' bits. CUDA tensors go to the
 Triton twin of the rule (``kernels.triton``) where Triton is installed and has the rule, else to foreach.
 """
@@ -83,8 +83,8 @@ def _load() -> None:
         _load_error = f"{path} has ABI version {version}, this slotopt needs {ABI_VERSION}: rebuild it"
         return
     _library = library
-    # A library built without _Float16 (or before the half variants existed) has no f16 rules: float16 then
-    # runs foreach.
+    # A library built before the float16/bfloat16 variants existed has none of their rules: those dtypes then
+    # run foreach.
     _dtypes = frozenset(dtype for dtype, suffix in _SUFFIXES.items() if hasattr(library, f"sgd_{suffix}"))
 
 

@@ -154,21 +154,27 @@ int slotopt_cpu_supported(void) {
 #define SF(x) ((float)(x))
 #define SH(x) R((float)(x))
 
-/* bfloat16 is the upper half of a float32: round to nearest even by adding 0x7fff plus the lowest kept bit,
- * then truncate. A NaN is quieted instead (the carry could otherwise turn a NaN with a low payload into inf).
- * Written without branches so that loops vectorize. */
-static inline uint32_t bf16_bits_(float x) {
+/* A float32's bits and back (memcpy: the defined way to reinterpret; compiles to a register move). */
+static inline uint32_t f32_bits_(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
-    return ((u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) : rounded) >> 16;
+    return u;
 }
-static inline float bf16_float_(uint32_t bits) {
-    const uint32_t u = bits << 16;
+static inline float f32_from_bits_(uint32_t u) {
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
 }
+
+/* bfloat16 is the upper half of a float32: round to nearest even by adding 0x7fff plus the lowest kept bit,
+ * then truncate. A NaN is quieted instead (the carry could otherwise turn a NaN with a low payload into inf).
+ * Written without branches so that loops vectorize. */
+static inline uint32_t bf16_bits_(float x) {
+    const uint32_t u = f32_bits_(x);
+    const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+    return ((u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) : rounded) >> 16;
+}
+static inline float bf16_float_(uint32_t bits) { return f32_from_bits_(bits << 16); }
 #define E uint16_t
 #define SFX bf16
 #define LD(x) bf16_float_(x)
@@ -188,27 +194,17 @@ static inline float bf16_float_(uint32_t bits) {
  * by a float addition to 0.75, whose binade [0.5, 1) has that spacing; 65520 and up overflow to inf; NaN stays
  * NaN. Every floating-point operation is done for every element and only integers are selected, so that GCC
  * if-converts and vectorizes the loops (it does not speculate an FP operation it sees in a branch). */
-static inline float f16_as_float_(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-static inline uint32_t f16_as_bits_(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
 static inline float f16_round_(float x) {
-    const uint32_t u = f16_as_bits_(x), a = u & 0x7fffffffu;
-    const uint32_t tiny = f16_as_bits_((fabsf(x) + 0.75f) - 0.75f);
+    const uint32_t u = f32_bits_(x), a = u & 0x7fffffffu;
+    const uint32_t tiny = f32_bits_((fabsf(x) + 0.75f) - 0.75f);
     uint32_t r = a < 0x38800000u ? tiny : (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
     r = a >= 0x477ff000u ? 0x7f800000u : r;
     r = a > 0x7f800000u ? a | 0x00400000u : r;
-    return f16_as_float_(r | (u & 0x80000000u));
+    return f32_from_bits_(r | (u & 0x80000000u));
 }
 static inline uint32_t f16_bits_(float x) { /* rounds as f16_round_, then encodes */
-    const uint32_t u = f16_as_bits_(x), a = u & 0x7fffffffu;
-    const uint32_t tiny = f16_as_bits_(fabsf(x) + 0.75f) - 0x3f400000u; /* k * 2^-24, up to k = 0x400 = 2^-14 */
+    const uint32_t u = f32_bits_(x), a = u & 0x7fffffffu;
+    const uint32_t tiny = f32_bits_(fabsf(x) + 0.75f) - 0x3f400000u; /* k * 2^-24, up to k = 0x400 = 2^-14 */
     uint32_t h = a < 0x38800000u ? tiny : (a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;
     h = a >= 0x477ff000u ? 0x7c00u : h;
     h = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x1ffu) : h;
@@ -216,10 +212,10 @@ static inline uint32_t f16_bits_(float x) { /* rounds as f16_round_, then encode
 }
 static inline float f16_float_(uint32_t h) {
     const uint32_t em = h & 0x7fffu;
-    const uint32_t tiny = f16_as_bits_(f16_as_float_(0x38800000u | (em << 13)) - 0x1p-14f); /* exact */
+    const uint32_t tiny = f32_bits_(f32_from_bits_(0x38800000u | (em << 13)) - 0x1p-14f); /* exact */
     uint32_t u = em >= 0x7c00u ? (em << 13) | 0x7f800000u : (em << 13) + 0x38000000u;
     u = em < 0x400u ? tiny : u;
-    return f16_as_float_(u | (h & 0x8000u) << 16);
+    return f32_from_bits_(u | (h & 0x8000u) << 16);
 }
 #define E uint16_t
 #define SFX f16
