@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Optimizer step-time benchmark: slotopt against torch.optim (for-loop, foreach, fused), plus a sparse row.
 
-A thin wrapper around ``slotopt.bench`` (the same as ``slotopt bench``); see that module for the workloads and
+A thin wrapper around ``slotopt.cli.bench`` (the same as ``slotopt bench``); see that module for the workloads and
 the measurement method. Examples:
 
     python benchmarks/step_time.py --quick
@@ -10,7 +10,7 @@ the measurement method. Examples:
 
 import sys
 
-from slotopt.cli import main
+from slotopt.cli.command import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", *sys.argv[1:]]))

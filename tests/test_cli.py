@@ -10,8 +10,9 @@ import sys
 import pytest
 import torch
 
-from slotopt import bench, cli
-from slotopt.reference import load_cases
+from slotopt.cli import bench
+from slotopt.cli import command as cli
+from slotopt.cli.reference import load_cases
 
 HAVE_DEMO_DEPS = all(importlib.util.find_spec(m) is not None for m in ("sklearn", "matplotlib"))
 
@@ -24,7 +25,7 @@ def run(argv, capsys):
 
 # ------------------------------------------------------------------------------------------- help / usage
 def test_console_script_help_lists_every_command():
-    proc = subprocess.run([sys.executable, "-m", "slotopt.cli", "--help"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "slotopt.cli.command", "--help"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0
     for command in ("demo", "parity", "bench"):
@@ -86,7 +87,7 @@ def test_bad_optimizer_config_exits_2_and_names_the_argument(capsys):
 
 
 def test_optimizers_given_the_keras_way_resolve_with_their_config():
-    from slotopt import demo
+    from slotopt.cli import demo
 
     opt = demo.resolve_optimizer(demo.parse_optimizer_arg(
         '{"class_name": "SGD", "config": {"learning_rate": 0.25, "momentum": 0.5}}'))
@@ -141,7 +142,7 @@ def test_parity_case_filter_and_exit_code_0(capsys):
 
 
 def test_parity_failure_exits_1(monkeypatch, capsys):
-    import slotopt.reference as reference
+    import slotopt.cli.reference as reference
 
     real = reference.replay
 
@@ -158,7 +159,7 @@ def test_parity_failure_exits_1(monkeypatch, capsys):
 
 
 def test_parity_case_that_raises_is_an_error_row(monkeypatch, capsys):
-    import slotopt.reference as reference
+    import slotopt.cli.reference as reference
 
     def broken(case, device="cpu"):
         raise RuntimeError("kernel exploded")
@@ -204,7 +205,7 @@ def test_demo_one_epoch_prints_table_and_writes_png(tmp_path, capsys):
 
 
 def test_missing_demo_dependency_message_says_how_to_install():
-    from slotopt import demo
+    from slotopt.cli import demo
 
     with pytest.raises(demo.MissingDependencyError, match=r"pip install 'slotopt\[demo\]'"):
         demo.require("slotopt_no_such_module_for_test")
@@ -268,7 +269,7 @@ def test_sparse_worker_reports_step_times_and_memory(kind, name, kwargs):
 
 
 def test_a_reader_that_stops_early_ends_the_command_quietly():
-    result = subprocess.run(f"{sys.executable} -m slotopt.cli info | head -c 7", shell=True, capture_output=True,
+    result = subprocess.run(f"{sys.executable} -m slotopt.cli.command info | head -c 7", shell=True, capture_output=True,
                             text=True, timeout=60)
     assert result.stdout == "slotopt"
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr

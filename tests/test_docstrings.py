@@ -11,7 +11,7 @@ import slotopt
 
 MODULES = sorted(
     name for _, name, _ in pkgutil.walk_packages(slotopt.__path__, prefix="slotopt.")
-    if not name.startswith(("slotopt.cli", "slotopt.demo", "slotopt.bench"))
+    if not name.startswith(("slotopt.cli.command", "slotopt.cli.demo", "slotopt.cli.bench"))
 )
 PUBLIC = [(m, n) for m in ("slotopt", "slotopt.legacy", "slotopt.v1", "slotopt.schedules")
           for n in importlib.import_module(m).__all__]

@@ -248,7 +248,7 @@ def test_14_stateless_apply_refuses_wrong_shapes_instead_of_broadcasting() -> No
 ])
 def test_15_cli_checks_arguments_and_output_paths_first(tmp_path: Any, capsys: Any, argv: list[str],
                                                         message: str) -> None:
-    from slotopt.cli import EXIT_USAGE, main
+    from slotopt.cli.command import EXIT_USAGE, main
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -283,7 +283,7 @@ def test_16_from_config_imports_nothing_a_config_names(tmp_path: Any, monkeypatc
     ("ExponentialDecay", "slotopt.schedules"),  # has a from_config, but is not an optimizer
     ("Variable", "slotopt"),
     ("Optimizer", "slotopt.legacy.optimizer"),  # a base class is not in the registry
-    ("Lamb", "slotopt.optimizers.lamb"),  # exported but not registered, as in slotopt.deserialize
+    ("Lamb", "slotopt.keras3.lamb"),  # exported but not registered, as in slotopt.deserialize
 ])
 def test_16_only_registered_optimizers_are_resolved(class_name: str, module: str) -> None:
     config = _composite_config({"module": module, "class_name": class_name, "config": {}})
@@ -300,7 +300,7 @@ def test_16_custom_objects_must_give_an_optimizer() -> None:
     config = _composite_config({"module": "anything", "class_name": "X", "config": {}})
     with pytest.raises(ValueError, match="not a slotopt optimizer"):
         slotopt.CompositeOptimizer.from_config(config, custom_objects={"X": NotAnOptimizer})
-    lamb = _composite_config({"module": "slotopt.optimizers.lamb", "class_name": "Lamb",
+    lamb = _composite_config({"module": "slotopt.keras3.lamb", "class_name": "Lamb",
                               "config": {"learning_rate": 0.5}})
     restored = slotopt.CompositeOptimizer.from_config(lamb, custom_objects={"Lamb": slotopt.Lamb})
     assert type(restored.optimizers[0]) is slotopt.Lamb

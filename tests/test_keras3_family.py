@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import slotopt
-from slotopt import optimizer as optimizer_module
+from slotopt.engine import naming as optimizer_module
 
 F64 = torch.float64
 RTOL, ATOL = 1e-12, 1e-14

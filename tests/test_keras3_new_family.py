@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import slotopt
-from slotopt.reference import load_cases, replay
+from slotopt.cli.reference import load_cases, replay
 
 F64 = torch.float64
 CASES = {c["id"]: c for c in load_cases()}
@@ -654,8 +654,8 @@ def test_multi_optimizer_on_a_torch_module_with_step():
 
 
 def test_composite_and_multi_share_the_routing_engine():
-    import slotopt.composite as composite
-    import slotopt.multi_optimizer as multi_optimizer
+    import slotopt.keras3.multi_optimizer as multi_optimizer
+    import slotopt.tfrs.composite as composite
     from slotopt.engine import routing
 
     assert composite.dispatch is routing.dispatch is multi_optimizer.dispatch

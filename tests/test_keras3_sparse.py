@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import slotopt
-from slotopt.reference import load_cases, replay
+from slotopt.cli.reference import load_cases, replay
 
 # ---------------------------------------------------------------------------------------------- the reference
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import slotopt
-from slotopt.keras_io import _snake_case
+from slotopt.engine.naming import snake_case as _snake_case
 
 h5py = pytest.importorskip("h5py", reason="the `keras` extra (h5py) is not installed: make setup installs it")
 
@@ -187,7 +187,7 @@ def write_legacy(path, layers, optimizer=None, optimizer_config=None, weights=No
         mw.attrs["layer_names"] = np.array([name.encode() for _, name, _, _ in layers])
         for cls, name, arrays, extras in layers:
             g = mw.create_group(name)
-            var_names = [v for v, _ in slotopt.keras_io.SUPPORTED_LAYERS[cls]
+            var_names = [v for v, _ in slotopt.io.keras.SUPPORTED_LAYERS[cls]
                          if v != "bias" or extras.get("use_bias", True)]
             g.attrs["weight_names"] = np.array([f"{name}/{v}:0".encode() for v in var_names])
             for v, a in zip(var_names, arrays):

@@ -353,7 +353,7 @@ def test_stateless_apply_before_build():
 def test_docstring_example_runs():
     import doctest
 
-    from slotopt.optimizers import loss_scale
+    from slotopt.keras3 import loss_scale
 
     failures, tried = doctest.testmod(loss_scale)
     assert tried and not failures

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import slotopt
+from slotopt.cli.reference import load_cases, replay
 from slotopt.kernels import adadelta, adagrad, adam, ema, ftrl, lion, native, rmsprop, sgd, weight_decay
-from slotopt.reference import load_cases, replay
 
 NATIVE = native._library is not None
 needs_native = pytest.mark.skipif(not NATIVE, reason=f"compiled kernels unavailable: {native.status()['reason']}")
@@ -301,7 +301,7 @@ def test_keras3_optimizer_with_packed_small_variables_is_identical_on_both_paths
 
 
 def test_info_command_reports_the_active_kernel_path(capsys):
-    from slotopt.cli import main
+    from slotopt.cli.command import main
 
     previous = native.use("foreach")
     try:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from slotopt.reference import load_cases, replay
+from slotopt.cli.reference import load_cases, replay
 
 CASES = load_cases()
 

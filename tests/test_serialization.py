@@ -163,7 +163,7 @@ def test_bad_config_values_raise_the_optimizer_error():
 def test_docstring_examples_run():
     import doctest
 
-    from slotopt import serialization
+    from slotopt.keras3 import serialization
 
     failures, tried = doctest.testmod(serialization)
     assert tried and not failures

@@ -33,7 +33,7 @@ MODULES = [
      "Mirrors `tf.keras.optimizers.legacy` (the `OptimizerV2` line of tf.keras 2.x)."),
     ("slotopt.v1", "TF1 optimizers: `slotopt.v1`",
      "Mirrors `tf.compat.v1.train`'s optimizers. See also [tf1_migration.md](tf1_migration.md)."),
-    ("slotopt.reference", "Reference trajectories: `slotopt.reference`",
+    ("slotopt.cli.reference", "Reference trajectories: `slotopt.cli.reference`",
      "The bundled Keras reference cases and the replay used by `slotopt parity` and the tests."),
 ]
 
@@ -149,7 +149,7 @@ def first_paragraph(doc: str | None) -> str:
 
 #: Modules of the mixins a face is built from (no section of their own): their public members are listed on the
 #: face that takes them.
-MIXIN_MODULES = ("slotopt.engine.stages", "slotopt.optimizer_variables", "slotopt.legacy.hyperparameters",
+MIXIN_MODULES = ("slotopt.engine.stages", "slotopt.keras3.optimizer_variables", "slotopt.legacy.hyperparameters",
                  "slotopt.legacy.weights", "slotopt.v1.state")
 
 

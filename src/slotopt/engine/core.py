@@ -25,12 +25,11 @@ from ..variables import (
 )
 from . import checks, distributed
 from . import sparse as sparse_rows
-from .plan import Ordinary, StepPlan
+from .plan import Ordinary, Pair, StepPlan
 from .torch_protocol import TorchProtocol, is_param_group_list
 
 __all__ = ["OptimizerCore", "Pairs", "Pair"]
 
-Pair = tuple[Any, torch.Tensor]
 Pairs = Iterable[Pair]
 
 _FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

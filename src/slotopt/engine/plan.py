@@ -20,17 +20,27 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 import numpy as np
 import torch
 
 from ..kernels import native
 
-if TYPE_CHECKING:
-    from .core import OptimizerCore, Pair
+__all__ = ["StepPlan", "Ordinary", "Planner"]
 
-__all__ = ["StepPlan", "Ordinary"]
+Pair = tuple[Any, torch.Tensor]
+
+
+class Planner(Protocol):
+    """What a plan reads of the optimizer it serves (``engine/core.py``'s ``OptimizerCore``; the core depends on
+    the plan, never the reverse)."""
+
+    foreach: bool
+    _var_index: dict[int, int]
+    _vars: list[Any]
+
+    def _groups(self, positions: Sequence[int]) -> Any: ...
 
 _is = operator.is_
 _dtype, _shape, _device, _on_cpu = (operator.attrgetter(name) for name in ("dtype", "shape", "device", "is_cpu"))
@@ -59,7 +69,7 @@ class Ordinary(list):  # type: ignore[type-arg]
 class StepPlan:
     """What the stages derive from one list of variables (see the module docstring)."""
 
-    def __init__(self, opt: OptimizerCore, pairs: Sequence[Pair]) -> None:
+    def __init__(self, opt: Planner, pairs: Sequence[Pair]) -> None:
         variables = [v for _, v in pairs]
         self.variables = variables
         self.key = _registry_key(opt)
@@ -89,7 +99,7 @@ class StepPlan:
         return native.Verified(params, [self.addresses[self.index_of[p]] for p in positions])
 
     @staticmethod
-    def possible(opt: OptimizerCore, pairs: Sequence[Pair]) -> bool:
+    def possible(opt: Planner, pairs: Sequence[Pair]) -> bool:
         """Whether a checked step of ``pairs`` can leave a plan, i.e. is an ordinary step of its own plan (what
         ``fits`` checks): every variable known, strided-contiguous and listed once, every gradient a dense tensor
         of its variable's dtype, shape and device. A step that is not builds no plan (which would be dropped)."""
@@ -102,7 +112,7 @@ class StepPlan:
                 return False
         return len({id(v) for _, v in pairs}) == len(pairs)
 
-    def valid_for(self, opt: OptimizerCore) -> bool:
+    def valid_for(self, opt: Planner) -> bool:
         index, count, trainable, foreach, flat = self.key
         return (opt._var_index is index and len(opt._vars) == count
                 and opt.__dict__.get("_trainable_index") is trainable and opt.foreach == foreach
@@ -135,7 +145,7 @@ class StepPlan:
         return ordinary
 
 
-def _registry_key(opt: OptimizerCore) -> tuple[Any, ...]:
+def _registry_key(opt: Planner) -> tuple[Any, ...]:
     """What a plan depends on besides its variables: the registry (replaced or grown when variables are added,
     removed or copied), the built variable list, and whether groups are taken whole (``foreach``)."""
     return (opt._var_index, len(opt._vars), opt.__dict__.get("_trainable_index"), opt.foreach,

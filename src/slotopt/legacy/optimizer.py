@@ -26,8 +26,8 @@ from .. import schedules as schedules_module
 from ..engine import checks, clipping, gradients
 from ..engine import sparse as sparse_rows
 from ..engine.core import Pair, check_gradient_aggregator
+from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
-from ..optimizer import _unique_name
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables
 from .hyperparameters import (
     Hyperparameter,
@@ -182,7 +182,7 @@ class Optimizer(SlotWeights, HyperparameterStore):
         checks.check_number("decay", decay, checks.NONNEGATIVE)
 
         self._init_core()
-        self._name = name if name else _unique_name(type(self).__name__)
+        self._name = name if name else unique_name(type(self).__name__)
         self._initial_decay = decay
         self._weights: list[torch.Tensor] = []
         self._slot_names: list[str] = []

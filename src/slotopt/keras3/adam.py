@@ -8,7 +8,7 @@ from ..engine import checks
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
-from ..optimizer import LearningRate, Optimizer
+from .optimizer import LearningRate, Optimizer
 
 
 def adam_alpha(lr: float, beta_1: float, beta_2: float, t: int, dtype: torch.dtype) -> float:
@@ -31,7 +31,7 @@ class MomentOptimizer(Optimizer):
     Example:
         >>> import slotopt
         >>> opt = slotopt.Adamax(learning_rate=0.01, beta_2=0.99, clipnorm=1.0)
-        >>> isinstance(opt, slotopt.optimizers.adam.MomentOptimizer), opt.beta_2, opt.clipnorm
+        >>> isinstance(opt, slotopt.keras3.adam.MomentOptimizer), opt.beta_2, opt.clipnorm
         (True, 0.99, 1.0)
     """
 

@@ -5,7 +5,7 @@
 
 Example:
     >>> import torch, slotopt
-    >>> from slotopt.optimizer_variables import OptimizerVariables
+    >>> from slotopt.keras3.optimizer_variables import OptimizerVariables
     >>> opt = slotopt.SGD(momentum=0.9, name="sgd")
     >>> opt.build([slotopt.Variable(torch.zeros(2), name="w")])
     >>> isinstance(opt, OptimizerVariables), [v.path for v in opt.variables]
@@ -20,12 +20,12 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from .engine import constants as K
-from .engine import transaction
-from .engine import weights as weights_io
-from .engine.core import OptimizerCore
-from .engine.state import FlatState, constant_fill, initial_value
-from .variables import IndexedSlices, Variable
+from ..engine import constants as K
+from ..engine import transaction
+from ..engine import weights as weights_io
+from ..engine.core import OptimizerCore
+from ..engine.state import FlatState, constant_fill, initial_value
+from ..variables import IndexedSlices, Variable
 
 __all__ = ["OptimizerVariables"]
 

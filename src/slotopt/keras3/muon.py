@@ -16,8 +16,8 @@ from ..engine.routing import variable_path
 from ..kernels import adam as adam_kernels
 from ..kernels import muon as kernels
 from ..kernels.weight_decay import decoupled_weight_decay
-from ..optimizer import LearningRate, Optimizer
 from .adam import adam_alpha
+from .optimizer import LearningRate, Optimizer
 
 
 def _number(name: str, value: Any, *, optional: bool = False, minimum: Optional[float] = None) -> None:

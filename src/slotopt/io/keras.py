@@ -26,6 +26,8 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
+from ..engine.naming import snake_case
+
 __all__ = ["KerasCheckpoint", "load_keras_checkpoint", "SUPPORTED_LAYERS", "KERAS3_OPTIMIZERS", "LEGACY_OPTIMIZERS"]
 
 #: Keras layer class → (its trainable variables in creation order, the layout kind of each).
@@ -76,14 +78,6 @@ def _text(value: Any) -> str:
 
 def _texts(value: Any) -> list[str]:
     return [_text(v) for v in np.asarray(value).reshape(-1)]
-
-
-def _snake_case(name: str) -> str:
-    """Keras's ``naming.to_snake_case``: how ``model.save`` names a layer's group (``Conv2D`` → ``conv2d``)."""
-    name = re.sub(r"\W+", "", name)
-    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
-    name = re.sub("([a-z])([A-Z])", r"\1_\2", name)
-    return name.lower()
 
 
 def _to_torch(value: torch.Tensor, kind: str) -> torch.Tensor:
@@ -431,7 +425,7 @@ def _read_keras3(path: str, h5py: Any) -> KerasCheckpoint:
         used: dict[str, int] = {}
         variable_names, weights, layouts = [], {}, {}
         for layer in layers:
-            key = _snake_case(layer.class_name)
+            key = snake_case(layer.class_name)
             used[key] = used.get(key, -1) + 1
             key = key if used[key] == 0 else f"{key}_{used[key]}"
             group = by_name.get(layer.name)

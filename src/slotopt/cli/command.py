@@ -39,7 +39,7 @@ def _positive_int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``slotopt`` command (one sub-parser per subcommand)."""
-    from . import __version__
+    from .. import __version__
 
     parser = argparse.ArgumentParser(
         prog="slotopt",
@@ -116,8 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     import torch
 
-    from . import __version__
-    from .kernels import native, triton
+    from .. import __version__
+    from ..kernels import native, triton
 
     state = native.status()
     print(f"slotopt {__version__} (torch {torch.__version__}, {state['threads']} threads)", file=out)

@@ -5,7 +5,7 @@ from typing import Any
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import sgd as kernels
-from ..optimizer import LearningRate, Optimizer
+from .optimizer import LearningRate, Optimizer
 
 
 class SGD(Optimizer):

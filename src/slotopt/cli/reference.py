@@ -60,7 +60,7 @@ class Result:
 
 
 def _learning_rate(value: Any) -> Any:
-    from . import schedules
+    from .. import schedules
 
     if isinstance(value, dict) and "schedule" in value:
         return getattr(schedules, value["schedule"])(**value["config"])
@@ -75,7 +75,7 @@ def _kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gradient(spec: Optional[dict[str, Any]], var: torch.Tensor) -> Any:
-    from .variables import IndexedSlices
+    from ..variables import IndexedSlices
 
     if spec is None:
         return None

@@ -107,7 +107,7 @@ def require(module: str, purpose: str = "the demo") -> Any:
 # ------------------------------------------------------------------------------------------- optimizers
 def valid_optimizer_names() -> list[str]:
     """Lower-case names ``slotopt.get`` accepts on their own (wrappers that need an inner optimizer excluded)."""
-    from .serialization import _builtins
+    from ..keras3.serialization import _builtins
 
     return sorted(name for name in _builtins() if name != "lossscaleoptimizer")
 

@@ -10,7 +10,7 @@ import torch
 from ..engine import checks
 from ..engine import constants as K
 from ..kernels import adafactor as kernels
-from ..optimizer import LearningRate, Optimizer
+from .optimizer import LearningRate, Optimizer
 
 
 class Adafactor(Optimizer):

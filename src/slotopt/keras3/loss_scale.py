@@ -13,8 +13,8 @@ from ..engine.core import Pair
 from ..engine.routing import set_weights_all_or_nothing, split_weights
 from ..engine.sparse import last_repeats
 from ..engine.torch_protocol import WrapsInnerOptimizer
-from ..optimizer import Optimizer
 from ..variables import IndexedSlices, named_variables
+from .optimizer import Optimizer
 
 __all__ = ["LossScaleOptimizer"]
 
@@ -250,7 +250,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
 
     # ------------------------------------------------------------------------------------------ config
     def get_config(self) -> dict[str, Any]:
-        from ..serialization import serialize
+        from .serialization import serialize
 
         return {
             "name": self.name,
@@ -263,7 +263,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     def from_config(
         cls, config: Mapping[str, Any], custom_objects: Optional[Mapping[str, Any]] = None
     ) -> LossScaleOptimizer:
-        from ..serialization import deserialize
+        from .serialization import deserialize
 
         config = dict(config)
         if "inner_optimizer" not in config:

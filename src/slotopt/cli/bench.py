@@ -161,7 +161,7 @@ def _step_function(spec: OptimizerSpec, impl: str, params: list[torch.nn.Paramet
                    grads: list[torch.Tensor]) -> Callable[[], None]:
     """One optimizer step of ``impl``, set up (state built) but not yet run."""
     if impl.startswith("slotopt"):
-        from .kernels import native
+        from ..kernels import native
 
         cls = _slotopt_class(spec.slotopt_name)
         if cls is None:
@@ -250,7 +250,7 @@ def _measure_dense_group(workload: str, spec: OptimizerSpec, params: list[torch.
     """Every implementation of one (workload, optimizer) and the copy floor, interleaved step by step: each
     round times one step of each in turn (in a rotating order), so that a change of machine load during the run
     (this machine is shared) shifts all of them alike. Then each implementation's peak extra memory per step."""
-    from .kernels import native
+    from ..kernels import native
 
     implementations = [i for i in IMPLEMENTATIONS if i != "slotopt foreach" or native.active()]
     results = {impl: Measurement(workload, spec.label, impl) for impl in implementations}
@@ -376,7 +376,7 @@ def _measure_sparse(entry: tuple[str, str, str, dict[str, Any], str], steps: int
     env = dict(os.environ)
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run([sys.executable, "-m", "slotopt.bench", "--sparse-worker", json.dumps(spec)],
+    proc = subprocess.run([sys.executable, "-m", "slotopt.cli.bench", "--sparse-worker", json.dumps(spec)],
                           capture_output=True, text=True, env=env, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -536,7 +536,7 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     print(f"slotopt bench: torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}; "
           f"median of {steps} steps after {warmup} warm-up{' (quick)' if quick else ''}", file=stream, flush=True)
-    from .kernels import native
+    from ..kernels import native
 
     kernels = native.status()
     print(f"slotopt kernels: {kernels['path']} ({kernels['reason']})", file=stream, flush=True)
@@ -582,7 +582,5 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--sparse-worker":
         print(json.dumps(_sparse_worker(json.loads(sys.argv[2]))))
-    else:
-        from .cli import main
-
-        sys.exit(main(["bench", *sys.argv[1:]]))
+    else:  # the command is ``slotopt bench`` (cli/command.py), which imports this module, not the reverse
+        sys.exit(run_bench(quick="--quick" in sys.argv[1:]))

@@ -9,7 +9,7 @@ import torch
 from ..engine import checks
 from ..engine import constants as K
 from ..kernels import adagrad as kernels
-from ..optimizer import LearningRate, Optimizer
+from .optimizer import LearningRate, Optimizer
 
 
 class Adagrad(Optimizer):

@@ -11,35 +11,21 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from . import schedules as schedules_module
-from .engine import checks, clipping, gradients, transaction
-from .engine import constants as K
-from .engine.core import Pair, Pairs
-from .engine.pipeline import run_step
-from .engine.plan import Ordinary
-from .engine.stages import DecoupledWeightDecay, GradientAccumulation, GroupedUpdates, MovingAverages
-from .engine.state import FlatState
+from .. import schedules as schedules_module
+from ..engine import checks, clipping, gradients, transaction
+from ..engine import constants as K
+from ..engine.core import Pair, Pairs
+from ..engine.naming import unique_name
+from ..engine.pipeline import run_step
+from ..engine.plan import Ordinary
+from ..engine.stages import DecoupledWeightDecay, GradientAccumulation, GroupedUpdates, MovingAverages
+from ..engine.state import FlatState
+from ..variables import IndexedSlices, Variable, named_variables
 from .optimizer_variables import OptimizerVariables
-from .variables import IndexedSlices, Variable, named_variables
 
 __all__ = ["Optimizer"]
 
 LearningRate = Union[float, schedules_module.LearningRateSchedule, Callable[[], Any]]
-
-_name_counts: dict[str, int] = {}
-
-
-def _snake_case(name: str) -> str:
-    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
-    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
-
-
-def _unique_name(class_name: str) -> str:
-    base = _snake_case(class_name)
-    count = _name_counts.get(base, 0)
-    _name_counts[base] = count + 1
-    return base if count == 0 else f"{base}_{count}"
-
 
 def _floatx() -> torch.dtype:
     """Keras's ``floatx`` (the learning-rate variable's dtype): float64 when torch's default dtype is float64,
@@ -147,7 +133,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
                 "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. "
                 f"Received: clipnorm={clipnorm}, clipvalue={clipvalue}, global_clipnorm={global_clipnorm}"
             )
-        self.name = name if name else _unique_name(type(self).__name__)
+        self.name = name if name else unique_name(type(self).__name__)
         self.weight_decay = weight_decay
         self.clipnorm = clipnorm
         self.clipvalue = clipvalue

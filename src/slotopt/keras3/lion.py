@@ -9,7 +9,7 @@ from ..engine import checks
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import lion as kernels
-from ..optimizer import LearningRate, Optimizer
+from .optimizer import LearningRate, Optimizer
 
 
 class Lion(Optimizer):

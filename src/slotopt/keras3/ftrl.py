@@ -7,8 +7,8 @@ from typing import Any
 from ..engine import checks
 from ..engine import constants as K
 from ..kernels import ftrl as kernels
-from ..optimizer import LearningRate, Optimizer
 from .adam import square_terms
+from .optimizer import LearningRate, Optimizer
 
 
 class Ftrl(Optimizer):

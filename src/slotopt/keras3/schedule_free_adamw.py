@@ -9,7 +9,7 @@ import torch
 from ..engine import checks
 from ..engine import constants as K
 from ..kernels import schedule_free as kernels
-from ..optimizer import LearningRate, Optimizer
+from .optimizer import LearningRate, Optimizer
 
 
 class ScheduleFreeAdamW(Optimizer):

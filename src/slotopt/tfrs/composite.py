@@ -18,19 +18,19 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from .engine import checks, transaction
-from .engine.core import OptimizerCore
-from .engine.routing import (
+from ..engine import checks, transaction
+from ..engine.core import OptimizerCore
+from ..engine.routing import (
     aggregation_options,
     dispatch,
     group_by_owner,
     set_weights_all_or_nothing,
     split_weights,
 )
-from .engine.routing import optimizer_weights as _optimizer_weights
-from .engine.torch_protocol import ComposesOptimizers, TorchProtocol
-from .serialization import resolve_optimizer_class
-from .variables import named_variables, variable_name
+from ..engine.routing import optimizer_weights as _optimizer_weights
+from ..engine.torch_protocol import ComposesOptimizers, TorchProtocol
+from ..keras3.serialization import resolve_optimizer_class
+from ..variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]
 

@@ -73,9 +73,9 @@ def resolve_optimizer_class(class_name: Any, module: Any = None,
     the TF1 optimizers, anything else → the Keras 3 optimizers ``deserialize`` knows (names case-insensitive).
 
     Example:
-        >>> from slotopt.serialization import resolve_optimizer_class
+        >>> from slotopt.keras3.serialization import resolve_optimizer_class
         >>> resolve_optimizer_class("adam").__module__, resolve_optimizer_class("Adam", "slotopt.legacy.adam").__module__
-        ('slotopt.optimizers.adam', 'slotopt.legacy.adam')
+        ('slotopt.keras3.adam', 'slotopt.legacy.adam')
     """
     if not isinstance(class_name, str):
         raise ValueError(f"A serialized optimizer needs a string `class_name`. Received: class_name={class_name!r}")

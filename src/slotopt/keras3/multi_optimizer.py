@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from .engine.core import Pair
-from .engine.routing import (
+from ..engine.core import Pair
+from ..engine.routing import (
     AGGREGATED,
     dispatch,
     group_by_owner,
@@ -25,7 +25,7 @@ from .engine.routing import (
     split_weights,
     variable_path,
 )
-from .engine.torch_protocol import ComposesOptimizers, TorchProtocol
+from ..engine.torch_protocol import ComposesOptimizers, TorchProtocol
 from .optimizer import Optimizer
 
 __all__ = ["OptimizerMap", "MultiOptimizer"]

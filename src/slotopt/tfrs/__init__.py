@@ -1,0 +1,16 @@
+"""TensorFlow Recommenders' optimizers on PyTorch tensors: ``CompositeOptimizer`` (a different optimizer per group
+of variables, serializable).
+
+Example:
+    >>> import torch, slotopt
+    >>> emb, dense = slotopt.Variable(torch.zeros(4, 2), name="emb"), slotopt.Variable(torch.zeros(2), name="w")
+    >>> opt = slotopt.tfrs.CompositeOptimizer([(slotopt.legacy.Adagrad(0.1), lambda: [emb]),
+    ...                                        (slotopt.legacy.Adam(0.01), lambda: [dense])])
+    >>> _ = opt.apply_gradients([(torch.ones(4, 2), emb), (torch.ones(2), dense)])
+    >>> [int(o.iterations) for o in opt.optimizers]
+    [1, 1]
+"""
+
+from .composite import CompositeOptimizer
+
+__all__ = ["CompositeOptimizer"]

@@ -1,0 +1,122 @@
+"""The package's shape: no import circle anywhere in ``src/slotopt`` (every import counts: module level, inside
+functions and under ``TYPE_CHECKING``), the engine and kernels import no face, the faces import no other face
+except through the registry that serialization offers, and the library never imports its command line."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import slotopt
+
+SRC = Path(slotopt.__file__).resolve().parent
+FACES = ("keras3", "legacy", "v1", "tfrs")
+
+
+def _module_name(path: Path) -> str:
+    parts = ("slotopt", *path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+ALL_MODULES = {_module_name(p) for p in SRC.rglob("*.py")}
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``slotopt`` module ``path`` imports, resolved to module names (``from . import x`` counts ``x`` when it
+    is a module)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("slotopt"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("slotopt"):
+                continue
+            submodules = {f"{target}.{alias.name}" for alias in node.names} & ALL_MODULES
+            found |= submodules
+            if len(submodules) < len(node.names):  # some names are attributes of ``target`` itself
+                found.add(target)
+    return found
+
+
+MODULES = {_module_name(p): p for p in SRC.rglob("*.py")}
+GRAPH = {name: {m for m in _imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+
+
+def _without_package_inits(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Edges into a package's ``__init__`` that only re-exports stand for "this package" and are how a user
+    imports it; a circle through ``slotopt/__init__.py`` from a lazy ``import slotopt`` is not a module-level
+    dependency of the library, so the top-level package is left out."""
+    return {n: {m for m in e if m != "slotopt"} for n, e in graph.items() if n != "slotopt"}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def test_no_import_circle_in_the_package():
+    assert _cycle(_without_package_inits(GRAPH)) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize("layer", ["engine", "kernels", "variables", "schedules"])
+def test_shared_layers_import_no_face_and_no_program(layer):
+    for name, deps in GRAPH.items():
+        if name == f"slotopt.{layer}" or name.startswith(f"slotopt.{layer}."):
+            bad = {d for d in deps if d.split(".")[1:2] and d.split(".")[1] in (*FACES, "io", "cli")}
+            assert not bad, (name, bad)
+
+
+def test_the_library_never_imports_its_command_line():
+    for name, deps in GRAPH.items():
+        if not name.startswith("slotopt.cli"):
+            assert not {d for d in deps if d.startswith("slotopt.cli")}, name
+
+
+@pytest.mark.parametrize("face", ["keras3", "legacy", "v1"])
+def test_a_generation_imports_no_sibling_generation(face):
+    # TFRS's CompositeOptimizer resolves its sub-optimizers through keras3's serialization registry, by design.
+    for name, deps in GRAPH.items():
+        if name.startswith(f"slotopt.{face}"):
+            others = {d for d in deps if d.split(".")[1:2] and d.split(".")[1] in FACES and d.split(".")[1] != face}
+            assert not others, (name, others)
+
+
+def test_every_module_imports():
+    for name in MODULES:
+        importlib.import_module(name)
