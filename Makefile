@@ -2,44 +2,63 @@
 #   - create .venv (python3 -m venv) if it is missing;
 #   - install torch==2.13.0 first, only if the venv cannot import torch (an unpinned torch would pull a
 #     multi-GB CUDA build; the pinned one is the CPU build);
-#   - install slotopt in editable mode with the demo, test, keras, integrations and triton extras (re-run when
-#     pyproject.toml, setup.py or the C kernels change): this also compiles the one-pass C kernels with the
-#     machine's C compiler (a failed compile is not an error: the foreach kernels then run; `slotopt info` tells).
-#     The integrations (Lightning, transformers, accelerate) are tested for real by `make test`.
+#   - `make demo` installs slotopt with the `demo` extra only (matplotlib, tqdm, h5py): a light install;
+#   - `make test` adds what the suite exercises for real: the test tools, scikit-learn for the digits demo,
+#     Lightning, transformers and Accelerate (integrations), Triton (its CPU interpreter runs the Triton kernels
+#     in the tests) and MkDocs (the suite builds the documentation site);
+#   - either install compiles the one-pass C kernels with the machine's C compiler (a failed compile is not an
+#     error: the foreach kernels then run; `slotopt info` tells). An install is redone when pyproject.toml,
+#     setup.py or the C kernels change.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_VERSION ?= 2.13.0
-STAMP := $(VENV)/.slotopt-installed
+DEMO_STAMP := $(VENV)/.slotopt-demo-installed
+TEST_STAMP := $(VENV)/.slotopt-test-installed
+DOCS_STAMP := $(VENV)/.slotopt-docs-installed
+SOURCES := pyproject.toml setup.py src/slotopt/kernels/native/slotopt_kernels.c src/slotopt/kernels/native/rules.inc
 
-.PHONY: demo test setup parity bench info clean-venv
+.PHONY: demo test docs setup parity bench info clean-venv
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/slotopt demo
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m pytest
 
-parity: $(STAMP)
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+parity: $(DEMO_STAMP)
 	$(VENV)/bin/slotopt parity
 
-bench: $(STAMP)
+bench: $(DEMO_STAMP)
 	$(VENV)/bin/slotopt bench
 
-info: $(STAMP)
+info: $(DEMO_STAMP)
 	$(VENV)/bin/slotopt info
 
-setup: $(STAMP)
+setup: $(TEST_STAMP)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml setup.py src/slotopt/kernels/native/slotopt_kernels.c src/slotopt/kernels/native/rules.inc | $(PY)
+$(DEMO_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	$(PIP) install -e '.[demo,test,keras,integrations,triton]'
-	@touch $(STAMP)
+	$(PIP) install -e '.[demo]'
+	@touch $(DEMO_STAMP)
+
+$(TEST_STAMP): $(SOURCES) | $(PY)
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
+	$(PIP) install -e '.[demo,digits,test,keras,integrations,triton,docs]'
+	@touch $(TEST_STAMP) $(DEMO_STAMP) $(DOCS_STAMP)
+
+$(DOCS_STAMP): $(SOURCES) | $(PY)
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
+	$(PIP) install -e '.[docs]'
+	@touch $(DOCS_STAMP)
 
 clean-venv:
 	rm -rf $(VENV)

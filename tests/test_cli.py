@@ -184,7 +184,7 @@ def test_parity_cuda_without_gpu_is_a_usage_error(capsys):
 
 
 # ------------------------------------------------------------------------------------------- demo
-@pytest.mark.skipif(not HAVE_DEMO_DEPS, reason="needs the demo extras: pip install 'slotopt[demo]'")
+@pytest.mark.skipif(not HAVE_DEMO_DEPS, reason="needs the extras: pip install 'slotopt[demo,digits]'")
 def test_demo_one_epoch_prints_table_and_writes_png(tmp_path, capsys):
     path = tmp_path / "sub" / "x.png"
     code, out, _ = run(["demo", "--epochs", "1", "--out", str(path), "--optimizer", "adam",

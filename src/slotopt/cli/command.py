@@ -52,22 +52,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="train a small MLP and a two-tower recommender with several optimizers; print a table, plot losses",
-        description="Trains an MLP on scikit-learn's bundled handwritten digits once per optimizer, and a "
-                    "two-tower recommender (sparse embeddings with Adagrad, dense layers with Adam, through "
-                    "slotopt.CompositeOptimizer). Prints a results table and writes a PNG of the loss curves. "
-                    "Needs: pip install 'slotopt[demo]'.",
-        epilog='Example: slotopt demo --optimizer adam --optimizer \'{"class_name": "RMSprop", "config": '
-               '{"learning_rate": 0.001}}\' --epochs 5',
+        help="why slotopt: Keras's recorded runs replayed by slotopt and by torch.optim, and a Keras file continued",
+        description="Replays 1000-step runs recorded from Keras 3 (same initial weights, same gradients) with "
+                    "slotopt's Keras optimizers and with their nearest torch.optim look-alikes, and continues a "
+                    "Keras 3 training run from its .keras file; prints how far each lands from Keras's own weights "
+                    "and writes a PNG. Needs: pip install 'slotopt[demo]'. With --optimizer, trains those "
+                    "optimizers on scikit-learn's digits instead (needs: pip install 'slotopt[digits]').",
+        epilog='Examples: slotopt demo    |    slotopt demo --optimizer adam --optimizer \'{"class_name": '
+               '"RMSprop", "config": {"learning_rate": 0.001}}\' --epochs 5',
     )
     demo.add_argument(
         "--optimizer", action="append", metavar="NAME_OR_JSON", default=None,
-        help="an optimizer the Keras way: a name (adam, sgd, rmsprop, ...) or a JSON object "
-             '{"class_name": ..., "config": {...}}; repeat to compare several (default: a handful)',
+        help="train this optimizer on scikit-learn's digits instead: a name (adam, sgd, rmsprop, ...) or a "
+             'JSON object {"class_name": ..., "config": {...}}; repeat to compare several',
     )
-    demo.add_argument("--epochs", type=_positive_int, default=15, metavar="N", help="epochs per training (default 15)")
+    demo.add_argument("--epochs", type=_positive_int, default=15, metavar="N", help="epochs per digits training, with --optimizer (default 15)")
     demo.add_argument("--out", default="slotopt-demo.png", metavar="PATH",
-                      help="where to write the loss-curve PNG (default ./slotopt-demo.png)")
+                      help="where to write the PNG (default ./slotopt-demo.png)")
 
     parity = commands.add_parser(
         "parity",
@@ -133,7 +134,11 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from . import demo
 
     try:
-        identifiers = None if args.optimizer is None else [demo.parse_optimizer_arg(t) for t in args.optimizer]
+        if args.optimizer is None:
+            from .showcase import run_showcase
+
+            return run_showcase(out=args.out, stream=out)
+        identifiers = [demo.parse_optimizer_arg(t) for t in args.optimizer]
         return demo.run_demo(identifiers, epochs=args.epochs, out=args.out, stream=out)
     except demo.DemoError as err:
         raise UsageError(str(err)) from err

@@ -1,4 +1,6 @@
-"""``slotopt demo``: a first look at slotopt in under a minute on a laptop CPU.
+"""``slotopt demo --optimizer ...``: train the optimizers you name on small problems, in under a minute on a CPU.
+
+(``slotopt demo`` without ``--optimizer`` runs ``showcase.py``: slotopt against Keras and torch.optim.)
 
 Two small trainings, both on data that needs no download:
 
@@ -9,7 +11,7 @@ Two small trainings, both on data that needs no download:
   Adagrad and whose dense layers by Adam, through one ``slotopt.CompositeOptimizer``.
 
 It prints a results table and writes a PNG of the loss curves. scikit-learn and matplotlib are optional
-dependencies (``pip install 'slotopt[demo]'``); tqdm is used for progress bars when it is installed.
+dependencies (``pip install 'slotopt[demo,digits]'``); tqdm is used for progress bars when it is installed.
 """
 
 from __future__ import annotations
@@ -99,8 +101,9 @@ def require(module: str, purpose: str = "the demo") -> Any:
         return importlib.import_module(module)
     except ImportError as err:
         package = {"sklearn": "scikit-learn"}.get(module.split(".")[0], module.split(".")[0])
+        hint = "pip install 'slotopt[digits]'" if package == "scikit-learn" else DEMO_EXTRA_HINT
         raise MissingDependencyError(
-            f"{purpose} needs {package}, which is not installed. Install the demo extras with: {DEMO_EXTRA_HINT}"
+            f"{purpose} needs {package}, which is not installed. Install it with: {hint}"
         ) from err
 
 
