@@ -6,6 +6,8 @@
 #   - `make test` adds what the suite exercises for real: the test tools, scikit-learn for the digits demo,
 #     Lightning, transformers and Accelerate (integrations), Triton (its CPU interpreter runs the Triton kernels
 #     in the tests) and MkDocs (the suite builds the documentation site);
+#   - slotopt is built in the venv itself (--no-build-isolation: no second environment to set up; torch brings a
+#     recent setuptools);
 #   - either install compiles the one-pass C kernels with the machine's C compiler (a failed compile is not an
 #     error: the foreach kernels then run; `slotopt info` tells). An install is redone when pyproject.toml,
 #     setup.py or the C kernels change.
@@ -13,7 +15,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
+PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(PY) -m pip
 TORCH_VERSION ?= 2.13.0
 DEMO_STAMP := $(VENV)/.slotopt-demo-installed
 TEST_STAMP := $(VENV)/.slotopt-test-installed
@@ -47,17 +49,20 @@ $(PY):
 
 $(DEMO_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	$(PIP) install -e '.[demo]'
+	@$(PY) -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64"
+	$(PIP) install --no-build-isolation -e '.[demo]'
 	@touch $(DEMO_STAMP)
 
 $(TEST_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	$(PIP) install -e '.[demo,digits,test,keras,integrations,triton,docs]'
+	@$(PY) -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64"
+	$(PIP) install --no-build-isolation -e '.[demo,digits,test,keras,integrations,triton,docs]'
 	@touch $(TEST_STAMP) $(DEMO_STAMP) $(DOCS_STAMP)
 
 $(DOCS_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	$(PIP) install -e '.[docs]'
+	@$(PY) -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64"
+	$(PIP) install --no-build-isolation -e '.[docs]'
 	@touch $(DOCS_STAMP)
 
 clean-venv:
