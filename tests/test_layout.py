@@ -120,3 +120,32 @@ def test_a_generation_imports_no_sibling_generation(face):
 def test_every_module_imports():
     for name in MODULES:
         importlib.import_module(name)
+
+
+def _module_keys(config) -> list[str]:
+    """Every ``module`` value in a (nested) serialized config."""
+    if isinstance(config, dict):
+        found = [config["module"]] if isinstance(config.get("module"), str) else []
+        return found + [key for value in config.values() for key in _module_keys(value)]
+    if isinstance(config, (list, tuple)):
+        return [key for value in config for key in _module_keys(value)]
+    return []
+
+
+def test_every_module_a_config_can_name_is_keras_s_or_an_importable_slotopt_module():
+    keys: set[str] = set()
+    composite = slotopt.CompositeOptimizer([(slotopt.legacy.Adagrad(0.1), ["*emb*"]), (slotopt.Adam(0.1), ["*"])])
+    keys.update(_module_keys(composite.get_config()))
+    keys.update(_module_keys(slotopt.serialize(slotopt.LossScaleOptimizer(slotopt.SGD(0.1)))))
+    keys.update(_module_keys(slotopt.legacy.LossScaleOptimizer(slotopt.legacy.SGD(0.1)).get_config()))
+    keys.update(_module_keys(slotopt.serialize(slotopt.MultiOptimizer(slotopt.OptimizerMap(
+        slotopt.SGD(0.1), {"w.*": slotopt.Adam(0.1)})))))
+    keys.update(_module_keys(slotopt.serialize(slotopt.Adam(slotopt.schedules.ExponentialDecay(0.1, 10, 0.5)))))
+    for cls in (slotopt.legacy.Adam, slotopt.legacy.SGD, slotopt.Lamb):
+        keys.update(_module_keys(slotopt.CompositeOptimizer([(cls(0.1), ["*"])]).get_config()))
+    assert {"slotopt.legacy.adagrad", "slotopt.keras3.adam", "slotopt.keras3.lamb"} <= keys
+    for key in keys:
+        if key.startswith("keras."):
+            continue  # Keras's own module names, which slotopt's registry resolves by class name
+        module = importlib.import_module(key)
+        assert module.__name__.startswith("slotopt."), key
