@@ -7,6 +7,7 @@ Example:
     True
 """
 
+from .errors import CheckpointFormatError
 from .keras import KerasCheckpoint, load_keras_checkpoint
 
-__all__ = ["KerasCheckpoint", "load_keras_checkpoint"]
+__all__ = ["CheckpointFormatError", "KerasCheckpoint", "load_keras_checkpoint"]
