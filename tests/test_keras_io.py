@@ -458,7 +458,7 @@ def _adam_file(tmp_path, **overrides):
 
 def test_unknown_optimizer_class_is_refused(tmp_path):
     path, _ = _adam_file(tmp_path, optimizer_config={"class_name": "Muon", "config": {"learning_rate": 0.1}})
-    with pytest.raises(ValueError, match=r"Unknown optimizer class in .*'Muon'"):
+    with pytest.raises(ValueError, match=r"Unknown optimizer class 'Muon'"):
         slotopt.load_keras_checkpoint(path)
     params = _mlp(torch.float32)
     opt = slotopt.legacy.SGD()
@@ -506,7 +506,7 @@ def test_files_without_optimizer_state_are_refused(tmp_path):
     with pytest.raises(ValueError, match="no `model_config`"):
         slotopt.load_keras_checkpoint(tmp_path / "e.weights.h5")
     (tmp_path / "f.txt").write_text("hello")
-    with pytest.raises(ValueError, match="must be a Keras 3"):
+    with pytest.raises(slotopt.io.CheckpointFormatError, match="neither a Keras 3"):
         slotopt.load_keras_checkpoint(tmp_path / "f.txt")
     with pytest.raises(FileNotFoundError, match="missing.keras"):
         slotopt.load_keras_checkpoint(tmp_path / "missing.keras")
@@ -528,10 +528,11 @@ def test_state_that_does_not_fit_the_optimizer_is_refused(tmp_path):
 
 def test_unsupported_layer_with_variables_is_refused(tmp_path):
     params = _mlp(torch.float32)
-    layers = _mlp_layers(params) + [("BatchNormalization", "bn", [np.ones(2, np.float32)] * 4, {})]
+    layers = _mlp_layers(params) + [("MyCustomLayer", "custom", [np.ones(2, np.float32)] * 4, {})]
     path = write_keras3(tmp_path / "m.keras", layers, optimizer_config=slotopt.serialize(slotopt.Adam()),
                         state=[np.int64(0)])
-    with pytest.raises(ValueError, match="Layer 'bn' of class BatchNormalization .* has 4 variable"):
+    with pytest.raises(slotopt.io.CheckpointFormatError,
+                       match="entry 'layers/my_custom_layer/vars/0': layer 'custom' of class MyCustomLayer holds"):
         slotopt.load_keras_checkpoint(path)
 
 
@@ -562,7 +563,7 @@ def test_mapping_that_misses_or_misfits_changes_nothing(tmp_path):
         ckpt.load_module(model, {**full, "out/kernel": "0.weight"})
     with pytest.raises(ValueError, match="'2.wieght', which is not a parameter"):
         ckpt.load_module(model, {**full, "out/kernel": "2.wieght"})
-    with pytest.raises(ValueError, match="parameters are taken in order"):
+    with pytest.raises(ValueError, match="No parameter of the module fits 'out/kernel'"):
         ckpt.load_module(nn.Linear(3, 5))
     with pytest.raises(ValueError, match="dtype torch.float64"):
         ckpt.load_module(_module(torch.float64), full)
