@@ -1,38 +1,80 @@
-"""HDF5 read as untrusted data: nothing outside the file is followed and nothing larger than declared is allocated.
+"""HDF5 read as untrusted data: nothing outside the file is followed, nothing larger than declared is allocated,
+and the HDF5 library never runs in the caller's process on a hostile file.
 
 An HDF5 file can point outside itself: an external link (another file's object), external raw storage (a
 dataset whose bytes are any local file), a virtual dataset (a view of other files' datasets). A reader that
-follows them fills weights with bytes it was never given. :func:`scan` walks the file without following any link
-and refuses all of these, soft links too (Keras writes none), and any dataset whose dtype is not a plain number or
-whose declared size exceeds what its storage can hold (a fill-value dataset declaring gigabytes in a few bytes).
+follows them fills weights with bytes it was never given. :func:`snapshot` walks the file without following any
+link and refuses all of these, soft links too (Keras writes none), any dataset whose dtype is not a plain number,
+and declared sizes past what the storage holds or past ``max_bytes`` (a fill-value dataset declaring gigabytes in
+a few bytes). The HDF5 C library is not hardened against corrupted files (a flipped byte can make it crash or
+loop), so on platforms with ``fork`` the walk runs in a child process with a memory and time limit: a crash, a
+hang or an exhausted limit there becomes a :class:`CheckpointFormatError` here. The result is plain Python data.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import tempfile
+import traceback
 import zipfile
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import numpy as np
 
 from .errors import CheckpointFormatError
 
-__all__ = ["scan", "read_array", "zip_member_to_tempfile", "MAX_BYTES"]
+__all__ = ["H5Snapshot", "snapshot", "zip_member_to_tempfile", "MAX_BYTES"]
 
 #: Default bound on what a file may make the reader allocate (its weights file, and the arrays read from it).
 MAX_BYTES = 2 ** 32
+#: Seconds the isolated HDF5 walk may take, plus one per 16 MiB of file (reading is ~100x faster than that).
+TIMEOUT_SECONDS = 10.0
 
 # Keras writes raw, uncompressed datasets; a compressed one may be smaller on disk, but not by more than this.
 _MAX_COMPRESSION = 64
+_MAX_ATTRIBUTE_BYTES = 64 * 2 ** 20
 _NUMERIC_KINDS = "fiub"
 
 
-def scan(path: str, h5file: Any, h5py: Any, max_bytes: int) -> dict[str, Any]:
-    """Every dataset of ``h5file`` by its path (``"layers/dense/vars/0"``), checked; groups walked without
-    following links. Refuses (``CheckpointFormatError``) external/soft links, external storage, virtual
-    datasets, non-numeric dtypes and declared sizes past the storage or ``max_bytes`` in total."""
-    found: dict[str, Any] = {}
+@dataclass
+class H5Snapshot:
+    """The checked content of an HDF5 file: every dataset by path (a fresh array), and the attributes of every
+    group and dataset by path (``""`` the root), as ``str``, ``list[str]`` or numbers."""
+
+    datasets: dict[str, np.ndarray] = field(default_factory=dict)
+    attrs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    groups: set[str] = field(default_factory=set)
+
+
+def _attribute_value(path: str, entry: str, obj: Any, name: str) -> Any:
+    try:
+        size = obj.attrs.get_id(name).get_storage_size()
+    except RuntimeError:  # h5py reports an empty attribute's size 0 as an error
+        size = 0
+    if size > _MAX_ATTRIBUTE_BYTES:
+        raise CheckpointFormatError(path, f"{entry}@{name}", "attribute larger than 64 MiB: refused.")
+    value = obj.attrs[name]
+    if isinstance(value, bytes):
+        return value.decode("utf8")
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "SUO":
+            return [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in value.reshape(-1)]
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value if isinstance(value, (str, int, float)) else str(value)
+
+
+def _walk(path: str, source: Any, max_bytes: int) -> H5Snapshot:
+    import h5py
+
+    snap = H5Snapshot()
     total = 0
+
+    def attributes(obj: Any, entry: str) -> None:
+        snap.attrs[entry] = {_name: _attribute_value(path, entry, obj, _name) for _name in obj.attrs.keys()}
 
     def walk(group: Any, prefix: str) -> None:
         nonlocal total
@@ -40,11 +82,12 @@ def scan(path: str, h5file: Any, h5py: Any, max_bytes: int) -> dict[str, Any]:
             entry = f"{prefix}{key}"
             link = group.get(key, getlink=True)
             if not isinstance(link, h5py.HardLink):
-                kind = type(link).__name__
-                raise CheckpointFormatError(path, entry, f"is an HDF5 {kind}, which points outside the file's own "
-                                            "objects; Keras writes none, so the file is refused.")
+                raise CheckpointFormatError(path, entry, f"is an HDF5 {type(link).__name__}, which points outside the "
+                                            "file's own objects; Keras writes none, so the file is refused.")
             obj = group.get(key)
             if isinstance(obj, h5py.Group):
+                snap.groups.add(entry)
+                attributes(obj, entry)
                 walk(obj, entry + "/")
                 continue
             if not isinstance(obj, h5py.Dataset):
@@ -57,30 +100,92 @@ def scan(path: str, h5file: Any, h5py: Any, max_bytes: int) -> dict[str, Any]:
             dtype = obj.dtype
             if dtype.kind not in _NUMERIC_KINDS or dtype.fields is not None or dtype.subdtype is not None:
                 raise CheckpointFormatError(path, entry, f"has dtype {dtype}; only numbers are read.")
-            nbytes = int(np.prod(obj.shape, dtype=np.int64)) * dtype.itemsize if obj.shape is not None else 0
+            shape = obj.shape if obj.shape is not None else ()
+            nbytes = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
             stored = int(obj.id.get_storage_size())
             if nbytes > _MAX_COMPRESSION * stored + 4096:
                 raise CheckpointFormatError(
-                    path, entry, f"declares {nbytes} bytes (shape {obj.shape}, {dtype}) but stores {stored}: refused.")
+                    path, entry, f"declares {nbytes} bytes (shape {shape}, {dtype}) but stores {stored}: refused.")
             total += nbytes
             if total > max_bytes:
                 raise CheckpointFormatError(path, entry, f"the datasets declare more than max_bytes={max_bytes} bytes.")
-            found[entry] = obj
+            attributes(obj, entry)
+            try:
+                snap.datasets[entry] = np.array(obj[()], copy=True)
+            except (OSError, ValueError, TypeError, RuntimeError) as err:
+                raise CheckpointFormatError(path, entry, f"cannot be read ({type(err).__name__}: {err}).") from err
 
-    walk(h5file, "")
-    return found
+    with h5py.File(source, "r") as f:
+        attributes(f, "")
+        walk(f, "")
+    return snap
 
 
-def read_array(path: str, entry: str, dataset: Any) -> np.ndarray:
-    """The dataset's values (a fresh array), errors named after ``entry``."""
+def _walk_guarded(path: str, source: Any, max_bytes: int) -> H5Snapshot:
     try:
-        return np.array(dataset[()], copy=True)
-    except (OSError, ValueError, TypeError, RuntimeError, MemoryError) as err:
-        raise CheckpointFormatError(path, entry, f"cannot be read ({type(err).__name__}: {err}).") from err
+        return _walk(path, source, max_bytes)
+    except CheckpointFormatError:
+        raise
+    except (OSError, KeyError, IndexError, ValueError, TypeError, AttributeError, RuntimeError, MemoryError,
+            OverflowError, UnicodeError, RecursionError, SystemError) as err:
+        raise CheckpointFormatError(path, None, f"malformed HDF5 ({type(err).__name__}: {err})") from err
+
+
+def _child(conn: Any, path: str, source: str, max_bytes: int) -> None:  # pragma: no cover - runs in the child
+    try:
+        import resource
+
+        with open("/proc/self/statm") as statm:
+            virtual = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = virtual + 3 * max_bytes + 2 ** 29
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ImportError, OSError, ValueError):
+        pass
+    try:
+        conn.send(("ok", _walk_guarded(path, source, max_bytes)))
+    except CheckpointFormatError as err:
+        conn.send(("error", (err.path, err.entry, err.reason)))
+    except BaseException as err:  # noqa: BLE001 - everything is reported to the parent as a format error
+        conn.send(("error", (path, None, f"malformed HDF5 ({type(err).__name__}: {err}) "
+                                          f"{traceback.format_exc(limit=1)[-200:]}")))
+    finally:
+        conn.close()
+
+
+def snapshot(path: str, source: str, max_bytes: int, isolate: Optional[bool] = None) -> H5Snapshot:
+    """The checked content of the HDF5 file at ``source`` (errors name ``path``, the file the user gave).
+    ``isolate`` (default: where ``fork`` exists) runs the HDF5 library in a child process."""
+    if isolate is None:
+        isolate = "fork" in multiprocessing.get_all_start_methods()
+    if not isolate:
+        return _walk_guarded(path, source, max_bytes)
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child, args=(send, path, source, max_bytes), daemon=True)
+    child.start()
+    send.close()
+    timeout = TIMEOUT_SECONDS + os.path.getsize(source) / 2 ** 24
+    try:
+        if not receive.poll(timeout):
+            raise CheckpointFormatError(path, None, f"reading its HDF5 content took over {timeout:.0f} s: refused.")
+        try:
+            status, payload = receive.recv()
+        except (EOFError, OSError) as err:
+            child.join(5)
+            raise CheckpointFormatError(path, None, "the HDF5 library crashed reading it (exit code "
+                                        f"{child.exitcode}): the file is corrupted or hostile.") from err
+    finally:
+        receive.close()
+        if child.is_alive():
+            child.kill()
+        child.join(5)
+    if status == "error":
+        raise CheckpointFormatError(*payload)
+    return payload
 
 
 def zip_member_to_tempfile(path: str, archive: zipfile.ZipFile, member: str, max_bytes: int) -> Any:
-    """Streams zip ``member`` to a temporary file (never whole in memory), refusing a declared size past
+    """Streams zip ``member`` to a named temporary file (never whole in memory), refusing a declared size past
     ``max_bytes`` and stopping at the declared size (the zip's CRC check catches a lie). The caller closes it."""
     info = archive.getinfo(member)
     if info.file_size > max_bytes:
@@ -88,7 +193,7 @@ def zip_member_to_tempfile(path: str, archive: zipfile.ZipFile, member: str, max
                                     f"max_bytes={max_bytes}: refused.")
     if info.compress_type == zipfile.ZIP_DEFLATED and info.file_size > 1100 * max(info.compress_size, 1):
         raise CheckpointFormatError(path, member, "declares a size its compressed data cannot hold: refused.")
-    out = tempfile.TemporaryFile()
+    out = tempfile.NamedTemporaryFile(suffix=".h5")
     try:
         with archive.open(info) as src:
             copied = 0
@@ -100,10 +205,8 @@ def zip_member_to_tempfile(path: str, archive: zipfile.ZipFile, member: str, max
                 if copied > info.file_size:
                     raise CheckpointFormatError(path, member, "holds more data than it declares: refused.")
                 out.write(chunk)
-        out.seek(0)
+        out.flush()
         return out
     except BaseException:
         out.close()
         raise
-
-

@@ -32,7 +32,14 @@ import torch
 from ..engine.naming import snake_case
 from . import _h5safe
 from .errors import CheckpointFormatError
-from .keras_layers import CONTAINER_CLASSES, SUPPORTED_LAYERS, TORCH_COUNTERPARTS, layer_spec, to_torch, torch_shape
+from .keras_layers import (
+    CONTAINER_CLASSES,
+    SUPPORTED_LAYERS,
+    TORCH_COUNTERPARTS,
+    layer_spec,
+    to_torch,
+    torch_shape,
+)
 
 __all__ = ["KerasCheckpoint", "load_keras_checkpoint", "SUPPORTED_LAYERS", "TORCH_COUNTERPARTS",
            "KERAS3_OPTIMIZERS", "LEGACY_OPTIMIZERS"]
@@ -68,10 +75,6 @@ def _h5py() -> Any:
 
 def _text(value: Any) -> str:
     return value.decode("utf8") if isinstance(value, bytes) else str(value)
-
-
-def _texts(value: Any) -> list[str]:
-    return [_text(v) for v in np.asarray(value).reshape(-1)]
 
 
 class _Where:
@@ -280,28 +283,22 @@ class _Keras3Walk:
             self.layer(f"{group}/{key}", cls, layer_config, name, name_prefix, path_prefix, trainable, h5names)
 
 
-def _h5_names(h5file: Any, h5py: Any) -> dict[str, str]:
+def _h5_names(snap: _h5safe.H5Snapshot) -> dict[str, str]:
     """The ``name`` attribute of every ``.../vars`` group (Keras 3 writes the layer's name there)."""
-    names: dict[str, str] = {}
-
-    def walk(group: Any, prefix: str) -> None:
-        for key in group.keys():
-            if not isinstance(group.get(key, getlink=True), h5py.HardLink):
-                continue
-            obj = group.get(key)
-            if isinstance(obj, h5py.Group):
-                if key == "vars" and "name" in obj.attrs:
-                    names[f"{prefix}{key}"] = _text(obj.attrs["name"])
-                walk(obj, f"{prefix}{key}/")
-
-    walk(h5file, "")
-    return names
+    return {entry: str(attrs["name"]) for entry, attrs in snap.attrs.items()
+            if entry in snap.groups and (entry == "vars" or entry.endswith("/vars")) and "name" in attrs}
 
 
-def _legacy_layer(where: _Where, model: _Model, cls: str, name: str, config: dict, group: Any, group_entry: str,
-                  trainable: bool, claimed: set[str]) -> None:
+def _strings(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _legacy_layer(where: _Where, model: _Model, cls: str, name: str, config: dict, group: Optional[dict],
+                  group_entry: str, trainable: bool, claimed: set[str]) -> None:
     """A layer of an ``.h5`` model file: its weights are listed (by variable name) in ``weight_names``."""
-    stored = _texts(group.attrs["weight_names"]) if group is not None and "weight_names" in group.attrs else []
+    stored = _strings((group or {}).get("weight_names"))
     trainable = trainable and bool(config.get("trainable", True))
     _note_layer(model, cls, name, config)
     expected: list[tuple[str, str, bool, str]] = []
@@ -706,11 +703,10 @@ def _finish(ckpt: KerasCheckpoint, model: _Model, where: _Where) -> KerasCheckpo
     return ckpt
 
 
-def _read_keras3_weights(where: _Where, h5file: Any, h5py: Any, config: dict, version: str,
-                         max_bytes: int) -> KerasCheckpoint:
+def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, version: str) -> KerasCheckpoint:
     """A Keras 3 weights file (``model.weights.h5``, or a ``.weights.h5``) with the model's ``config``."""
-    datasets = _h5safe.scan(where.path, h5file, h5py, max_bytes)
-    h5names = _h5_names(h5file, h5py)
+    datasets = snap.datasets
+    h5names = _h5_names(snap)
     where.entry = "config.json"
     class_name = config.get("class_name")
     if class_name not in CONTAINER_CLASSES:
@@ -730,13 +726,13 @@ def _read_keras3_weights(where: _Where, h5file: Any, h5py: Any, config: dict, ve
     if count == 0:
         raise where.fail("has no optimizer state (`optimizer/vars` is missing or empty).")
     state_entries = [f"optimizer/vars/{i}" for i in range(count)]
-    state = [_h5safe.read_array(where.path, e, datasets[e]) for e in state_entries]
+    state = [datasets[e] for e in state_entries]
     claimed.update(state_entries)
     if cls.__name__ == "LossScaleOptimizer":  # Keras also saves the wrapped optimizer's own list apart
         n_inner = walk.own_count("optimizer/inner_optimizer") if "optimizer/inner_optimizer/vars/0" in datasets else 0
         for i in range(n_inner):
             e = f"optimizer/inner_optimizer/vars/{i}"
-            value = _h5safe.read_array(where.path, e, datasets[e])
+            value = datasets[e]
             tail = state[len(state) - n_inner + i] if n_inner <= len(state) else None
             if tail is None or tail.shape != value.shape or not np.array_equal(tail, value, equal_nan=True):
                 raise where.fail("differs from the LossScaleOptimizer's copy of its inner optimizer's variables.", e)
@@ -747,10 +743,9 @@ def _read_keras3_weights(where: _Where, h5file: Any, h5py: Any, config: dict, ve
                          "is refused rather than the value dropped.", unplaced[0])
     weights = {}
     for v in model.variables:
-        ds = datasets[v.entry]
-        if _text(ds.attrs.get("dtype", "")) == "bfloat16":
+        if str(snap.attrs.get(v.entry, {}).get("dtype", "")) == "bfloat16":
             raise where.fail("is bfloat16, which the Keras checkpoint reader does not support.", v.entry)
-        weights[v.name] = torch.from_numpy(_h5safe.read_array(where.path, v.entry, ds))
+        weights[v.name] = torch.from_numpy(np.array(datasets[v.entry], copy=True))
     floatx = None
     opt_inner = _mapping(where, opt_config.get("config") or {}, "compile_config.optimizer.config")
     if cls.__name__ != "LossScaleOptimizer" and not isinstance(opt_inner.get("learning_rate"), Mapping) \
@@ -768,14 +763,14 @@ def _read_keras3_weights(where: _Where, h5file: Any, h5py: Any, config: dict, ve
     return _finish(ckpt, model, where)
 
 
-def _read_keras3(path: str, h5py: Any, max_bytes: int) -> KerasCheckpoint:
+def _read_keras3(path: str, max_bytes: int, isolate: Optional[bool]) -> KerasCheckpoint:
     where = _Where(path)
     with _guard(where):
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())
             for needed in ("config.json", "model.weights.h5"):
                 if needed not in names:
-                    raise where.fail(f"is missing: not a Keras 3 `.keras` file.", needed)
+                    raise where.fail("is missing: not a Keras 3 `.keras` file.", needed)
             for small in ("config.json", "metadata.json"):
                 if small in names and archive.getinfo(small).file_size > 64 * 2 ** 20:
                     raise where.fail("declares more than 64 MiB of JSON: refused.", small)
@@ -790,14 +785,16 @@ def _read_keras3(path: str, h5py: Any, max_bytes: int) -> KerasCheckpoint:
                     "model with a legacy optimizer can be read from its `.h5` file).", "metadata.json")
             where.entry = "model.weights.h5"
             with _h5safe.zip_member_to_tempfile(path, archive, "model.weights.h5", max_bytes) as blob:
-                with h5py.File(blob, "r") as f:
-                    return _read_keras3_weights(where, f, h5py, config, version, max_bytes)
+                snap = _h5safe.snapshot(path, blob.name, max_bytes, isolate)
+        return _read_keras3_weights(where, snap, config, version)
 
 
-def _read_h5(path: str, h5py: Any, config_path: Optional[str], max_bytes: int) -> KerasCheckpoint:
+def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Optional[bool]) -> KerasCheckpoint:
     where = _Where(path)
-    with _guard(where), h5py.File(path, "r") as f:
-        if "model_config" not in f.attrs:
+    with _guard(where):
+        snap = _h5safe.snapshot(path, path, max_bytes, isolate)
+        datasets, root = snap.datasets, snap.attrs.get("", {})
+        if "model_config" not in root:
             if config_path is None:
                 raise where.fail(
                     "is not an `.h5` model file (no `model_config` attribute); a Keras 3 `.weights.h5` file holds "
@@ -807,16 +804,15 @@ def _read_h5(path: str, h5py: Any, config_path: Optional[str], max_bytes: int) -
                 if Path(config_path).stat().st_size > 64 * 2 ** 20:
                     raise cwhere.fail("is over 64 MiB of JSON: refused.", None)
                 config = _mapping(cwhere, _json(cwhere, Path(config_path).read_bytes(), config_path), config_path)
-            return _read_keras3_weights(where, f, h5py, config, "", max_bytes)
+            return _read_keras3_weights(where, snap, config, "")
         where.entry = "model_config"
-        datasets = _h5safe.scan(path, f, h5py, max_bytes)
-        model_config = _mapping(where, _json(where, _text(f.attrs["model_config"]).encode(), "model_config"),
+        model_config = _mapping(where, _json(where, str(root["model_config"]).encode(), "model_config"),
                                 "model_config")
-        keras_version = _text(f.attrs.get("keras_version", ""))
+        keras_version = str(root.get("keras_version", ""))
         kind = "keras3" if keras_version.startswith("3.") else "legacy"
-        if "training_config" not in f.attrs:
+        if "training_config" not in root:
             raise where.fail("has no optimizer: the model was saved without being compiled (no `training_config`).")
-        training = _mapping(where, _json(where, _text(f.attrs["training_config"]).encode(), "training_config"),
+        training = _mapping(where, _json(where, str(root["training_config"]).encode(), "training_config"),
                             "training_config")
         opt_config = _optimizer_config(where, training.get("optimizer_config"))
         inner = _mapping(where, opt_config.get("config") or {}, "training_config.optimizer_config")
@@ -827,9 +823,9 @@ def _read_h5(path: str, h5py: Any, config_path: Optional[str], max_bytes: int) -
                 "Keras 3 model as `.keras` instead.")
         cls = _optimizer_class(where, opt_config.get("class_name"), kind)
         where.entry = "optimizer_weights"
-        if "optimizer_weights" not in f or "weight_names" not in f["optimizer_weights"].attrs:
+        if "weight_names" not in snap.attrs.get("optimizer_weights", {}):
             raise where.fail("has no optimizer state (`optimizer_weights` is missing).")
-        opt_names = _texts(f["optimizer_weights"].attrs["weight_names"])
+        opt_names = _strings(snap.attrs["optimizer_weights"]["weight_names"])
         if not opt_names:
             raise where.fail("has no optimizer state (`optimizer_weights` is empty).")
         state = []
@@ -837,9 +833,8 @@ def _read_h5(path: str, h5py: Any, config_path: Optional[str], max_bytes: int) -
             entry = f"optimizer_weights/{n}"
             if entry not in datasets:
                 raise where.fail("is listed in `weight_names` but not stored.", entry)
-            state.append(_h5safe.read_array(path, entry, datasets[entry]))
+            state.append(datasets[entry])
         where.entry = "model_weights"
-        model_weights = f["model_weights"]
         model = _Model()
         claimed: set[str] = set()
         class_name = model_config.get("class_name")
@@ -847,7 +842,7 @@ def _read_h5(path: str, h5py: Any, config_path: Optional[str], max_bytes: int) -
             raise where.fail(f"the model is a {class_name!r}; only Sequential and Functional models are supported.")
         model_inner = _mapping(where, model_config.get("config") or {}, "model_config")
         for cls_name, name, layer_config in _layer_entries(where, model_inner):
-            group = model_weights[name] if name in model_weights else None
+            group = snap.attrs.get(f"model_weights/{name}") if f"model_weights/{name}" in snap.groups else None
             where.entry = f"model_weights/{name}"
             local: set[str] = set()
             _legacy_layer(where, model, cls_name, name, layer_config, group, f"model_weights/{name}",
@@ -857,8 +852,7 @@ def _read_h5(path: str, h5py: Any, config_path: Optional[str], max_bytes: int) -
         unplaced = sorted(e for e in datasets if e not in claimed)
         if unplaced:
             raise where.fail("cannot be placed in the model: refused rather than dropped.", unplaced[0])
-        weights = {v.name: torch.from_numpy(_h5safe.read_array(path, v.entry, datasets[v.entry]))
-                   for v in model.variables}
+        weights = {v.name: torch.from_numpy(np.array(datasets[v.entry], copy=True)) for v in model.variables}
         ckpt = KerasCheckpoint(
             path=path, kind=kind, keras_version=keras_version,
             variable_names=[v.name for v in model.variables if v.trainable],
@@ -890,7 +884,7 @@ def _order_state_by_name(ckpt: KerasCheckpoint, where: _Where, file_names: list[
 
 
 def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, None] = None,
-                          max_bytes: int = _h5safe.MAX_BYTES) -> KerasCheckpoint:
+                          max_bytes: int = _h5safe.MAX_BYTES, isolate: Optional[bool] = None) -> KerasCheckpoint:
     """Reads a Keras training checkpoint: a Keras 3 ``.keras`` file, an ``.h5`` model file (tf.keras, or Keras 3's
     ``model.save("x.h5")``), or a Keras 3 ``.weights.h5`` file with its model config given as ``config`` (a JSON
     file holding what a ``.keras`` file's ``config.json`` holds, ``compile_config`` included).
@@ -899,7 +893,9 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
     Functional model (nested ones too) of the layers in :data:`SUPPORTED_LAYERS` (layers without variables of any
     class), compiled with a built-in optimizer (Keras 3: ``slotopt.<Class>``, ``LossScaleOptimizer`` included;
     tf.keras legacy: ``slotopt.legacy.<Class>``) and saved with its state. Every variable of the file is placed
-    or the file is refused. ``max_bytes`` bounds what the file may make the reader allocate.
+    or the file is refused. ``max_bytes`` bounds what the file may make the reader allocate. ``isolate`` (default:
+    where the platform can ``fork``) runs the HDF5 library in a child process with a memory and time limit, so a
+    corrupted or hostile file that would crash or hang it is refused instead.
 
     Raises:
         FileNotFoundError: ``path`` (or ``config``) is not a file.
@@ -913,7 +909,7 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
         >>> type(opt).__module__, type(opt).__name__, int(opt.iterations)
         ('slotopt.legacy.adam', 'Adam', 5)
     """
-    h5py = _h5py()
+    _h5py()
     path = str(path)
     if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
         raise ValueError(f"Argument `max_bytes` must be a positive int. Received: max_bytes={max_bytes!r}")
@@ -924,7 +920,7 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
     with open(path, "rb") as handle:
         head = handle.read(8)
     if head.startswith(b"PK"):
-        return _read_keras3(path, h5py, max_bytes)
+        return _read_keras3(path, max_bytes, isolate)
     if head == b"\x89HDF\r\n\x1a\n":
-        return _read_h5(path, h5py, None if config is None else str(config), max_bytes)
+        return _read_h5(path, None if config is None else str(config), max_bytes, isolate)
     raise CheckpointFormatError(path, None, "is neither a Keras 3 `.keras` file (zip) nor an `.h5` file (HDF5).")
