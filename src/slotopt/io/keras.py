@@ -202,9 +202,10 @@ def _note_layer(model: _Model, cls: str, name: str, config: Mapping[str, Any]) -
     if cls == "BatchNormalization":
         m, eps = config.get("momentum", 0.99), config.get("epsilon", 1e-3)
         if isinstance(m, (int, float)) and isinstance(eps, (int, float)):
-            model.torch_options[name] = {"momentum": 1.0 - float(m), "eps": float(eps)}
+            model.torch_options[name] = {"momentum": float(f"{1.0 - float(m):.12g}"), "eps": float(eps)}
             model.notes.append(f"{name}: BatchNormalization(momentum={m}, epsilon={eps}) → "
-                               f"nn.BatchNorm(momentum={1.0 - float(m)!r}, eps={eps}).")
+                               f"nn.BatchNorm(momentum={float(f'{1.0 - float(m):.12g}')!r}, eps={eps}); torch updates running_var "
+                               "with the unbiased batch variance, Keras moving_variance with the biased one.")
     elif cls in ("LayerNormalization", "GroupNormalization"):
         eps = config.get("epsilon", 1e-3)
         if isinstance(eps, (int, float)):
