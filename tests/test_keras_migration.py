@@ -515,3 +515,132 @@ def test_wrong_dtypes_and_shapes_in_the_file_are_refused(tmp_path):
 
     with pytest.raises(CheckpointFormatError, match=r"optimizer variable 4 .*has shape \(2, 2\)"):
         slotopt.load_keras_checkpoint(_hostile(tmp_path, "slot", wrong_slot))
+
+
+# ------------------------------------------------------------------------------------------- the layer zoo
+def _layer(cls, name, **config):
+    return {"module": "keras.layers", "class_name": cls, "registered_name": None,
+            "config": {"name": name, "trainable": True, **config}}
+
+
+def test_every_supported_layer_is_walked_in_keras_order(tmp_path):
+    """A Functional model in Keras 3's file layout: nested model, wrappers, RNN cells, convolution variants, norms.
+    The variables come back in ``model.trainable_variables`` order with their layouts, the slots placed on them."""
+    g = torch.Generator().manual_seed(0)
+    rand = lambda *s: torch.randn(s, generator=g).numpy()  # noqa: E731
+    inner = {"module": "keras", "class_name": "Sequential", "registered_name": None,
+             "config": {"name": "block", "trainable": True, "layers": [_layer("Dense", "inner_dense", units=3)]}}
+    layers = [
+        (_layer("InputLayer", "x"), "input_layer", {}),
+        (_layer("Conv1D", "c1", filters=4), "conv1d", {"vars": [rand(3, 2, 4), rand(4)]}),
+        (_layer("BatchNormalization", "bn"), "batch_normalization", {"vars": [rand(4), rand(4), rand(4), rand(4)]}),
+        (_layer("DepthwiseConv2D", "dw", use_bias=False), "depthwise_conv2d", {"vars": [rand(3, 3, 4, 2)]}),
+        (_layer("SeparableConv2D", "sep"), "separable_conv2d", {"vars": [rand(3, 3, 4, 1), rand(1, 1, 4, 5),
+                                                                         rand(5)]}),
+        (_layer("Conv2DTranspose", "up"), "conv2d_transpose", {"vars": [rand(2, 2, 6, 5), rand(6)]}),
+        (_layer("GroupNormalization", "gn", groups=2), "group_normalization", {"vars": [rand(6), rand(6)]}),
+        (_layer("LayerNormalization", "ln", rms_scaling=True), "layer_normalization", {"vars": [rand(6)]}),
+        (_layer("PReLU", "act", shared_axes=[1, 2]), "p_re_lu", {"vars": [rand(1, 1, 6)]}),
+        (_layer("EinsumDense", "proj", equation="abc,cd->abd", bias_axes="d"), "einsum_dense",
+         {"vars": [rand(6, 3), rand(3)]}),
+        (_layer("GRU", "gru", units=2), "gru", {"cell/vars": [rand(3, 6), rand(2, 6), rand(2, 6)]}),
+        (_layer("Bidirectional", "bi", layer=_layer("LSTM", "lstm", units=2)), "bidirectional",
+         {"forward_layer/cell/vars": [rand(2, 8), rand(2, 8), rand(8)],
+          "backward_layer/cell/vars": [rand(2, 8), rand(2, 8), rand(8)]}),
+        (_layer("TimeDistributed", "td", layer=_layer("Dense", "per_step", units=3)), "time_distributed",
+         {"layer/vars": [rand(4, 3), rand(3)]}),
+        (_layer("SimpleRNN", "rnn", units=3), "simple_rnn", {"cell/vars": [rand(3, 3), rand(3, 3), rand(3)]}),
+        (inner, "sequential", {"layers/dense/vars": [rand(3, 3), rand(3)]}),
+    ]
+    sub_names = {"cell/vars": None, "forward_layer/cell/vars": "lstm_cell", "backward_layer/cell/vars": "lstm_cell"}
+    config = {"module": "keras", "class_name": "Functional", "registered_name": None,
+              "config": {"name": "zoo", "trainable": True, "layers": [entry for entry, _, _ in layers]}}
+    blob = io.BytesIO()
+    values = []
+    with h5py.File(blob, "w") as f:
+        for entry, key, groups in layers:
+            f.create_group(f"layers/{key}/vars").attrs["name"] = entry["config"]["name"]
+            for sub, arrays in groups.items():
+                group = f.require_group(f"layers/{key}/{sub}")
+                if sub != "vars":
+                    group.attrs["name"] = sub_names.get(sub) or {"gru": "gru_cell", "simple_rnn": "simple_rnn_cell",
+                                                                 "time_distributed": "per_step",
+                                                                 "sequential": "inner_dense"}[key]
+                for i, a in enumerate(arrays):
+                    group[str(i)] = a.astype(np.float32)
+                values += arrays
+        f.require_group("layers/bidirectional/forward_layer/vars").attrs["name"] = "forward_lstm"
+        f.require_group("layers/bidirectional/backward_layer/vars").attrs["name"] = "backward_lstm"
+        opt = slotopt.Adam(0.01)
+        keep = [i for i in range(len(values)) if i not in (3, 4)]  # bn moving_mean, moving_variance
+        opt.build([torch.tensor(values[i].astype(np.float32)) for i in keep])
+        for i, value in enumerate(opt.get_weights()):
+            f[f"optimizer/vars/{i}"] = value
+    config["compile_config"] = {"optimizer": slotopt.serialize(opt)}
+    with zipfile.ZipFile(tmp_path / "zoo.keras", "w") as z:
+        z.writestr("config.json", json.dumps(config))
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.15.1"}))
+        z.writestr("model.weights.h5", blob.getvalue())
+    ckpt = slotopt.load_keras_checkpoint(tmp_path / "zoo.keras")
+    assert ckpt.variable_names == [
+        "c1/kernel", "c1/bias", "bn/gamma", "bn/beta", "dw/kernel", "sep/depthwise_kernel", "sep/pointwise_kernel",
+        "sep/bias", "up/kernel", "up/bias", "gn/gamma", "gn/beta", "ln/gamma", "act/alpha", "proj/kernel",
+        "proj/bias", "gru/gru_cell/kernel", "gru/gru_cell/recurrent_kernel", "gru/gru_cell/bias",
+        "bi/forward_lstm/lstm_cell/kernel", "bi/forward_lstm/lstm_cell/recurrent_kernel",
+        "bi/forward_lstm/lstm_cell/bias", "bi/backward_lstm/lstm_cell/kernel",
+        "bi/backward_lstm/lstm_cell/recurrent_kernel", "bi/backward_lstm/lstm_cell/bias", "td/per_step/kernel",
+        "td/per_step/bias", "rnn/simple_rnn_cell/kernel", "rnn/simple_rnn_cell/recurrent_kernel",
+        "rnn/simple_rnn_cell/bias", "block/inner_dense/kernel", "block/inner_dense/bias"]
+    assert ckpt.non_trainable_names == ["bn/moving_mean", "bn/moving_variance"]
+    torch_shapes = {n: tuple(to_torch(ckpt.weights[n], ckpt.layouts[n]).shape) for n in ckpt.layouts}
+    assert torch_shapes["c1/kernel"] == (4, 2, 3) and torch_shapes["dw/kernel"] == (8, 1, 3, 3)
+    assert torch_shapes["sep/pointwise_kernel"] == (5, 4, 1, 1) and torch_shapes["up/kernel"] == (5, 6, 2, 2)
+    assert torch_shapes["act/alpha"] == (6,) and torch_shapes["proj/kernel"] == (3, 6)
+    assert torch_shapes["gru/gru_cell/kernel"] == (6, 3) and torch_shapes["gru/gru_cell/bias"] == (2, 6)
+    assert torch_shapes["bi/backward_lstm/lstm_cell/recurrent_kernel"] == (8, 2)
+    params = ckpt.parameters()
+    ckpt.optimizer(params).apply_gradients(zip([torch.ones_like(p) for p in params], params))
+
+
+def test_tf_keras_h5_with_batchnorm_is_walked_and_every_weight_placed(tmp_path):
+    g = torch.Generator().manual_seed(2)
+    values = {"d/kernel": (3, 4), "d/bias": (4,), "bn/gamma": (4,), "bn/beta": (4,), "bn/moving_mean": (4,),
+              "bn/moving_variance": (4,)}
+    values = {k: torch.rand(s, generator=g).numpy() for k, s in values.items()}
+    trainable = ["d/kernel", "d/bias", "bn/gamma", "bn/beta"]
+    opt = slotopt.legacy.Adam(0.01)
+    opt.build([(n, torch.tensor(values[n])) for n in trainable])
+    model_config = {"class_name": "Sequential", "config": {"name": "sequential", "layers": [
+        {"class_name": "InputLayer", "config": {"name": "input_1"}},
+        {"class_name": "Dense", "config": {"name": "d", "units": 4}},
+        {"class_name": "BatchNormalization", "config": {"name": "bn", "momentum": 0.9, "epsilon": 1e-5}}]}}
+
+    def write(path, extra=False):
+        with h5py.File(path, "w") as f:
+            f.attrs["keras_version"] = "2.21.0"
+            f.attrs["model_config"] = json.dumps(model_config)
+            f.attrs["training_config"] = json.dumps({"optimizer_config": {
+                "class_name": "Adam", "config": {**opt.get_config(), "is_legacy_optimizer": True}}}, default=float)
+            for layer in ("d", "bn"):
+                names = [n for n in values if n.startswith(layer + "/")]
+                group = f.create_group(f"model_weights/{layer}")
+                group.attrs["weight_names"] = np.array([f"{n}:0".encode() for n in names])
+                for n in names:
+                    group[f"{n}:0"] = values[n]
+            if extra:
+                f["model_weights/bn/bn/renorm_mean:0"] = np.zeros(4, np.float32)
+            group = f.create_group("optimizer_weights")
+            group.attrs["weight_names"] = np.array([f"{w.path}:0".encode() for w in opt.weights])
+            for w, value in zip(opt.weights, opt.get_weights()):
+                group[f"{w.path}:0"] = value
+        return path
+
+    ckpt = slotopt.load_keras_checkpoint(write(tmp_path / "bn.h5"))
+    assert ckpt.kind == "legacy" and ckpt.variable_names == trainable
+    assert ckpt.non_trainable_names == ["bn/moving_mean", "bn/moving_variance"]
+    assert ckpt.torch_options["bn"] == {"momentum": 0.1, "eps": 1e-5}
+    module = nn.ModuleDict({"d": nn.Linear(3, 4), "bn": nn.BatchNorm1d(4)})
+    ckpt.load_module(module)
+    assert torch.equal(module["bn"].running_var, torch.tensor(values["bn/moving_variance"]))
+    with pytest.raises(CheckpointFormatError, match=r"entry 'model_weights/bn/bn/renorm_mean:0': cannot be placed"):
+        slotopt.load_keras_checkpoint(write(tmp_path / "extra.h5", extra=True))
