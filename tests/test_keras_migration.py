@@ -464,7 +464,8 @@ def _hostile(tmp_path, name, h5_fn):
     return _rewrite(DATA / f"{RUNS[0]}.keras", tmp_path / f"{name}.keras", h5_fn=h5_fn)
 
 
-def test_links_external_storage_and_virtual_datasets_are_refused(tmp_path):
+@pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "in_process"])
+def test_links_external_storage_and_virtual_datasets_are_refused(tmp_path, isolate):
     secret = tmp_path / "secret.bin"
     secret.write_bytes(np.arange(16, dtype=np.float32).tobytes())
     cases = {
@@ -476,7 +477,7 @@ def test_links_external_storage_and_virtual_datasets_are_refused(tmp_path):
     for label, h5_fn in cases.items():
         path = _hostile(tmp_path, label.replace(" ", "_"), h5_fn)
         with pytest.raises(CheckpointFormatError, match=r"entry 'layers/dense/") as err:
-            slotopt.load_keras_checkpoint(path)
+            slotopt.load_keras_checkpoint(path, isolate=isolate)
         assert str(path) in str(err.value), label
 
     def virtual(f):
@@ -486,15 +487,16 @@ def test_links_external_storage_and_virtual_datasets_are_refused(tmp_path):
         f["layers/dense/vars"].create_virtual_dataset("1", layout)
 
     with pytest.raises(CheckpointFormatError, match="virtual dataset"):
-        slotopt.load_keras_checkpoint(_hostile(tmp_path, "virtual", virtual))
+        slotopt.load_keras_checkpoint(_hostile(tmp_path, "virtual", virtual), isolate=isolate)
 
 
 def test_declared_sizes_are_bounded(tmp_path):
     def huge(f):  # a few bytes on disk declaring 8 GB (never written: the fill value)
         f.create_dataset("layers/dense/vars/9", shape=(10 ** 9,), dtype="f8")
 
-    with pytest.raises(CheckpointFormatError, match="declares 8000000000 bytes"):
-        slotopt.load_keras_checkpoint(_hostile(tmp_path, "huge", huge))
+    for isolate in (True, False):
+        with pytest.raises(CheckpointFormatError, match="declares 8000000000 bytes"):
+            slotopt.load_keras_checkpoint(_hostile(tmp_path, "huge", huge), isolate=isolate)
     with pytest.raises(CheckpointFormatError, match="over max_bytes=1000"):
         slotopt.load_keras_checkpoint(DATA / f"{RUNS[0]}.keras", max_bytes=1000)
     with pytest.raises(ValueError, match="max_bytes"):

@@ -239,8 +239,7 @@ class _Keras3Walk:
         trainable = trainable and bool(config.get("trainable", True))
         _note_layer(self.model, cls, full, config)
         if cls in CONTAINER_CLASSES:
-            inner_names = name_prefix if cls == "Functional" and not name_prefix else f"{full}/"
-            self.container(f"{group}/layers", cls, config, inner_names,
+            self.container(f"{group}/layers", cls, config, f"{full}/",
                            f"{path_prefix}{name}/" if cls == "Sequential" else path_prefix, trainable, h5names)
             return
         spec = layer_spec(cls, config)
@@ -333,6 +332,15 @@ def _legacy_layer(where: _Where, model: _Model, cls: str, name: str, config: dic
     if extra:
         raise where.fail(f"weight {extra[0]!r} of layer {name!r} ({cls}) cannot be placed in the model.",
                          f"{group_entry}/{extra[0]}")
+
+
+def _check_unique(where: _Where, model: _Model) -> None:
+    seen: dict[str, str] = {}
+    for v in model.variables:
+        if v.name in seen:
+            raise where.fail(f"variable {v.name!r} is stored twice ({seen[v.name]!r} and {v.entry!r}): the layers "
+                             "cannot be told apart, so the file is refused rather than one dropped.", v.entry)
+        seen[v.name] = v.entry
 
 
 # -------------------------------------------------------------------------------------------------- checkpoint
@@ -565,9 +573,9 @@ class KerasCheckpoint:
             dtype = self.weights[name].dtype
             fits = [p for p, t in pool.items() if shape is not None and tuple(t.shape) == shape and t.dtype == dtype]
             chosen = self._by_name(name, fits)
+            if not trainable and (chosen is None or chosen in taken):
+                continue  # a statistic or a frozen variable is only proposed where it fits unambiguously
             if chosen is None:
-                if not trainable:
-                    continue
                 if not fits:
                     raise ValueError(f"No parameter of the module fits {name!r} (torch shape {shape}, {dtype}). "
                                      f"Parameters: {[(p, tuple(t.shape)) for p, t in params.items()]}. Pass `mapping`.")
@@ -721,6 +729,7 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
     walk = _Keras3Walk(where, datasets, model)
     walk.container("layers", class_name, inner, "", f"{inner.get('name', '')}/" if class_name == "Sequential" else "",
                    bool(inner.get("trainable", True)), h5names)
+    _check_unique(where, model)
     claimed = {v.entry for v in model.variables}
     where.entry = "optimizer/vars"
     count = walk.own_count("optimizer") if "optimizer/vars/0" in datasets else 0
@@ -849,6 +858,7 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
             _legacy_layer(where, model, cls_name, name, layer_config, group, f"model_weights/{name}",
                           bool(model_inner.get("trainable", True)), local)
             claimed.update(f"model_weights/{name}/{n}" for n in local)
+        _check_unique(where, model)
         claimed.update(f"optimizer_weights/{n}" for n in opt_names)
         unplaced = sorted(e for e in datasets if e not in claimed)
         if unplaced:
