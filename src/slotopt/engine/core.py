@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from itertools import repeat
 from typing import Any, Callable, Optional, Union
 
+import numpy as np
 import torch
 
 from ..variables import (
@@ -425,10 +426,37 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         if not any(map(getattr, variables, repeat("constraint"), repeat(None))):
             return  # (one C-level pass: most steps have no constraint at all)
         for var in variables:
-            constraint = getattr(var, "constraint", None)
-            if constraint is not None:
-                with torch.no_grad():
-                    var.copy_(constraint(var))
+            if getattr(var, "constraint", None) is not None:
+                self._constrain(var)
+
+    def _constrain(self, var: torch.Tensor) -> None:
+        """``var = var.constraint(var)``, once the result is checked: a tensor of the variable's shape (a scalar
+        is not spread over the tensor), on its device, of a dtype that casts safely to the variable's. A bad
+        result raises (the step then puts every value back, see ``engine/pipeline.py``)."""
+        constraint = var.constraint
+        result = constraint(var)
+        if isinstance(result, np.ndarray):
+            result = torch.from_numpy(result)
+        where = self._name_of(var)
+        if not isinstance(result, torch.Tensor):
+            raise TypeError(
+                f"The constraint of variable {where} must return a tensor of the variable's shape "
+                f"{tuple(var.shape)}. Received: {result!r} (of type {type(result).__name__}) from "
+                f"constraint={constraint!r}")
+        if result.shape != var.shape:
+            raise ValueError(
+                f"The constraint of variable {where} must return a tensor of the variable's shape "
+                f"{tuple(var.shape)}. Received: a tensor of shape {tuple(result.shape)} from constraint={constraint!r}")
+        if result.dtype == torch.bool or not torch.can_cast(result.dtype, var.dtype):
+            raise TypeError(
+                f"The constraint of variable {where} must return a tensor of a dtype that casts safely to the "
+                f"variable's {var.dtype}. Received: dtype={result.dtype} from constraint={constraint!r}")
+        if result.device != var.device:
+            raise ValueError(
+                f"The constraint of variable {where} must return a tensor on the variable's device {var.device}. "
+                f"Received: device={result.device} from constraint={constraint!r}")
+        with torch.no_grad():
+            var.copy_(result)
 
     def _update_touched_rows(
         self,

@@ -4,16 +4,20 @@ Every generation (Keras 3, tf.keras legacy, TF1) runs exactly this function. A g
 stage does by overriding the stage methods of ``OptimizerCore``; stages a generation does not have are no-ops
 there (TF1 has no clipping, only Keras 3 has accumulation, weight decay and moving averages).
 
-Validation happens entirely in ``_prepare_pairs``: when it raises, nothing has changed. Values written into
+Validation happens entirely in ``_prepare_pairs``: when it raises, nothing has changed. Constraints run after
+the update: a step whose variables have one first copies the values it may write (``transaction.StepValues``),
+so that a constraint that raises or returns a bad value leaves everything as it was. Values written into
 ``param_groups`` since the last step (a torch LR scheduler's ``lr``) are checked and applied first; parameter
 groups with their own hyperparameters are updated with those values (one partition per such group).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+
+from .transaction import _GUARDED, StepValues, constrained_step
 
 if TYPE_CHECKING:
     from .core import OptimizerCore, Pairs
@@ -33,6 +37,19 @@ def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     if pairs is None:
         return opt._empty_step_result()
     pairs = opt._ordinary(pairs)  # a step like the last one: its plan serves the stages (engine/plan.py)
+    undo = constrained_step(opt, pairs)  # with constraints, the values to put back if the step fails
+    if undo is None:
+        return _update(opt, pairs, undo, **options)
+    try:
+        return _update(opt, pairs, undo, **options)
+    except BaseException:
+        undo.restore()  # a constraint raised or returned a bad value: the whole step is undone
+        raise
+    finally:
+        undo.release()
+
+
+def _update(opt: OptimizerCore, pairs: Pairs, undo: Optional[StepValues], **options: Any) -> Any:
     pairs = opt._drop_missing_gradients(pairs)
     pairs = opt._unscale_gradients(pairs)
     update = opt._accumulate_gradients(pairs)  # None on an accumulate-only call
@@ -44,7 +61,8 @@ def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
             with opt._group_scope(group_values):
                 opt._apply_weight_decay(part)
                 opt._apply_updates(part)
-    opt._apply_constraints(pairs)
+    if undo is not None or _GUARDED.get():  # (no variable of this step has a constraint otherwise)
+        opt._apply_constraints(pairs)
     opt._update_moving_averages()
     result = opt._finish_step(pairs, **options)  # iterations += 1 / global_step += 1
     opt._publish_param_groups()  # a schedule's new learning rate shows in param_groups

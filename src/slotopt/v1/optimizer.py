@@ -350,7 +350,7 @@ class Optimizer(NamedState):
                 continue
             ops.append(self._resource_apply_dense(self._dense(g, v), v))
             if repeated and getattr(v, "constraint", None) is not None:
-                v.copy_(v.constraint(v))
+                self._constrain(v)
         self._constraints_done = repeated
 
     def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
