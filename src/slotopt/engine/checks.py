@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -29,7 +30,8 @@ import torch
 
 __all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
            "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of",
-           "check_pairs", "check_variable", "check_config_dict"]
+           "check_pairs", "check_variable", "check_config_dict", "NOT_CALLABLE", "check_callable_allowed",
+           "check_tensor_list", "check_regex_list"]
 
 
 class HyperparameterTypeError(TypeError, ValueError):
@@ -162,8 +164,20 @@ def check_value(name: str, value: Any, overrides: Optional[Mapping[str, Range]] 
             raise HyperparameterTypeError(f"Argument `{name}` must be a number. Received: {name}={value!r}")
         return
     if callable(value) and not isinstance(value, torch.Tensor):
+        check_callable_allowed(name, value)
         return  # a callable or schedule: its result is checked when it is used
     check_number(name, value, allowed)
+
+
+#: Arguments read outside the update (clipping, loss scaling): a callable there would be compared as a number.
+NOT_CALLABLE = frozenset({"clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor"})
+
+
+def check_callable_allowed(name: str, value: Any) -> None:
+    """Refuses a callable for an argument that must be a number (``NOT_CALLABLE``)."""
+    if name in NOT_CALLABLE:
+        raise HyperparameterTypeError(f"Argument `{name}` must be a number or None, not a callable. "
+                                      f"Received: {name}={value!r}")
 
 
 def check_values(values: Mapping[str, Any], overrides: Optional[Mapping[str, Range]] = None) -> None:
@@ -215,3 +229,42 @@ def check_config_dict(config: Any) -> None:
     if not isinstance(config, Mapping) or not all(isinstance(k, str) for k in config):
         raise TypeError(f"Argument `config` must be a dict of arguments, as returned by `get_config()`. "
                         f"Received: config={config!r}")
+
+
+def check_tensor_list(name: str, value: Any) -> list[torch.Tensor]:
+    """A list (or other iterable) of tensors, possibly empty or None; a single tensor is refused (iterating it
+    would give its rows)."""
+    if value is None:
+        return []
+    if isinstance(value, (torch.Tensor, str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"Argument `{name}` must be a list of variables (tensors). Received: {name}={value!r}")
+    items = list(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, torch.Tensor):
+            raise TypeError(f"Argument `{name}` must be a list of variables (tensors). Received: {name}[{i}]="
+                            f"{item!r} (of type {type(item).__name__})")
+    return items
+
+
+def check_regex_list(name: str, value: Any) -> Optional[re.Pattern[str]]:
+    """A list of regular expressions joined into one pattern (Keras: ``"|".join(set(value))``), or None when
+    ``value`` is empty or None. A bare string is refused: Keras iterates it, one alternative per character."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"Argument `{name}` must be a list of strings (regular expressions), not a single string. "
+                        f"Received: {name}={value!r}; write {name}=[{value!r}] for one name.")
+    if isinstance(value, Mapping) or not hasattr(value, "__iter__"):
+        raise TypeError(f"Argument `{name}` must be a list of strings (regular expressions). Received: "
+                        f"{name}={value!r}")
+    names = list(value)
+    for i, item in enumerate(names):
+        if not isinstance(item, str):
+            raise TypeError(f"Argument `{name}` must be a list of strings (regular expressions). Received: "
+                            f"{name}[{i}]={item!r} (of type {type(item).__name__})")
+        try:
+            re.compile(item)
+        except re.error as err:
+            raise ValueError(f"Argument `{name}` holds an invalid regular expression ({err}). Received: "
+                             f"{name}[{i}]={item!r}") from err
+    return re.compile("|".join(sorted(set(names)))) if names else None

@@ -539,7 +539,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
         return pairs
 
-    def _start_updates(self) -> None:
+    def _start_updates(self) -> Optional[Callable[[], None]]:
+        """Runs once before the updates; may return a function that the pipeline calls after them."""
         return None
 
     def _apply_weight_decay(self, pairs: list[Pair]) -> None:

@@ -56,11 +56,16 @@ def _update(opt: OptimizerCore, pairs: Pairs, undo: Optional[StepValues], **opti
     if update:
         update = opt._aggregate_across_processes(update, **options)
         update = opt._transform_gradients(update)  # clipping, gradient transformers
-        opt._start_updates()  # per-step scalars (Nadam's momentum product), once
-        for part, group_values in opt._param_group_partitions(update):
-            with opt._group_scope(group_values):
-                opt._apply_weight_decay(part)
-                opt._apply_updates(part)
+        # Per-step scalars (Nadam's momentum product), once; callable hyperparameters evaluated for this update.
+        restore = opt._start_updates()
+        try:
+            for part, group_values in opt._param_group_partitions(update):
+                with opt._group_scope(group_values):
+                    opt._apply_weight_decay(part)
+                    opt._apply_updates(part)
+        finally:
+            if restore is not None:
+                restore()  # the callables back in place of this update's values
     if undo is not None or _GUARDED.get():  # (no variable of this step has a constraint otherwise)
         opt._apply_constraints(pairs)
     opt._update_moving_averages()

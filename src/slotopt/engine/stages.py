@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -25,6 +24,7 @@ from ..kernels import native
 from ..kernels.ema import moving_average
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices
+from . import checks
 from . import constants as K
 from . import sparse as sparse_rows
 from .core import OptimizerCore, Pair
@@ -92,9 +92,13 @@ class DecoupledWeightDecay(OptimizerCore):
         """Skips weight decay for these variables, or for variables whose name matches any ``var_names`` regex."""
         # The variables themselves are kept (not only their ids): an id is only meaningful while its object lives,
         # and a copy of (model, optimizer) maps them to the copied variables.
-        self._exclude_vars = list(var_list) if var_list else []
+        # Keras joins ``var_names`` into one regex: a bare string would become one alternative per character
+        # ("bias" -> "b|i|a|s", which excludes almost everything), so it is refused here, as is a bad regex.
+        excluded = checks.check_tensor_list("var_list", var_list)
+        pattern = checks.check_regex_list("var_names", var_names)
+        self._exclude_vars = excluded
         self._exclude_ids = {id(v) for v in self._exclude_vars}
-        self._exclude_pattern = re.compile("|".join(sorted(set(var_names)))) if var_names else None
+        self._exclude_pattern = pattern
 
     def _use_weight_decay(self, var: torch.Tensor) -> bool:
         if id(var) in self._exclude_ids:

@@ -83,6 +83,8 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         hyper_keys = self.__dict__.get("_hyper_keys_cache", ())
         if name in hyper_keys:
             checks.check_value(name, value, self._hyperparameter_ranges)
+        if name in checks.RANGES and name not in ("learning_rate", "lr"):
+            self._track_callable_hyperparameter(name, value)
         object.__setattr__(self, name, value)
         if name in hyper_keys:
             self._broadcast(name, value)  # an attribute set applies to every parameter group
@@ -476,9 +478,42 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         shards = self._shard_groups_of(pairs)
         return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, shards))
 
-    def _start_updates(self) -> None:
+    def _track_callable_hyperparameter(self, name: str, value: Any) -> None:
+        """Keeps the names of the hyperparameters that hold a callable (``beta_1=lambda: 0.9``), so that a step
+        evaluates them without looking at every attribute."""
+        callables = self.__dict__.setdefault("_callable_hyperparameters", set())
+        if callable(value) and not isinstance(value, torch.Tensor):
+            checks.check_callable_allowed(name, value)
+            callables.add(name)
+        else:
+            callables.discard(name)
+
+    def _start_updates(self) -> Optional[Callable[[], None]]:
         self.__dict__["_step_learning_rate"] = self.learning_rate  # a schedule is evaluated once per update
-        self._before_updates(self._step_learning_rate)
+        restore = None
+        if self.__dict__.get("_callable_hyperparameters"):
+            restore = self._evaluate_callable_hyperparameters()
+        try:
+            self._before_updates(self._step_learning_rate)
+        except BaseException:
+            if restore is not None:
+                restore()
+            raise
+        return restore
+
+    def _evaluate_callable_hyperparameters(self) -> Callable[[], None]:
+        """Calls each callable hyperparameter once (no arguments, as Keras documents), checks its value, and
+        puts the number in the attribute for this update, rounded as a constant of that value would be. Returns
+        the function that puts the callables back."""
+        values = {}
+        for name in sorted(self._callable_hyperparameters):
+            fn = self.__dict__[name]
+            result = fn()
+            checks.check_result(name, result, self._hyperparameter_ranges)
+            values[name] = checks.as_number(name, result)
+        saved = {name: self.__dict__[name] for name in values}
+        self.__dict__.update(values)
+        return lambda: self.__dict__.update(saved)
 
     def _learning_rate_of_step(self) -> Any:
         """This update's learning rate: the schedule's value from ``_start_updates``, or the (group's) variable."""
