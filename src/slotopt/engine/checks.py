@@ -31,7 +31,7 @@ import torch
 __all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
            "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of",
            "check_pairs", "check_variable", "check_config_dict", "NOT_CALLABLE", "check_callable_allowed",
-           "check_tensor_list", "check_regex_list"]
+           "check_tensor_list", "check_regex_list", "check_step_count", "check_name"]
 
 
 class HyperparameterTypeError(TypeError, ValueError):
@@ -268,3 +268,28 @@ def check_regex_list(name: str, value: Any) -> Optional[re.Pattern[str]]:
             raise ValueError(f"Argument `{name}` holds an invalid regular expression ({err}). Received: "
                              f"{name}[{i}]={item!r}") from err
     return re.compile("|".join(sorted(set(names)))) if names else None
+
+
+def check_step_count(name: str, value: Any) -> int:
+    """A step counter's new value: an integer >= 0, or a one-element integer tensor holding one (not a bool, a
+    float such as 2.7, or a string such as "7")."""
+    number = value
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not (
+            value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool):
+        number = int(value.detach().reshape(()).cpu())
+    elif isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iu":
+        number = int(value.reshape(()))
+    if isinstance(number, (bool, np.bool_)) or not isinstance(number, (int, np.integer)):
+        raise TypeError(f"Argument `{name}` must be an integer >= 0 (or a one-element integer tensor). "
+                        f"Received: {name}={value!r}")
+    if number < 0:
+        raise ValueError(f"Argument `{name}` must be an integer >= 0. Received: {name}={value!r}")
+    return int(number)
+
+
+def check_name(value: Any, argument: str = "name") -> Any:
+    """An optimizer's name: a string (or None where the class has a default)."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"Argument `{argument}` must be a string. Received: {argument}={value!r} (of type "
+                        f"{type(value).__name__})")
+    return value

@@ -43,7 +43,10 @@ class BuildsOnParams(type):
     def __call__(cls, *args: Any, params: Any = None, gradient_aggregator: Any = None, **kwargs: Any) -> Any:
         if gradient_aggregator is not None:
             check_gradient_aggregator(gradient_aggregator, cls)
+        if "name" in kwargs:
+            checks.check_name(kwargs["name"])
         optimizer = super().__call__(*args, **kwargs)
+        checks.check_name(optimizer.__dict__.get("name", optimizer.__dict__.get("_name")))  # given by position
         optimizer._check_configuration()  # every generation's hyperparameters, by name (engine/checks.py)
         if gradient_aggregator is not None:
             optimizer.gradient_aggregator = gradient_aggregator

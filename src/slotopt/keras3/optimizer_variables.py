@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..engine import constants as K
-from ..engine import transaction
+from ..engine import checks, transaction
 from ..engine import weights as weights_io
 from ..engine.core import OptimizerCore
 from ..engine.state import FlatState, constant_fill, initial_value
@@ -85,7 +85,7 @@ class OptimizerVariables(OptimizerCore):
 
     @iterations.setter
     def iterations(self, value: Any) -> None:
-        self._iterations.assign(int(value))
+        self._iterations.assign(checks.check_step_count("iterations", value))
 
     def add_variable(
         self,

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import transaction
+from ..engine import checks, transaction
 from ..engine import weights as weights_io
 from ..engine.core import OptimizerCore
 from ..variables import Variable, variable_name
@@ -60,13 +60,18 @@ class SlotWeights(OptimizerCore):
                 f"is attempting to set `iterations` to {variable}."
             )
         if is_number(variable) and float(variable).is_integer():
-            variable = self._new_variable(torch.tensor(int(variable), dtype=torch.int64), "iter")
+            count = checks.check_step_count("iterations", int(variable))
+            variable = self._new_variable(torch.tensor(count, dtype=torch.int64), "iter")
+        elif isinstance(variable, torch.Tensor) and variable.numel() == 1 and variable.dtype == torch.bool:
+            raise TypeError(f"Argument `iterations` must be an integer tensor, not a boolean one. Received: "
+                            f"iterations={variable!r}")
         elif not (isinstance(variable, torch.Tensor) and variable.numel() == 1 and not variable.is_floating_point()
                   and not variable.is_complex() and variable.device.type == "cpu"):
             raise TypeError(
                 "Argument `iterations` must be an integer or a 0-dim integer tensor on the CPU (e.g. "
                 f"`slotopt.Variable(0, dtype=torch.int64)`). Received: iterations={variable!r}"
             )
+        checks.check_step_count("iterations", variable)  # a counter below 0 is refused
         self._iterations = variable
         self._weights.append(variable)
 

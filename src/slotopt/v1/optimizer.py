@@ -147,9 +147,16 @@ class Optimizer(NamedState):
         forward pass first used them (TF1 graph mode takes every trainable variable of the graph; variables the
         loss does not use cannot be seen from a tensor, so they are not listed). ``grad_loss`` is the output
         gradient (``grad_loss=3.0`` triples every gradient).
-        ``aggregation_method`` and ``colocate_gradients_with_ops`` have no effect; ``gate_gradients`` is only
-        validated for a tensor loss, as in TF1. A tensor loss's graph is freed by the call.
+        ``aggregation_method`` and ``colocate_gradients_with_ops`` have no effect; ``gate_gradients`` must be
+        ``GATE_NONE``, ``GATE_OP`` or ``GATE_GRAPH`` (TF1 checks it for a tensor loss only). A tensor loss's
+        graph is freed by the call.
         """
+        # TF1 checks ``gate_gradients`` in graph mode only (eager accepts 7); slotopt refuses it on both paths,
+        # with TF1's graph-mode message, rather than accept a value that means nothing.
+        if gate_gradients not in (GATE_NONE, GATE_OP, GATE_GRAPH):
+            raise ValueError(
+                "gate_gradients must be one of: Optimizer.GATE_NONE, Optimizer.GATE_OP, "
+                f"Optimizer.GATE_GRAPH.  Not {gate_gradients}")
         is_function = callable(loss) and not isinstance(loss, torch.Tensor)
         if not is_function:
             if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
@@ -157,10 +164,6 @@ class Optimizer(NamedState):
                     "`loss` passed to Optimizer.compute_gradients should be a function when eager execution is "
                     "enabled. (A tensor is accepted only when it was computed with autograd recording, i.e. "
                     f"it has a grad_fn.) Received: loss={loss!r}")
-            if gate_gradients not in (GATE_NONE, GATE_OP, GATE_GRAPH):
-                raise ValueError(
-                    "gate_gradients must be one of: Optimizer.GATE_NONE, Optimizer.GATE_OP, "
-                    f"Optimizer.GATE_GRAPH.  Not {gate_gradients}")
             self._assert_valid_dtypes([loss], "loss")
             if isinstance(grad_loss, torch.Tensor):
                 self._assert_valid_dtypes([grad_loss], "grad_loss")
