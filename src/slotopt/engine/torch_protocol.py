@@ -399,7 +399,7 @@ class TorchProtocol(torch.optim.Optimizer):
                     "optimizer class or configuration.")
             for name, value in entry.items():
                 target = expected[name]
-                value_t = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+                value_t = _state_value(key, name, value, target)
                 if tuple(value_t.shape) != tuple(target.shape):
                     raise ValueError(f"Loaded state {name!r} of parameter {key} has shape {tuple(value_t.shape)}; "
                                      f"expected {tuple(target.shape)}.")
@@ -532,6 +532,26 @@ def _copied(state_dict: Mapping[str, Any]) -> dict[str, Any]:
                   if isinstance(entry, Mapping) else entry for k, entry in state_dict["state"].items()},
         "param_groups": [dict(g) for g in state_dict["param_groups"]],
     }
+
+
+def _state_value(key: Any, name: str, value: Any, target: torch.Tensor) -> torch.Tensor:
+    """A loaded state entry as a tensor, refused (naming the parameter, the entry and the value) when it is not
+    numeric, or complex for a real slot (casting would drop the imaginary part)."""
+    if isinstance(value, torch.Tensor):
+        value_t = value
+    else:
+        try:
+            value_t = torch.as_tensor(value) if not isinstance(value, (str, bytes)) else None
+        except (TypeError, ValueError, RuntimeError):
+            value_t = None
+    if value_t is None:
+        raise TypeError(f"Loaded state {name!r} of parameter {key} must be a tensor or a number. Received: "
+                        f"state[{key!r}][{name!r}]={value!r} (of type {type(value).__name__})")
+    if value_t.is_complex() and not target.is_complex():
+        raise TypeError(f"Loaded state {name!r} of parameter {key} is complex ({value_t.dtype}) but the optimizer "
+                        f"keeps it as {target.dtype}: casting would drop the imaginary part. Received: "
+                        f"state[{key!r}][{name!r}]={value!r}")
+    return value_t
 
 
 def _local(value: Any) -> Any:

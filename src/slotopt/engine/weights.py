@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-__all__ = ["checked_values", "assign_values", "count_error", "keras_shape_error", "snapshot"]
+__all__ = ["checked_values", "entries", "as_numbers", "assign_values", "count_error", "keras_shape_error", "snapshot"]
 
 #: ``(entry index, target, received shape) -> message`` for a value whose shape is not its target's.
 ShapeError = Callable[[int, torch.Tensor, tuple[int, ...]], str]
@@ -49,24 +49,44 @@ def checked_values(targets: Sequence[torch.Tensor], given: Sequence[Any], *, arg
     """``given`` as new tensors of the targets' dtypes and devices, one per target, same shapes (no broadcasting:
     a wrong shape is a wrong variable). Raises before anything changes: ``ValueError`` (``count`` or a generic
     message) for a wrong number of entries or a wrong shape, ``TypeError`` for an entry that is not numbers."""
-    given = list(given)
+    given = entries(given, argument)
     if len(given) != len(targets):
         raise ValueError(count or f"Received {len(given)} values for {len(targets)} optimizer variables.")
     values = []
     for i, (value, target) in enumerate(zip(given, targets)):
-        try:
-            if isinstance(value, torch.Tensor):
-                value = value.detach()
-            else:
-                value = torch.as_tensor(np.asarray(value))
-            value = value.to(dtype=target.dtype, device=target.device, copy=True)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise TypeError(f"Argument `{argument}` entry {i} must be a tensor or an array of numbers. "
-                            f"Received: {value!r}") from err
+        value = as_numbers(value, argument, i)
+        if value.is_complex() and not target.is_complex():
+            raise TypeError(f"Argument `{argument}` entry {i} is complex ({value.dtype}) but optimizer variable {i} "
+                            f"is {target.dtype}: casting would drop the imaginary part. Received: "
+                            f"{argument}[{i}]={value!r}")
+        value = value.to(dtype=target.dtype, device=target.device, copy=True)
         if tuple(value.shape) != tuple(target.shape):
             raise ValueError(shape_error(i, target, tuple(value.shape)))
         values.append(value)
     return values
+
+
+def entries(given: Any, argument: str = "weights") -> list[Any]:
+    """``given`` as a list: a list, tuple or other iterable of entries (not a single tensor, string or number)."""
+    if isinstance(given, (torch.Tensor, np.ndarray, str, bytes, dict)) or not hasattr(given, "__iter__"):
+        raise TypeError(f"Argument `{argument}` must be a list of arrays or tensors, one per optimizer variable. "
+                        f"Received: {argument}={given!r}")
+    return list(given)
+
+
+def as_numbers(value: Any, argument: str, i: int) -> torch.Tensor:
+    """Entry ``i`` of ``argument`` as a tensor of numbers (a copy when it is not a tensor); ``TypeError`` naming
+    the argument, the entry and the value for strings, objects and other non-numbers."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    try:
+        array = np.asarray(value)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"dtype {array.dtype}")
+        return torch.as_tensor(array)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"Argument `{argument}` entry {i} must be a tensor or an array of numbers. "
+                        f"Received: {argument}[{i}]={value!r}") from err
 
 
 def assign_values(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:

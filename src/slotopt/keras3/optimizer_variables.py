@@ -20,8 +20,8 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import constants as K
 from ..engine import checks, transaction
+from ..engine import constants as K
 from ..engine import weights as weights_io
 from ..engine.core import OptimizerCore
 from ..engine.state import FlatState, constant_fill, initial_value
@@ -209,7 +209,9 @@ class OptimizerVariables(OptimizerCore):
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns ``weights`` to ``variables`` in order. Before ``build``, they are kept and applied at build."""
-        weights = [torch.tensor(np.asarray(w)) for w in weights]  # copies: kept values must not alias the caller's
+        # Copies (kept values must not alias the caller's), checked to be numbers before anything is kept.
+        weights = [weights_io.as_numbers(w, "weights", i).clone()
+                   for i, w in enumerate(weights_io.entries(weights))]
         if not self.built:
             self._pending_state = weights
             return
