@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import re
@@ -31,7 +32,7 @@ import torch
 __all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
            "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of",
            "check_pairs", "check_variable", "check_config_dict", "NOT_CALLABLE", "check_callable_allowed",
-           "check_tensor_list", "check_regex_list", "check_step_count", "check_name"]
+           "check_tensor_list", "check_regex_list", "check_step_count", "check_name", "check_no_argument_callable"]
 
 
 class HyperparameterTypeError(TypeError, ValueError):
@@ -293,3 +294,17 @@ def check_name(value: Any, argument: str = "name") -> Any:
         raise TypeError(f"Argument `{argument}` must be a string. Received: {argument}={value!r} (of type "
                         f"{type(value).__name__})")
     return value
+
+
+def check_no_argument_callable(name: str, value: Any, what: str = "a callable with no arguments") -> None:
+    """A hyperparameter callable is called with no arguments at each step: one that needs an argument (a Keras
+    ``LearningRateSchedule``, which takes the step) is refused now rather than at the first step."""
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):
+        return  # no signature to read (a builtin): trusted, as the caller's code is
+    try:
+        signature.bind()
+    except TypeError as err:
+        raise HyperparameterTypeError(
+            f"Argument `{name}` must be a number, a tensor or {what} ({err}). Received: {name}={value!r}") from err

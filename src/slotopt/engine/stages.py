@@ -23,7 +23,7 @@ import torch
 from ..kernels import native
 from ..kernels.ema import moving_average
 from ..kernels.weight_decay import decoupled_weight_decay
-from ..variables import IndexedSlices
+from ..variables import IndexedSlices, variable_name
 from . import checks
 from . import constants as K
 from . import sparse as sparse_rows
@@ -307,9 +307,14 @@ class MovingAverages(OptimizerCore):
 
     def finalize_variable_values(self, var_list: Sequence[torch.Tensor]) -> None:
         """With ``use_ema``, sets each variable to its moving average (call once after training)."""
+        var_list = checks.check_tensor_list("var_list", var_list)
         if not self.use_ema:
             return
-        var_list = list(var_list)
+        if not self.built:
+            raise ValueError(
+                "`finalize_variable_values(var_list)` overwrites the variables with their moving averages, which "
+                "exist once the optimizer is built (by `build` or its first step). Received: "
+                f"var_list={[variable_name(v, 'variable') for v in var_list]} on an unbuilt optimizer.")
         averages = self._model_variables_moving_average
         if len(var_list) != len(averages):
             raise ValueError(
@@ -317,4 +322,10 @@ class MovingAverages(OptimizerCore):
                 f"variables stored in the optimizer ({len(averages)}). Please check if the optimizer was called "
                 "on your model."
             )
+        for i, (var, average) in enumerate(zip(var_list, averages)):
+            if var.shape != average.shape:
+                raise ValueError(
+                    f"Argument `var_list` entry {i} has shape {tuple(var.shape)} but its moving average has shape "
+                    f"{tuple(average.shape)}: pass the variables in the order the optimizer was built on. Received: "
+                    f"var_list[{i}]={variable_name(var, 'variable')}")
         self._overwrite_with_averages(var_list)

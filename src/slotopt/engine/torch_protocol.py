@@ -59,7 +59,10 @@ def _differs(a: Any, b: Any) -> bool:
     a, b = _as_number(a), _as_number(b)
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return False
-    return bool(a != b)
+    try:
+        return bool(a != b)
+    except (RuntimeError, TypeError, ValueError):  # a tensor of several values: changed (and then refused)
+        return True
 
 
 def _is_number(value: Any) -> bool:

@@ -484,6 +484,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         callables = self.__dict__.setdefault("_callable_hyperparameters", set())
         if callable(value) and not isinstance(value, torch.Tensor):
             checks.check_callable_allowed(name, value)
+            checks.check_no_argument_callable(name, value)  # Keras calls it with no arguments at each update
             callables.add(name)
         else:
             callables.discard(name)

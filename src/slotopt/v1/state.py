@@ -17,6 +17,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from ..engine import checks
 from ..engine import constants as K
 from ..engine.core import OptimizerCore
 from ..variables import Variable
@@ -60,6 +61,9 @@ def convert_to_tensor(value: Any, name: str) -> torch.Tensor:
 def check_hyperparameter(value: Any, name: str, allow_callable: bool) -> None:
     """Raises now (at construction) for a value that ``convert_to_tensor`` would reject at apply time."""
     if allow_callable and callable(value) and not isinstance(value, torch.Tensor):
+        # TF1 calls it with no arguments at each step: a Keras schedule (which takes the step) cannot work.
+        checks.check_no_argument_callable(name, value, "a callable with no arguments (TF1 optimizers take no "
+                                                       "Keras learning-rate schedule)")
         return
     convert_to_tensor(value, name)
 
