@@ -693,6 +693,9 @@ def deserialize(
         )
     class_name = config["class_name"]
     inner = config.get("config") or {}
+    if not isinstance(inner, Mapping):
+        raise TypeError(f"The `config` of a serialized learning rate schedule must be a dict of arguments. "
+                        f"Received: config={inner!r} (class_name={class_name!r})")
     custom = dict(custom_objects or {})
     cls: Optional[Any] = None
     registered_name = config.get("registered_name")

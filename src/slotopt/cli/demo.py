@@ -143,9 +143,11 @@ def describe(identifier: Identifier) -> str:
     if isinstance(identifier, str):
         return identifier
     config = identifier.get("config") or {}
+    if not isinstance(config, dict):  # a nested value given by the user, as it came (it is being reported)
+        return f"{identifier.get('class_name')}(config={config!r})"
     args = ", ".join(f"{k}={describe(v) if isinstance(v, dict) and 'class_name' in v else v}"
                      for k, v in config.items())
-    return f"{identifier['class_name']}({args})"
+    return f"{identifier.get('class_name')}({args})"
 
 
 def resolve_optimizer(identifier: Identifier) -> Any:
