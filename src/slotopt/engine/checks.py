@@ -29,10 +29,11 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-__all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
+__all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "OPTIONAL", "SCHEDULED", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
            "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of",
            "check_pairs", "check_variable", "check_config_dict", "NOT_CALLABLE", "check_callable_allowed",
-           "check_tensor_list", "check_regex_list", "check_step_count", "check_name", "check_no_argument_callable"]
+           "check_tensor_list", "check_regex_list", "check_step_count", "check_name", "check_no_argument_callable",
+           "check_argument_types"]
 
 
 class HyperparameterTypeError(TypeError, ValueError):
@@ -98,9 +99,17 @@ RANGES: dict[str, Range] = {
     "m_mul": NONNEGATIVE, "alpha": UNIT, "warmup_steps": NONNEGATIVE, "warmup_target": NONNEGATIVE,
 }
 
+#: Arguments for which ``None`` means "off" or "the default" (any other argument of ``RANGES`` must be a number).
+OPTIONAL = frozenset({"weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor", "decay",
+                      "warmup_target", "beta"})
+
+#: Arguments that may hold a learning-rate schedule (serialized as a dict in a config).
+SCHEDULED = frozenset({"learning_rate", "lr"})
+
 #: Arguments that must be booleans (a string such as "no" is truthy: refused rather than taken as True).
 FLAGS = frozenset({"nesterov", "amsgrad", "centered", "use_ema", "staircase", "cycle", "use_locking",
-                   "relative_step", "dynamic", "use_nesterov", "exclude_embeddings", "exclude_layernorms"})
+                   "relative_step", "dynamic", "use_nesterov", "exclude_embeddings", "exclude_layernorms",
+                   "use_own_namescope_for_non_slot_vars", "graph_mode_sparse"})
 
 
 def range_of(name: str, overrides: Optional[Mapping[str, Range]] = None) -> Optional[Range]:
@@ -160,10 +169,17 @@ def check_value(name: str, value: Any, overrides: Optional[Mapping[str, Range]] 
         check_flag(name, value)
         return
     allowed = range_of(name, overrides)
-    if allowed is None or value is None or isinstance(value, (str, Mapping)):
-        if isinstance(value, str) and allowed is not None:
-            raise HyperparameterTypeError(f"Argument `{name}` must be a number. Received: {name}={value!r}")
+    if allowed is None:
         return
+    if value is None:
+        if name not in OPTIONAL:
+            raise HyperparameterTypeError(f"Argument `{name}` must be a number, not None. Received: {name}=None")
+        return
+    if isinstance(value, Mapping) and name in SCHEDULED:
+        return  # a serialized schedule (a config's learning rate): checked when it is deserialized
+    if isinstance(value, (str, bytes, Mapping, list, tuple, set)):
+        raise HyperparameterTypeError(f"Argument `{name}` must be a number. Received: {name}={value!r} (of type "
+                                      f"{type(value).__name__})")
     if callable(value) and not isinstance(value, torch.Tensor):
         check_callable_allowed(name, value)
         return  # a callable or schedule: its result is checked when it is used
@@ -308,3 +324,39 @@ def check_no_argument_callable(name: str, value: Any, what: str = "a callable wi
     except TypeError as err:
         raise HyperparameterTypeError(
             f"Argument `{name}` must be a number, a tensor or {what} ({err}). Received: {name}={value!r}") from err
+
+
+def check_argument_types(init: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                         optional: frozenset[str] = OPTIONAL) -> None:
+    """The types of a constructor call's hyperparameter arguments (by keyword or by position), before the
+    constructor runs: a flag must be a boolean, a ``RANGES`` argument a real number or one-element real tensor
+    (or a callable, or a schedule's dict for a learning rate, or None where ``optional`` allows it). Ranges are
+    the generation's business and are checked after; this only keeps a constructor from comparing or testing
+    the truth of a string, a list or a tensor of several values (``if amsgrad:``, ``value <= 0.0``), which would
+    fail without naming the argument."""
+    named = dict(kwargs)
+    if args:
+        try:
+            names = [p.name for p in inspect.signature(init).parameters.values()
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
+        except (TypeError, ValueError):
+            names = []
+        named.update(zip(names, args))
+    for name, value in named.items():
+        if name in FLAGS:
+            check_flag(name, value)
+        elif name in RANGES:
+            _check_argument_type(name, value, optional)
+
+
+def _check_argument_type(name: str, value: Any, optional: frozenset[str]) -> None:
+    if value is None:
+        if name not in optional:
+            raise HyperparameterTypeError(f"Argument `{name}` must be a number, not None. Received: {name}=None")
+        return
+    if isinstance(value, Mapping) and name in SCHEDULED:
+        return
+    if callable(value) and not isinstance(value, torch.Tensor):
+        check_callable_allowed(name, value)
+        return
+    as_number(name, value)  # a real number, or a one-element real tensor or array; raises naming the argument

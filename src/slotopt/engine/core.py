@@ -45,6 +45,7 @@ class BuildsOnParams(type):
             check_gradient_aggregator(gradient_aggregator, cls)
         if "name" in kwargs:
             checks.check_name(kwargs["name"])
+        checks.check_argument_types(cls.__init__, args, kwargs, cls._optional_arguments)  # before any use
         optimizer = super().__call__(*args, **kwargs)
         checks.check_name(optimizer.__dict__.get("name", optimizer.__dict__.get("_name")))  # given by position
         optimizer._check_configuration()  # every generation's hyperparameters, by name (engine/checks.py)
@@ -95,6 +96,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     #: Where a class narrows the shared range of a hyperparameter (``engine.checks.RANGES``), e.g. Adam's
     #: ``beta_1`` in [0, 1): 1.0 divides by ``1 - beta_1 ** t = 0`` at the first step.
     _hyperparameter_ranges: dict[str, checks.Range] = {}
+    #: Constructor arguments of ``engine.checks.RANGES`` that may be None (off, or the generation's default).
+    _optional_arguments: frozenset[str] = checks.OPTIONAL
 
     def _configuration_values(self) -> dict[str, Any]:
         """The constructor's hyperparameters by argument name (callables and schedules as given)."""
@@ -111,6 +114,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         found: dict[str, Any] = {}
         for key, value in self.__dict__.items():
             name = key[1:] if key.startswith("_") and not key.startswith("__") else key
+            name = "learning_rate" if name == "lr" else name  # (TF1 keeps the argument as ``_lr``)
             if name in checks.FLAGS or (name in checks.RANGES and isinstance(value, (int, float))):
                 found.setdefault(name, value)
         return found

@@ -50,7 +50,10 @@ def initial_value(initializer: Any, shape: Sequence[int], dtype: torch.dtype, de
     if fill is not None:
         return torch.full(shape, fill(dtype), dtype=dtype, device=device)
     if isinstance(initializer, (torch.Tensor, np.ndarray)):
-        return torch.as_tensor(initializer).to(dtype=dtype, device=device).clone()
+        value = torch.as_tensor(initializer).to(dtype=dtype, device=device)
+        if value.dim() == 0 and shape != ():  # a scalar tensor is a constant (Keras's ``Constant(value)``)
+            return value.expand(shape).clone()
+        return value.clone()
     if callable(initializer):
         return torch.as_tensor(initializer(shape, dtype)).to(dtype=dtype, device=device)
     if isinstance(initializer, str):

@@ -72,6 +72,9 @@ def _is_number(value: Any) -> bool:
 class TorchProtocol(torch.optim.Optimizer):
     """The torch side of every slotopt optimizer (not used directly)."""
 
+    #: Whether a negative ``lr`` written into a group is taken (TF1 applies any rate; Keras refuses one < 0).
+    _negative_lr_allowed: bool = False
+
     # ------------------------------------------------------------------------------------------ set-up
     def _init_torch_protocol(self) -> None:
         """What ``torch.optim.Optimizer.__init__`` sets up, without requiring parameters yet (Keras optimizers
@@ -219,8 +222,9 @@ class TorchProtocol(torch.optim.Optimizer):
                         f"`lr` cannot be set (received lr={value!r}). Create the optimizer with a float "
                         "`learning_rate` to let a torch LR scheduler drive it.")
                 continue
-            if not _is_number(value) or not math.isfinite(value) or (key == "lr" and value < 0):
-                what = "a finite number >= 0" if key == "lr" else "a finite number"
+            negative_lr = key == "lr" and value < 0 if _is_number(value) else False
+            if not _is_number(value) or not math.isfinite(value) or (negative_lr and not self._negative_lr_allowed):
+                what = "a finite number >= 0" if key == "lr" and not self._negative_lr_allowed else "a finite number"
                 raise ValueError(f"Parameter group {index}: `{key}` must be {what}. Received: {key}={value!r}")
             try:
                 self._check_hyperparameter(key, value)

@@ -114,7 +114,9 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
                 warnings.warn("Argument `decay` is no longer supported and will be ignored.", stacklevel=2)
         if kwargs:
             raise ValueError(f"Argument(s) not recognized: {kwargs}")
-        if gradient_accumulation_steps:  # Keras: 0 and None both mean no accumulation
+        if not (gradient_accumulation_steps is None or (type(gradient_accumulation_steps) is int
+                                                        and gradient_accumulation_steps == 0)):
+            # Keras: 0 and None both mean no accumulation; anything else must be an integer >= 2.
             checks.check_integer("gradient_accumulation_steps", gradient_accumulation_steps, 2)
         checks.check_values({"weight_decay": weight_decay, "clipnorm": clipnorm, "clipvalue": clipvalue,
                              "global_clipnorm": global_clipnorm, "use_ema": use_ema,

@@ -122,6 +122,7 @@ class Optimizer(SlotWeights, HyperparameterStore):
     #: tf.keras sets this on every built-in optimizer but Ftrl; nothing reads it any more.
     _HAS_AGGREGATE_GRAD = False
     _refuses_repeated_variables = True
+    _optional_arguments = checks.OPTIONAL | {"epsilon"}  # tf.keras: ``epsilon or 1e-7``
     #: Per-class cache: does a method accept ``apply_state``?
     _accepts_apply_state: dict[tuple[type, str], bool] = {}
 

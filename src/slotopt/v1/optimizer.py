@@ -42,6 +42,16 @@ _VALID_DTYPES_TEXT = "[torch.float32, torch.float64, torch.float16, torch.bfloat
 Loss = Union[Callable[[], torch.Tensor], torch.Tensor]
 
 
+#: The constructor argument behind each short hyperparameter key (TF1 keeps ``l1`` for
+#: ``l1_regularization_strength``...): messages name the argument the caller wrote.
+_ARGUMENT_NAMES = {"l1": "l1_regularization_strength", "l2": "l2_regularization_strength",
+                   "l2_shrinkage": "l2_shrinkage_regularization_strength", "lr": "learning_rate"}
+
+
+def argument_name(key: str) -> str:
+    return _ARGUMENT_NAMES.get(key, key)
+
+
 class InvalidArgumentError(ValueError):
     """TensorFlow's ``tf.errors.InvalidArgumentError``: a kernel rejected an argument's value at apply time."""
 
@@ -80,6 +90,8 @@ class Optimizer(NamedState):
         >>> w.tolist(), int(step)
         ([0.5, 0.5], 1)
     """
+
+    _negative_lr_allowed = True  # TF1 applies a negative rate as given (gradient ascent)
 
     GATE_NONE = GATE_NONE
     GATE_OP = GATE_OP
@@ -470,12 +482,13 @@ class Optimizer(NamedState):
         for key, value in {**self._attribute_values(), **self._configuration_values()}.items():
             if key in checks.FLAGS:
                 checks.check_flag(key, value)
-            elif is_number(value) or isinstance(value, torch.Tensor):
-                checks.check_number(key, value, self._hyperparameter_ranges.get(key, checks.ANY))
+            elif value is not None and not (callable(value) and not isinstance(value, torch.Tensor)):
+                # a number of any kind (np.bool_ too: refused), a tensor, or something convert_to_tensor refuses
+                checks.check_number(argument_name(key), value, self._hyperparameter_ranges.get(key, checks.ANY))
 
     def _check_hyperparameter(self, key: str, value: Any) -> None:
         key = "learning_rate" if key == "lr" else key
-        checks.check_number(key, value, self._hyperparameter_ranges.get(key, checks.ANY))
+        checks.check_number(argument_name(key), value, self._hyperparameter_ranges.get(key, checks.ANY))
 
     def _has_learning_rate(self) -> bool:
         return "learning_rate" in self._hypers()
@@ -537,7 +550,7 @@ class BuiltinOptimizer(Optimizer):
     def __init__(self, use_locking: bool, name: str, hyper: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(use_locking, name, **kwargs)
         for key, value in hyper.items():
-            check_hyperparameter(value, key, self._callable_hypers)
+            check_hyperparameter(value, argument_name(key), self._callable_hypers)
         self._hyper = dict(hyper)
         self._prepared: dict[str, torch.Tensor] = {}
         self._cast_cache: dict[tuple[str, torch.dtype], float] = {}
@@ -568,4 +581,4 @@ class BuiltinOptimizer(Optimizer):
                 value = self._t(key, dtype)
                 ok = {"positive": value > 0, "non-negative": value >= 0, "non-positive": value <= 0}[kind]
                 if not ok:
-                    raise InvalidArgumentError(f"{message}[] (received {key}={value})")
+                    raise InvalidArgumentError(f"{message}[] (received {argument_name(key)}={value})")
