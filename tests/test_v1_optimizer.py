@@ -111,7 +111,7 @@ def test_ftrl_validation_order_is_tf1s():
 @pytest.mark.parametrize("make, arg", [
     (lambda: FtrlOptimizer(lambda: 0.1), "learning_rate"),
     (lambda: ProximalGradientDescentOptimizer(lambda: 0.1), "learning_rate"),
-    (lambda: ProximalAdagradOptimizer(0.1, l1_regularization_strength=lambda: 0.1), "l1"),
+    (lambda: ProximalAdagradOptimizer(0.1, l1_regularization_strength=lambda: 0.1), "l1_regularization_strength"),
     (lambda: AdagradDAOptimizer(lambda: 0.1, int64_step()), "learning_rate"),
 ])
 def test_callables_are_rejected_where_tf1_does_not_call_them(make, arg):

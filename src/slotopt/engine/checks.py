@@ -101,7 +101,7 @@ RANGES: dict[str, Range] = {
 
 #: Arguments for which ``None`` means "off" or "the default" (any other argument of ``RANGES`` must be a number).
 OPTIONAL = frozenset({"weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor", "decay",
-                      "warmup_target", "beta"})
+                      "warmup_target", "beta", "adam_weight_decay"})
 
 #: Arguments that may hold a learning-rate schedule (serialized as a dict in a config).
 SCHEDULED = frozenset({"learning_rate", "lr"})
@@ -172,7 +172,8 @@ def check_value(name: str, value: Any, overrides: Optional[Mapping[str, Range]] 
     if allowed is None:
         return
     if value is None:
-        if name not in OPTIONAL:
+        # (a configuration shows None for a learning rate driven by a schedule or callable)
+        if name not in OPTIONAL and name not in SCHEDULED:
             raise HyperparameterTypeError(f"Argument `{name}` must be a number, not None. Received: {name}=None")
         return
     if isinstance(value, Mapping) and name in SCHEDULED:
@@ -327,13 +328,14 @@ def check_no_argument_callable(name: str, value: Any, what: str = "a callable wi
 
 
 def check_argument_types(init: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                         optional: frozenset[str] = OPTIONAL) -> None:
+                         optional: frozenset[str] = OPTIONAL, own: frozenset[str] = frozenset()) -> None:
     """The types of a constructor call's hyperparameter arguments (by keyword or by position), before the
     constructor runs: a flag must be a boolean, a ``RANGES`` argument a real number or one-element real tensor
     (or a callable, or a schedule's dict for a learning rate, or None where ``optional`` allows it). Ranges are
     the generation's business and are checked after; this only keeps a constructor from comparing or testing
     the truth of a string, a list or a tensor of several values (``if amsgrad:``, ``value <= 0.0``), which would
-    fail without naming the argument."""
+    fail without naming the argument. Arguments in ``own`` are left to the class (it checks them with the
+    message of the library it follows)."""
     named = dict(kwargs)
     if args:
         try:
@@ -343,9 +345,11 @@ def check_argument_types(init: Any, args: tuple[Any, ...], kwargs: Mapping[str, 
             names = []
         named.update(zip(names, args))
     for name, value in named.items():
+        if name in own:
+            continue
         if name in FLAGS:
             check_flag(name, value)
-        elif name in RANGES:
+        elif name in RANGES and name not in SCHEDULED:  # (a learning rate: each face has its own message)
             _check_argument_type(name, value, optional)
 
 

@@ -45,7 +45,7 @@ class BuildsOnParams(type):
             check_gradient_aggregator(gradient_aggregator, cls)
         if "name" in kwargs:
             checks.check_name(kwargs["name"])
-        checks.check_argument_types(cls.__init__, args, kwargs, cls._optional_arguments)  # before any use
+        checks.check_argument_types(cls.__init__, args, kwargs, cls._optional_arguments, cls._own_argument_checks)
         optimizer = super().__call__(*args, **kwargs)
         checks.check_name(optimizer.__dict__.get("name", optimizer.__dict__.get("_name")))  # given by position
         optimizer._check_configuration()  # every generation's hyperparameters, by name (engine/checks.py)
@@ -98,6 +98,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     _hyperparameter_ranges: dict[str, checks.Range] = {}
     #: Constructor arguments of ``engine.checks.RANGES`` that may be None (off, or the generation's default).
     _optional_arguments: frozenset[str] = checks.OPTIONAL
+    #: Arguments a class checks itself before using them (with its library's message), not by their type first.
+    _own_argument_checks: frozenset[str] = frozenset()
 
     def _configuration_values(self) -> dict[str, Any]:
         """The constructor's hyperparameters by argument name (callables and schedules as given)."""

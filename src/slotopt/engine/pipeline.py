@@ -5,7 +5,7 @@ stage does by overriding the stage methods of ``OptimizerCore``; stages a genera
 there (TF1 has no clipping, only Keras 3 has accumulation, weight decay and moving averages).
 
 Validation happens entirely in ``_prepare_pairs``: when it raises, nothing has changed. Constraints run after
-the update: a step whose variables have one first copies the values it may write (``transaction.StepValues``),
+the update: a step whose variables have one first copies the values it may write (``engine/undo.py``),
 so that a constraint that raises or returns a bad value leaves everything as it was. Values written into
 ``param_groups`` since the last step (a torch LR scheduler's ``lr``) are checked and applied first; parameter
 groups with their own hyperparameters are updated with those values (one partition per such group).
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from .transaction import _GUARDED, StepValues, constrained_step
+from .undo import StepValues, constrained_step, guarded
 
 if TYPE_CHECKING:
     from .core import OptimizerCore, Pairs
@@ -66,7 +66,7 @@ def _update(opt: OptimizerCore, pairs: Pairs, undo: Optional[StepValues], **opti
         finally:
             if restore is not None:
                 restore()  # the callables back in place of this update's values
-    if undo is not None or _GUARDED.get():  # (no variable of this step has a constraint otherwise)
+    if undo is not None or guarded():  # (no variable of this step has a constraint otherwise)
         opt._apply_constraints(pairs)
     opt._update_moving_averages()
     result = opt._finish_step(pairs, **options)  # iterations += 1 / global_step += 1

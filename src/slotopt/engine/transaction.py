@@ -19,12 +19,10 @@ Example:
 
 from __future__ import annotations
 
-import contextvars
 import copy
-from itertools import repeat
-from typing import Any, Optional
+from typing import Any
 
-__all__ = ["snapshot", "restore", "copy_values", "put_values", "StepValues", "constrained_step"]
+__all__ = ["snapshot", "restore", "copy_values", "put_values"]
 
 
 def _copy(value: Any) -> Any:
@@ -81,42 +79,3 @@ def put_values(tensors: Any, values: list[Any]) -> None:
         for t, v in zip(tensors, values):
             t.copy_(v)
 
-
-# Set while an outer step holds a ``StepValues`` (a wrapper's): the steps of the optimizers it wraps need none.
-_GUARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("slotopt_step_guarded", default=False)
-
-
-class StepValues:
-    """The values of every tensor a step may write (its variables and all the optimizer's own variables: slots,
-    ``iterations``, moving averages, accumulators, a wrapper's counters and its inner optimizers' variables),
-    taken before the step's first write so that a step that fails part-way (a constraint that raises or returns
-    a value of the wrong shape) can be undone."""
-
-    def __init__(self, opt: Any, variables: Any) -> None:
-        from .routing import optimizer_weights
-
-        seen: set[int] = set()
-        self._tensors = []
-        for t in [*variables, *optimizer_weights(opt)]:
-            if id(t) not in seen:
-                seen.add(id(t))
-                self._tensors.append(t)
-        self._values = copy_values(self._tensors)
-        self._token = _GUARDED.set(True)
-
-    def restore(self) -> None:
-        put_values(self._tensors, self._values)
-
-    def release(self) -> None:
-        _GUARDED.reset(self._token)
-
-
-def constrained_step(opt: Any, pairs: Any) -> Optional[StepValues]:
-    """A ``StepValues`` for a step whose variables have a constraint (one C-level pass over them), else None:
-    a step without constraints cannot fail after its first write, so it copies nothing. None too inside an
-    outer step that holds one already."""
-    if not any(map(getattr, [pair[1] for pair in pairs], repeat("constraint"), repeat(None))):
-        return None
-    if _GUARDED.get():
-        return None
-    return StepValues(opt, [pair[1] for pair in pairs])

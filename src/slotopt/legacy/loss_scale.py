@@ -58,6 +58,8 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         (2.0, 2, -0.5)
     """
 
+    _own_argument_checks = frozenset({"dynamic"})  # tf.keras's own message: The "dynamic" argument must be...
+
     def __init__(self, inner_optimizer: Optimizer, dynamic: bool = True, initial_scale: Optional[float] = None,
                  dynamic_growth_steps: Optional[int] = None) -> None:
         if isinstance(inner_optimizer, LossScaleOptimizer):
