@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine import checks
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import sgd as kernels
@@ -37,6 +38,29 @@ class SGD(Optimizer):
         self.nesterov = nesterov
         self._kernel_slots = ("momentum",) if momentum != 0 else ()
         self._sparse_layout = "rows" if momentum == 0 else "blocks"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "momentum" and "_kernel_slots" in self.__dict__:
+            self._check_momentum_kind(value)
+        super().__setattr__(name, value)
+
+    def _check_hyperparameter(self, key: str, value: Any) -> None:
+        super()._check_hyperparameter(key, value)
+        if key == "momentum":  # a torch-style write into param_groups
+            self._check_momentum_kind(value)
+
+    def _check_momentum_kind(self, value: Any) -> None:
+        """Whether there is a momentum slot was decided by the constructor (Keras builds one only then): a new
+        value may not cross between zero and non-zero."""
+        try:
+            number = checks.as_number("momentum", value)
+        except TypeError:
+            return  # not a number: the base class refuses it with its own message
+        if (number != 0) != bool(self._kernel_slots):
+            raise ValueError(
+                f"Argument `momentum` decides whether SGD keeps a momentum slot, so it cannot change between zero "
+                f"and non-zero after construction (this optimizer was created with momentum={self.momentum!r}). "
+                f"Received: momentum={value!r}; create a new SGD instead.")
 
     def build(self, variables: Any) -> None:
         if self.built:
