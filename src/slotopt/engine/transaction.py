@@ -78,4 +78,3 @@ def put_values(tensors: Any, values: list[Any]) -> None:
     with torch.no_grad():
         for t, v in zip(tensors, values):
             t.copy_(v)
-
