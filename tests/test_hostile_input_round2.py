@@ -343,6 +343,9 @@ def test_every_constructor_argument_is_refused_by_name_or_works(target, value):
     except slotopt.v1.InvalidArgumentError as err:  # TF1's kernels check these ranges at apply time
         assert arg in str(err) and w.tolist() == [1.0, -2.0, 3.0]
         return
+    except (TypeError, ValueError) as err:  # a callable's result is checked when it is called, at the step
+        assert callable(value) and arg in str(err) and w.tolist() == [1.0, -2.0, 3.0], err
+        return
     if generation == "v1" and _tf1_computes_nan(cls_name, arg, value):
         return
     assert torch.isfinite(w).all(), f"{cls_name}({arg}={value!r}) accepted, then gave {w.tolist()}"

@@ -187,13 +187,17 @@ def check_value(name: str, value: Any, overrides: Optional[Mapping[str, Range]] 
     check_number(name, value, allowed)
 
 
-#: Arguments read outside the update (clipping, loss scaling): a callable there would be compared as a number.
-NOT_CALLABLE = frozenset({"clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor"})
+#: Arguments read outside the update (clipping, loss scaling) or at the build: a callable there would be compared
+#: as a number.
+NOT_CALLABLE = frozenset({"clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor",
+                          # constants of the slots' initial values (every generation compares them at construction)
+                          "initial_accumulator_value", "initial_gradient_squared_accumulator_value"})
 
 
-def check_callable_allowed(name: str, value: Any) -> None:
-    """Refuses a callable for an argument that must be a number (``NOT_CALLABLE``)."""
-    if name in NOT_CALLABLE:
+def check_callable_allowed(name: str, value: Any, also: frozenset[str] = frozenset()) -> None:
+    """Refuses a callable for an argument that must be a number (``NOT_CALLABLE``, or ``also``: a class's own,
+    such as a value that decides at build time which slots exist)."""
+    if (name in NOT_CALLABLE or name in also) and callable(value) and not isinstance(value, torch.Tensor):
         raise HyperparameterTypeError(f"Argument `{name}` must be a number or None, not a callable. "
                                       f"Received: {name}={value!r}")
 

@@ -480,12 +480,16 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         shards = self._shard_groups_of(pairs)
         return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, shards))
 
+    #: Hyperparameters whose value decides which slots the build makes (Keras 3 tests them then, as numbers):
+    #: a callable there is refused.
+    _decided_at_build: frozenset[str] = frozenset({"momentum"})
+
     def _track_callable_hyperparameter(self, name: str, value: Any) -> None:
         """Keeps the names of the hyperparameters that hold a callable (``beta_1=lambda: 0.9``), so that a step
         evaluates them without looking at every attribute."""
         callables = self.__dict__.setdefault("_callable_hyperparameters", set())
         if callable(value) and not isinstance(value, torch.Tensor):
-            checks.check_callable_allowed(name, value)
+            checks.check_callable_allowed(name, value, self._decided_at_build)
             checks.check_no_argument_callable(name, value)  # Keras calls it with no arguments at each update
             callables.add(name)
         else:

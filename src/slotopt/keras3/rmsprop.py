@@ -40,6 +40,7 @@ class RMSprop(Optimizer):
                  clipvalue: Any = None, global_clipnorm: Any = None, use_ema: bool = False,
                  ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None, loss_scale_factor: Any = None,
                  gradient_accumulation_steps: Any = None, name: Any = None, **kwargs: Any) -> None:
+        checks.check_callable_allowed("momentum", momentum, self._decided_at_build)  # (``momentum > 0`` below)
         checks.check_values({"rho": rho, "momentum": momentum, "epsilon": epsilon, "centered": centered},
                             self._hyperparameter_ranges)
         super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
