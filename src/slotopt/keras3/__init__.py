@@ -29,8 +29,11 @@ from .nadam import Nadam
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .schedule_free_adamw import ScheduleFreeAdamW
+from . import serialization
 from .serialization import deserialize, get, serialize
 from .sgd import SGD
+
+serialization.register(globals())
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion",
            "Adafactor", "Lamb", "LossScaleOptimizer", "Muon", "ScheduleFreeAdamW", "MultiOptimizer", "OptimizerMap",

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import checks, transaction
+from ..engine import checks, registry, transaction
 from ..engine.core import OptimizerCore
 from ..engine.routing import (
     aggregation_options,
@@ -295,8 +295,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                     "it serializable."
                 )
             entries.append({
-                "optimizer": {"module": type(optimizer).__module__, "class_name": type(optimizer).__name__,
-                              "config": optimizer.get_config()},
+                "optimizer": registry.serialized(optimizer),
                 "variables": list(spec),
             })
         return {"name": self.name, "optimizers_and_vars": entries}
