@@ -42,6 +42,10 @@ class Variable(nn.Parameter):
     _variable_path: Optional[str]
     constraint: Optional[Callable[[torch.Tensor], torch.Tensor]]
 
+    #: Keras 3: when True, an optimizer step sets this variable to its gradient instead of updating it (float8
+    #: scales); set it on a variable (or any tensor) before its first step.
+    overwrite_with_gradient: bool = False
+
     def __new__(
         cls,
         value: Any = None,
@@ -59,7 +63,8 @@ class Variable(nn.Parameter):
             if dtype is not None:
                 data = data.to(dtype)
         else:
-            data = torch.as_tensor(np.asarray(value), dtype=dtype)
+            # A copy, as TF and Keras make: a step must never write into the caller's NumPy array.
+            data = torch.tensor(np.asarray(value), dtype=dtype)
             if dtype is None and data.dtype == torch.float64 and not isinstance(value, np.ndarray):
                 data = data.to(torch.float32)  # Python floats become float32, as in Keras (floatx)
         requires_grad = bool(trainable) and (data.is_floating_point() or data.is_complex())

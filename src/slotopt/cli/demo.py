@@ -143,6 +143,8 @@ def describe(identifier: Identifier) -> str:
     if isinstance(identifier, str):
         return identifier
     config = identifier.get("config") or {}
+    if not isinstance(config, dict):  # a function reference ({"class_name": "function", "config": "name"})
+        return f"{identifier.get('class_name')}({config!r})"
     args = ", ".join(f"{k}={describe(v) if isinstance(v, dict) and 'class_name' in v else v}"
                      for k, v in config.items())
     return f"{identifier['class_name']}({args})"

@@ -478,6 +478,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             return pairs
         return [pair for pair in pairs if pair[0] is not None]
 
+    def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        return pairs
+
     def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
         return pairs
 

@@ -34,6 +34,7 @@ def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
         return opt._empty_step_result()
     pairs = opt._ordinary(pairs)  # a step like the last one: its plan serves the stages (engine/plan.py)
     pairs = opt._drop_missing_gradients(pairs)
+    pairs = opt._overwrite_with_gradients(pairs)  # Keras 3: flagged variables take their gradient and leave
     pairs = opt._unscale_gradients(pairs)
     update = opt._accumulate_gradients(pairs)  # None on an accumulate-only call
     if update:

@@ -331,6 +331,9 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
     def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
         return pairs
 
+    def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        return pairs  # each sub-optimizer overwrites its own flagged variables (with its own accumulation)
+
     def _by_owner(self, pairs: list[Pair]) -> dict[int, list[Pair]]:
         groups = group_by_owner(pairs, lambda v: self._owner.get(id(v)),
                                 lambda v: f"Variable {self._name_of(v)} not found in any optimizer.")
