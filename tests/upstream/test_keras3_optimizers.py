@@ -429,6 +429,45 @@ def test_gradient_accumulation():
         assert int(opt.iterations) == calls // 3
 
 
+def test_overwrite_with_gradient():
+    # keras/src/optimizers/optimizer_test.py: test_overwrite_with_gradient
+    v, v2 = variable([[1.0, 2.0], [3.0, 4.0]]), variable([[1.0, 2.0], [3.0, 4.0]])
+    v.overwrite_with_gradient = True
+    opt = slotopt.SGD(learning_rate=1.0)
+    opt.apply_gradients([(torch.ones(2, 2), v), (torch.ones(2, 2), v2)])
+    assert_close(v, [[1.0, 1.0], [1.0, 1.0]])  # overwritten by its gradient
+    assert_close(v2, [[0.0, 1.0], [2.0, 3.0]])  # updated normally
+
+
+def test_overwrite_with_gradient_with_gradient_accumulation():
+    # keras/src/optimizers/optimizer_test.py: test_overwrite_with_gradient_with_gradient_accumulation. As in
+    # test_gradient_accumulation, the raw call counter is checked (Keras 3.15 reports `iterations` divided by N).
+    v, v2 = variable([[1.0, 2.0], [3.0, 4.0]]), variable([[1.0, 2.0], [3.0, 4.0]])
+    v.overwrite_with_gradient = True
+    ones, twos = torch.ones(2, 2), torch.full((2, 2), 2.0)
+    opt = slotopt.SGD(learning_rate=1.0, gradient_accumulation_steps=2)
+    expected = [(ones, 1, [[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [3.0, 4.0]], 1.0),
+                (twos, 2, [[2.0, 2.0], [2.0, 2.0]], [[-0.5, 0.5], [1.5, 2.5]], 0.0),
+                (ones, 3, [[2.0, 2.0], [2.0, 2.0]], [[-0.5, 0.5], [1.5, 2.5]], 1.0)]
+    for grad, calls, value, value2, accumulated in expected:
+        opt.apply_gradients([(grad, v), (grad, v2)])
+        assert int(opt.variables[0]) == calls
+        assert_close(v, value)
+        assert_close(v2, value2)
+        assert_close(opt._accumulated_gradients[0], np.full((2, 2), accumulated))
+        assert_close(opt._accumulated_gradients[1], np.full((2, 2), accumulated))
+
+
+def test_overwrite_with_gradient_setter():
+    # keras/src/backend/common/variables_test.py: test_overwrite_with_gradient_setter
+    v = variable([[1.0, 2.0], [3.0, 4.0]])
+    assert v.overwrite_with_gradient is False
+    v.overwrite_with_gradient = True
+    assert v.overwrite_with_gradient is True
+    with pytest.raises(TypeError, match="must be a boolean"):
+        v.overwrite_with_gradient = "true"
+
+
 def test_callable_learning_rate():
     # keras/src/optimizers/optimizer_test.py: test_callable_learning_rate
     v = variable([[1.0, 2.0], [3.0, 4.0]])

@@ -229,11 +229,12 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
             optimizer = self._optimizer_map[variable_path(var, self._name_of(var))]
         else:
             optimizer = self._optimizer_map(var)
-        if not isinstance(optimizer, Optimizer) or isinstance(optimizer, (MultiOptimizer, LossScaleOptimizer)):
+        if not isinstance(optimizer, Optimizer) or isinstance(optimizer, MultiOptimizer):
             raise ValueError(
                 f"Optimizer for variable {variable_path(var, self._name_of(var))} is not a Keras 3 optimizer "
-                f"(a slotopt.Optimizer other than MultiOptimizer or LossScaleOptimizer). Received: {optimizer!r}"
+                f"(a slotopt.Optimizer other than MultiOptimizer). Received: {optimizer!r}"
             )
+        _refuse_loss_scale_optimizer(optimizer, f"optimizer_map({variable_path(var, self._name_of(var))!r})")
         return optimizer
 
     def _after_copy(self) -> None:
