@@ -137,9 +137,10 @@ def test_custom_objects_given_by_the_caller_are_the_only_way_in() -> None:
         slotopt.deserialize(config)
     assert type(slotopt.deserialize(config, custom_objects={"MyAdam": MyAdam})) is MyAdam
     # A routing function comes from custom_objects, never from the module its config names.
+    sgd = slotopt.SGD()
     routed = slotopt.deserialize(_ref("keras.optimizers", "MultiOptimizer",
                                       {"optimizer_map": _selector("os", "system")}),
-                                 custom_objects={"system": lambda v, sgd=slotopt.SGD(): sgd})
+                                 custom_objects={"system": lambda v: sgd})
     routed.build(_variables())
     assert [type(o) for o in routed.optimizers] == [slotopt.SGD]
 

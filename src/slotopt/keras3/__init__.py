@@ -14,6 +14,7 @@ Example:
     (1, True)
 """
 
+from . import serialization
 from .adadelta import Adadelta
 from .adafactor import Adafactor
 from .adagrad import Adagrad
@@ -29,7 +30,6 @@ from .nadam import Nadam
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .schedule_free_adamw import ScheduleFreeAdamW
-from . import serialization
 from .serialization import deserialize, get, serialize
 from .sgd import SGD
 

@@ -73,6 +73,8 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         ([0.0], 2.0, 1)
     """
 
+    _supports_complex = True  # complex variables: the optimizer(s) it wraps decide (issue 24 item 8)
+
     def __init__(
         self,
         inner_optimizer: Optimizer,

@@ -197,6 +197,8 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         (['Adam', 'SGD'], 1, 1)
     """
 
+    _supports_complex = True  # complex variables: the optimizer(s) it wraps decide (issue 24 item 8)
+
     def __init__(self, optimizer_map: OptimizerSelector, loss_scale_factor: Optional[float] = None,
                  name: Optional[str] = None, *, foreach: Optional[bool] = None) -> None:
         if not callable(optimizer_map):

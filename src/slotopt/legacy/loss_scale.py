@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -58,6 +58,8 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         >>> float(opt.loss_scale), int(opt.iterations), w.item()
         (2.0, 2, -0.5)
     """
+
+    _supports_complex = True  # complex variables: the optimizer(s) it wraps decide (issue 24 item 8)
 
     def __init__(self, inner_optimizer: Optimizer, dynamic: bool = True, initial_scale: Optional[float] = None,
                  dynamic_growth_steps: Optional[int] = None) -> None:
