@@ -608,3 +608,155 @@ def test_adam_clipnorm_indexed_slices():
     moved = (embedding.weight.detach() != table_before).any(dim=1)
     assert moved.tolist() == [i == 1 for i in range(10)]
     assert torch.isfinite(embedding.weight).all()
+
+
+# ------------------------------------------------------------------------------------------------- muon_test.py
+def test_muon_config():
+    # keras/src/optimizers/muon_test.py: test_config
+    assert_config_round_trip(slotopt.Muon(learning_rate=0.5, epsilon=1e-5))
+
+
+def test_muon_newton_schulz():
+    # keras/src/optimizers/muon_test.py: test_Newton_Schulz (the quintic iteration Muon's update runs, 5 steps)
+    from slotopt.kernels.muon import newton_schulz5
+
+    opt = slotopt.Muon()
+    output = newton_schulz5(torch.tensor([[0.2499, 0.9105], [0.2655, 0.8824]]), steps=5, a=opt.muon_a, b=opt.muon_b,
+                            c=opt.muon_c, norm_epsilon=1e-7)
+    assert_close(output, [[-0.4422, 0.6457], [0.7285, 0.2968]], rtol=1e-3, atol=1e-3)
+
+
+def test_muon_adamw_single_step():
+    # keras/src/optimizers/muon_test.py: test_adamw_single_step. Upstream calls update_step(grads, vars, 0.5), which
+    # skips the base class's weight decay; apply_gradients with learning_rate=0.5 and no AdamW decay is that step.
+    v = slotopt.Variable(torch.tensor([1.0, 2.0, 3.0, 4.0]), name="test_vars")
+    slotopt.Muon(learning_rate=0.5, adam_weight_decay=None).apply_gradients([(torch.tensor([1.0, 6.0, 7.0, 2.0]), v)])
+    assert_close(v, [0.5, 1.5, 2.5, 3.5], rtol=1e-4, atol=1e-4)
+
+
+def test_muon_should_use_adamw():
+    # keras/src/optimizers/muon_test.py: test_should_use_adamw (Keras's default variable name is "variable"; an
+    # Embedding's table is "embeddings"; a Dense kernel "dense/kernel")
+    assert slotopt.Muon(exclude_layers=["var"])._should_use_adamw(slotopt.Variable(torch.ones(2, 2), name="variable"))
+    assert slotopt.Muon()._should_use_adamw(slotopt.Variable(torch.ones(2, 2), name="embedding/embeddings"))
+    assert not slotopt.Muon()._should_use_adamw(slotopt.Variable(torch.ones(2, 2), name="variable"))
+    assert not slotopt.Muon()._should_use_adamw(slotopt.Variable(torch.ones(2, 2), name="dense/kernel"))
+
+
+def test_muon_single_step():
+    # keras/src/optimizers/muon_test.py: test_muon_single_step
+    v = slotopt.Variable(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), name="variable")
+    slotopt.Muon(learning_rate=0.5, weight_decay=0).apply_gradients([(torch.tensor([[1.0, 6.0], [7.0, 2.0]]), v)])
+    assert_close(v, [[0.988775, 1.887053], [2.873428, 3.97035]], rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("path", ["muon", "adamw"], ids=["test_muon_weight_decay", "test_adamw_weight_decay"])
+def test_muon_weight_decay(path):
+    # keras/src/optimizers/muon_test.py: test_muon_weight_decay, test_adamw_weight_decay. Upstream calls
+    # _apply_weight_decay directly; a step with a zero gradient moves the variable by the decay alone (the Muon
+    # and Adam updates of a zero gradient are zero).
+    if path == "muon":
+        v = slotopt.Variable(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), name="variable")
+        opt = slotopt.Muon(learning_rate=1.0, weight_decay=0.01)
+    else:
+        v = slotopt.Variable(torch.tensor(2.0), name="variable")
+        opt = slotopt.Muon(learning_rate=1.0, adam_weight_decay=0.01)
+    expected = (v - v * 0.01).detach().numpy()
+    opt.apply_gradients([(torch.zeros_like(v), v)])
+    assert_close(v, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rms_rate", [None, 0.2], ids=["test_lr_adjust_none", "test_lr_adjust_2d"])
+def test_muon_lr_adjust(rms_rate):
+    # keras/src/optimizers/muon_test.py: test_lr_adjust_none, test_lr_adjust_2d. Keras's lr_adjust(x) is x, or
+    # x * rms_rate * sqrt(max(rows, cols)); slotopt applies it inside the step, so the step of an orthogonal
+    # update shows it: a 4x2 gradient whose Newton-Schulz output is o moves w by lr * lr_adjust(o).
+    from slotopt.kernels.muon import newton_schulz5
+
+    g = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    opt = slotopt.Muon(learning_rate=0.5, weight_decay=0, rms_rate=rms_rate, nesterov=False, momentum=0.0)
+    v = slotopt.Variable(torch.zeros(4, 2), name="variable")
+    opt.apply_gradients([(g, v)])
+    o = newton_schulz5(g, steps=5, a=opt.muon_a, b=opt.muon_b, c=opt.muon_c, norm_epsilon=1e-7)
+    adjusted = o if rms_rate is None else o * 0.2 * 2
+    assert_close(v, (-0.5 * adjusted).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_muon_model_fit():
+    # keras/src/optimizers/muon_test.py: test_model_fit (Dense(5), Dense(1, name="last") on ones, mse; one step)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 5), torch.nn.Linear(5, 1))
+    named = [(("last/" if n.startswith("1.") else "dense/") + n, p) for n, p in model.named_parameters()]
+    opt = slotopt.Muon(learning_rate=1e-3, exclude_layers=["last"])
+    opt.build(named)
+    loss = (model(torch.ones(1, 10)) - 1.0).pow(2).mean()
+    loss.backward()
+    opt.step()
+    assert int(opt.iterations) == 1
+    # the first kernel takes the Muon path; its bias (1-D) and the excluded "last" layer take AdamW
+    assert [opt._should_use_adamw(p) for _, p in named] == [False, True, True, True]
+
+
+# ------------------------------------------------------------------------------------ schedule_free_adamw_test.py
+def test_schedule_free_adamw_config():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_config
+    assert_config_round_trip(slotopt.ScheduleFreeAdamW(learning_rate=0.005, beta_1=0.95, beta_2=0.99, epsilon=1e-6,
+                                                       warmup_steps=100))
+
+
+def test_schedule_free_adamw_single_step():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_single_step
+    v = variable([1.0, 2.0, 3.0, 4.0])
+    slotopt.ScheduleFreeAdamW(learning_rate=0.5).apply_gradients([(torch.tensor([1.0, 6.0, 7.0, 2.0]), v)])
+    assert not np.allclose(v.detach().numpy(), [1.0, 2.0, 3.0, 4.0], rtol=1e-4, atol=1e-4)
+
+
+def test_schedule_free_adamw_weight_decay():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_weight_decay
+    var1, var2 = variable(2.0, "var1"), variable(2.0, "exclude")
+    slotopt.ScheduleFreeAdamW(learning_rate=1.0, weight_decay=0.004).apply_gradients([(torch.tensor(0.0), var1)])
+    opt = slotopt.ScheduleFreeAdamW(learning_rate=1.0, weight_decay=0.004)
+    opt.exclude_from_weight_decay(var_names=["exclude"])
+    opt.apply_gradients([(torch.tensor(0.0), var1), (torch.tensor(0.0), var2)])
+    assert abs(float(var2) - 2.0) < 1e-6
+
+
+def test_schedule_free_adamw_warmup():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_warmup
+    var1, var2 = variable([1.0, 2.0, 3.0]), variable([1.0, 2.0, 3.0])
+    slotopt.ScheduleFreeAdamW(learning_rate=0.5, warmup_steps=0).apply_gradients([(torch.ones(3), var1)])
+    slotopt.ScheduleFreeAdamW(learning_rate=0.5, warmup_steps=10).apply_gradients([(torch.ones(3), var2)])
+    start = np.array([1.0, 2.0, 3.0])
+    assert np.all(np.abs(var2.detach().numpy() - start) < np.abs(var1.detach().numpy() - start))
+
+
+def test_schedule_free_adamw_multiple_steps():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_multiple_steps
+    v = variable([1.0, 2.0, 3.0])
+    opt = slotopt.ScheduleFreeAdamW(learning_rate=0.01)
+    for _ in range(10):
+        opt.apply_gradients([(torch.full((3,), 0.1), v)])
+    assert np.all(v.detach().numpy() < [1.0, 2.0, 3.0])
+
+
+def test_schedule_free_adamw_with_model():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_with_model (Dense(10) on ones(4, 5) -> zeros, mse,
+    # two epochs of one batch, then an evaluation in eval mode)
+    model = torch.nn.Linear(5, 10)
+    opt = slotopt.ScheduleFreeAdamW(learning_rate=0.01, params=model)
+    x, y = torch.ones(4, 5), torch.zeros(4, 10)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    opt.eval()
+    with torch.no_grad():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("clip, expected", [(dict(clipnorm=1), [2**0.5 / 2, 2**0.5 / 2]), (dict(clipvalue=1), [1, 1])],
+                         ids=["test_clip_norm", "test_clip_value"])
+@pytest.mark.parametrize("cls", [slotopt.ScheduleFreeAdamW, slotopt.Muon], ids=["schedule_free_adamw", "muon"])
+def test_newer_members_clip(cls, clip, expected):
+    # keras/src/optimizers/schedule_free_adamw_test.py and muon_test.py: test_clip_norm, test_clip_value
+    assert_close(_clip(cls(**clip), torch.tensor([100.0, 100.0])), expected)
