@@ -760,3 +760,50 @@ def test_schedule_free_adamw_with_model():
 def test_newer_members_clip(cls, clip, expected):
     # keras/src/optimizers/schedule_free_adamw_test.py and muon_test.py: test_clip_norm, test_clip_value
     assert_close(_clip(cls(**clip), torch.tensor([100.0, 100.0])), expected)
+
+
+# -------------------------------------------------------------------------- optimizer_test.py (newer members)
+@pytest.mark.parametrize("name", ["adam", "sgd", "adamw", "adagrad", "rmsprop", "adadelta", "adamax", "lion", "nadam",
+                                  "ftrl", "adafactor"])
+def test_gradient_accumulation_with_weight_decay(name):
+    # keras/src/optimizers/optimizer_test.py: test_gradient_accumulation_with_weigth_decay (8 epochs; the mean of
+    # three batches applied at once equals three accumulated batches)
+    opt1 = slotopt.get({"class_name": name, "config": {"weight_decay": 0.05}})
+    opt3 = slotopt.get({"class_name": name, "config": {"weight_decay": 0.05, "gradient_accumulation_steps": 3}})
+    v1, v3 = variable([[0.9], [0.5]]), variable([[0.9], [0.5]])
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        grads3 = rng.random([3, 2, 1]).astype("float32")
+        opt1.apply_gradients([(torch.tensor(grads3.mean(axis=0)), v1)])
+        for batch in range(3):
+            opt3.apply_gradients([(torch.tensor(grads3[batch]), v3)])
+    assert_close(v1, v3.detach().double().numpy())
+
+
+def test_mixed_with_plain_tensors():
+    # keras/src/optimizers/optimizer_test.py: test_mixed_with_tf_variables (a backend Variable with a tf.Variable;
+    # here a slotopt.Variable with a plain torch Parameter)
+    v = variable([[1.0, 2.0], [3.0, 4.0]])
+    plain = torch.nn.Parameter(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    opt = slotopt.Adam(learning_rate=1.0)
+    opt.apply_gradients([(torch.ones(2, 2), v), (torch.ones(2, 2), plain)])
+    assert int(opt.iterations) == 1
+    with pytest.warns(UserWarning, match="Gradients do not exist for variables"):
+        opt.apply_gradients([(torch.ones(2, 2), v), (None, plain)])
+    assert int(opt.iterations) == 2
+
+
+def test_optimizer_auto_naming(monkeypatch):
+    # keras/src/optimizers/optimizer_test.py: test_optimizer_auto_naming (Keras's test case starts from a cleared
+    # session, so the name counters start at zero)
+    from slotopt.engine import naming
+
+    monkeypatch.setattr(naming, "_name_counts", {})
+    adam_1, adam_2, sgd_1, sgd_2 = slotopt.Adam(), slotopt.Adam(), slotopt.SGD(), slotopt.SGD()
+    adamw_1, adamw_2 = slotopt.AdamW(), slotopt.AdamW()
+    assert [o.name for o in (adam_1, adam_2, sgd_1, sgd_2, adamw_1, adamw_2)] == [
+        "adam", "adam_1", "sgd", "sgd_1", "adam_w", "adam_w_1"]
+    custom = slotopt.Adam(name="my_adam")
+    assert custom.name == "my_adam"
+    assert slotopt.deserialize(slotopt.serialize(adam_2)).name == "adam_1"
+    assert slotopt.deserialize(slotopt.serialize(custom)).name == "my_adam"
