@@ -807,3 +807,129 @@ def test_optimizer_auto_naming(monkeypatch):
     assert custom.name == "my_adam"
     assert slotopt.deserialize(slotopt.serialize(adam_2)).name == "adam_1"
     assert slotopt.deserialize(slotopt.serialize(custom)).name == "my_adam"
+
+
+# ------------------------------------------------------------------ loss_scale_optimizer_test.py (the rest)
+def _sgd_lso(**kwargs):
+    return slotopt.LossScaleOptimizer(slotopt.SGD(learning_rate=0.5), **kwargs)
+
+
+def test_loss_scale_apply_with_no_vars():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_apply_with_no_vars
+    opt = _sgd_lso()
+    v = variable([1.0, 2.0, 3.0, 4.0])
+    opt.build([v])
+    opt.apply([torch.tensor([1.0, 6.0, 7.0, 2.0]) * opt.initial_scale])
+    assert_close(v, [0.5, -1.0, -0.5, 3.0], rtol=1e-4, atol=1e-4)
+
+
+def test_loss_scale_finite_step_with_inner_loss_scale():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_finite_step_with_inner_loss_scale (stateful)
+    opt = slotopt.LossScaleOptimizer(slotopt.SGD(learning_rate=0.5, loss_scale_factor=100))
+    v = variable([1.0, 2.0, 3.0, 4.0])
+    opt.apply([torch.tensor([1.0, 6.0, 7.0, 2.0]) * opt.initial_scale], [v])
+    assert_close(v, [0.5, -1.0, -0.5, 3.0], rtol=1e-4, atol=1e-4)
+
+
+def test_loss_scale_finite_step_with_overwrite():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_finite_step_with_overwrite (stateful)
+    v = variable([1.0, 2.0, 3.0, 4.0])
+    v.overwrite_with_gradient = True
+    _sgd_lso().apply([torch.tensor([1.0, 6.0, 7.0, 2.0])], [v])
+    assert_close(v, [1.0, 6.0, 7.0, 2.0])
+
+
+def test_loss_scale_iterations_update():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_iterations_update (stateful)
+    opt = _sgd_lso()
+    v = variable([1.0, 2.0, 3.0, 4.0])
+    opt.build([v])
+    assert int(opt.iterations) == 0
+    for i in range(3):
+        opt.apply([torch.tensor([1.0, 6.0, 7.0, 2.0])], [v])
+        assert int(opt.iterations) == i + 1
+
+
+def test_loss_scale_serialization():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_serialization
+    config = _sgd_lso(initial_scale=3.0, dynamic_growth_steps=2, name="test_opt").get_config()
+    assert len(config) == 4 and config["name"] == "test_opt"
+    assert config["initial_scale"] == 3.0 and config["dynamic_growth_steps"] == 2 and "inner_optimizer" in config
+    slotopt.LossScaleOptimizer.from_config(config)
+
+
+def test_loss_scale_init_dynamic_arg():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_init_dynamic_arg
+    _sgd_lso(dynamic=True)
+    with pytest.raises(ValueError, match="set `loss_scale_factor`"):
+        _sgd_lso(dynamic=False)
+
+
+def test_loss_scale_init_unsupported_arg():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_init_unsupported_arg
+    with pytest.raises(ValueError, match="arguments: `foo`, `bar`"):
+        _sgd_lso(foo=True, bar=3)
+
+
+@pytest.mark.parametrize("arg, value", [("weight_decay", 0.5), ("clipnorm", 0.5), ("global_clipnorm", 0.5),
+                                        ("clipvalue", 0.5), ("use_ema", True), ("ema_momentum", 0.5),
+                                        ("ema_overwrite_frequency", 2), ("loss_scale_factor", 0.5),
+                                        ("gradient_accumulation_steps", 2)])
+def test_loss_scale_init_base_optimizer_unsupported_args(arg, value):
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_init_base_optimizer_unsupported_args
+    with pytest.raises(ValueError, match="on the `inner_optimizer`"):
+        _sgd_lso(**{arg: value})
+
+
+def test_loss_scale_deserialization_backwards_compatibility():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_deserialization_backwards_compatibility (a config
+    # that still carries the base optimizer's arguments, which are no longer serialized)
+    base = {"weight_decay": None, "clipnorm": None, "global_clipnorm": None, "clipvalue": None, "use_ema": False,
+            "ema_momentum": 0.99, "ema_overwrite_frequency": None, "loss_scale_factor": None,
+            "gradient_accumulation_steps": None}
+    config = {"name": "loss_scale_optimizer", **base,
+              "inner_optimizer": {"module": "keras.optimizers", "class_name": "SGD", "registered_name": None,
+                                  "config": {"name": "SGD", "learning_rate": 0.5, **base, "momentum": 0.0,
+                                             "nesterov": False}},
+              "initial_scale": 2.0, "dynamic_growth_steps": 2}
+    opt = slotopt.LossScaleOptimizer.from_config(config)
+    assert type(opt.inner_optimizer) is slotopt.SGD and opt.initial_scale == 2.0
+
+
+# ---------------------------------------------------------------------------- smaller per-class tests, newer
+def test_adam_ema_overwrite_frequency():
+    # keras/src/optimizers/adam_test.py: test_ema_overwrite_frequency
+    opt = slotopt.Adam(learning_rate=1.0, use_ema=True, ema_momentum=0.9, ema_overwrite_frequency=2)
+    plain = slotopt.Adam(learning_rate=1.0)
+    v, v_plain = variable([1.0, 2.0]), variable([1.0, 2.0])
+    grads = torch.tensor([0.1, 0.2])
+    opt.apply_gradients([(grads, v)])
+    plain.apply_gradients([(grads, v_plain)])
+    v1 = v_plain.detach().numpy().copy()
+    assert_close(v, v1)
+    opt.apply_gradients([(grads, v)])
+    plain.apply_gradients([(grads, v_plain)])
+    assert_close(v, 0.9 * v1 + 0.1 * v_plain.detach().numpy())
+
+
+def test_nadam_build_with_empty_var_list():
+    # keras/src/optimizers/nadam_test.py: test_build_with_empty_var_list
+    opt = slotopt.Nadam()
+    opt.build([])
+    assert opt._u_product.dtype == torch.float32
+
+
+def test_sgd_invalid_momentum():
+    # keras/src/optimizers/sgd_test.py: test_invalid_momentum
+    for bad in (-1.0, 2.0):
+        with pytest.raises(ValueError, match=r"`momentum` must be a float between \[0, 1\]."):
+            slotopt.SGD(momentum=bad)
+
+
+@pytest.mark.parametrize("arg", ["initial_accumulator_value", "learning_rate_power", "l1_regularization_strength",
+                                 "l2_regularization_strength", "l2_shrinkage_regularization_strength"])
+def test_ftrl_invalid_arguments(arg):
+    # keras/src/optimizers/ftrl_test.py: test_invalid_<arg> (5 tests)
+    bad = 1.0 if arg == "learning_rate_power" else -1.0
+    with pytest.raises(ValueError, match=f"`{arg}`"):
+        slotopt.Ftrl(**{arg: bad})
