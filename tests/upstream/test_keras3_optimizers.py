@@ -717,7 +717,7 @@ def test_schedule_free_adamw_weight_decay():
     opt = slotopt.ScheduleFreeAdamW(learning_rate=1.0, weight_decay=0.004)
     opt.exclude_from_weight_decay(var_names=["exclude"])
     opt.apply_gradients([(torch.tensor(0.0), var1), (torch.tensor(0.0), var2)])
-    assert abs(float(var2) - 2.0) < 1e-6
+    assert abs(var2.item() - 2.0) < 1e-6
 
 
 def test_schedule_free_adamw_warmup():
