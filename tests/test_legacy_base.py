@@ -577,7 +577,7 @@ def test_minimize_with_a_tensor_loss_grad_loss_and_a_module():
     opt2 = Adagrad()
     opt2.minimize(model(x).sum(), model)
     assert opt2.weights[1].path == "Adagrad/weight/accumulator"
-    with pytest.raises(ValueError, match="`loss`"):
+    with pytest.raises(ValueError, match="No gradients provided for any variable"):  # tf-keras: a constant loss
         opt.minimize(torch.tensor(1.0), model)
 
 

@@ -116,7 +116,7 @@ def test_config_round_trip_and_old_format():
     assert (rebuilt.initial_scale, rebuilt.dynamic_growth_steps) == (8.0, 3)
     fixed = LossScaleOptimizer.from_config({"optimizer": {"class_name": "sgd", "config": {}}, "loss_scale": 4.0})
     assert fixed.dynamic is False and float(fixed.loss_scale) == 4.0
-    with pytest.raises(ValueError, match="Unknown optimizer 'Mystery'"):
+    with pytest.raises(ValueError, match="Unknown optimizer: 'Mystery'"):
         LossScaleOptimizer.from_config({"inner_optimizer": {"class_name": "Mystery", "config": {}}})
 
 

@@ -107,7 +107,10 @@ def _step_tensor(step: Step, device: torch.device) -> torch.Tensor:
         )
     if isinstance(step, int):
         return torch.tensor(step, dtype=torch.int64, device=device)
-    return _to_tensor(step, device)
+    tensor = _to_tensor(step, device)
+    # A complex step (tf.keras casts iterations to a complex variable's dtype): TensorFlow's cast to the schedule's
+    # real dtype keeps the real part.
+    return tensor.real if tensor.is_complex() else tensor
 
 
 _CACHE_ATTR = "_slotopt_constants"

@@ -59,7 +59,8 @@ class Variable(nn.Parameter):
             if dtype is not None:
                 data = data.to(dtype)
         else:
-            data = torch.as_tensor(np.asarray(value), dtype=dtype)
+            # A copy, as TF and Keras make: a step must never write into the caller's NumPy array.
+            data = torch.tensor(np.asarray(value), dtype=dtype)
             if dtype is None and data.dtype == torch.float64 and not isinstance(value, np.ndarray):
                 data = data.to(torch.float32)  # Python floats become float32, as in Keras (floatx)
         requires_grad = bool(trainable) and (data.is_floating_point() or data.is_complex())
@@ -68,6 +69,19 @@ class Variable(nn.Parameter):
         var._variable_path = None
         var.constraint = constraint
         return var
+
+    @property
+    def overwrite_with_gradient(self) -> bool:
+        """Keras 3: when True, an optimizer step sets this variable to its gradient instead of updating it (the
+        float8 scales and amax histories); set it before the variable's first step. A plain tensor can carry
+        the same attribute."""
+        return self.__dict__.get("_overwrite_with_gradient", False)
+
+    @overwrite_with_gradient.setter
+    def overwrite_with_gradient(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"`overwrite_with_gradient` must be a boolean. Received: {value!r}")
+        self.__dict__["_overwrite_with_gradient"] = value
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # construction happens in __new__
         pass
@@ -137,19 +151,24 @@ class Variable(nn.Parameter):
         result = Variable._adopt(copy.deepcopy(self.data, memo), name=self.name, trainable=self.requires_grad)
         result.constraint = copy.deepcopy(self.constraint, memo)
         result._variable_path = self._variable_path
+        if self.overwrite_with_gradient:
+            result.overwrite_with_gradient = True
         memo[id(self)] = result
         return result
 
     def __reduce_ex__(self, proto: Any) -> Any:
-        return (_rebuild_variable, (self.data, self.name, self.requires_grad, self.constraint, self._variable_path))
+        return (_rebuild_variable, (self.data, self.name, self.requires_grad, self.constraint, self._variable_path,
+                                    self.overwrite_with_gradient))
 
 
 def _rebuild_variable(data: torch.Tensor, name: Optional[str], trainable: bool, constraint: Any,
-                      path: Optional[str] = None) -> Variable:
+                      path: Optional[str] = None, overwrite_with_gradient: bool = False) -> Variable:
     # ``data`` was just unpickled (it shares storage only with tensors of the same pickle): adopted, not copied.
     var = Variable._adopt(data, name=name, trainable=trainable)
     var.constraint = constraint
     var._variable_path = path
+    if overwrite_with_gradient is True:
+        var.overwrite_with_gradient = True
     return var
 
 

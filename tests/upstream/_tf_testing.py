@@ -12,13 +12,18 @@ import torch
 import slotopt
 
 DTYPES = [torch.float16, torch.float32, torch.float64]
-NP = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
+#: tf-keras's ``_DATA_TYPES`` (adagrad, adadelta, rmsprop and optimizer_v2 tests): the real types and complex.
+DATA_TYPES = DTYPES + [torch.complex64, torch.complex128]
+NP = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64, torch.complex64: np.complex64,
+      torch.complex128: np.complex128}
 
 
 def close(actual, expected, rtol=1e-6, atol=1e-6):
     if isinstance(actual, torch.Tensor):
-        actual = actual.detach().to(torch.float64).numpy()
-    np.testing.assert_allclose(np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64),
+        wide = torch.complex128 if actual.is_complex() else torch.float64
+        actual = actual.detach().to(wide).numpy()
+    wide_np = np.complex128 if np.iscomplexobj(actual) or np.iscomplexobj(expected) else np.float64
+    np.testing.assert_allclose(np.asarray(actual, dtype=wide_np), np.asarray(expected, dtype=wide_np),
                                rtol=rtol, atol=atol)
 
 
@@ -26,7 +31,7 @@ def close_by_type(actual, expected, rtol=1e-6, atol=1e-6, dtype=None):
     dtype = dtype if dtype is not None else (actual.dtype if isinstance(actual, torch.Tensor) else torch.float64)
     if dtype == torch.float16:
         rtol, atol = max(rtol, 1e-3), max(atol, 1e-3)
-    elif dtype == torch.float32:
+    elif dtype in (torch.float32, torch.complex64):  # TF: complex64 takes float32's tolerances
         rtol, atol = max(rtol, 1e-6), max(atol, 1e-6)
     close(actual, expected, rtol=rtol, atol=atol)
 

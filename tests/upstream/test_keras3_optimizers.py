@@ -429,6 +429,45 @@ def test_gradient_accumulation():
         assert int(opt.iterations) == calls // 3
 
 
+def test_overwrite_with_gradient():
+    # keras/src/optimizers/optimizer_test.py: test_overwrite_with_gradient
+    v, v2 = variable([[1.0, 2.0], [3.0, 4.0]]), variable([[1.0, 2.0], [3.0, 4.0]])
+    v.overwrite_with_gradient = True
+    opt = slotopt.SGD(learning_rate=1.0)
+    opt.apply_gradients([(torch.ones(2, 2), v), (torch.ones(2, 2), v2)])
+    assert_close(v, [[1.0, 1.0], [1.0, 1.0]])  # overwritten by its gradient
+    assert_close(v2, [[0.0, 1.0], [2.0, 3.0]])  # updated normally
+
+
+def test_overwrite_with_gradient_with_gradient_accumulation():
+    # keras/src/optimizers/optimizer_test.py: test_overwrite_with_gradient_with_gradient_accumulation. As in
+    # test_gradient_accumulation, the raw call counter is checked (Keras 3.15 reports `iterations` divided by N).
+    v, v2 = variable([[1.0, 2.0], [3.0, 4.0]]), variable([[1.0, 2.0], [3.0, 4.0]])
+    v.overwrite_with_gradient = True
+    ones, twos = torch.ones(2, 2), torch.full((2, 2), 2.0)
+    opt = slotopt.SGD(learning_rate=1.0, gradient_accumulation_steps=2)
+    expected = [(ones, 1, [[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [3.0, 4.0]], 1.0),
+                (twos, 2, [[2.0, 2.0], [2.0, 2.0]], [[-0.5, 0.5], [1.5, 2.5]], 0.0),
+                (ones, 3, [[2.0, 2.0], [2.0, 2.0]], [[-0.5, 0.5], [1.5, 2.5]], 1.0)]
+    for grad, calls, value, value2, accumulated in expected:
+        opt.apply_gradients([(grad, v), (grad, v2)])
+        assert int(opt.variables[0]) == calls
+        assert_close(v, value)
+        assert_close(v2, value2)
+        assert_close(opt._accumulated_gradients[0], np.full((2, 2), accumulated))
+        assert_close(opt._accumulated_gradients[1], np.full((2, 2), accumulated))
+
+
+def test_overwrite_with_gradient_setter():
+    # keras/src/backend/common/variables_test.py: test_overwrite_with_gradient_setter
+    v = variable([[1.0, 2.0], [3.0, 4.0]])
+    assert v.overwrite_with_gradient is False
+    v.overwrite_with_gradient = True
+    assert v.overwrite_with_gradient is True
+    with pytest.raises(TypeError, match="must be a boolean"):
+        v.overwrite_with_gradient = "true"
+
+
 def test_callable_learning_rate():
     # keras/src/optimizers/optimizer_test.py: test_callable_learning_rate
     v = variable([[1.0, 2.0], [3.0, 4.0]])
@@ -569,3 +608,328 @@ def test_adam_clipnorm_indexed_slices():
     moved = (embedding.weight.detach() != table_before).any(dim=1)
     assert moved.tolist() == [i == 1 for i in range(10)]
     assert torch.isfinite(embedding.weight).all()
+
+
+# ------------------------------------------------------------------------------------------------- muon_test.py
+def test_muon_config():
+    # keras/src/optimizers/muon_test.py: test_config
+    assert_config_round_trip(slotopt.Muon(learning_rate=0.5, epsilon=1e-5))
+
+
+def test_muon_newton_schulz():
+    # keras/src/optimizers/muon_test.py: test_Newton_Schulz (the quintic iteration Muon's update runs, 5 steps)
+    from slotopt.kernels.muon import newton_schulz5
+
+    opt = slotopt.Muon()
+    output = newton_schulz5(torch.tensor([[0.2499, 0.9105], [0.2655, 0.8824]]), steps=5, a=opt.muon_a, b=opt.muon_b,
+                            c=opt.muon_c, norm_epsilon=1e-7)
+    assert_close(output, [[-0.4422, 0.6457], [0.7285, 0.2968]], rtol=1e-3, atol=1e-3)
+
+
+def test_muon_adamw_single_step():
+    # keras/src/optimizers/muon_test.py: test_adamw_single_step. Upstream calls update_step(grads, vars, 0.5), which
+    # skips the base class's weight decay; apply_gradients with learning_rate=0.5 and no AdamW decay is that step.
+    v = slotopt.Variable(torch.tensor([1.0, 2.0, 3.0, 4.0]), name="test_vars")
+    slotopt.Muon(learning_rate=0.5, adam_weight_decay=None).apply_gradients([(torch.tensor([1.0, 6.0, 7.0, 2.0]), v)])
+    assert_close(v, [0.5, 1.5, 2.5, 3.5], rtol=1e-4, atol=1e-4)
+
+
+def test_muon_should_use_adamw():
+    # keras/src/optimizers/muon_test.py: test_should_use_adamw (Keras's default variable name is "variable"; an
+    # Embedding's table is "embeddings"; a Dense kernel "dense/kernel")
+    assert slotopt.Muon(exclude_layers=["var"])._should_use_adamw(slotopt.Variable(torch.ones(2, 2), name="variable"))
+    assert slotopt.Muon()._should_use_adamw(slotopt.Variable(torch.ones(2, 2), name="embedding/embeddings"))
+    assert not slotopt.Muon()._should_use_adamw(slotopt.Variable(torch.ones(2, 2), name="variable"))
+    assert not slotopt.Muon()._should_use_adamw(slotopt.Variable(torch.ones(2, 2), name="dense/kernel"))
+
+
+def test_muon_single_step():
+    # keras/src/optimizers/muon_test.py: test_muon_single_step
+    v = slotopt.Variable(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), name="variable")
+    slotopt.Muon(learning_rate=0.5, weight_decay=0).apply_gradients([(torch.tensor([[1.0, 6.0], [7.0, 2.0]]), v)])
+    assert_close(v, [[0.988775, 1.887053], [2.873428, 3.97035]], rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("path", ["muon", "adamw"], ids=["test_muon_weight_decay", "test_adamw_weight_decay"])
+def test_muon_weight_decay(path):
+    # keras/src/optimizers/muon_test.py: test_muon_weight_decay, test_adamw_weight_decay. Upstream calls
+    # _apply_weight_decay directly; a step with a zero gradient moves the variable by the decay alone (the Muon
+    # and Adam updates of a zero gradient are zero).
+    if path == "muon":
+        v = slotopt.Variable(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), name="variable")
+        opt = slotopt.Muon(learning_rate=1.0, weight_decay=0.01)
+    else:
+        v = slotopt.Variable(torch.tensor(2.0), name="variable")
+        opt = slotopt.Muon(learning_rate=1.0, adam_weight_decay=0.01)
+    expected = (v - v * 0.01).detach().numpy()
+    opt.apply_gradients([(torch.zeros_like(v), v)])
+    assert_close(v, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rms_rate", [None, 0.2], ids=["test_lr_adjust_none", "test_lr_adjust_2d"])
+def test_muon_lr_adjust(rms_rate):
+    # keras/src/optimizers/muon_test.py: test_lr_adjust_none, test_lr_adjust_2d. Keras's lr_adjust(x) is x, or
+    # x * rms_rate * sqrt(max(rows, cols)); slotopt applies it inside the step, so the step of an orthogonal
+    # update shows it: a 4x2 gradient whose Newton-Schulz output is o moves w by lr * lr_adjust(o).
+    from slotopt.kernels.muon import newton_schulz5
+
+    g = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    opt = slotopt.Muon(learning_rate=0.5, weight_decay=0, rms_rate=rms_rate, nesterov=False, momentum=0.0)
+    v = slotopt.Variable(torch.zeros(4, 2), name="variable")
+    opt.apply_gradients([(g, v)])
+    o = newton_schulz5(g, steps=5, a=opt.muon_a, b=opt.muon_b, c=opt.muon_c, norm_epsilon=1e-7)
+    adjusted = o if rms_rate is None else o * 0.2 * 2
+    assert_close(v, (-0.5 * adjusted).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_muon_model_fit():
+    # keras/src/optimizers/muon_test.py: test_model_fit (Dense(5), Dense(1, name="last") on ones, mse; one step)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 5), torch.nn.Linear(5, 1))
+    named = [(("last/" if n.startswith("1.") else "dense/") + n, p) for n, p in model.named_parameters()]
+    opt = slotopt.Muon(learning_rate=1e-3, exclude_layers=["last"])
+    opt.build(named)
+    loss = (model(torch.ones(1, 10)) - 1.0).pow(2).mean()
+    loss.backward()
+    opt.step()
+    assert int(opt.iterations) == 1
+    # the first kernel takes the Muon path; its bias (1-D) and the excluded "last" layer take AdamW
+    assert [opt._should_use_adamw(p) for _, p in named] == [False, True, True, True]
+
+
+# ------------------------------------------------------------------------------------ schedule_free_adamw_test.py
+def test_schedule_free_adamw_config():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_config
+    assert_config_round_trip(slotopt.ScheduleFreeAdamW(learning_rate=0.005, beta_1=0.95, beta_2=0.99, epsilon=1e-6,
+                                                       warmup_steps=100))
+
+
+def test_schedule_free_adamw_single_step():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_single_step
+    v = variable([1.0, 2.0, 3.0, 4.0])
+    slotopt.ScheduleFreeAdamW(learning_rate=0.5).apply_gradients([(torch.tensor([1.0, 6.0, 7.0, 2.0]), v)])
+    assert not np.allclose(v.detach().numpy(), [1.0, 2.0, 3.0, 4.0], rtol=1e-4, atol=1e-4)
+
+
+def test_schedule_free_adamw_weight_decay():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_weight_decay
+    var1, var2 = variable(2.0, "var1"), variable(2.0, "exclude")
+    slotopt.ScheduleFreeAdamW(learning_rate=1.0, weight_decay=0.004).apply_gradients([(torch.tensor(0.0), var1)])
+    opt = slotopt.ScheduleFreeAdamW(learning_rate=1.0, weight_decay=0.004)
+    opt.exclude_from_weight_decay(var_names=["exclude"])
+    opt.apply_gradients([(torch.tensor(0.0), var1), (torch.tensor(0.0), var2)])
+    assert abs(var2.item() - 2.0) < 1e-6
+
+
+def test_schedule_free_adamw_warmup():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_warmup
+    var1, var2 = variable([1.0, 2.0, 3.0]), variable([1.0, 2.0, 3.0])
+    slotopt.ScheduleFreeAdamW(learning_rate=0.5, warmup_steps=0).apply_gradients([(torch.ones(3), var1)])
+    slotopt.ScheduleFreeAdamW(learning_rate=0.5, warmup_steps=10).apply_gradients([(torch.ones(3), var2)])
+    start = np.array([1.0, 2.0, 3.0])
+    assert np.all(np.abs(var2.detach().numpy() - start) < np.abs(var1.detach().numpy() - start))
+
+
+def test_schedule_free_adamw_multiple_steps():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_multiple_steps
+    v = variable([1.0, 2.0, 3.0])
+    opt = slotopt.ScheduleFreeAdamW(learning_rate=0.01)
+    for _ in range(10):
+        opt.apply_gradients([(torch.full((3,), 0.1), v)])
+    assert np.all(v.detach().numpy() < [1.0, 2.0, 3.0])
+
+
+def test_schedule_free_adamw_with_model():
+    # keras/src/optimizers/schedule_free_adamw_test.py: test_with_model (Dense(10) on ones(4, 5) -> zeros, mse,
+    # two epochs of one batch, then an evaluation in eval mode)
+    model = torch.nn.Linear(5, 10)
+    opt = slotopt.ScheduleFreeAdamW(learning_rate=0.01, params=model)
+    x, y = torch.ones(4, 5), torch.zeros(4, 10)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    opt.eval()
+    with torch.no_grad():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("clip, expected", [(dict(clipnorm=1), [2**0.5 / 2, 2**0.5 / 2]), (dict(clipvalue=1), [1, 1])],
+                         ids=["test_clip_norm", "test_clip_value"])
+@pytest.mark.parametrize("cls", [slotopt.ScheduleFreeAdamW, slotopt.Muon], ids=["schedule_free_adamw", "muon"])
+def test_newer_members_clip(cls, clip, expected):
+    # keras/src/optimizers/schedule_free_adamw_test.py and muon_test.py: test_clip_norm, test_clip_value
+    assert_close(_clip(cls(**clip), torch.tensor([100.0, 100.0])), expected)
+
+
+# -------------------------------------------------------------------------- optimizer_test.py (newer members)
+@pytest.mark.parametrize("name", ["adam", "sgd", "adamw", "adagrad", "rmsprop", "adadelta", "adamax", "lion", "nadam",
+                                  "ftrl", "adafactor"])
+def test_gradient_accumulation_with_weight_decay(name):
+    # keras/src/optimizers/optimizer_test.py: test_gradient_accumulation_with_weigth_decay (8 epochs; the mean of
+    # three batches applied at once equals three accumulated batches)
+    opt1 = slotopt.get({"class_name": name, "config": {"weight_decay": 0.05}})
+    opt3 = slotopt.get({"class_name": name, "config": {"weight_decay": 0.05, "gradient_accumulation_steps": 3}})
+    v1, v3 = variable([[0.9], [0.5]]), variable([[0.9], [0.5]])
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        grads3 = rng.random([3, 2, 1]).astype("float32")
+        opt1.apply_gradients([(torch.tensor(grads3.mean(axis=0)), v1)])
+        for batch in range(3):
+            opt3.apply_gradients([(torch.tensor(grads3[batch]), v3)])
+    assert_close(v1, v3.detach().double().numpy())
+
+
+def test_mixed_with_plain_tensors():
+    # keras/src/optimizers/optimizer_test.py: test_mixed_with_tf_variables (a backend Variable with a tf.Variable;
+    # here a slotopt.Variable with a plain torch Parameter)
+    v = variable([[1.0, 2.0], [3.0, 4.0]])
+    plain = torch.nn.Parameter(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    opt = slotopt.Adam(learning_rate=1.0)
+    opt.apply_gradients([(torch.ones(2, 2), v), (torch.ones(2, 2), plain)])
+    assert int(opt.iterations) == 1
+    with pytest.warns(UserWarning, match="Gradients do not exist for variables"):
+        opt.apply_gradients([(torch.ones(2, 2), v), (None, plain)])
+    assert int(opt.iterations) == 2
+
+
+def test_optimizer_auto_naming(monkeypatch):
+    # keras/src/optimizers/optimizer_test.py: test_optimizer_auto_naming (Keras's test case starts from a cleared
+    # session, so the name counters start at zero)
+    from slotopt.engine import naming
+
+    monkeypatch.setattr(naming, "_name_counts", {})
+    adam_1, adam_2, sgd_1, sgd_2 = slotopt.Adam(), slotopt.Adam(), slotopt.SGD(), slotopt.SGD()
+    adamw_1, adamw_2 = slotopt.AdamW(), slotopt.AdamW()
+    assert [o.name for o in (adam_1, adam_2, sgd_1, sgd_2, adamw_1, adamw_2)] == [
+        "adam", "adam_1", "sgd", "sgd_1", "adam_w", "adam_w_1"]
+    custom = slotopt.Adam(name="my_adam")
+    assert custom.name == "my_adam"
+    assert slotopt.deserialize(slotopt.serialize(adam_2)).name == "adam_1"
+    assert slotopt.deserialize(slotopt.serialize(custom)).name == "my_adam"
+
+
+# ------------------------------------------------------------------ loss_scale_optimizer_test.py (the rest)
+def _sgd_lso(**kwargs):
+    return slotopt.LossScaleOptimizer(slotopt.SGD(learning_rate=0.5), **kwargs)
+
+
+def test_loss_scale_apply_with_no_vars():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_apply_with_no_vars
+    opt = _sgd_lso()
+    v = variable([1.0, 2.0, 3.0, 4.0])
+    opt.build([v])
+    opt.apply([torch.tensor([1.0, 6.0, 7.0, 2.0]) * opt.initial_scale])
+    assert_close(v, [0.5, -1.0, -0.5, 3.0], rtol=1e-4, atol=1e-4)
+
+
+def test_loss_scale_finite_step_with_inner_loss_scale():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_finite_step_with_inner_loss_scale (stateful)
+    opt = slotopt.LossScaleOptimizer(slotopt.SGD(learning_rate=0.5, loss_scale_factor=100))
+    v = variable([1.0, 2.0, 3.0, 4.0])
+    opt.apply([torch.tensor([1.0, 6.0, 7.0, 2.0]) * opt.initial_scale], [v])
+    assert_close(v, [0.5, -1.0, -0.5, 3.0], rtol=1e-4, atol=1e-4)
+
+
+def test_loss_scale_finite_step_with_overwrite():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_finite_step_with_overwrite (stateful)
+    v = variable([1.0, 2.0, 3.0, 4.0])
+    v.overwrite_with_gradient = True
+    _sgd_lso().apply([torch.tensor([1.0, 6.0, 7.0, 2.0])], [v])
+    assert_close(v, [1.0, 6.0, 7.0, 2.0])
+
+
+def test_loss_scale_iterations_update():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_iterations_update (stateful)
+    opt = _sgd_lso()
+    v = variable([1.0, 2.0, 3.0, 4.0])
+    opt.build([v])
+    assert int(opt.iterations) == 0
+    for i in range(3):
+        opt.apply([torch.tensor([1.0, 6.0, 7.0, 2.0])], [v])
+        assert int(opt.iterations) == i + 1
+
+
+def test_loss_scale_serialization():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_serialization
+    config = _sgd_lso(initial_scale=3.0, dynamic_growth_steps=2, name="test_opt").get_config()
+    assert len(config) == 4 and config["name"] == "test_opt"
+    assert config["initial_scale"] == 3.0 and config["dynamic_growth_steps"] == 2 and "inner_optimizer" in config
+    slotopt.LossScaleOptimizer.from_config(config)
+
+
+def test_loss_scale_init_dynamic_arg():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_init_dynamic_arg
+    _sgd_lso(dynamic=True)
+    with pytest.raises(ValueError, match="set `loss_scale_factor`"):
+        _sgd_lso(dynamic=False)
+
+
+def test_loss_scale_init_unsupported_arg():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_init_unsupported_arg
+    with pytest.raises(ValueError, match="arguments: `foo`, `bar`"):
+        _sgd_lso(foo=True, bar=3)
+
+
+@pytest.mark.parametrize("arg, value", [("weight_decay", 0.5), ("clipnorm", 0.5), ("global_clipnorm", 0.5),
+                                        ("clipvalue", 0.5), ("use_ema", True), ("ema_momentum", 0.5),
+                                        ("ema_overwrite_frequency", 2), ("loss_scale_factor", 0.5),
+                                        ("gradient_accumulation_steps", 2)])
+def test_loss_scale_init_base_optimizer_unsupported_args(arg, value):
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_init_base_optimizer_unsupported_args
+    with pytest.raises(ValueError, match="on the `inner_optimizer`"):
+        _sgd_lso(**{arg: value})
+
+
+def test_loss_scale_deserialization_backwards_compatibility():
+    # keras/src/optimizers/loss_scale_optimizer_test.py: test_deserialization_backwards_compatibility (a config
+    # that still carries the base optimizer's arguments, which are no longer serialized)
+    base = {"weight_decay": None, "clipnorm": None, "global_clipnorm": None, "clipvalue": None, "use_ema": False,
+            "ema_momentum": 0.99, "ema_overwrite_frequency": None, "loss_scale_factor": None,
+            "gradient_accumulation_steps": None}
+    config = {"name": "loss_scale_optimizer", **base,
+              "inner_optimizer": {"module": "keras.optimizers", "class_name": "SGD", "registered_name": None,
+                                  "config": {"name": "SGD", "learning_rate": 0.5, **base, "momentum": 0.0,
+                                             "nesterov": False}},
+              "initial_scale": 2.0, "dynamic_growth_steps": 2}
+    opt = slotopt.LossScaleOptimizer.from_config(config)
+    assert type(opt.inner_optimizer) is slotopt.SGD and opt.initial_scale == 2.0
+
+
+# ---------------------------------------------------------------------------- smaller per-class tests, newer
+def test_adam_ema_overwrite_frequency():
+    # keras/src/optimizers/adam_test.py: test_ema_overwrite_frequency
+    opt = slotopt.Adam(learning_rate=1.0, use_ema=True, ema_momentum=0.9, ema_overwrite_frequency=2)
+    plain = slotopt.Adam(learning_rate=1.0)
+    v, v_plain = variable([1.0, 2.0]), variable([1.0, 2.0])
+    grads = torch.tensor([0.1, 0.2])
+    opt.apply_gradients([(grads, v)])
+    plain.apply_gradients([(grads, v_plain)])
+    v1 = v_plain.detach().numpy().copy()
+    assert_close(v, v1)
+    opt.apply_gradients([(grads, v)])
+    plain.apply_gradients([(grads, v_plain)])
+    assert_close(v, 0.9 * v1 + 0.1 * v_plain.detach().numpy())
+
+
+def test_nadam_build_with_empty_var_list():
+    # keras/src/optimizers/nadam_test.py: test_build_with_empty_var_list
+    opt = slotopt.Nadam()
+    opt.build([])
+    assert opt._u_product.dtype == torch.float32
+
+
+def test_sgd_invalid_momentum():
+    # keras/src/optimizers/sgd_test.py: test_invalid_momentum
+    for bad in (-1.0, 2.0):
+        with pytest.raises(ValueError, match=r"`momentum` must be a float between \[0, 1\]."):
+            slotopt.SGD(momentum=bad)
+
+
+@pytest.mark.parametrize("arg", ["initial_accumulator_value", "learning_rate_power", "l1_regularization_strength",
+                                 "l2_regularization_strength", "l2_shrinkage_regularization_strength"])
+def test_ftrl_invalid_arguments(arg):
+    # keras/src/optimizers/ftrl_test.py: test_invalid_<arg> (5 tests)
+    bad = 1.0 if arg == "learning_rate_power" else -1.0
+    with pytest.raises(ValueError, match=f"`{arg}`"):
+        slotopt.Ftrl(**{arg: bad})

@@ -34,6 +34,7 @@ __all__ = ["OptimizerCore", "Pairs", "Pair"]
 Pairs = Iterable[Pair]
 
 _FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_COMPLEX_TYPES = (torch.complex64, torch.complex128)
 
 
 class BuildsOnParams(type):
@@ -356,7 +357,28 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 out.append(pair if type(pair) is tuple else (grad, var))
             else:
                 out.append((self._check_gradient(grad, var, lambda var=var: self._name_of(var)), var))
+                if var.is_complex():
+                    self._check_complex_support(var)
         return out
+
+    #: Whether the optimizer trains complex64/complex128 variables (TensorFlow has complex kernels for it).
+    _supports_complex: bool = False
+
+    def _check_complex_support(self, var: torch.Tensor) -> None:
+        """Raises (before anything changes) where TensorFlow has no complex kernel: the optimizer itself, AMSGrad's
+        running maximum, and clipping (TensorFlow's clipping compares values, which complex numbers do not have)."""
+        reason = None
+        if not self._supports_complex:
+            reason = "TensorFlow has no complex kernel for this optimizer"
+        elif getattr(self, "amsgrad", False) is True:
+            reason = "amsgrad takes a running maximum, which TensorFlow does not define for complex values"
+        elif any(getattr(self, name, None) for name in ("clipnorm", "clipvalue", "global_clipnorm")):
+            reason = "gradient clipping compares values, which TensorFlow does not do for complex gradients"
+        if reason is not None:
+            raise TypeError(
+                f"{type(self).__name__} cannot update the complex variable {self._name_of(var)} (dtype {var.dtype}): "
+                f"{reason} (it raises too)."
+            )
 
     @staticmethod
     def _check_gradient(grad: Any, var: torch.Tensor, name: Union[str, Callable[[], str]]) -> Any:
@@ -407,14 +429,20 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                     f"variable's shape {tuple(var.shape)}."
                 )
             values = grad
-        if values.dtype not in _FLOAT_TYPES:
+        if var.dtype in _COMPLEX_TYPES:  # TensorFlow's complex64/complex128 variables take gradients of their dtype
+            if values.dtype != var.dtype:
+                raise ValueError(
+                    f"Gradient for complex variable {where} must have its dtype {var.dtype}. Received: "
+                    f"dtype={values.dtype}"
+                )
+        elif values.dtype not in _FLOAT_TYPES:
             raise ValueError(
                 f"Gradient for variable {where} must be a floating-point tensor. Received: dtype={values.dtype}"
             )
-        if var.dtype not in _FLOAT_TYPES:
+        if var.dtype not in _FLOAT_TYPES and var.dtype not in _COMPLEX_TYPES:
             raise ValueError(
-                f"Variable {where} has dtype {var.dtype}; only float16, bfloat16, float32 and float64 "
-                "variables can be optimized."
+                f"Variable {where} has dtype {var.dtype}; only float16, bfloat16, float32, float64, complex64 and "
+                "complex128 variables can be optimized."
             )
         if values.device != var.device:
             raise ValueError(
@@ -514,6 +542,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         if type(pairs) is Ordinary:
             return pairs
         return [pair for pair in pairs if pair[0] is not None]
+
+    def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        return pairs
 
     def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
         return pairs

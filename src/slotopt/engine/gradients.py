@@ -41,7 +41,8 @@ def resolve_var_list(var_list: Any) -> list[torch.Tensor]:
 def gradients_of(loss: Loss, variables: Sequence[torch.Tensor],
                  grad_loss: Optional[torch.Tensor] = None) -> list[Optional[torch.Tensor]]:
     """Gradients of ``loss`` (a no-argument callable or a tensor with a graph); ``None`` where unused. A
-    non-scalar loss is differentiated as the sum of its elements (unit output gradients), as TensorFlow does."""
+    non-scalar (or complex) loss is differentiated as the sum of its elements (unit output gradients), as
+    TensorFlow does."""
     if callable(loss) and not isinstance(loss, torch.Tensor):
         with torch.enable_grad():
             value = loss()
@@ -68,7 +69,7 @@ def differentiate(value: Any, variables: Sequence[Any], grad_loss: Any = None) -
     if grad_loss is not None:
         output_grad = torch.broadcast_to(torch.as_tensor(grad_loss, dtype=value.dtype, device=value.device),
                                          value.shape)
-    elif value.numel() != 1:
+    elif value.numel() != 1 or value.is_complex():  # TensorFlow: unit output gradients (1 + 0j for complex)
         output_grad = torch.ones_like(value)
     grads = torch.autograd.grad(value, targets, grad_outputs=output_grad, allow_unused=True)
     return {id(v): g for v, g in zip(targets, grads) if g is not None}

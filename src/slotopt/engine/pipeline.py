@@ -51,6 +51,7 @@ def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
 
 def _update(opt: OptimizerCore, pairs: Pairs, undo: Optional[StepValues], **options: Any) -> Any:
     pairs = opt._drop_missing_gradients(pairs)
+    pairs = opt._overwrite_with_gradients(pairs)  # Keras 3: flagged variables take their gradient and leave
     pairs = opt._unscale_gradients(pairs)
     update = opt._accumulate_gradients(pairs)  # None on an accumulate-only call
     if update:

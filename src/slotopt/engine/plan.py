@@ -108,7 +108,8 @@ class StepPlan:
         tensor, strided, index = torch.Tensor, torch.strided, opt._var_index
         for g, v in pairs:
             if type(g) is not tensor or g.layout is not strided or v.layout is not strided or id(v) not in index \
-                    or g.dtype is not v.dtype or g.shape != v.shape or g.device != v.device or not v.is_contiguous():
+                    or g.dtype is not v.dtype or g.shape != v.shape or g.device != v.device or not v.is_contiguous() \
+                    or getattr(v, "overwrite_with_gradient", False) is True:  # Keras 3: such steps run in full
                 return False
         return len({id(v) for _, v in pairs}) == len(pairs)
 

@@ -30,7 +30,7 @@ from . import sparse as sparse_rows
 from .core import OptimizerCore, Pair
 from .plan import Ordinary
 
-__all__ = ["rounds", "GradientAccumulation", "DecoupledWeightDecay", "GroupedUpdates", "MovingAverages"]
+__all__ = ["rounds", "GradientAccumulation", "OverwriteWithGradient", "overwrites_with_gradient", "DecoupledWeightDecay", "GroupedUpdates", "MovingAverages"]
 
 
 def rounds(pairs: list[Pair]) -> list[list[Pair]]:
@@ -71,6 +71,42 @@ class GradientAccumulation(OptimizerCore):
             return None
         # The accumulators are cleared in ``_finish_step``: an error in this update keeps them.
         return [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
+
+
+def overwrites_with_gradient(variable: Any) -> bool:
+    """Whether ``variable`` is flagged ``overwrite_with_gradient = True`` (Keras 3: set to its gradient)."""
+    return getattr(variable, "overwrite_with_gradient", False) is True
+
+
+class OverwriteWithGradient(GradientAccumulation):
+    """Keras 3's ``overwrite_with_gradient`` variables (float8 scales and histories): such a variable is set to
+    its gradient, before unscaling, clipping, weight decay and constraints, and leaves the step. With
+    ``gradient_accumulation_steps`` its accumulator keeps the running maximum of the gradients (starting from
+    0) and the variable takes ``max(gradient, accumulator)`` on the update call. A step whose variables carry the
+    flag takes the full path (no step plan), so the flag is read on every such step."""
+
+    def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        if type(pairs) is Ordinary or not any(overwrites_with_gradient(v) for _, v in pairs):
+            return pairs
+        steps = self.gradient_accumulation_steps
+        update_call = not steps or (int(self._iterations) + 1) % steps == 0
+        kept: list[Pair] = []
+        for g, v in pairs:
+            if not overwrites_with_gradient(v):
+                kept.append((g, v))
+                continue
+            dense = self._dense(g, v).to(v.dtype)
+            if steps:
+                accumulator = self._get_slot("gradient_accumulator", self._position(v))
+                running = torch.maximum(dense, accumulator.to(dense.dtype))
+                if update_call:
+                    v.copy_(running)
+                    accumulator.zero_()
+                else:
+                    accumulator.copy_(running)
+            else:
+                v.copy_(dense)
+        return kept
 
 
 class DecoupledWeightDecay(OptimizerCore):

@@ -124,14 +124,23 @@ class _Var:
 
 
 def _optimizer_class(where: _Where, class_name: Any, kind: str) -> type:
+    """The class a saved optimizer names, through the one registry (``slotopt.engine.registry``), limited to the
+    optimizers whose saved state this reader can lay out."""
     import slotopt
 
-    names, namespace = (KERAS3_OPTIMIZERS, slotopt) if kind == "keras3" else (LEGACY_OPTIMIZERS, slotopt.legacy)
-    found = {n.lower(): n for n in names}
-    if not isinstance(class_name, str) or class_name.lower() not in found:
+    from ..engine import registry
+
+    names = KERAS3_OPTIMIZERS if kind == "keras3" else LEGACY_OPTIMIZERS
+    # Lamb is exported but not registered by name (as in Keras); a saved Lamb is still read.
+    unregistered = {"Lamb": slotopt.Lamb} if kind == "keras3" else None
+    try:
+        cls = registry.resolve_class(class_name, None, unregistered, default_generation=kind)
+    except ValueError:
+        cls = None
+    if cls is None or cls.__name__ not in names:
         generation = "Keras 3" if kind == "keras3" else "tf.keras legacy"
         raise where.fail(f"Unknown optimizer class {class_name!r}. Supported {generation} optimizers: {list(names)}.")
-    return getattr(namespace, found[class_name.lower()])
+    return cls
 
 
 def _policy_name(config: Mapping[str, Any]) -> Optional[str]:

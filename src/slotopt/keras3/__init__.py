@@ -14,6 +14,7 @@ Example:
     (1, True)
 """
 
+from . import serialization
 from .adadelta import Adadelta
 from .adafactor import Adafactor
 from .adagrad import Adagrad
@@ -31,6 +32,8 @@ from .rmsprop import RMSprop
 from .schedule_free_adamw import ScheduleFreeAdamW
 from .serialization import deserialize, get, serialize
 from .sgd import SGD
+
+serialization.register(globals())
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion",
            "Adafactor", "Lamb", "LossScaleOptimizer", "Muon", "ScheduleFreeAdamW", "MultiOptimizer", "OptimizerMap",

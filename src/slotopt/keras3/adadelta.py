@@ -28,6 +28,8 @@ class Adadelta(Optimizer):
         0.0
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     _kernel_slots = ("accumulated_grad", "accumulated_delta_var")
 
     def __init__(self, learning_rate: LearningRate = 0.001, rho: float = 0.95, epsilon: float = 1e-7,

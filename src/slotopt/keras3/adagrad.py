@@ -29,6 +29,8 @@ class Adagrad(Optimizer):
         0.5
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     _kernel_slots = ("accumulator",)
 
     def __init__(self, learning_rate: LearningRate = 0.001, initial_accumulator_value: float = 0.1,

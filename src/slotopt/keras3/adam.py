@@ -64,6 +64,8 @@ class Adam(MomentOptimizer):
         ['adam/w_momentum', 'adam/w_velocity']
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     _kernel_slots = ("momentum", "velocity")
     _sparse_layout = "blocks"
     _fused_weight_decay = True  # AdamW's decay runs in the Adam kernel's pass

@@ -27,6 +27,8 @@ class Lion(Optimizer):
         [0.75, 1.0, 1.25]
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     _kernel_slots = ("momentum",)
     _sparse_layout = "blocks"
 

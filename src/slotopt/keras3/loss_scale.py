@@ -12,6 +12,7 @@ from ..engine.clipping import map_gradient_values
 from ..engine.core import Pair
 from ..engine.routing import set_weights_all_or_nothing, split_weights
 from ..engine.sparse import last_repeats
+from ..engine.stages import overwrites_with_gradient
 from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..variables import IndexedSlices, named_variables
 from .optimizer import Optimizer
@@ -71,6 +72,8 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         >>> w.tolist(), float(opt.dynamic_scale), int(opt.iterations)
         ([0.0], 2.0, 1)
     """
+
+    _supports_complex = True  # complex variables: the optimizer(s) it wraps decide (issue 24 item 8)
 
     def __init__(
         self,
@@ -226,10 +229,14 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         # Keras's `isfinite` on slices sees only the last repeat of each row (keras3_sparse.md §3.8).
         if self._all_finite([last_repeats(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs]):
             scale = self._dynamic_scale.detach()
-            self.inner_optimizer.apply_gradients(
-                map_gradient_values(
-                    pairs, lambda grads: [g.to(torch.promote_types(g.dtype, torch.float32)) / scale for g in grads]),
-                skip_gradients_aggregation=True)  # aggregated above
+            # Keras: a variable flagged `overwrite_with_gradient` takes its gradient as it is (not unscaled).
+            scaled = [i for i, (_, v) in enumerate(pairs) if not overwrites_with_gradient(v)]
+            unscaled = list(pairs)
+            for i, pair in zip(scaled, map_gradient_values(
+                    [pairs[i] for i in scaled],
+                    lambda grads: [g.to(torch.promote_types(g.dtype, torch.float32)) / scale for g in grads])):
+                unscaled[i] = pair
+            self.inner_optimizer.apply_gradients(unscaled, skip_gradients_aggregation=True)  # aggregated above
             if int(self._step_counter) == self.dynamic_growth_steps - 1:
                 self._step_counter.zero_()
                 self._dynamic_scale.mul_(2.0)
@@ -238,6 +245,9 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         else:
             self._step_counter.zero_()
             self._dynamic_scale.mul_(0.5)
+
+    def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        return pairs  # the inner optimizer overwrites them, on a finite step only (as Keras)
 
     def _start_updates(self) -> None:
         return None  # the inner optimizer evaluates its learning rate in its own step

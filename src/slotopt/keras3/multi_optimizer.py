@@ -9,13 +9,13 @@ gradient to its variable's optimizer. The routing machinery is shared with ``slo
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Callable, Optional, Union
 
 import torch
 
+from ..engine import registry
 from ..engine.core import Pair
 from ..engine.routing import (
     AGGREGATED,
@@ -26,11 +26,20 @@ from ..engine.routing import (
     variable_path,
 )
 from ..engine.torch_protocol import ComposesOptimizers, TorchProtocol
+from .loss_scale import LossScaleOptimizer
 from .optimizer import Optimizer
 
 __all__ = ["OptimizerMap", "MultiOptimizer"]
 
 OptimizerSelector = Union["OptimizerMap", Callable[[Any], Optimizer]]
+
+
+def _refuse_loss_scale_optimizer(optimizer: Any, where: str) -> None:
+    if isinstance(optimizer, LossScaleOptimizer):
+        raise ValueError(
+            f"A LossScaleOptimizer cannot be a sub-optimizer of a MultiOptimizer (Keras refuses it; set the "
+            f"MultiOptimizer's `loss_scale_factor` or wrap the optimizers it holds). Received: {where}={optimizer!r}"
+        )
 
 
 class OptimizerMap(MutableMapping):
@@ -64,6 +73,7 @@ class OptimizerMap(MutableMapping):
             )
         if isinstance(default_optimizer, MultiOptimizer):
             raise ValueError("MultiOptimizer cannot be nested inside an OptimizerMap (as default_optimizer).")
+        _refuse_loss_scale_optimizer(default_optimizer, "default_optimizer")
         if optimizer_map is not None and not isinstance(optimizer_map, Mapping):
             raise TypeError(f"optimizer_map must be a dictionary. Received: {optimizer_map!r}")
         entries = dict(optimizer_map or {})
@@ -103,6 +113,7 @@ class OptimizerMap(MutableMapping):
             raise ValueError(f"optimizer must be a Keras Optimizer instance. Received: {optimizer!r}")
         if isinstance(optimizer, MultiOptimizer):
             raise ValueError("MultiOptimizer cannot be nested inside an OptimizerMap.")
+        _refuse_loss_scale_optimizer(optimizer, f"optimizer_map[{key!r}]")
         try:
             re.compile(key)
         except re.error as err:
@@ -163,8 +174,9 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         name: the optimizer's name.
         params: optional variables to build on right away (as for every slotopt optimizer).
 
-    ``optimizers`` lists the sub-optimizers: ``OptimizerMap``'s default first, then its values in insertion order,
-    then those a callable returns, in the order the build meets them (each once). A ``MultiOptimizer`` has no
+    ``optimizers`` lists the sub-optimizers as Keras 3.15 does: ``OptimizerMap``'s values in insertion order, then
+    its default (each once), then those a callable returns, in the order the build meets them. A
+    ``LossScaleOptimizer`` cannot be a sub-optimizer (Keras refuses it: the ``MultiOptimizer`` scales the loss). A ``MultiOptimizer`` has no
     ``learning_rate`` (reading or setting it raises ``AttributeError``: read each sub-optimizer's). Its own
     ``iterations`` counts ``apply`` calls; each sub-optimizer counts the steps it took. ``variables`` are its own
     (``iteration``, ``learning_rate`` 0.0) followed by each sub-optimizer's, in ``optimizers`` order.
@@ -182,8 +194,10 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         >>> [round(x, 4) for x in kernel[0].tolist()], bias.tolist()
         ([0.9, 0.9], [0.5, 0.5])
         >>> [type(o).__name__ for o in opt.optimizers], int(opt.iterations), int(adam.iterations)
-        (['SGD', 'Adam'], 1, 1)
+        (['Adam', 'SGD'], 1, 1)
     """
+
+    _supports_complex = True  # complex variables: the optimizer(s) it wraps decide (issue 24 item 8)
 
     def __init__(self, optimizer_map: OptimizerSelector, loss_scale_factor: Optional[float] = None,
                  name: Optional[str] = None, *, foreach: Optional[bool] = None) -> None:
@@ -197,9 +211,11 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         self._owner: dict[int, int] = {}
         inner: list[Optimizer] = []
         if isinstance(optimizer_map, OptimizerMap):
-            for optimizer in [optimizer_map.default_optimizer, *optimizer_map.values()]:
-                if not any(optimizer is o for o in inner):
+            # Keras 3.15: the map's optimizers in insertion order, each once, the default last.
+            for optimizer in optimizer_map.values():
+                if not any(optimizer is o for o in inner) and optimizer is not optimizer_map.default_optimizer:
                     inner.append(optimizer)
+            inner.append(optimizer_map.default_optimizer)
         self._inner_optimizers = inner
         self.loss_scale_factor = loss_scale_factor  # now propagates to the sub-optimizers
 
@@ -220,6 +236,7 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
                 f"Optimizer for variable {variable_path(var, self._name_of(var))} is not a Keras 3 optimizer "
                 f"(a slotopt.Optimizer other than MultiOptimizer). Received: {optimizer!r}"
             )
+        _refuse_loss_scale_optimizer(optimizer, f"optimizer_map({variable_path(var, self._name_of(var))!r})")
         return optimizer
 
     def _after_copy(self) -> None:
@@ -317,6 +334,9 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
     def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
         return pairs
 
+    def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
+        return pairs  # each sub-optimizer overwrites its own flagged variables (with its own accumulation)
+
     def _by_owner(self, pairs: list[Pair]) -> dict[int, list[Pair]]:
         groups = group_by_owner(pairs, lambda v: self._owner.get(id(v)),
                                 lambda v: f"Variable {self._name_of(v)} not found in any optimizer.")
@@ -365,22 +385,10 @@ def _deserialize_selector(config: Any, custom_objects: Optional[Mapping[str, Any
     if not isinstance(config, Mapping) or "class_name" not in config:
         raise ValueError(f"`optimizer_map` must be a serialized OptimizerMap or function. Received: {config!r}")
     if config["class_name"] == "OptimizerMap":
+        registry.resolve_class("OptimizerMap", config.get("module"), custom_objects, config.get("registered_name"),
+                               what="optimizer map")
         return OptimizerMap.from_config(config["config"], custom_objects)
-    name = config.get("config")
-    custom = dict(custom_objects or {})
-    if name in custom:
-        return custom[name]
-    module, found = config.get("module"), None
-    if isinstance(module, str) and isinstance(name, str) and "<" not in name:
-        try:
-            found = importlib.import_module(module)
-            for part in name.split("."):
-                found = getattr(found, part)
-        except (ImportError, AttributeError):
-            found = None
-    if not callable(found):
-        raise ValueError(
-            f"Cannot rebuild the optimizer selector function {name!r} of module {module!r} (a lambda or local "
-            "function cannot be found by name): pass it in `custom_objects`."
-        )
-    return found
+    # A routing function is code: it comes only from the caller's `custom_objects`, never from the module a
+    # config names (nothing named in a config is imported or called).
+    return registry.resolve_function(config.get("config"), config.get("module"), custom_objects,
+                                     what="optimizer selector function")

@@ -38,6 +38,8 @@ class Nadam(MomentOptimizer):
         ('nadam/variable', 0.468)
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     _kernel_slots = ("momentum", "velocity")
     _sparse_layout = "blocks"
 

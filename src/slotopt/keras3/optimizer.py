@@ -18,7 +18,7 @@ from ..engine.core import Pair, Pairs
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
-from ..engine.stages import DecoupledWeightDecay, GradientAccumulation, GroupedUpdates, MovingAverages
+from ..engine.stages import DecoupledWeightDecay, GroupedUpdates, MovingAverages, OverwriteWithGradient
 from ..engine.state import FlatState
 from ..variables import IndexedSlices, Variable, named_variables
 from .optimizer_variables import OptimizerVariables
@@ -40,7 +40,7 @@ def _constructed_by_a_subclass(cls: type) -> bool:
     return issubclass(owner, Optimizer)
 
 
-class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, MovingAverages, GradientAccumulation):
+class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, MovingAverages, OverwriteWithGradient):
     """The Keras 3 optimizer base class, on PyTorch tensors.
 
     A custom optimizer overrides ``build`` (to create its state with ``add_variable_from_reference``) and

@@ -32,6 +32,8 @@ class RMSprop(Optimizer):
         ['rm_sprop/w_velocity']
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     #: Keras 3 refuses epsilon <= 0 (the square root of a zero second moment would divide by zero).
     _hyperparameter_ranges = {"epsilon": checks.Range(0.0, low_open=True, label="positive")}
 

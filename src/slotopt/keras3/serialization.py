@@ -11,6 +11,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from ..engine import registry
+
 __all__ = ["get", "serialize", "deserialize"]
 
 #: The Keras module written into serialized built-in optimizers.
@@ -38,29 +40,22 @@ _REGISTERED = (
 
 
 def _builtins() -> dict[str, type]:
-    """``{lowercase name: class}`` for the registered optimizers that exist right now."""
-    import slotopt
-
-    found = {}
-    for name in _REGISTERED:
-        cls = getattr(slotopt, name, None)
-        if isinstance(cls, type):
-            found[name.lower()] = cls
-    return found
+    """``{lowercase name: class}`` for the Keras 3 optimizers ``get``/``deserialize`` know by name."""
+    return {name.lower(): cls for name, cls in registry.registered_classes("keras3").items()}
 
 
-def _namespace_registry(package: str) -> dict[str, type]:
-    """``{name: class}`` for the optimizers a generation's package exports (``__all__``), base classes excluded."""
-    import importlib
-
-    module = importlib.import_module(package)  # slotopt's own package, never a name taken from a config
-    base = module.Optimizer
-    found = {}
-    for name in module.__all__:
-        cls = getattr(module, name, None)
-        if isinstance(cls, type) and issubclass(cls, base) and cls is not base and name != "OptimizerV2":
-            found[name] = cls
-    return found
+def register(namespace: Mapping[str, Any]) -> None:
+    """Registers the Keras 3 optimizers with the engine's resolver (``slotopt.keras3`` calls it with its names)."""
+    registry.register_generation(
+        "keras3", public_module=_MODULE, classes={name: namespace[name] for name in _REGISTERED},
+        # Keras 3's public and source paths, tf.keras 2.11+'s new optimizers, slotopt's paths (old ones too).
+        modules=("keras.optimizers", "keras.optimizers.experimental", "tf_keras.optimizers",
+                 "tf.keras.optimizers", "slotopt", "slotopt.optimizer", "slotopt.multi_optimizer",
+                 "slotopt.serialization"),
+        prefixes=("keras.src.optimizers", "slotopt.keras3", "slotopt.optimizers",
+                  "tf_keras.src.optimizers.optimizer_experimental",
+                  "keras.optimizers.optimizer_experimental", "keras.src.optimizers.optimizer_experimental"),
+    )
 
 
 def resolve_optimizer_class(class_name: Any, module: Any = None,
@@ -69,51 +64,25 @@ def resolve_optimizer_class(class_name: Any, module: Any = None,
     """The optimizer class a serialized optimizer names, found without importing anything it names.
 
     ``custom_objects`` (name → class) first, by ``registered_name`` then ``class_name``; then the registry of
-    the generation ``module`` names: ``slotopt.legacy...`` → the tf.keras legacy optimizers, ``slotopt.v1...`` →
-    the TF1 optimizers, anything else → the Keras 3 optimizers ``deserialize`` knows (names case-insensitive).
+    the generation ``module`` names (``keras.optimizers`` → Keras 3, ``keras.optimizers.legacy`` or
+    ``slotopt.legacy...`` → tf.keras legacy, ``slotopt.v1...`` → TF1, ``slotopt.tfrs`` → TFRS; no module →
+    Keras 3); names are case-insensitive. See ``slotopt.engine.registry``.
 
     Example:
         >>> from slotopt.keras3.serialization import resolve_optimizer_class
         >>> resolve_optimizer_class("adam").__module__, resolve_optimizer_class("Adam", "slotopt.legacy.adam").__module__
         ('slotopt.keras3.adam', 'slotopt.legacy.adam')
     """
-    if not isinstance(class_name, str):
-        raise ValueError(f"A serialized optimizer needs a string `class_name`. Received: class_name={class_name!r}")
-    if module is not None and not isinstance(module, str):
-        raise ValueError(f"A serialized optimizer's `module` must be a string. Received: module={module!r}")
-    custom = dict(custom_objects or {})
-    if isinstance(registered_name, str) and registered_name in custom:
-        cls = custom[registered_name]
-    elif class_name in custom:
-        cls = custom[class_name]
-    else:
-        package = module or ""
-        if package == "slotopt.legacy" or package.startswith("slotopt.legacy."):
-            registry, generation = _namespace_registry("slotopt.legacy"), "slotopt.legacy"
-            cls = registry.get(class_name)
-        elif package == "slotopt.v1" or package.startswith("slotopt.v1."):
-            registry, generation = _namespace_registry("slotopt.v1"), "slotopt.v1"
-            cls = registry.get(class_name)
-        else:
-            registry, generation = _builtins(), "slotopt"
-            cls = registry.get(class_name.lower())
-        if cls is None:
-            valid = sorted(registry) + sorted(k for k in custom if k.lower() not in registry)
-            where = "" if generation == "slotopt" else f" (in {generation})"
-            raise ValueError(
-                f"Unknown optimizer: '{class_name}'. Valid names are {valid}{where}; pass other classes (such as "
-                "`Lamb`) through `custom_objects`."
-            )
-    if not isinstance(cls, type):
-        raise ValueError(f"`custom_objects[{class_name!r}]` must be an optimizer class. Received: {cls!r}")
-    return cls
+    return registry.resolve_class(class_name, module, custom_objects, registered_name)
 
 
 def serialize(optimizer: Any) -> dict[str, Any]:
     """The Keras 3 serialized form of ``optimizer``: ``{"module", "class_name", "config", "registered_name"}``.
 
-    Built-in optimizers get ``module="keras.optimizers"`` and ``registered_name=None``; any other class gets its
-    Python module and its class name as ``registered_name`` (deserialize it with ``custom_objects``).
+    Built-in optimizers get their generation's module and ``registered_name=None`` (``"keras.optimizers"`` for
+    Keras 3, ``"keras.optimizers.legacy"`` for tf.keras legacy, ``"slotopt.v1"``, ``"slotopt.tfrs"``), so
+    ``deserialize`` returns the same class; any other class gets its Python module and its class name as
+    ``registered_name`` (deserialize it with ``custom_objects``).
 
     Example:
         >>> import slotopt
@@ -126,18 +95,15 @@ def serialize(optimizer: Any) -> dict[str, Any]:
             "Argument `optimizer` must be an optimizer with a `get_config()` method. "
             f"Received: optimizer={optimizer!r}"
         )
-    cls = type(optimizer)
-    config = optimizer.get_config()
-    if _builtins().get(cls.__name__.lower()) is cls:
-        return {"module": _MODULE, "class_name": cls.__name__, "config": config, "registered_name": None}
-    return {"module": cls.__module__, "class_name": cls.__name__, "config": config, "registered_name": cls.__name__}
+    return registry.serialized(optimizer)
 
 
 def deserialize(config: Mapping[str, Any], custom_objects: Optional[Mapping[str, Any]] = None) -> Any:
     """Rebuilds an optimizer from ``serialize`` output or a ``{"class_name": ..., "config": {...}}`` dict.
 
     ``custom_objects`` (name → class) is searched first, by ``registered_name`` and then by ``class_name``;
-    built-in names are case-insensitive (``"adam"``, ``"RMSprop"``, ``"sgd"``).
+    then the registry of the generation ``module`` names (Keras 3 when there is none); built-in names are
+    case-insensitive (``"adam"``, ``"RMSprop"``, ``"sgd"``). Nothing a config names is imported or called.
 
     Example:
         >>> import slotopt
@@ -157,7 +123,7 @@ def deserialize(config: Mapping[str, Any], custom_objects: Optional[Mapping[str,
     if not isinstance(inner, Mapping):
         raise ValueError(f"`config['config']` must be a dict. Received: config={dict(config)!r}")
     custom = dict(custom_objects or {})
-    cls = resolve_optimizer_class(class_name, None, custom, config.get("registered_name"))
+    cls = resolve_optimizer_class(class_name, config.get("module"), custom, config.get("registered_name"))
     from_config = getattr(cls, "from_config", None)
     if from_config is None:
         return cls(**inner)

@@ -23,6 +23,8 @@ class SGD(Optimizer):
         [0.9, 1.9]
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     _fused_weight_decay = True  # Keras 3's weight decay runs in the SGD kernels' pass
 
     def __init__(self, learning_rate: LearningRate = 0.01, momentum: float = 0.0, nesterov: bool = False,

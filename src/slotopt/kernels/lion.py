@@ -27,7 +27,11 @@ def lion(params: Tensors, grads: Tensors, momenta: Tensors, scaled_1: Optional[T
     """
     direction = torch._foreach_mul(momenta, beta_1)
     torch._foreach_add_(direction, torch._foreach_mul(grads, one_minus_beta_1) if scaled_1 is None else scaled_1)
-    torch._foreach_sign_(direction)
+    if direction and direction[0].is_complex():
+        for d in direction:  # TensorFlow's complex sign: z / |z| (0 for 0)
+            torch.sgn(d, out=d)
+    else:
+        torch._foreach_sign_(direction)
     torch._foreach_mul_(direction, lr)
     torch._foreach_sub_(params, direction)
     torch._foreach_mul_(momenta, beta_2)

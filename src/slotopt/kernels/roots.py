@@ -4,7 +4,8 @@ TensorFlow's CPU kernels take IEEE square roots (``sqrtpd``: correctly rounded).
 correctly rounded on every build: with torch 2.13 (AVX512 build) about 0.7% of float64 and float32 inputs come
 out one ULP off, which breaks bit-exact parity (``x ** 0.5`` and ``torch.pow(x, 0.5)`` take the same path).
 NumPy's ``sqrt`` is the hardware instruction, so CPU tensors go through it, in place on shared memory; other
-devices (CUDA's ``sqrt`` is IEEE-correct) use ``torch._foreach_sqrt``.
+devices (CUDA's ``sqrt`` is IEEE-correct) use ``torch._foreach_sqrt``. A complex tensor takes the principal complex
+root (TensorFlow applies its formulas to complex values as they are).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ __all__ = ["sqrt", "sqrt_", "rsqrt", "pow"]
 
 Tensors = list[torch.Tensor]
 
-_NUMPY_DTYPES = (torch.float64, torch.float32, torch.float16)
+# complex64/complex128: NumPy's complex sqrt is the C library's principal ``csqrt``, as TensorFlow's ``std::sqrt``.
+_NUMPY_DTYPES = (torch.float64, torch.float32, torch.float16, torch.complex64, torch.complex128)
 _MANY = 8  # from this many tensors on, pack them into one buffer for a single NumPy call
 
 

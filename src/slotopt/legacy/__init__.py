@@ -15,6 +15,7 @@ Example:
     (1, ['m', 'v'], 5)
 """
 
+from ..engine import registry
 from .adagrad import Adadelta, Adagrad
 from .adam import Adam, Adamax, Nadam
 from .ftrl import Ftrl
@@ -22,6 +23,22 @@ from .gradient_descent import SGD
 from .loss_scale import LossScaleOptimizer
 from .optimizer import Optimizer, OptimizerV2
 from .rmsprop import RMSProp, RMSprop
+
+# tf-keras writes these modules for its OptimizerV2 line and its mixed-precision wrapper (older releases wrote
+# ``keras.optimizers.optimizer_v2.*``); slotopt.legacy's own paths resolve too.
+registry.register_generation(
+    "legacy", public_module="keras.optimizers.legacy",
+    classes={"SGD": SGD, "Adam": Adam, "Adamax": Adamax, "Nadam": Nadam, "RMSprop": RMSprop, "Adagrad": Adagrad,
+             "Adadelta": Adadelta, "Ftrl": Ftrl, "LossScaleOptimizer": LossScaleOptimizer},
+    aliases={"RMSProp": RMSProp, "LossScaleOptimizerV1": LossScaleOptimizer},
+    modules=("keras.mixed_precision", "tf_keras.mixed_precision", "tf.keras.mixed_precision",
+             "tf.keras.optimizers.legacy"),
+    prefixes=("keras.optimizers.legacy", "tf_keras.optimizers.legacy", "keras.src.optimizers.legacy",
+              "tf_keras.src.optimizers.legacy", "keras.optimizers.optimizer_v2", "keras.src.optimizers.optimizer_v2",
+              "tensorflow.python.keras.optimizer_v2", "keras.mixed_precision.loss_scale_optimizer",
+              "keras.src.mixed_precision", "tf_keras.src.mixed_precision", "tensorflow.python.keras.mixed_precision",
+              "slotopt.legacy"),
+)
 
 __all__ = ["Optimizer", "OptimizerV2", "SGD", "Adam", "Adamax", "Nadam", "RMSprop", "RMSProp", "Adagrad", "Adadelta",
            "Ftrl", "LossScaleOptimizer"]

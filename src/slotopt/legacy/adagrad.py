@@ -37,6 +37,8 @@ class Adagrad(Optimizer):
         0.5
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     _HAS_AGGREGATE_GRAD = True
 
     def __init__(self, learning_rate: Hyperparameter = 0.001, initial_accumulator_value: float = 0.1,
@@ -115,6 +117,8 @@ class Adadelta(Optimizer):
         >>> f"{w.item():.6f}"
         '0.999684'
     """
+
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
 
     _HAS_AGGREGATE_GRAD = True
 

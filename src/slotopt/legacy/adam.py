@@ -67,6 +67,8 @@ class Adam(_AdamBase):
         ([0.9, -0.9], ['Adam/iter', 'Adam/w/m', 'Adam/w/v'])
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     def __init__(self, learning_rate: Hyperparameter = 0.001, beta_1: Hyperparameter = 0.9,
                  beta_2: Hyperparameter = 0.999, epsilon: Optional[float] = 1e-7, amsgrad: bool = False,
                  name: Optional[str] = "Adam", **kwargs: Any) -> None:
@@ -215,6 +217,8 @@ class Nadam(_AdamBase):
         >>> f"{w.item():.1f}", [v.path for v in opt.weights][:2]
         ('9.8', ['Nadam/iter', 'Nadam/momentum_cache'])
     """
+
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
 
     def __init__(self, learning_rate: Hyperparameter = 0.001, beta_1: Hyperparameter = 0.9,
                  beta_2: Hyperparameter = 0.999, epsilon: Optional[float] = 1e-7, name: Optional[str] = "Nadam",

@@ -34,6 +34,8 @@ class SGD(Optimizer):
         ([-0.25, 3.25], ['momentum'])
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     _HAS_AGGREGATE_GRAD = True
 
     def __init__(self, learning_rate: Hyperparameter = 0.01, momentum: Hyperparameter = 0.0, nesterov: bool = False,

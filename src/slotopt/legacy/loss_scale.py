@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
+import inspect
 import logging
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
+from ..engine import registry
 from ..engine.core import Pair
 from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse
@@ -59,6 +60,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     """
 
     _own_argument_checks = frozenset({"dynamic"})  # tf.keras's own message: The "dynamic" argument must be...
+    _supports_complex = True  # complex variables: the optimizer(s) it wraps decide (issue 24 item 8)
 
     def __init__(self, inner_optimizer: Optimizer, dynamic: bool = True, initial_scale: Optional[float] = None,
                  dynamic_growth_steps: Optional[int] = None) -> None:
@@ -79,6 +81,8 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         if dynamic:
             initial_scale = _DEFAULT_INITIAL_SCALE if initial_scale is None else initial_scale
             dynamic_growth_steps = _DEFAULT_GROWTH_STEPS if dynamic_growth_steps is None else dynamic_growth_steps
+            if isinstance(dynamic_growth_steps, float) and dynamic_growth_steps.is_integer():
+                dynamic_growth_steps = int(dynamic_growth_steps)  # tf-keras keeps 3.0 as the step count 3
             if isinstance(dynamic_growth_steps, bool) or not isinstance(dynamic_growth_steps, int) or \
                     dynamic_growth_steps < 1:
                 raise ValueError(
@@ -123,10 +127,24 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         if name == "lr":
             name = "learning_rate"
         inner = self.__dict__.get("_optimizer")
-        if inner is not None and name in inner._hyper and name not in self.__dict__:
+        # As tf-keras: a hyperparameter of the inner optimizer is set there unless the wrapper has the attribute
+        # itself (a read-only property such as ``loss_scale`` then raises AttributeError).
+        own = name in self.__dict__ or hasattr(type(self), name)
+        if inner is not None and name in inner._hyper and not own:
             inner._set_hyper(name, value)
         else:
             object.__setattr__(self, name, value)
+
+    @property
+    def learning_rate(self) -> Any:
+        """The inner optimizer's ``learning_rate`` (its hyperparameter or its own property)."""
+        return self._optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        self._optimizer.learning_rate = value
+
+    lr = learning_rate
 
     @property
     def inner_optimizer(self) -> Optimizer:
@@ -339,8 +357,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     def get_config(self) -> dict[str, Any]:
         inner = self._optimizer
         return {
-            "inner_optimizer": {"module": type(inner).__module__, "class_name": type(inner).__name__,
-                                "config": inner.get_config()},
+            "inner_optimizer": registry.serialized(inner),
             "dynamic": self._dynamic,
             "initial_scale": self._initial_scale,
             "dynamic_growth_steps": self._dynamic_growth_steps,
@@ -376,14 +393,17 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
 
 
 def _deserialize_inner(spec: dict[str, Any], custom_objects: Optional[dict[str, Any]]) -> Optimizer:
-    class_name = spec.get("class_name")
-    klass: Optional[Callable[..., Any]] = (custom_objects or {}).get(class_name)
-    if klass is None:
-        legacy = importlib.import_module("slotopt.legacy")
-        klass = getattr(legacy, str(class_name), None)
-        if klass is None:
-            lowered = {k.lower(): getattr(legacy, k) for k in getattr(legacy, "__all__", [])}
-            klass = lowered.get(str(class_name).lower())
-    if klass is None:
-        raise ValueError(f"Unknown optimizer {class_name!r}: pass its class in `custom_objects`.")
-    return klass.from_config(spec.get("config", {}), custom_objects)
+    """The inner optimizer of a serialized tf-keras LossScaleOptimizer, through slotopt's registry only."""
+    if not isinstance(spec, dict):
+        raise ValueError(f"`inner_optimizer` must be a serialized optimizer dict. Received: {spec!r}")
+    klass = registry.resolve_class(spec.get("class_name"), spec.get("module"), custom_objects,
+                                   spec.get("registered_name"), default_generation="legacy")
+    inner_config = spec.get("config") or {}
+    if not isinstance(inner_config, dict):
+        raise ValueError(f"`inner_optimizer['config']` must be a dict. Received: {spec!r}")
+    from_config = getattr(klass, "from_config", None)
+    if not callable(from_config):
+        raise ValueError(f"`inner_optimizer`: {klass.__name__} has no `from_config`, so it is not an optimizer.")
+    if "custom_objects" in inspect.signature(from_config).parameters:
+        return from_config(dict(inner_config), custom_objects)
+    return from_config(dict(inner_config))

@@ -322,6 +322,10 @@ class Optimizer(SlotWeights, HyperparameterStore):
         self._register(named)
         variables = [v for _, v in named]
         loss = self._transform_loss(loss)
+        if isinstance(loss, torch.Tensor) and loss.grad_fn is None:
+            # A loss with no graph does not depend on any variable: tf-keras's tape gives None for each (and
+            # apply_gradients then says no gradient was provided, or does nothing for an empty var_list).
+            return [(None, v) for v in variables]
         grads = gradients.gradients_of(loss, variables, grad_loss)
         return list(zip(grads, variables))
 

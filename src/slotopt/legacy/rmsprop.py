@@ -36,6 +36,8 @@ class RMSprop(Optimizer):
         9.683772
     """
 
+    _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+
     _HAS_AGGREGATE_GRAD = True
 
     def __init__(self, learning_rate: Hyperparameter = 0.001, rho: Hyperparameter = 0.9,

@@ -11,6 +11,13 @@ Example:
     [1, 1]
 """
 
+from ..engine import registry
 from .composite import CompositeOptimizer
+
+registry.register_generation(
+    "tfrs", public_module="slotopt.tfrs", classes={"CompositeOptimizer": CompositeOptimizer},
+    modules=("slotopt.composite",),
+    prefixes=("slotopt.tfrs", "tensorflow_recommenders.experimental.optimizers"),
+)
 
 __all__ = ["CompositeOptimizer"]

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import checks, transaction
+from ..engine import checks, registry, transaction
 from ..engine.core import OptimizerCore
 from ..engine.routing import (
     aggregation_options,
@@ -29,7 +29,6 @@ from ..engine.routing import (
 )
 from ..engine.routing import optimizer_weights as _optimizer_weights
 from ..engine.torch_protocol import ComposesOptimizers, TorchProtocol
-from ..keras3.serialization import resolve_optimizer_class
 from ..variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]
@@ -295,8 +294,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                     "it serializable."
                 )
             entries.append({
-                "optimizer": {"module": type(optimizer).__module__, "class_name": type(optimizer).__name__,
-                              "config": optimizer.get_config()},
+                "optimizer": registry.serialized(optimizer),
                 "variables": list(spec),
             })
         return {"name": self.name, "optimizers_and_vars": entries}
@@ -305,7 +303,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
     def from_config(cls, config: Mapping[str, Any],
                     custom_objects: Optional[Mapping[str, Any]] = None) -> CompositeOptimizer:
         """Rebuilds a composite from ``get_config()``. Each sub-optimizer's class is looked up in the registry
-        ``slotopt.deserialize`` uses (by generation: Keras 3, ``slotopt.legacy``, ``slotopt.v1``) or in
+        every entry point uses (``slotopt.engine.registry``: by generation, from its ``module``) or in
         ``custom_objects``; nothing named in the config is imported, and the result must be an optimizer."""
         checks.check_config_dict(config)
         entries_config = config.get("optimizers_and_vars")
@@ -321,8 +319,8 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                 raise ValueError(
                     f"`optimizers_and_vars[{i}]` must be {{'optimizer': {{'class_name', 'module', 'config'}}, "
                     f"'variables': [name patterns]}}. Received: {entry!r}")
-            klass = resolve_optimizer_class(spec.get("class_name"), spec.get("module"), custom_objects,
-                                            spec.get("registered_name"))
+            klass = registry.resolve_class(spec.get("class_name"), spec.get("module"), custom_objects,
+                                           spec.get("registered_name"))
             from_config = getattr(klass, "from_config", None)
             if not callable(from_config):
                 raise ValueError(f"`optimizers_and_vars[{i}]`: {klass.__name__} has no `from_config`, so it is not "

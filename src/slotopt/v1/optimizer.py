@@ -28,6 +28,7 @@ from ..engine import sparse as sparse_rows
 from ..engine.core import Pair, Pairs
 from ..engine.pipeline import run_step
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
+from .config import constructor_config, from_constructor_config
 from .state import NamedState, cast, check_hyperparameter, convert_to_tensor, is_number
 
 __all__ = ["Optimizer", "InvalidArgumentError", "GATE_NONE", "GATE_OP", "GATE_GRAPH"]
@@ -573,6 +574,15 @@ class BuiltinOptimizer(Optimizer):
         if cached is None:
             cached = self._cast_cache[(key, dtype)] = cast(self._prepared[key], dtype)
         return cached
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor arguments (``slotopt.v1.config``; TF1 has no config: a slotopt extension)."""
+        return constructor_config(self)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], custom_objects: Optional[Mapping[str, Any]] = None) -> Any:
+        """The optimizer ``get_config()`` describes (plain data only; nothing in it is imported or called)."""
+        return from_constructor_config(cls, config)
 
     def _check_positive(self, pairs: list[Pair], checks: Sequence[tuple[str, str, str]]) -> None:
         """Kernel-side checks ``(hyper, 'positive' | 'non-negative' | 'non-positive', message)`` per dtype."""
