@@ -352,7 +352,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         for pair in pairs:
             grad, var = pair
             if type(grad) is torch.Tensor and grad.dtype is var.dtype and grad.layout is strided and \
-                    grad.dtype in floats and grad.shape == var.shape and grad.device == var.device:
+                    not grad.is_nested and grad.dtype in floats and grad.shape == var.shape and \
+                    grad.device == var.device:
                 out.append(pair if type(pair) is tuple else (grad, var))
             else:
                 out.append((self._check_gradient(grad, var, lambda var=var: self._name_of(var)), var))
@@ -393,6 +394,15 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                     f"not match the variable's shape {tuple(var.shape)}."
                 )
         else:
+            if isinstance(grad, torch.Tensor) and (grad.layout is not torch.strided or grad.is_nested):
+                # CSR/CSC/BSR/BSC, mkldnn, nested: no rule of any generation takes them, and their memory is not
+                # the variable's layout; refused before anything changes.
+                kind = "nested" if grad.is_nested else str(grad.layout)
+                raise TypeError(
+                    f"Gradient for variable {where} must be a dense (strided) tensor, a sparse COO row gradient "
+                    f"or an IndexedSlices. Received: a {kind} tensor of shape "
+                    f"{tuple(grad.shape) if not grad.is_nested else '(nested)'}; convert it first (e.g. "
+                    "grad.to_dense() or grad.to_sparse_coo()).")
             if not isinstance(grad, torch.Tensor):
                 try:
                     grad = torch.as_tensor(grad, dtype=var.dtype, device=var.device)

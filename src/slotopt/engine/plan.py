@@ -43,8 +43,10 @@ class Planner(Protocol):
     def _groups(self, positions: Sequence[int]) -> Any: ...
 
 _is = operator.is_
-_dtype, _shape, _device, _on_cpu = (operator.attrgetter(name) for name in ("dtype", "shape", "device", "is_cpu"))
+_dtype, _shape, _device, _on_cpu, _layout, _nested = (
+    operator.attrgetter(name) for name in ("dtype", "shape", "device", "is_cpu", "layout", "is_nested"))
 _contiguous = torch.Tensor.is_contiguous
+_strided = torch.strided
 _address = torch.Tensor.data_ptr
 
 
@@ -108,7 +110,8 @@ class StepPlan:
         tensor, strided, index = torch.Tensor, torch.strided, opt._var_index
         for g, v in pairs:
             if type(g) is not tensor or g.layout is not strided or v.layout is not strided or id(v) not in index \
-                    or g.dtype is not v.dtype or g.shape != v.shape or g.device != v.device or not v.is_contiguous():
+                    or g.is_nested or v.is_nested or g.dtype is not v.dtype or g.shape != v.shape \
+                    or g.device != v.device or not v.is_contiguous():
                 return False
         return len({id(v) for _, v in pairs}) == len(pairs)
 
@@ -128,16 +131,18 @@ class StepPlan:
             return None
         if list(map(_address, variables)) != self.addresses or not all(map(_contiguous, variables)):
             return None  # moved or re-strided since (``p.data = ...``): checked in full again
-        # One C-level pass per property (no Python loop per gradient): the type, dtype, device and shape of
-        # each gradient against its variable's, as the plan recorded them.
-        if not (all(map(_is, map(type, grads), repeat(torch.Tensor))) and list(map(_dtype, grads)) == self.dtypes
+        # One C-level pass per property (no Python loop per gradient): the type, layout, dtype, device and shape
+        # of each gradient against its variable's, as the plan recorded them. The layout comes first: a sparse
+        # COO gradient has a dtype, a shape, a device and even a contiguity (False) like a dense one, and only
+        # the full path checks its rows (an index past the table must never reach a kernel). Anything unusual
+        # (sparse, mkldnn, nested, meta, another device) takes the full path, which checks it or refuses it.
+        if not (all(map(_is, map(type, grads), repeat(torch.Tensor)))
+                and all(map(_is, map(_layout, grads), repeat(_strided))) and not any(map(_nested, grads))
+                and list(map(_dtype, grads)) == self.dtypes
                 and (all(map(_on_cpu, grads)) if self.on_cpu else list(map(_device, grads)) == self.devices)
                 and list(map(_shape, grads)) == self.shapes):
             return None
-        try:
-            contiguous = all(map(_contiguous, grads))
-        except RuntimeError:  # a sparse (COO, CSR) or opaque layout has no contiguity: the full path takes it
-            return None
+        contiguous = all(map(_contiguous, grads))  # strided, not nested: contiguity is defined
         ordinary = Ordinary(pairs)
         ordinary.plan = self
         ordinary.grads = grads
