@@ -108,7 +108,7 @@ def _run(make, apply, kinds, dtype, seed, steps=None, parameters=False):
 
 
 @FAST
-@given(factory=factories(base=False), kinds=st.lists(st.sampled_from(KINDS), min_size=2, max_size=7),
+@given(factory=factories(), kinds=st.lists(st.sampled_from(KINDS), min_size=2, max_size=7),
        dtype=st.sampled_from([torch.float32, torch.float64]), seed=SEED)
 def test_random_step_sequences_match_the_full_path(factory, kinds, dtype, seed):
     steps = {}  # each copy's own global step (TF1's AdagradDA takes one)

@@ -338,6 +338,13 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return groups
 
     # ----------------------------------------------------------------------------------------- gradients
+    def _planned_step(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
+        """``pairs`` as an ``Ordinary`` step of the last step's plan, or None (engine/plan.py)."""
+        plan = self._plan
+        if plan is None or not plan.valid_for(self):
+            return None
+        return plan.fits(pairs)
+
     def _checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
         """``_check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
         shape, dtype and device) are recognised inline, without the call. A step that fits the plan of the last

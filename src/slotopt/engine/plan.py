@@ -83,6 +83,7 @@ class StepPlan:
         self.on_cpu = all(d.type == "cpu" for d in self.devices)
         self.addresses = [v.data_ptr() for v in variables]
         self.groups = opt._groups(self.positions)  # the (device, dtype) groups of the positions
+        self.kinds = list(dict.fromkeys(zip(self.devices, self.dtypes)))  # the (device, dtype) pairs, in order
         #: Values a stage derived from the variables, by the stage's key (e.g. the decayed positions for one
         #: exclusion list); dropped with the plan.
         self.memo: dict[Any, Any] = {}
@@ -99,6 +100,18 @@ class StepPlan:
         """``params`` (the variables of ``positions``) for a compiled call: their element counts and addresses
         computed once; ``fits`` re-reads the addresses at every step, so they hold while the plan is used."""
         return native.Verified(params, [self.addresses[self.index_of[p]] for p in positions])
+
+    def group_params(self, group: list[int], variables: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The variables of ``group`` (one of ``groups``) for a compiled call: ``Verified`` when the compiled
+        path takes them (``fits`` re-reads their addresses at every step), computed once per plan."""
+        key = ("params", id(group))
+        params = self.memo.get(key)
+        if params is None:
+            params = [variables[p] for p in group]
+            if native.takes(params[0]):
+                params = self.verified(tuple(group), params)
+            self.memo[key] = params
+        return params
 
     @staticmethod
     def possible(opt: Planner, pairs: Sequence[Pair]) -> bool:
@@ -123,8 +136,9 @@ class StepPlan:
 
     def fits(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         """``pairs`` as an ``Ordinary`` step of this plan, or None (see the module docstring)."""
-        if len(pairs) != len(self.variables):
-            return None
+        if len(pairs) != len(self.variables) or not all(map(_is, map(type, pairs), repeat(tuple))) \
+                or not all(map(operator.eq, map(len, pairs), repeat(2))):
+            return None  # (a face's own pairs are 2-tuples; anything else is checked in full)
         grads = [pair[0] for pair in pairs]
         variables = [pair[1] for pair in pairs]
         if not all(map(_is, variables, self.variables)):
