@@ -36,6 +36,14 @@ Pairs = Iterable[Pair]
 _FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+def is_plain_gradient(grad: Any, var: torch.Tensor) -> bool:
+    """Whether ``grad`` needs no conversion or further check for ``var``: a dense strided float tensor of its dtype,
+    shape and device (what ``OptimizerCore._check_gradient`` returns unchanged)."""
+    return (type(grad) is torch.Tensor and grad.dtype is var.dtype and grad.layout is torch.strided
+            and not grad.is_nested and grad.dtype in _FLOAT_TYPES and grad.shape == var.shape
+            and grad.device == var.device)
+
+
 class BuildsOnParams(type):
     """Takes the keyword argument ``params=`` (a module, tensors, named pairs or torch param-group dicts) of every
     optimizer and builds on it once the whole constructor chain (subclass attributes included) has run."""
@@ -315,7 +323,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return self._slots.get(slot_name, {}).get(pos)
 
     def _slot_lists(self, names: Sequence[str], positions: Sequence[int]) -> dict[str, list[torch.Tensor]]:
-        return {n: [self._slots[n][p] for p in positions] for n in names}
+        lists = {n: [self._slots[n][p] for p in positions] for n in names}
+        plan = self.__dict__.get("_updating_plan")  # an ordinary step's group (engine/plan.py): addresses kept
+        if plan is not None and positions and type(positions) is list:
+            return {n: plan.state_operands(n, positions, tensors) for n, tensors in lists.items()}
+        return lists
 
     # ----------------------------------------------------------------------------------------- grouping
     def _groups(self, positions: Sequence[int]) -> list[list[int]]:
@@ -355,12 +367,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             if ordinary is not None:
                 return ordinary
         out: list[Pair] = []
-        strided, floats = torch.strided, _FLOAT_TYPES
         for pair in pairs:
             grad, var = pair
-            if type(grad) is torch.Tensor and grad.dtype is var.dtype and grad.layout is strided and \
-                    not grad.is_nested and grad.dtype in floats and grad.shape == var.shape and \
-                    grad.device == var.device:
+            if is_plain_gradient(grad, var):
                 out.append(pair if type(pair) is tuple else (grad, var))
             else:
                 out.append((self._check_gradient(grad, var, lambda var=var: self._name_of(var)), var))

@@ -113,6 +113,29 @@ class StepPlan:
             self.memo[key] = params
         return params
 
+    def state_operands(self, name: str, group: list[int], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``tensors`` (slot ``name`` of ``group``, one of ``groups``) for a compiled call: once they were seen as
+        contiguous CPU tensors of their variables' dtype and sizes, a ``Matched`` list with their addresses
+        whenever they are still the same tensors at the same addresses, shapes and contiguity (one C-level pass
+        per property), else as they are (the compiled call then checks them in full)."""
+        key = ("state", name, id(group))
+        memo = self.memo.get(key)
+        if memo is not None and memo[0] is group and all(map(_is, tensors, memo[1])):
+            addresses = list(map(_address, tensors))
+            if addresses == memo[2] and list(map(_shape, tensors)) == memo[3] and all(map(_contiguous, tensors)):
+                return memo[4]
+        shapes = [self.shapes[self.index_of[p]] for p in group]
+        dtype = self.dtypes[self.index_of[group[0]]]
+        if not (native.takes(tensors[0]) and all([t.dtype is dtype and t.is_cpu and t.is_contiguous()
+                                                   for t in tensors]) and list(map(_shape, tensors)) == shapes):
+            self.memo.pop(key, None)
+            return tensors
+        matched = native.Matched(tensors)
+        addresses = list(map(_address, tensors))
+        matched.addresses = np.array(addresses, dtype=np.uint64)
+        self.memo[key] = (group, list(tensors), addresses, shapes, matched)
+        return matched
+
     @staticmethod
     def possible(opt: Planner, pairs: Sequence[Pair]) -> bool:
         """Whether a checked step of ``pairs`` can leave a plan, i.e. is an ordinary step of its own plan (what

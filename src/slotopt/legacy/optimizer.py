@@ -26,9 +26,9 @@ from .. import schedules as schedules_module
 from ..engine import checks, clipping, gradients
 from ..engine import sparse as sparse_rows
 from ..engine.core import Pair, check_gradient_aggregator
-from ..engine.plan import Ordinary
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
+from ..engine.plan import Ordinary
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables
 from .hyperparameters import (
     Hyperparameter,
@@ -415,7 +415,7 @@ class Optimizer(SlotWeights, HyperparameterStore):
                 f"Received: grads_and_vars={grads_and_vars!r}"
             )
         pairs = list(grads_and_vars)
-        ordinary = self._planned_step(pairs)
+        ordinary = self._planned_step(pairs) if "_pending_torch_state" not in self.__dict__ else None
         if ordinary is not None:  # the variables and gradients of the last step's kind (engine/plan.py)
             return self._prepare_ordinary(ordinary)
         checked: list[Pair] = []
@@ -474,7 +474,8 @@ class Optimizer(SlotWeights, HyperparameterStore):
         plan = ordinary.plan
         self.__dict__["_step_values"] = self._evaluate_callable_hypers()
         try:
-            self._create_all_weights(plan.variables)
+            _ = self.iterations  # (what ``_create_all_weights`` does for variables whose slots exist)
+            self._create_hypers()
             # (a subclass's own ``_prepare``, as Nadam's, sees the variables as on the full path)
             self._apply_state = self._prepare_kinds(plan.kinds) if type(self)._prepare is Optimizer._prepare \
                 else self._prepare(plan.variables)
@@ -561,11 +562,15 @@ class Optimizer(SlotWeights, HyperparameterStore):
         apply_state = self._apply_state
         if type(pairs) is Ordinary and getattr(type(self)._resource_apply_dense, _GROUPED, False):
             plan = pairs.plan  # its groups, their variables and the gradients' addresses, read once
-            for group in plan.groups:
-                params = plan.group_params(group, self._vars)
-                key = (params[0].device, params[0].dtype)
-                coefficients = (apply_state or {}).get(key) or self._fallback_apply_state(*key)
-                self._apply_dense_group(params, pairs.gradients(tuple(group)), group, coefficients)
+            self.__dict__["_updating_plan"] = plan  # and the slots' (``_slot_lists``)
+            try:
+                for group in plan.groups:
+                    params = plan.group_params(group, self._vars)
+                    key = (params[0].device, params[0].dtype)
+                    coefficients = (apply_state or {}).get(key) or self._fallback_apply_state(*key)
+                    self._apply_dense_group(params, pairs.gradients(tuple(group)), group, coefficients)
+            finally:
+                self.__dict__["_updating_plan"] = None
             return
         dense: list[Pair] = []
         for grad, var in pairs:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..engine import checks, transaction
-from ..engine.core import OptimizerCore
+from ..engine.core import OptimizerCore, is_plain_gradient
 from ..engine.routing import (
     aggregation_options,
     dispatch,
@@ -202,7 +202,8 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
             pairs, lambda var: owners.get(id(var)),
             lambda var: f"Variable {self._name_of(var) or repr(var)} is not handled by any optimizer. This would "
                         "cause it to be not trained.",
-            check=lambda pair: OptimizerCore._check_gradient(pair[0], pair[1], self._name_of(pair[1]) or "variable"))
+            check=lambda pair: is_plain_gradient(*pair) or OptimizerCore._check_gradient(
+                pair[0], pair[1], lambda: self._name_of(pair[1]) or "variable"))
         if not any(g is not None for g, _ in pairs) and pairs:
             raise ValueError("No gradients provided for any variable.")
         for index, group in groups.items():  # what a sub-optimizer would refuse, refused before any of them steps
