@@ -27,6 +27,7 @@ from ..variables import IndexedSlices, variable_name
 from . import checks
 from . import constants as K
 from . import sparse as sparse_rows
+from . import sparse_pass
 from .core import OptimizerCore, Pair
 from .plan import Ordinary
 
@@ -157,6 +158,9 @@ class GroupedUpdates(OptimizerCore):
     #: rule that rewrites every row, run a block of rows at a time; ``"whole"``: needs whole-tensor norms;
     #: ``None``: the gradient is densified first (custom optimizers, and rules whose divisor may be 0).
     _sparse_layout: Optional[str] = None
+    #: Whether a ``"blocks"`` rule's dense update is one compiled rule, so that slices can take one pass over the
+    #: table (engine/sparse_pass.py).
+    _sparse_one_pass: bool = False
 
     def _learning_rate_of_step(self) -> Any:
         """This update's learning rate (the face's)."""
@@ -241,6 +245,11 @@ class GroupedUpdates(OptimizerCore):
             self._update_slices(param, slices, {n: [s] for n, s in zip(names, slots)}, learning_rate)
 
         slots = [self._slots[n][pos] for n in names]
+        if self._sparse_layout == "blocks" and self._sparse_one_pass and sparse_pass.update(
+                var, grad, slots, update,
+                lambda params, grads, state: self._update_group(params, grads, dict(zip(names, state)),
+                                                                learning_rate)):
+            return
         if self._sparse_layout == "blocks":
             sparse_rows.update_by_row_blocks(var, grad, slots, update)
         else:

@@ -64,6 +64,8 @@ class Adam(MomentOptimizer):
         ['adam/w_momentum', 'adam/w_velocity']
     """
 
+    _sparse_one_pass = True  # its dense update is one compiled rule (engine/sparse_pass.py)
+
     _kernel_slots = ("momentum", "velocity")
     _sparse_layout = "blocks"
     _fused_weight_decay = True  # AdamW's decay runs in the Adam kernel's pass

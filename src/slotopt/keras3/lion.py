@@ -27,6 +27,8 @@ class Lion(Optimizer):
         [0.75, 1.0, 1.25]
     """
 
+    _sparse_one_pass = True  # its dense update is one compiled rule (engine/sparse_pass.py)
+
     _kernel_slots = ("momentum",)
     _sparse_layout = "blocks"
 

@@ -38,6 +38,8 @@ class Nadam(MomentOptimizer):
         ('nadam/variable', 0.468)
     """
 
+    _sparse_one_pass = True  # its dense update is one compiled rule (engine/sparse_pass.py)
+
     _kernel_slots = ("momentum", "velocity")
     _sparse_layout = "blocks"
 

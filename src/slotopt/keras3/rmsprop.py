@@ -32,6 +32,8 @@ class RMSprop(Optimizer):
         ['rm_sprop/w_velocity']
     """
 
+    _sparse_one_pass = True  # its dense update is one compiled rule (engine/sparse_pass.py)
+
     #: Keras 3 refuses epsilon <= 0 (the square root of a zero second moment would divide by zero).
     _hyperparameter_ranges = {"epsilon": checks.Range(0.0, low_open=True, label="positive")}
 

@@ -23,6 +23,8 @@ class SGD(Optimizer):
         [0.9, 1.9]
     """
 
+    _sparse_one_pass = True  # its dense update is one compiled rule (engine/sparse_pass.py)
+
     _fused_weight_decay = True  # Keras 3's weight decay runs in the SGD kernels' pass
 
     def __init__(self, learning_rate: LearningRate = 0.01, momentum: float = 0.0, nesterov: bool = False,

@@ -34,7 +34,7 @@ import torch
 from torch._C._nn import unflatten_dense_tensors
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
-           "Verified", "FlatViews", "check_bounds", "BoundsError"]
+           "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -57,6 +57,11 @@ _calls = 0  # compiled calls made so far (tests check that the compiled path rea
 #: Whether every call's pointer table is checked in C against its tensors' extents first (``check_bounds``).
 _bounds_checks = False
 _checked_calls = 0  # calls whose table the bounds check passed (tests check that it really ran)
+
+
+class NotCompiled(RuntimeError):
+    """A call made for the compiled path only (``Verified.chunks``) that the compiled path did not take; nothing
+    ran."""
 
 
 class BoundsError(RuntimeError):
@@ -295,12 +300,29 @@ class Verified(list):  # type: ignore[type-arg]
     """Variables whose dtype, device, contiguity, sizes and ``addresses`` the engine has checked this step (an
     ordinary step, engine/plan.py): a CPU float32/float64 group of one dtype. ``apply`` takes them as they are."""
 
+    #: Pieces of one tensor (``chunks``) rather than tensors: never run by a foreach kernel.
+    chunked = False
+
     def __init__(self, variables: Sequence[torch.Tensor], addresses: Sequence[int]) -> None:
         super().__init__(variables)
         self.dtype = variables[0].dtype
         self.addresses = np.array(addresses, dtype=np.uint64)
         self.offsets = np.zeros(len(variables) + 1, dtype=np.int64)
         np.cumsum([t.numel() for t in variables], out=self.offsets[1:])
+
+    @classmethod
+    def chunks(cls, tensor: torch.Tensor, chunk: int) -> Verified:
+        """A contiguous CPU ``tensor`` as consecutive pieces of ``chunk`` elements (the last one shorter), for a
+        compiled call whose other operands are the whole tensors' buffers or per-piece pointers (the one-pass
+        sparse update, engine/sparse_pass.py). No Python object per piece: offsets and addresses in numpy."""
+        total = tensor.numel()
+        pieces = cls.__new__(cls)
+        list.__init__(pieces, [tensor] * -(-total // chunk))
+        pieces.dtype = tensor.dtype
+        pieces.offsets = np.minimum(np.arange(len(pieces) + 1, dtype=np.int64) * chunk, total)
+        pieces.addresses = (tensor.data_ptr() + pieces.offsets[:-1] * tensor.element_size()).astype(np.uint64)
+        pieces.chunked = True
+        return pieces
 
 
 def _unpacked(lists: Sequence[Any]) -> list[Any]:
@@ -343,6 +365,8 @@ def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[
                     # Python numbers only: a tensor-valued hyperparameter is a different foreach op.
                     if apply(rule, lists, values, read_only) if not on_cuda else _triton_apply(rule, lists, values):
                         return None
+            if getattr(lists[0], "chunked", False):
+                raise NotCompiled(rule)  # pieces of one tensor: the foreach kernel must not see them
             return kernel(*_unpacked(lists), **kwargs)
 
         run.foreach = kernel  # type: ignore[attr-defined]
