@@ -20,6 +20,8 @@ CONFIGS = {
     "RMSprop centered momentum": lambda: slotopt.RMSprop(learning_rate=0.01, momentum=0.5, centered=True),
     "SGD momentum": lambda: slotopt.SGD(learning_rate=0.01, momentum=0.9),
     "SGD nesterov": lambda: slotopt.SGD(learning_rate=0.01, momentum=0.9, nesterov=True),
+    "SGD momentum weight decay": lambda: slotopt.SGD(learning_rate=0.01, momentum=0.9, weight_decay=0.05),
+    "Adam weight decay": lambda: slotopt.Adam(learning_rate=0.01, weight_decay=0.05, amsgrad=True),
     "Lion": lambda: slotopt.Lion(learning_rate=0.01),
     "Adam clipnorm ema": lambda: slotopt.Adam(learning_rate=0.01, clipnorm=1.0, use_ema=True),
 }
