@@ -137,9 +137,10 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                 continue
             for var in (spec() if callable(spec) else spec):
                 claim(var, index)
-        for var in candidates:
+        patterns = [(index, spec) for index, (_, spec) in enumerate(self._entries) if _is_patterns(spec)]
+        for var in candidates if patterns else ():  # (names are only read for patterns)
             name = self._name_of(var)
-            for index, (_, spec) in enumerate(self._entries):
+            for index, spec in patterns:
                 if _is_patterns(spec) and name and any(fnmatch.fnmatchcase(name, p) for p in spec):
                     claim(var, index)
         return owners
