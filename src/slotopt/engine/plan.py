@@ -116,13 +116,14 @@ class StepPlan:
     def state_operands(self, name: str, group: list[int], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """``tensors`` (slot ``name`` of ``group``, one of ``groups``) for a compiled call: once they were seen as
         contiguous CPU tensors of their variables' dtype and sizes, a ``Matched`` list with their addresses
-        whenever they are still the same tensors at the same addresses, shapes and contiguity (one C-level pass
-        per property), else as they are (the compiled call then checks them in full)."""
+        whenever they are still the same tensors at the same addresses and contiguous (one C-level pass per
+        property), else as they are (the compiled call then checks them in full). (A tensor object keeps its
+        dtype; one whose storage was swapped or grown has another address; one shrunk in place by ``resize_``
+        still owns the bytes the rule touches.)"""
         key = ("state", name, id(group))
         memo = self.memo.get(key)
         if memo is not None and memo[0] is group and all(map(_is, tensors, memo[1])):
-            addresses = list(map(_address, tensors))
-            if addresses == memo[2] and list(map(_shape, tensors)) == memo[3] and all(map(_contiguous, tensors)):
+            if list(map(_address, tensors)) == memo[2] and all(map(_contiguous, tensors)):
                 return memo[4]
         shapes = [self.shapes[self.index_of[p]] for p in group]
         dtype = self.dtypes[self.index_of[group[0]]]
