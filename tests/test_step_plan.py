@@ -180,3 +180,30 @@ def test_gradients_of_other_layouts_are_refused_on_every_path(layout):
         with pytest.raises(TypeError, match="must be a dense \\(strided\\) tensor, a sparse COO row gradient"):
             opt.apply(grads, variables)
         assert all(torch.equal(a, b) for a, b in zip(before, variables))
+
+
+@pytest.mark.parametrize("face", ["legacy", "v1"])
+def test_a_slot_moved_or_restrided_after_planned_steps_is_read_again(face):
+    # The plan keeps the slots' addresses (StepPlan.state_operands); a slot whose storage was swapped or that was
+    # re-strided in place must be read again, as a plan-disabled twin reads it.
+    def optimizer():
+        return slotopt.legacy.Adam(learning_rate=0.1) if face == "legacy" else slotopt.v1.AdamOptimizer(0.1)
+
+    runs = []
+    for plans in (True, False):
+        variables = make(n=4, shape=(3, 3))
+        opt = optimizer()
+        if not plans:
+            opt.__dict__["_plans_steps"] = False
+        for step in range(3):
+            opt.apply_gradients(zip(grads_for(variables, step), variables))
+        assert (opt._plan is not None) == plans
+        slot = opt.get_slot(variables[1], "m")
+        with torch.no_grad():
+            slot.data = slot.data.clone() + 1.0  # another storage
+        opt.apply_gradients(zip(grads_for(variables, 5), variables))
+        with torch.no_grad():
+            slot.data = slot.data.t()  # the same storage, column-major
+        opt.apply_gradients(zip(grads_for(variables, 6), variables))
+        runs.append([v.detach().clone() for v in variables] + [slot.detach().clone()])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
