@@ -24,10 +24,9 @@ from ..kernels import native
 from ..kernels.ema import moving_average
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
-from . import checks
+from . import checks, sparse_pass
 from . import constants as K
 from . import sparse as sparse_rows
-from . import sparse_pass
 from .core import OptimizerCore, Pair
 from .plan import Ordinary
 
