@@ -15,6 +15,10 @@ from setuptools.command.build_ext import build_ext
 
 NATIVE = "src/slotopt/kernels/native"
 FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-std=c11"]
+# SLOTOPT_NATIVE_DEBUG=1 at build time: a library that checks the bounds of every call in C before the rule runs
+# (slotopt_kernels.c, SLOTOPT_BOUNDS_CHECK; slower, for debugging and the test suite).
+if os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() not in ("", "0"):
+    FLAGS.append("-DSLOTOPT_BOUNDS_CHECK")
 
 
 class OptionalNativeBuild(build_ext):

@@ -131,3 +131,79 @@ def test_a_plan_ends_when_the_variables_change():
     extra.grad = torch.ones(2)
     opt.step()
     assert opt._plan is not plan and extra.tolist() != [1.0, 1.0]
+
+
+_SPARSE_AFTER_DENSE = """
+import torch, slotopt
+a, b = torch.nn.Parameter(torch.zeros(4, 2)), torch.nn.Parameter(torch.zeros(3))
+o = slotopt.{name}(learning_rate=0.1, params=[a, b])
+a.grad, b.grad = torch.ones(4, 2), torch.ones(3); o.step()
+before = [a.detach().clone(), b.detach().clone()] + [s.clone() for s in o.variables]
+a.grad = torch.sparse_coo_tensor([[{row}]], torch.ones(1, 2), (4, 2))
+try:
+    o.step()
+    print("accepted")
+except ValueError as error:
+    after = [a.detach(), b.detach()] + list(o.variables)
+    print("unchanged" if all(torch.equal(x, y) for x, y in zip(before, after)) else "CHANGED", error)
+"""
+
+
+@pytest.mark.parametrize("name", ["Adagrad", "Adafactor", "Adadelta", "Adam"])
+def test_a_sparse_row_past_the_table_after_dense_steps_is_refused_not_run(name):
+    # The step plan once took a sparse COO gradient for a dense one (its dtype, shape and device match): no row
+    # check ran and the compiled kernels read past the table (heap corruption). A subprocess: it may crash.
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", _SPARSE_AFTER_DENSE.format(name=name, row=9)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("unchanged Sparse gradient indices for variable"), result.stdout
+    assert "must be in [0, 4). Received: indices=[9]" in result.stdout
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta", "ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("layout", ["csr", "csc", "mkldnn", "nested"])
+def test_gradients_of_other_layouts_are_refused_on_every_path(layout):
+    variables = make(n=3, shape=(4, 4))
+    for planned in (False, True):
+        opt = slotopt.Muon(learning_rate=0.01)
+        if planned:
+            opt.apply(grads_for(variables, 0), variables)
+            assert opt._plan is not None
+        grads = grads_for(variables, 1)
+        dense = grads[0]
+        grads[0] = {"csr": torch.Tensor.to_sparse_csr, "csc": torch.Tensor.to_sparse_csc,
+                    "mkldnn": torch.Tensor.to_mkldnn, "nested": lambda g: torch.nested.nested_tensor([g])}[layout](dense)
+        before = [v.detach().clone() for v in variables]
+        with pytest.raises(TypeError, match="must be a dense \\(strided\\) tensor, a sparse COO row gradient"):
+            opt.apply(grads, variables)
+        assert all(torch.equal(a, b) for a, b in zip(before, variables))
+
+
+@pytest.mark.parametrize("face", ["legacy", "v1"])
+def test_a_slot_moved_or_restrided_after_planned_steps_is_read_again(face):
+    # The plan keeps the slots' addresses (StepPlan.state_operands); a slot whose storage was swapped or that was
+    # re-strided in place must be read again, as a plan-disabled twin reads it.
+    def optimizer():
+        return slotopt.legacy.Adam(learning_rate=0.1) if face == "legacy" else slotopt.v1.AdamOptimizer(0.1)
+
+    runs = []
+    for plans in (True, False):
+        variables = make(n=4, shape=(3, 3))
+        opt = optimizer()
+        if not plans:
+            opt.__dict__["_plans_steps"] = False
+        for step in range(3):
+            opt.apply_gradients(zip(grads_for(variables, step), variables))
+        assert (opt._plan is not None) == plans
+        slot = opt.get_slot(variables[1], "m")
+        with torch.no_grad():
+            slot.data = slot.data.clone() + 1.0  # another storage
+        opt.apply_gradients(zip(grads_for(variables, 5), variables))
+        with torch.no_grad():
+            slot.data = slot.data.t()  # the same storage, column-major
+        opt.apply_gradients(zip(grads_for(variables, 6), variables))
+        runs.append([v.detach().clone() for v in variables] + [slot.detach().clone()])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))

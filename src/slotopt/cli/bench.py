@@ -7,6 +7,9 @@ Dense workloads (float32):
   12x[512,2048], 90x[512], 12x[2048]);
 * ``small``: 2000 tensors of 1024 elements (per-tensor overhead dominates).
 
+Also ``faces`` (the per-tensor cost of a step in every face and API) and ``keras3-sparse`` (Keras 3 optimizers on
+slices, as multiples of a whole-table pass and of a touched-rows pass): see ``cli/bench_faces.py``.
+
 For Adam, AdamW, SGD with momentum, RMSprop and Adagrad it times one step of the slotopt Keras 3 class
 (``build`` once, then ``apply(grads)``) and of ``torch.optim`` with ``foreach=False`` (a Python loop over
 tensors), ``foreach=True`` and ``fused=True`` (where torch supports it), with the same hyperparameters.
@@ -531,7 +534,7 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
         png = check_writable(png, "--png")
     steps = steps or (5 if quick else 20)
     warmup = 1 if quick else 3
-    chosen = workloads or ["large", "model", "small", "sparse"]
+    chosen = workloads or ["large", "model", "small", "sparse", "faces", "keras3-sparse"]
     sparse_rows = SPARSE_ROWS // 10 if quick else SPARSE_ROWS
     print(f"slotopt bench: torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}; "
@@ -570,6 +573,16 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
         print("peak extra MB: " + ("growth of torch.cuda.max_memory_allocated" if device == "cuda" else
               "growth of the peak resident set size (VmHWM / ru_maxrss) of a fresh subprocess") +
               " once the table and gradients exist: optimizer state plus step temporaries.", file=stream)
+    if "faces" in chosen:
+        from .bench_faces import format_faces, measure_faces
+
+        print("\n" + format_faces(measure_faces(steps=steps, warmup=warmup)), file=stream, flush=True)
+    if "keras3-sparse" in chosen:
+        from .bench_faces import format_keras3_sparse, measure_keras3_sparse
+
+        print("\n" + format_keras3_sparse(measure_keras3_sparse(sparse_rows, steps=max(steps // 2, 3),
+                                                                 warmup=min(warmup, 2)), sparse_rows),
+              file=stream, flush=True)
     if png and (dense or sparse):
         path = os.path.abspath(png)
         os.makedirs(os.path.dirname(path), exist_ok=True)

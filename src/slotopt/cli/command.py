@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-png", dest="png", action="store_const", const=None,
                        help="print the tables only (no matplotlib needed)")
     bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default cpu)")
-    bench.add_argument("--workload", action="append", choices=("large", "model", "small", "sparse"), default=None,
+    bench.add_argument("--workload", action="append", default=None,
+                       choices=("large", "model", "small", "sparse", "faces", "keras3-sparse"),
                        help="only this workload (repeatable; default all)")
     bench.add_argument("--steps", type=_positive_int, default=None, metavar="N",
                        help="timed steps per measurement (default 20, 5 with --quick)")

@@ -21,9 +21,11 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Optional
 
 import numpy as np
@@ -228,8 +230,13 @@ def check_pairs(grads_and_vars: Any, argument: str = "grads_and_vars") -> list[t
     if isinstance(grads_and_vars, (torch.Tensor, str, bytes, Mapping)) or not hasattr(grads_and_vars, "__iter__"):
         raise TypeError(f"Argument `{argument}` must be an iterable of (gradient, variable) pairs. "
                         f"Received: {argument}={grads_and_vars!r}")
+    items = list(grads_and_vars)
+    # The common case in one C-level pass per property: 2-tuples whose second element is a tensor.
+    if all(map(operator.is_, map(type, items), repeat(tuple))) and all(map(operator.eq, map(len, items), repeat(2))) \
+            and all(map(isinstance, map(operator.itemgetter(1), items), repeat(torch.Tensor))):
+        return items
     pairs = []
-    for i, item in enumerate(grads_and_vars):
+    for i, item in enumerate(items):
         if not (isinstance(item, (tuple, list)) and len(item) == 2):
             raise TypeError(f"Argument `{argument}` must hold (gradient, variable) pairs. Received at index {i}: "
                             f"{item!r}")

@@ -37,6 +37,14 @@ _FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPLEX_TYPES = (torch.complex64, torch.complex128)
 
 
+def is_plain_gradient(grad: Any, var: torch.Tensor) -> bool:
+    """Whether ``grad`` needs no conversion or further check for ``var``: a dense strided float tensor of its dtype,
+    shape and device (what ``OptimizerCore._check_gradient`` returns unchanged)."""
+    return (type(grad) is torch.Tensor and grad.dtype is var.dtype and grad.layout is torch.strided
+            and not grad.is_nested and grad.dtype in _FLOAT_TYPES and grad.shape == var.shape
+            and grad.device == var.device)
+
+
 class BuildsOnParams(type):
     """Takes the keyword argument ``params=`` (a module, tensors, named pairs or torch param-group dicts) of every
     optimizer and builds on it once the whole constructor chain (subclass attributes included) has run."""
@@ -316,7 +324,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return self._slots.get(slot_name, {}).get(pos)
 
     def _slot_lists(self, names: Sequence[str], positions: Sequence[int]) -> dict[str, list[torch.Tensor]]:
-        return {n: [self._slots[n][p] for p in positions] for n in names}
+        lists = {n: [self._slots[n][p] for p in positions] for n in names}
+        plan = self.__dict__.get("_updating_plan")  # an ordinary step's group (engine/plan.py): addresses kept
+        if plan is not None and positions and type(positions) is list:
+            return {n: plan.state_operands(n, positions, tensors) for n, tensors in lists.items()}
+        return lists
 
     # ----------------------------------------------------------------------------------------- grouping
     def _groups(self, positions: Sequence[int]) -> list[list[int]]:
@@ -339,6 +351,13 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return groups
 
     # ----------------------------------------------------------------------------------------- gradients
+    def _planned_step(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
+        """``pairs`` as an ``Ordinary`` step of the last step's plan, or None (engine/plan.py)."""
+        plan = self._plan
+        if plan is None or not plan.valid_for(self):
+            return None
+        return plan.fits(pairs)
+
     def _checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
         """``_check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
         shape, dtype and device) are recognised inline, without the call. A step that fits the plan of the last
@@ -349,11 +368,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             if ordinary is not None:
                 return ordinary
         out: list[Pair] = []
-        strided, floats = torch.strided, _FLOAT_TYPES
         for pair in pairs:
             grad, var = pair
-            if type(grad) is torch.Tensor and grad.dtype is var.dtype and grad.layout is strided and \
-                    grad.dtype in floats and grad.shape == var.shape and grad.device == var.device:
+            if is_plain_gradient(grad, var):
                 out.append(pair if type(pair) is tuple else (grad, var))
             else:
                 out.append((self._check_gradient(grad, var, lambda var=var: self._name_of(var)), var))
@@ -415,6 +432,15 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                     f"not match the variable's shape {tuple(var.shape)}."
                 )
         else:
+            if isinstance(grad, torch.Tensor) and (grad.layout is not torch.strided or grad.is_nested):
+                # CSR/CSC/BSR/BSC, mkldnn, nested: no rule of any generation takes them, and their memory is not
+                # the variable's layout; refused before anything changes.
+                kind = "nested" if grad.is_nested else str(grad.layout)
+                raise TypeError(
+                    f"Gradient for variable {where} must be a dense (strided) tensor, a sparse COO row gradient "
+                    f"or an IndexedSlices. Received: a {kind} tensor of shape "
+                    f"{tuple(grad.shape) if not grad.is_nested else '(nested)'}; convert it first (e.g. "
+                    "grad.to_dense() or grad.to_sparse_coo()).")
             if not isinstance(grad, torch.Tensor):
                 try:
                     grad = torch.as_tensor(grad, dtype=var.dtype, device=var.device)

@@ -43,8 +43,10 @@ class Planner(Protocol):
     def _groups(self, positions: Sequence[int]) -> Any: ...
 
 _is = operator.is_
-_dtype, _shape, _device, _on_cpu = (operator.attrgetter(name) for name in ("dtype", "shape", "device", "is_cpu"))
+_dtype, _shape, _device, _on_cpu, _layout, _nested = (
+    operator.attrgetter(name) for name in ("dtype", "shape", "device", "is_cpu", "layout", "is_nested"))
 _contiguous = torch.Tensor.is_contiguous
+_strided = torch.strided
 _address = torch.Tensor.data_ptr
 
 
@@ -81,6 +83,7 @@ class StepPlan:
         self.on_cpu = all(d.type == "cpu" for d in self.devices)
         self.addresses = [v.data_ptr() for v in variables]
         self.groups = opt._groups(self.positions)  # the (device, dtype) groups of the positions
+        self.kinds = list(dict.fromkeys(zip(self.devices, self.dtypes)))  # the (device, dtype) pairs, in order
         #: Values a stage derived from the variables, by the stage's key (e.g. the decayed positions for one
         #: exclusion list); dropped with the plan.
         self.memo: dict[Any, Any] = {}
@@ -98,6 +101,42 @@ class StepPlan:
         computed once; ``fits`` re-reads the addresses at every step, so they hold while the plan is used."""
         return native.Verified(params, [self.addresses[self.index_of[p]] for p in positions])
 
+    def group_params(self, group: list[int], variables: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The variables of ``group`` (one of ``groups``) for a compiled call: ``Verified`` when the compiled
+        path takes them (``fits`` re-reads their addresses at every step), computed once per plan."""
+        key = ("params", id(group))
+        params = self.memo.get(key)
+        if params is None:
+            params = [variables[p] for p in group]
+            if native.takes(params[0]):
+                params = self.verified(tuple(group), params)
+            self.memo[key] = params
+        return params
+
+    def state_operands(self, name: str, group: list[int], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``tensors`` (slot ``name`` of ``group``, one of ``groups``) for a compiled call: once they were seen as
+        contiguous CPU tensors of their variables' dtype and sizes, a ``Matched`` list with their addresses
+        whenever they are still the same tensors at the same addresses and contiguous (one C-level pass per
+        property), else as they are (the compiled call then checks them in full). (A tensor object keeps its
+        dtype; one whose storage was swapped or grown has another address; one shrunk in place by ``resize_``
+        still owns the bytes the rule touches.)"""
+        key = ("state", name, id(group))
+        memo = self.memo.get(key)
+        if memo is not None and memo[0] is group and all(map(_is, tensors, memo[1])):
+            if list(map(_address, tensors)) == memo[2] and all(map(_contiguous, tensors)):
+                return memo[4]
+        shapes = [self.shapes[self.index_of[p]] for p in group]
+        dtype = self.dtypes[self.index_of[group[0]]]
+        if not (native.takes(tensors[0]) and all([t.dtype is dtype and t.is_cpu and t.is_contiguous()
+                                                   for t in tensors]) and list(map(_shape, tensors)) == shapes):
+            self.memo.pop(key, None)
+            return tensors
+        matched = native.Matched(tensors)
+        addresses = list(map(_address, tensors))
+        matched.addresses = np.array(addresses, dtype=np.uint64)
+        self.memo[key] = (group, list(tensors), addresses, shapes, matched)
+        return matched
+
     @staticmethod
     def possible(opt: Planner, pairs: Sequence[Pair]) -> bool:
         """Whether a checked step of ``pairs`` can leave a plan, i.e. is an ordinary step of its own plan (what
@@ -108,7 +147,8 @@ class StepPlan:
         tensor, strided, index = torch.Tensor, torch.strided, opt._var_index
         for g, v in pairs:
             if type(g) is not tensor or g.layout is not strided or v.layout is not strided or id(v) not in index \
-                    or g.dtype is not v.dtype or g.shape != v.shape or g.device != v.device or not v.is_contiguous() \
+                    or g.is_nested or v.is_nested or g.dtype is not v.dtype or g.shape != v.shape \
+                    or g.device != v.device or not v.is_contiguous() \
                     or getattr(v, "overwrite_with_gradient", False) is True:  # Keras 3: such steps run in full
                 return False
         return len({id(v) for _, v in pairs}) == len(pairs)
@@ -121,24 +161,27 @@ class StepPlan:
 
     def fits(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         """``pairs`` as an ``Ordinary`` step of this plan, or None (see the module docstring)."""
-        if len(pairs) != len(self.variables):
-            return None
+        if len(pairs) != len(self.variables) or not all(map(_is, map(type, pairs), repeat(tuple))) \
+                or not all(map(operator.eq, map(len, pairs), repeat(2))):
+            return None  # (a face's own pairs are 2-tuples; anything else is checked in full)
         grads = [pair[0] for pair in pairs]
         variables = [pair[1] for pair in pairs]
         if not all(map(_is, variables, self.variables)):
             return None
         if list(map(_address, variables)) != self.addresses or not all(map(_contiguous, variables)):
             return None  # moved or re-strided since (``p.data = ...``): checked in full again
-        # One C-level pass per property (no Python loop per gradient): the type, dtype, device and shape of
-        # each gradient against its variable's, as the plan recorded them.
-        if not (all(map(_is, map(type, grads), repeat(torch.Tensor))) and list(map(_dtype, grads)) == self.dtypes
+        # One C-level pass per property (no Python loop per gradient): the type, layout, dtype, device and shape
+        # of each gradient against its variable's, as the plan recorded them. The layout comes first: a sparse
+        # COO gradient has a dtype, a shape, a device and even a contiguity (False) like a dense one, and only
+        # the full path checks its rows (an index past the table must never reach a kernel). Anything unusual
+        # (sparse, mkldnn, nested, meta, another device) takes the full path, which checks it or refuses it.
+        if not (all(map(_is, map(type, grads), repeat(torch.Tensor)))
+                and all(map(_is, map(_layout, grads), repeat(_strided))) and not any(map(_nested, grads))
+                and list(map(_dtype, grads)) == self.dtypes
                 and (all(map(_on_cpu, grads)) if self.on_cpu else list(map(_device, grads)) == self.devices)
                 and list(map(_shape, grads)) == self.shapes):
             return None
-        try:
-            contiguous = all(map(_contiguous, grads))
-        except RuntimeError:  # a sparse (COO, CSR) or opaque layout has no contiguity: the full path takes it
-            return None
+        contiguous = all(map(_contiguous, grads))  # strided, not nested: contiguity is defined
         ordinary = Ordinary(pairs)
         ordinary.plan = self
         ordinary.grads = grads

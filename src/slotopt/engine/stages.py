@@ -24,7 +24,7 @@ from ..kernels import native
 from ..kernels.ema import moving_average
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
-from . import checks
+from . import checks, sparse_pass
 from . import constants as K
 from . import sparse as sparse_rows
 from .core import OptimizerCore, Pair
@@ -157,8 +157,10 @@ class DecoupledWeightDecay(OptimizerCore):
             if remembered is not None and all(map(operator.is_, remembered[0], exclusions)):
                 fused = remembered[1]  # an ordinary step: every gradient dense, the same exclusions
             else:
+                # (slices decay in the one-pass sparse update's pass too, engine/sparse_pass.py)
+                one_pass = self._sparse_one_pass and self._sparse_layout == "blocks"
                 fused = {self._var_index[id(v)] for g, v in pairs
-                         if not isinstance(g, IndexedSlices) and self._use_weight_decay(v)}
+                         if (one_pass or not isinstance(g, IndexedSlices)) and self._use_weight_decay(v)}
                 if plan is not None:
                     plan.memo["decayed"] = (exclusions, fused)
             self.__dict__["_decay_in_update"] = fused
@@ -193,6 +195,9 @@ class GroupedUpdates(OptimizerCore):
     #: rule that rewrites every row, run a block of rows at a time; ``"whole"``: needs whole-tensor norms;
     #: ``None``: the gradient is densified first (custom optimizers, and rules whose divisor may be 0).
     _sparse_layout: Optional[str] = None
+    #: Whether a ``"blocks"`` rule's dense update is one compiled rule, so that slices can take one pass over the
+    #: table (engine/sparse_pass.py).
+    _sparse_one_pass: bool = False
 
     def _learning_rate_of_step(self) -> Any:
         """This update's learning rate (the face's)."""
@@ -226,7 +231,7 @@ class GroupedUpdates(OptimizerCore):
             if type(g) is torch.Tensor and g.dtype is v.dtype:
                 dense.append(pair)  # the common case: no new objects per pair (the GC's work grows with them)
             elif isinstance(g, IndexedSlices) and not custom and self._sparse_layout is not None:
-                self._apply_slices(v, g, learning_rate)
+                self._apply_slices(v, g, learning_rate, decay=self._var_index[id(v)] in fused)
             else:
                 dense.append((self._dense(g, v), v))
         if custom:
@@ -264,7 +269,7 @@ class GroupedUpdates(OptimizerCore):
                     self._update_group(params, native.Matched([by_pos[p] for p in group]),
                                        self._slot_lists(self._kernel_slots, group), learning_rate, **terms)
 
-    def _apply_slices(self, var: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> None:
+    def _apply_slices(self, var: torch.Tensor, grad: IndexedSlices, learning_rate: Any, decay: bool = False) -> None:
         """Keras 3 on its TensorFlow backend keeps a sparse gradient as slices through element-wise ops: repeats
         of a row are summed only where the rule densifies (keras3_sparse.md §2). ``cast`` keeps slices, so the
         values are cast to the variable's dtype first; the rule then sees the whole variable, or a block of its
@@ -277,6 +282,22 @@ class GroupedUpdates(OptimizerCore):
             self._update_slices(param, slices, {n: [s] for n, s in zip(names, slots)}, learning_rate)
 
         slots = [self._slots[n][pos] for n in names]
+        # ``decay``: the weight decay stage left this variable's decay to this pass (Keras decays every row
+        # first, then updates; the fused rule does both per element, the touched rows' copies are decayed first).
+        terms = self._decay_terms(learning_rate, var.dtype, "weight_decay_lr") if decay else {}
+
+        def decayed_update(param: torch.Tensor, slices: IndexedSlices, state: list[torch.Tensor]) -> None:
+            if decay:
+                decoupled_weight_decay([param], weight_decay=terms["weight_decay"], lr=terms["weight_decay_lr"])
+            update(param, slices, state)
+
+        if self._sparse_layout == "blocks" and self._sparse_one_pass and sparse_pass.update(
+                var, grad, slots, decayed_update,
+                lambda params, grads, state: self._update_group(params, grads, dict(zip(names, state)),
+                                                                learning_rate, **terms)):
+            return
+        if decay:  # the one pass did not apply: the decay stage's own pass, then the rows
+            decoupled_weight_decay([var], **self._decay_terms(learning_rate, var.dtype, "lr"))
         if self._sparse_layout == "blocks":
             sparse_rows.update_by_row_blocks(var, grad, slots, update)
         else:

@@ -29,6 +29,8 @@ class Adamax(MomentOptimizer):
         ['adamax/w_momentum', 'adamax/w_norm']
     """
 
+    _sparse_one_pass = True  # its dense update is one compiled rule (engine/sparse_pass.py)
+
     _kernel_slots = ("momentum", "norm")
     _sparse_layout = "blocks"
     _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN}  # beta_2 = 1 keeps the running maximum: legitimate

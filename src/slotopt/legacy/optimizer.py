@@ -28,6 +28,7 @@ from ..engine import sparse as sparse_rows
 from ..engine.core import Pair, check_gradient_aggregator
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
+from ..engine.plan import Ordinary
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables
 from .hyperparameters import (
     Hyperparameter,
@@ -123,6 +124,7 @@ class Optimizer(SlotWeights, HyperparameterStore):
     _HAS_AGGREGATE_GRAD = False
     _refuses_repeated_variables = True
     _optional_arguments = checks.OPTIONAL | {"epsilon"}  # tf.keras: ``epsilon or 1e-7``
+    _plans_steps = True  # a checked step leaves a plan; the stages above take an ordinary step's shortcuts
     #: Per-class cache: does a method accept ``apply_state``?
     _accepts_apply_state: dict[tuple[type, str], bool] = {}
 
@@ -417,6 +419,9 @@ class Optimizer(SlotWeights, HyperparameterStore):
                 f"Received: grads_and_vars={grads_and_vars!r}"
             )
         pairs = list(grads_and_vars)
+        ordinary = self._planned_step(pairs) if "_pending_torch_state" not in self.__dict__ else None
+        if ordinary is not None:  # the variables and gradients of the last step's kind (engine/plan.py)
+            return self._prepare_ordinary(ordinary)
         checked: list[Pair] = []
         seen: set[int] = set()
         for i, item in enumerate(pairs):
@@ -467,6 +472,21 @@ class Optimizer(SlotWeights, HyperparameterStore):
             self.__dict__["_step_values"] = None
         return checked
 
+    def _prepare_ordinary(self, ordinary: Ordinary) -> Ordinary:
+        """What the full path does after its checks, for a step its plan vouches for: every variable known, listed
+        once, with a dense gradient of its dtype, shape and device (so no warning, no sparse refusal)."""
+        plan = ordinary.plan
+        self.__dict__["_step_values"] = self._evaluate_callable_hypers()
+        try:
+            _ = self.iterations  # (what ``_create_all_weights`` does for variables whose slots exist)
+            self._create_hypers()
+            # (a subclass's own ``_prepare``, as Nadam's, sees the variables as on the full path)
+            self._apply_state = self._prepare_kinds(plan.kinds) if type(self)._prepare is Optimizer._prepare \
+                else self._prepare(plan.variables)
+        finally:
+            self.__dict__["_step_values"] = None
+        return ordinary
+
     def _evaluate_callable_hypers(self) -> dict[str, Any]:
         """Each no-argument callable hyperparameter called once and its value checked (``_get_hyper`` reuses it
         for this step's coefficients)."""
@@ -497,8 +517,12 @@ class Optimizer(SlotWeights, HyperparameterStore):
 
     def _prepare(self, var_list: Sequence[torch.Tensor]) -> ApplyState:
         """``apply_state`` for this step: ``_prepare_local`` once per (device, dtype) of ``var_list``."""
+        return self._prepare_kinds(dict.fromkeys((v.device, v.dtype) for v in var_list))
+
+    def _prepare_kinds(self, kinds: Iterable[tuple[torch.device, torch.dtype]]) -> ApplyState:
+        """``apply_state`` for the (device, dtype) pairs ``kinds``."""
         apply_state: ApplyState = {}
-        for key in dict.fromkeys((v.device, v.dtype) for v in var_list):
+        for key in kinds:
             apply_state[key] = {}
             self._prepare_local(key[0], key[1], apply_state)
         return apply_state
@@ -520,6 +544,9 @@ class Optimizer(SlotWeights, HyperparameterStore):
 
     def _transform_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
         """Clips by value, then by norm, then by global norm, then runs each ``gradient_transformers`` fn."""
+        if self._clipvalue is None and self._clipnorm is None and self._global_clipnorm is None \
+                and not self.gradient_transformers:
+            return grads_and_vars  # as they are (an ``Ordinary`` step stays one)
         pairs = list(grads_and_vars)
         if self._clipvalue is not None:
             pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self._clipvalue))
@@ -537,6 +564,18 @@ class Optimizer(SlotWeights, HyperparameterStore):
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
         apply_state = self._apply_state
+        if type(pairs) is Ordinary and getattr(type(self)._resource_apply_dense, _GROUPED, False):
+            plan = pairs.plan  # its groups, their variables and the gradients' addresses, read once
+            self.__dict__["_updating_plan"] = plan  # and the slots' (``_slot_lists``)
+            try:
+                for group in plan.groups:
+                    params = plan.group_params(group, self._vars)
+                    key = (params[0].device, params[0].dtype)
+                    coefficients = (apply_state or {}).get(key) or self._fallback_apply_state(*key)
+                    self._apply_dense_group(params, pairs.gradients(tuple(group)), group, coefficients)
+            finally:
+                self.__dict__["_updating_plan"] = None
+            return
         dense: list[Pair] = []
         for grad, var in pairs:
             if grad is None:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..engine import checks, registry, transaction
-from ..engine.core import OptimizerCore
+from ..engine.core import OptimizerCore, is_plain_gradient
 from ..engine.routing import (
     aggregation_options,
     dispatch,
@@ -136,9 +136,10 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                 continue
             for var in (spec() if callable(spec) else spec):
                 claim(var, index)
-        for var in candidates:
+        patterns = [(index, spec) for index, (_, spec) in enumerate(self._entries) if _is_patterns(spec)]
+        for var in candidates if patterns else ():  # (names are only read for patterns)
             name = self._name_of(var)
-            for index, (_, spec) in enumerate(self._entries):
+            for index, spec in patterns:
                 if _is_patterns(spec) and name and any(fnmatch.fnmatchcase(name, p) for p in spec):
                     claim(var, index)
         return owners
@@ -201,7 +202,8 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
             pairs, lambda var: owners.get(id(var)),
             lambda var: f"Variable {self._name_of(var) or repr(var)} is not handled by any optimizer. This would "
                         "cause it to be not trained.",
-            check=lambda pair: OptimizerCore._check_gradient(pair[0], pair[1], self._name_of(pair[1]) or "variable"))
+            check=lambda pair: is_plain_gradient(*pair) or OptimizerCore._check_gradient(
+                pair[0], pair[1], lambda: self._name_of(pair[1]) or "variable"))
         if not any(g is not None for g, _ in pairs) and pairs:
             raise ValueError("No gradients provided for any variable.")
         for index, group in groups.items():  # what a sub-optimizer would refuse, refused before any of them steps

@@ -27,6 +27,7 @@ from ..engine import checks, gradients, transaction
 from ..engine import sparse as sparse_rows
 from ..engine.core import Pair, Pairs
 from ..engine.pipeline import run_step
+from ..engine.plan import Ordinary
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
 from .config import constructor_config, from_constructor_config
 from .state import NamedState, cast, check_hyperparameter, convert_to_tensor, is_number
@@ -100,6 +101,7 @@ class Optimizer(NamedState):
 
     #: Names of the slots a built-in's kernel reads, in kernel argument order (built-ins only).
     _kernel_slots: tuple[str, ...] = ()
+    _plans_steps = True  # a checked step leaves a plan; the stages above take an ordinary step's shortcuts
     #: Variable dtypes TensorFlow registers the optimizer's kernels for.
     _supported_dtypes: tuple[torch.dtype, ...] = _VALID_DTYPES
 
@@ -236,6 +238,16 @@ class Optimizer(NamedState):
         pairs = tuple(grads_and_vars)
         if not pairs:
             raise ValueError("No variables provided.")
+        ordinary = self._planned_step(pairs)
+        if ordinary is not None and not self._pending_state and "_pending_torch_state" not in self.__dict__:
+            # The variables and gradients of the last step's kind (engine/plan.py): registered, with their slots
+            # and a dense gradient of their dtype, shape and device; what remains is this call's own checks.
+            self._check_global_step(global_step)
+            self._prepare()
+            self._check_prepared(ordinary)
+            self._update_ops = []
+            self._constraints_done = False
+            return ordinary
         converted: list[Pair] = []
         for i, item in enumerate(pairs):
             if not (isinstance(item, (tuple, list)) and len(item) == 2):
@@ -345,12 +357,23 @@ class Optimizer(NamedState):
         ops = self._update_ops
         vars_seen: set[int] = set()
         repeated = False
-        for _, v in pairs:
-            repeated = repeated or id(v) in vars_seen
-            vars_seen.add(id(v))
+        if type(pairs) is not Ordinary:  # (an ordinary step lists each variable once)
+            for _, v in pairs:
+                repeated = repeated or id(v) in vars_seen
+                vars_seen.add(id(v))
         fused = (not repeated and type(self)._dense_update is not Optimizer._dense_update
                  and type(self)._apply_dense is Optimizer._apply_dense
                  and type(self)._resource_apply_dense is Optimizer._resource_apply_dense)
+        if fused and type(pairs) is Ordinary:
+            plan = pairs.plan  # its groups, their variables and the gradients' addresses, read once
+            self.__dict__["_updating_plan"] = plan  # and the slots' (``_slot_lists``)
+            try:
+                for group in plan.groups:
+                    self._dense_update(plan.group_params(group, self._vars), pairs.gradients(tuple(group)),
+                                       self._slot_lists(self._kernel_slots, group))
+            finally:
+                self.__dict__["_updating_plan"] = None
+            return
         if fused:
             by_pos = {self._position(v): self._dense(g, v) for g, v in pairs if not isinstance(g, IndexedSlices)}
             for group in self._groups(list(by_pos)):

@@ -34,7 +34,7 @@ import torch
 from torch._C._nn import unflatten_dense_tensors
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
-           "Verified", "FlatViews"]
+           "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -54,6 +54,18 @@ try:
 except ImportError:  # older torch
     _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
 _calls = 0  # compiled calls made so far (tests check that the compiled path really ran)
+#: Whether every call's pointer table is checked in C against its tensors' extents first (``check_bounds``).
+_bounds_checks = False
+_checked_calls = 0  # calls whose table the bounds check passed (tests check that it really ran)
+
+
+class NotCompiled(RuntimeError):
+    """A call made for the compiled path only (``Verified.chunks``) that the compiled path did not take; nothing
+    ran."""
+
+
+class BoundsError(RuntimeError):
+    """A compiled call whose pointer table leaves its tensors (raised instead of running it; debug mode)."""
 
 
 def _find_library() -> Optional[str]:
@@ -86,6 +98,49 @@ def _load() -> None:
     # A library built before the float16/bfloat16 variants existed has none of their rules: those dtypes then
     # run foreach.
     _dtypes = frozenset(dtype for dtype, suffix in _SUFFIXES.items() if hasattr(library, f"sgd_{suffix}"))
+    if hasattr(library, "slotopt_bounds_checked") and library.slotopt_bounds_checked():
+        check_bounds(True)  # built with SLOTOPT_NATIVE_DEBUG=1
+
+
+def check_bounds(on: bool) -> bool:
+    """Turns the debug bounds check of every compiled call on or off; returns the previous setting.
+
+    When on, each call's pointer table is checked in C (``slotopt_check_table``) before the rule runs: every
+    pointer with its length must lie inside the tensor it was computed for, as read from the tensor object
+    itself, and the offsets must be consistent; a call that fails raises ``BoundsError`` and runs nothing. Also
+    on with ``SLOTOPT_NATIVE_DEBUG=1`` in the environment, or with a library built with that variable.
+
+    >>> previous = check_bounds(True)
+    >>> _ = check_bounds(previous)
+    """
+    global _bounds_checks
+    if on and _library is not None and not hasattr(_library, "slotopt_check_table"):
+        raise RuntimeError(f"{_library_path} predates the bounds check: rebuild it (pip install -e .)")
+    previous, _bounds_checks = _bounds_checks, bool(on)
+    return previous
+
+
+def _extent(tensor: torch.Tensor) -> tuple[int, int]:
+    """The bytes a contiguous tensor covers, read from the tensor object (not from any pointer computed)."""
+    start = tensor.data_ptr()
+    return start, start + tensor.numel() * tensor.element_size()
+
+
+def _check_table(table: np.ndarray, offsets: np.ndarray, extents: np.ndarray, element_size: int) -> None:
+    """``slotopt_check_table`` on a call (see ``check_bounds``): ``extents[0]``/``[1]`` are each entry's bounds."""
+    lists, n = table.shape
+    fn = _library.slotopt_check_table
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int64]
+    lo, hi = np.ascontiguousarray(extents[0]), np.ascontiguousarray(extents[1])
+    table, offsets = np.ascontiguousarray(table), np.ascontiguousarray(offsets)
+    bad = fn(lists, n, table.ctypes.data, offsets.ctypes.data, lo.ctypes.data, hi.ctypes.data, element_size)
+    global _checked_calls
+    _checked_calls += 1
+    if bad != -1:
+        where = "the offsets" if bad == -2 else f"operand {bad // n}, tensor {bad % n}"
+        raise BoundsError(f"compiled call refused by the bounds check: {where} lies outside its tensor "
+                          f"(offsets {offsets.tolist()[:8]}...)")
 
 
 def _function(rule: str, dtype: torch.dtype) -> Any:
@@ -173,9 +228,18 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     total = int(offsets[-1])
     table = np.zeros((len(lists), n), dtype=np.uint64)  # an absent list keeps its (null) row
     bumped: list[torch.Tensor] = []  # written tensors whose version counters move (views share their base's)
+    extents = np.zeros((2, len(lists), n), dtype=np.uint64) if _bounds_checks else None
     for j, tensors in enumerate(lists):
         if tensors is None:
             continue
+        if extents is not None:
+            if len(tensors) == n:
+                extents[:, j] = np.array([_extent(t) for t in tensors], dtype=np.uint64).T
+            else:
+                extents[:, j] = np.array(_extent(tensors[0]), dtype=np.uint64)[:, None]
+            whole = getattr(tensors, "flat", None)
+            if whole is not None:
+                extents[:, j] = np.array(_extent(whole), dtype=np.uint64)[:, None]
         addresses = getattr(tensors, "addresses", None) if (j == 0 and verified) or type(tensors) is Matched else None
         if addresses is not None and len(tensors) == n:  # read and checked this step already (engine/plan.py)
             table[j] = addresses
@@ -204,6 +268,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         if j not in read_only:
             bumped.extend(tensors)
     values = np.array(scalars, dtype=np.float64)
+    if extents is not None:
+        _check_table(table, offsets, extents.reshape(2, -1), first[0].element_size())
     _function(rule, dtype)(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data,
                            torch.get_num_threads())
     _increment_version(bumped)
@@ -234,12 +300,29 @@ class Verified(list):  # type: ignore[type-arg]
     """Variables whose dtype, device, contiguity, sizes and ``addresses`` the engine has checked this step (an
     ordinary step, engine/plan.py): a CPU float32/float64 group of one dtype. ``apply`` takes them as they are."""
 
+    #: Pieces of one tensor (``chunks``) rather than tensors: never run by a foreach kernel.
+    chunked = False
+
     def __init__(self, variables: Sequence[torch.Tensor], addresses: Sequence[int]) -> None:
         super().__init__(variables)
         self.dtype = variables[0].dtype
         self.addresses = np.array(addresses, dtype=np.uint64)
         self.offsets = np.zeros(len(variables) + 1, dtype=np.int64)
         np.cumsum([t.numel() for t in variables], out=self.offsets[1:])
+
+    @classmethod
+    def chunks(cls, tensor: torch.Tensor, chunk: int) -> Verified:
+        """A contiguous CPU ``tensor`` as consecutive pieces of ``chunk`` elements (the last one shorter), for a
+        compiled call whose other operands are the whole tensors' buffers or per-piece pointers (the one-pass
+        sparse update, engine/sparse_pass.py). No Python object per piece: offsets and addresses in numpy."""
+        total = tensor.numel()
+        pieces = cls.__new__(cls)
+        list.__init__(pieces, [tensor] * -(-total // chunk))
+        pieces.dtype = tensor.dtype
+        pieces.offsets = np.minimum(np.arange(len(pieces) + 1, dtype=np.int64) * chunk, total)
+        pieces.addresses = (tensor.data_ptr() + pieces.offsets[:-1] * tensor.element_size()).astype(np.uint64)
+        pieces.chunked = True
+        return pieces
 
 
 def _unpacked(lists: Sequence[Any]) -> list[Any]:
@@ -282,6 +365,8 @@ def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[
                     # Python numbers only: a tensor-valued hyperparameter is a different foreach op.
                     if apply(rule, lists, values, read_only) if not on_cuda else _triton_apply(rule, lists, values):
                         return None
+            if getattr(lists[0], "chunked", False):
+                raise NotCompiled(rule)  # pieces of one tensor: the foreach kernel must not see them
             return kernel(*_unpacked(lists), **kwargs)
 
         run.foreach = kernel  # type: ignore[attr-defined]
@@ -302,3 +387,5 @@ def _initial_mode() -> str:
 
 _mode = _initial_mode()
 _load()  # also under "foreach", so that use("native") can switch at run time
+if _library is not None and os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() not in ("", "0"):
+    check_bounds(True)

@@ -63,6 +63,36 @@ int slotopt_cpu_supported(void) {
     return 1;
 }
 
+/* Bounds of a call, checked in C before the rule runs when slotopt asks for it (``SLOTOPT_NATIVE_DEBUG=1``
+ * at build time compiles it in as the default, -DSLOTOPT_BOUNDS_CHECK; ``native.check_bounds(True)`` or the same
+ * variable at run time turns it on with any build). Python computes every pointer and length a rule sees from
+ * indices and sizes it checked; this re-checks the result against extents Python reads independently from the
+ * tensor objects: off[0] == 0, off never decreases, and every non-null entry ptr[j * n + k] with its
+ * off[k + 1] - off[k] elements of elsize bytes lies inside [lo[j * n + k], hi[j * n + k]). Returns -1 when all
+ * hold, else the first failing entry (-2 for the offsets themselves). */
+#ifdef SLOTOPT_BOUNDS_CHECK
+int slotopt_bounds_checked(void) { return 1; }
+#else
+int slotopt_bounds_checked(void) { return 0; }
+#endif
+
+int64_t slotopt_check_table(int64_t lists, int64_t n, const uint64_t *ptr, const int64_t *off,
+                            const uint64_t *lo, const uint64_t *hi, int64_t elsize) {
+    if (n < 0 || lists < 0 || elsize <= 0 || off[0] != 0) return -2;
+    for (int64_t k = 0; k < n; k++)
+        if (off[k + 1] < off[k]) return -2;
+    for (int64_t j = 0; j < lists; j++) {
+        for (int64_t k = 0; k < n; k++) {
+            const int64_t entry = j * n + k;
+            const uint64_t p = ptr[entry];
+            if (p == 0) continue; /* an absent optional operand list: the rule's flags say it is not read */
+            const uint64_t bytes = (uint64_t)(off[k + 1] - off[k]) * (uint64_t)elsize;
+            if (p < lo[entry] || p > hi[entry] || bytes > hi[entry] - p) return entry;
+        }
+    }
+    return -1;
+}
+
 /* Below this many elements in a group, one thread: a parallel region costs more than it saves. */
 #define MIN_PARALLEL_ELEMENTS 32768
 

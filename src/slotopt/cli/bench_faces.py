@@ -1,0 +1,169 @@
+"""Two figures of ``slotopt bench`` that set slotopt against the memory floor measured in the same run.
+
+* ``faces``: the Python cost of a step per tensor, for every face and API (Keras 3 ``step()`` and
+  ``apply_gradients``, tf.keras legacy, TF1, TFRS ``CompositeOptimizer``), Adam on float32 tensors of 256 elements.
+  Each contender steps 100, 1,000 and 3,000 tensors, interleaved round by round with a copy that moves the bytes
+  the update must move (the floor); the slope of a least-squares line through the median step times is the cost of
+  one more tensor, in microseconds.
+* ``keras3-sparse``: Keras 3 optimizers on slices of an embedding table (1,000,000 x 64 float32, 1,024 rows per
+  step drawn with repeats), in one process, interleaved with two floors: a copy moving the bytes of one pass over
+  the table and its state (what an update that rewrites every row must move), and the same for the touched rows
+  only. Each is reported as a multiple of both.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+__all__ = ["FACE_COUNTS", "measure_faces", "measure_keras3_sparse", "format_faces", "format_keras3_sparse"]
+
+FACE_COUNTS = (100, 1000, 3000)
+FACE_ELEMENTS = 256
+ADAM_TRAFFIC = 7  # elements moved per parameter element by a one-pass Adam step (reads + writes)
+
+
+def _faces() -> dict[str, Callable[[list[torch.nn.Parameter], list[torch.Tensor]], Callable[[], Any]]]:
+    import slotopt
+    from slotopt import legacy, v1
+
+    def torch_step(opt: Any, params: list[torch.nn.Parameter], grads: list[torch.Tensor]) -> Callable[[], Any]:
+        for p, g in zip(params, grads):
+            p.grad = g
+        return opt.step
+
+    def apply(opt: Any, params: list[torch.nn.Parameter], grads: list[torch.Tensor]) -> Callable[[], Any]:
+        pairs = list(zip(grads, params))
+        return lambda: opt.apply_gradients(pairs)
+
+    def composite(params: list[torch.nn.Parameter], grads: list[torch.Tensor]) -> Callable[[], Any]:
+        half = len(params) // 2
+        opt = slotopt.CompositeOptimizer([(slotopt.Adam(learning_rate=1e-3), lambda: params[:half]),
+                                          (slotopt.Adam(learning_rate=1e-3), lambda: params[half:])])
+        return apply(opt, params, grads)
+
+    return {
+        "Keras 3 step()": lambda p, g: torch_step(slotopt.Adam(learning_rate=1e-3, params=p), p, g),
+        "Keras 3 apply_gradients": lambda p, g: apply(slotopt.Adam(learning_rate=1e-3), p, g),
+        "legacy step()": lambda p, g: torch_step(legacy.Adam(learning_rate=1e-3, params=p), p, g),
+        "legacy apply_gradients": lambda p, g: apply(legacy.Adam(learning_rate=1e-3), p, g),
+        "TF1 step()": lambda p, g: torch_step(v1.AdamOptimizer(learning_rate=1e-3, params=p), p, g),
+        "TF1 apply_gradients": lambda p, g: apply(v1.AdamOptimizer(learning_rate=1e-3), p, g),
+        "TFRS CompositeOptimizer": composite,
+    }
+
+
+def _copy(elements: int) -> Callable[[], Any]:
+    """A copy moving ``elements`` float32 through memory (a third each: read, write-allocate, write)."""
+    src, dst = torch.ones(max(elements // 3, 1)), torch.empty(max(elements // 3, 1))
+    return lambda: dst.copy_(src)
+
+
+def _interleaved(contenders: dict[str, Callable[[], Any]], steps: int) -> dict[str, float]:
+    """Median seconds per call of each contender, one call of each per round in a rotating order."""
+    names = list(contenders)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    import time
+
+    for r in range(steps):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            start = time.perf_counter()
+            contenders[name]()
+            samples[name].append(time.perf_counter() - start)
+    return {n: statistics.median(s) for n, s in samples.items()}
+
+
+def _slope_us(counts: tuple[int, ...], seconds: list[float]) -> float:
+    return float(np.polyfit(np.array(counts, dtype=float), np.array(seconds), 1)[0] * 1e6)
+
+
+def measure_faces(steps: int = 20, warmup: int = 3, counts: tuple[int, ...] = FACE_COUNTS) -> list[dict[str, Any]]:
+    """``[{"face", "us_per_tensor", "floor_us_per_tensor"}]`` (see the module docstring)."""
+    faces = _faces()
+    medians: dict[str, list[float]] = {name: [] for name in [*faces, "floor"]}
+    for n in counts:
+        g = torch.Generator().manual_seed(n)
+        contenders: dict[str, Callable[[], Any]] = {}
+        for name, make in faces.items():
+            params = [torch.nn.Parameter(torch.randn(FACE_ELEMENTS, generator=g)) for _ in range(n)]
+            grads = [torch.randn(FACE_ELEMENTS, generator=g) * 0.01 for _ in range(n)]
+            contenders[name] = make(params, grads)
+            for _ in range(warmup):
+                contenders[name]()
+        contenders["floor"] = _copy(n * FACE_ELEMENTS * ADAM_TRAFFIC)
+        for name, seconds in _interleaved(contenders, steps).items():
+            medians[name].append(seconds)
+        contenders.clear()
+        gc.collect()
+    floor = _slope_us(counts, medians["floor"])
+    return [{"face": name, "us_per_tensor": _slope_us(counts, medians[name]), "floor_us_per_tensor": floor}
+            for name in faces]
+
+
+#: Keras 3 optimizers on slices: (label, class name, kwargs).
+KERAS3_SPARSE = [
+    ("Adam", "Adam", {"learning_rate": 1e-3}),
+    ("AdamW", "AdamW", {"learning_rate": 1e-3}),
+    ("Nadam", "Nadam", {"learning_rate": 1e-3}),
+    ("Adamax", "Adamax", {"learning_rate": 1e-3}),
+    ("RMSprop", "RMSprop", {"learning_rate": 1e-3}),
+    ("SGD momentum", "SGD", {"learning_rate": 1e-3, "momentum": 0.9}),
+    ("Adagrad", "Adagrad", {"learning_rate": 1e-3}),
+]
+
+
+def measure_keras3_sparse(rows: int, dim: int = 64, touched: int = 1024, steps: int = 10,
+                          warmup: int = 2) -> list[dict[str, Any]]:
+    """``[{"optimizer", "ms", "table_floor_ms", "rows_floor_ms"}]`` (see the module docstring)."""
+    import slotopt
+
+    out = []
+    g = torch.Generator().manual_seed(0)
+    for label, name, kwargs in KERAS3_SPARSE:
+        table = slotopt.Variable(torch.empty(rows, dim).normal_(0.0, 0.01, generator=g), name="table")
+        opt = getattr(slotopt, name)(**kwargs)
+        grads = [slotopt.IndexedSlices(torch.randn(touched, dim, generator=g) * 0.01,
+                                       torch.randint(0, rows, (touched,), generator=g), (rows, dim))
+                 for _ in range(4)]
+        turn = iter(range(1 << 62))
+
+        def step(opt: Any = opt, table: Any = table, grads: list[Any] = grads, turn: Any = turn) -> None:
+            opt.apply_gradients([(grads[next(turn) % len(grads)], table)])
+
+        for _ in range(warmup):
+            step()
+        tables = 1 + sum(1 for v in opt.variables if tuple(v.shape) == (rows, dim))  # the variable and its state
+        # What one pass must move, reads plus writes of the variable and every table-sized state tensor.
+        contenders = {"step": step, "table": _copy(2 * tables * rows * dim), "rows": _copy(2 * tables * touched * dim)}
+        medians = _interleaved(contenders, steps)
+        out.append({"optimizer": label, "ms": medians["step"] * 1e3, "table_floor_ms": medians["table"] * 1e3,
+                    "rows_floor_ms": medians["rows"] * 1e3})
+        del table, opt, grads, contenders
+        gc.collect()
+    return out
+
+
+def format_faces(results: list[dict[str, Any]]) -> str:
+    lines = [f"Per-tensor cost of a step (Adam, float32 tensors of {FACE_ELEMENTS} elements, fitted over "
+             f"{', '.join(map(str, FACE_COUNTS))} tensors; floor: a copy moving the bytes the update moves)",
+             f"  {'face and API':<26}{'us/tensor':>10}{'floor us':>10}{'x floor':>9}"]
+    for r in results:
+        floor = r["floor_us_per_tensor"]
+        ratio = f"{r['us_per_tensor'] / floor:.1f}" if floor > 0 else "-"  # (a noisy run can fit a floor <= 0)
+        lines.append(f"  {r['face']:<26}{r['us_per_tensor']:>10.2f}{floor:>10.2f}{ratio:>9}")
+    return "\n".join(lines)
+
+
+def format_keras3_sparse(results: list[dict[str, Any]], rows: int) -> str:
+    lines = [f"Keras 3 on slices: {rows:,} x 64 float32 table, 1,024 touched rows per step (with repeats); floors: a "
+             "copy moving one pass over the table and its state / over the touched rows only",
+             f"  {'optimizer':<14}{'ms/step':>9}{'table floor':>13}{'x table':>9}{'rows floor':>12}{'x rows':>9}"]
+    for r in results:
+        lines.append(f"  {r['optimizer']:<14}{r['ms']:>9.2f}{r['table_floor_ms']:>13.2f}"
+                     f"{r['ms'] / r['table_floor_ms']:>9.2f}{r['rows_floor_ms']:>12.3f}"
+                     f"{r['ms'] / r['rows_floor_ms']:>9.1f}")
+    return "\n".join(lines)
