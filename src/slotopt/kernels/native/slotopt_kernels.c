@@ -108,6 +108,38 @@ int slotopt_cpu_supported(void) {
 #define RULE(name) void CAT(name, SFX)(int64_t n, void *const *ptr, const int64_t *off, const double *s_, \
                                        int threads)
 
+/* TensorFlow's fused float32 ApplyAdagrad, ApplyProximalAdagrad and ApplyAdadelta kernels take rsqrt(x) with
+ * Eigen's packet prsqrt on the whole 8-float packets of each tensor (each row, in the sparse kernels): the CPU's
+ * rsqrtps estimate refined by one Newton step, each multiply and add rounded (TensorFlow's wheels are built for
+ * AVX without FMA); the remaining elements take 1 / sqrt(x). The estimate's bits are the CPU vendor's, so these
+ * results match TensorFlow's on the same vendor's processors (numerics/ops.py: rsqrt uses this helper too). The
+ * scalar rsqrtss gives the same estimate as each lane of the packed instruction. */
+#if defined(__AVX__)
+#include <immintrin.h>
+#define SLOTOPT_HAS_RSQRT_ESTIMATE 1
+static inline float tf_prsqrt_f32_(float a) {
+    const float y = _mm_cvtss_f32(_mm_rsqrt_ss(_mm_set_ss(a)));
+    const float r2 = a * y, half_r = y * -0.5f;
+    const float h = r2 * y + -1.0f;
+    const float z = half_r * h + y;
+    return z != z ? y : z; /* zero, infinity, NaN: the estimate itself */
+}
+/* The rsqrt of element i of a tensor of len elements; row > 0: packets start at every row of row elements. */
+static inline float tf_rsqrt_f32_at_(float x, int64_t i, int64_t len, int64_t row) {
+    const int64_t pos = row > 0 ? i % row : i, span = row > 0 ? row : len;
+    return pos < (span & ~(int64_t)7) ? tf_prsqrt_f32_(x) : 1.0f / sqrtf(x);
+}
+/* out[i] = Eigen's packet rsqrt of x[i] for the elements in whole packets (from each row's start); the others
+ * are left as they are (the caller has stored 1 / sqrt(x) there). */
+void slotopt_tf_rsqrt_f32(const float *x, float *out, int64_t n, int64_t row) {
+    if (row <= 0) row = n;
+    for (int64_t start = 0; start + row <= n; start += row) {
+        const int64_t whole = row & ~(int64_t)7;
+        for (int64_t i = 0; i < whole; i++) out[start + i] = tf_prsqrt_f32_(x[start + i]);
+    }
+}
+#endif
+
 /* float32 and float64: every operator is one torch op, rounded in the dtype itself. */
 #define LD(x) (x)
 #define ST(x) (x)
@@ -120,12 +152,16 @@ int slotopt_cpu_supported(void) {
 #define SFX f32
 #define SQRT sqrtf
 #define FABS fabsf
+#ifdef SLOTOPT_HAS_RSQRT_ESTIMATE
+#define TF_RSQRT(x, i, len, row) tf_rsqrt_f32_at_((x), (i), (len), (row))
+#endif
 #include "rules.inc"
 #undef T
 #undef E
 #undef SFX
 #undef SQRT
 #undef FABS
+#undef TF_RSQRT
 
 #define T double
 #define E double
