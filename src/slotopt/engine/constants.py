@@ -79,4 +79,5 @@ def evaluate(fn, dtype: torch.dtype, *values: float) -> float:
     ``fn`` must take roots, powers and transcendentals from :mod:`slotopt.numerics` (torch's are not
     TensorFlow's); the arithmetic operators are correctly rounded in torch."""
     dtype = scalar_dtype(dtype)
-    return fn(*(torch.tensor(v, dtype=dtype) for v in values)).item()
+    result = fn(*(torch.tensor(v, dtype=dtype) for v in values))
+    return numerics.flush_subnormal(result).item()  # TensorFlow's kernels flush subnormal results to zero

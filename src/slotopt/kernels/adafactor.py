@@ -7,9 +7,9 @@ from typing import Optional
 
 import torch
 
+from .. import numerics
 from ..engine import sparse as sparse_rows
 from ..engine.distributed import ShardLayout
-from .. import numerics
 from . import roots
 
 __all__ = ["adafactor"]

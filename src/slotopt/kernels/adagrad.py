@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from .. import numerics
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
-from .. import numerics
 from . import roots
 from .native import compiled
 

@@ -7,9 +7,9 @@ from typing import Optional
 
 import torch
 
+from .. import numerics
 from ..engine.blocks import elementwise
 from ..engine.distributed import ShardLayout, sum_over_layouts
-from .. import numerics
 from . import roots
 from .native import compiled
 from .weight_decay import decoupled_weight_decay

@@ -6,10 +6,10 @@ from typing import Optional
 
 import torch
 
+from .. import numerics
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from ..variables import IndexedSlices
-from .. import numerics
 from . import roots
 from .native import compiled
 

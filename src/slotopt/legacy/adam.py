@@ -263,11 +263,11 @@ class Nadam(_AdamBase):
         m_t = beta_1 * (1.0 - 0.5 * numerics.libm.pow(decay_base, psi * local_step))
         m_t_1 = beta_1 * (1.0 - 0.5 * numerics.libm.pow(decay_base, psi * next_step))
         cache = self._m_cache_read if self._m_cache_read is not None else self._m_cache.detach()
-        m_schedule_new = cache.to(var_dtype) * m_t
+        m_schedule_new = numerics.flush_subnormal(cache.to(var_dtype) * m_t)  # TensorFlow flushes to zero
         if var_dtype == self._m_cache.dtype:
             with torch.no_grad():
                 self._m_cache.copy_(m_schedule_new)
-        m_schedule_next = m_schedule_new * m_t_1
+        m_schedule_next = numerics.flush_subnormal(m_schedule_new * m_t_1)
         apply_state[(var_device, var_dtype)] = dict(
             lr_t=lr_t, neg_lr_t=-lr_t, epsilon=literal_scalar(self.epsilon, var_dtype),
             beta_1_t=beta_1, beta_2_t=beta_2, m_t=m_t, m_t_1=m_t_1, one_minus_beta_1_t=1 - beta_1,

@@ -12,7 +12,8 @@ What torch does differently, on the CPU, and what is used instead:
   (:func:`pow`);
 * the fused float32 Adagrad/ProximalAdagrad/Adadelta kernels' ``rsqrt``: the CPU's ``rsqrtps`` estimate plus one
   Newton step (:func:`rsqrt`; the compiled kernels have their own copy, in ``kernels/native``);
-* subnormal results are flushed to zero (:func:`.libm.flush_subnormal`), as TensorFlow's kernels run.
+* subnormal numbers are flushed to zero during a step (:func:`flush_to_zero`; :func:`.libm.flush_subnormal`
+  for values computed outside it), as TensorFlow's kernels run.
 
 Division and the basic operations are correctly rounded in torch already. See ``docs/exactness.md``.
 """
@@ -20,8 +21,9 @@ Division and the basic operations are correctly rounded in torch already. See ``
 from __future__ import annotations
 
 from . import eigen, libm, roots
+from .fpmode import flush_to_zero
 from .libm import flush_subnormal, scalar_pow
 from .ops import cos, exp, fused_rsqrt_exact, log, mean, norm, pow, rsqrt, sqrt, sum
 
 __all__ = ["sqrt", "pow", "sum", "mean", "norm", "rsqrt", "fused_rsqrt_exact", "cos", "exp", "log", "scalar_pow",
-           "flush_subnormal", "eigen", "libm", "roots"]
+           "flush_subnormal", "flush_to_zero", "eigen", "libm", "roots"]

@@ -63,6 +63,29 @@ int slotopt_cpu_supported(void) {
     return 1;
 }
 
+/* TensorFlow runs its kernels with subnormal numbers flushed to zero (FTZ: subnormal results become 0; DAZ:
+ * subnormal inputs read as 0). slotopt's step sets the same mode on the calling thread
+ * (numerics.flush_to_zero, through slotopt_denormal_mode), and every rule's worker threads take the calling
+ * thread's mode for the duration of the rule, so the result does not depend on how many threads ran. */
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#define DENORMAL_BITS_ 0x8040u /* MXCSR flush-to-zero | denormals-are-zero */
+/* Sets this thread's FTZ/DAZ bits to bits (0 or 0x8040) and returns the previous ones. */
+int slotopt_denormal_mode(int bits) {
+    const unsigned int csr = _mm_getcsr();
+    _mm_setcsr((csr & ~DENORMAL_BITS_) | ((unsigned int)bits & DENORMAL_BITS_));
+    return (int)(csr & DENORMAL_BITS_);
+}
+#define CALLER_MODE_() const unsigned int caller_mode_ = _mm_getcsr() & DENORMAL_BITS_
+#define ENTER_MODE_() const unsigned int saved_csr_ = _mm_getcsr(); \
+    _mm_setcsr((saved_csr_ & ~DENORMAL_BITS_) | caller_mode_)
+#define LEAVE_MODE_() _mm_setcsr(saved_csr_)
+#else
+#define CALLER_MODE_() do { } while (0)
+#define ENTER_MODE_() do { } while (0)
+#define LEAVE_MODE_() do { } while (0)
+#endif
+
 /* Below this many elements in a group, one thread: a parallel region costs more than it saves. */
 #define MIN_PARALLEL_ELEMENTS 32768
 
@@ -80,8 +103,10 @@ int slotopt_cpu_supported(void) {
     do {                                                                                                   \
         const int64_t total_ = off[n];                                                                      \
         int threads_ = (total_ < MIN_PARALLEL_ELEMENTS || threads < 1) ? 1 : threads;                      \
+        CALLER_MODE_();                                                                                    \
         _Pragma("omp parallel num_threads(threads_)")                                                       \
         {                                                                                                  \
+            ENTER_MODE_();                                                                                 \
             const int64_t nth_ = THREAD_COUNT(), tid_ = THREAD_ID();                                        \
             int64_t lo_ = total_ * tid_ / nth_;                                                            \
             const int64_t hi_ = total_ * (tid_ + 1) / nth_;                                                \
@@ -98,6 +123,7 @@ int slotopt_cpu_supported(void) {
                 lo_ = end_;                                                                                \
                 k++;                                                                                       \
             }                                                                                              \
+            LEAVE_MODE_();                                                                                 \
         }                                                                                                  \
     } while (0)
 
