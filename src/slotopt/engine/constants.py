@@ -68,9 +68,8 @@ def power(base: float, exponent: float, dtype: torch.dtype) -> float:
     """``base ** exponent`` evaluated in ``dtype`` (both operands already rounded to it): the C library's
     ``powf``/``pow``, flushed to zero when subnormal, as TensorFlow's ``Pow`` of a scalar."""
     dtype = scalar_dtype(dtype)
-    if dtype in (torch.float32, torch.float64):
-        return numerics.scalar_pow(float(base), float(exponent), single=dtype == torch.float32)
-    return torch.pow(torch.tensor(base, dtype=dtype), torch.tensor(exponent, dtype=dtype)).item()
+    result = numerics.scalar_pow(float(base), float(exponent), single=dtype != torch.float64)
+    return result if dtype in (torch.float32, torch.float64) else literal(result, dtype)  # float16: powf, rounded
 
 
 def evaluate(fn, dtype: torch.dtype, *values: float) -> float:
