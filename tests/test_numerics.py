@@ -76,7 +76,7 @@ def test_sum_of_many_uses_four_accumulators_and_halves():
     expected = _eigen_sum_by_hand(lanes.tolist(), np.float32)
     assert _bits(eigen.full_sum(x)) == _bits(np.array(expected, dtype=np.float32))
     big = rng.standard_normal(8 * 1024 * 3 + 5).astype(np.float32)
-    split = 8 * -(-(-(-big.size // 2)) // 8)
+    split = 8 * math.ceil(math.ceil(big.size / 2) / 8)  # the split point, on a packet boundary
     halves = np.float32(0) + eigen.full_sum(big[:split])
     assert _bits(eigen.full_sum(big)) == _bits(halves + eigen.full_sum(big[split:]))
 

@@ -24,7 +24,8 @@ class FtrlOptimizer(BuiltinOptimizer):
     gradients need ``lr > 0`` (``InvalidArgumentError``). ``accum_name``/``linear_name`` only rename the slot
     variables; ``get_slot`` keys stay ``"accum"`` and ``"linear"``.
 
-    With ``learning_rate_power != -0.5`` torch's ``pow`` may differ from Eigen's by an ULP (spec §4).
+    With ``learning_rate_power != -0.5`` the powers are TensorFlow's ``pow`` (``slotopt.numerics.pow``: Eigen's packet
+    form on each variable's whole packets, the C library's on the rest).
 
     Example:
         >>> import torch, slotopt
