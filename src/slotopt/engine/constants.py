@@ -23,6 +23,8 @@ compiled kernels reproduce exactly that (``kernels/native/rules.inc``).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import numerics
@@ -78,5 +80,7 @@ def evaluate(fn, dtype: torch.dtype, *values: float) -> float:
     ``fn`` must take roots, powers and transcendentals from :mod:`slotopt.numerics` (torch's are not
     TensorFlow's); the arithmetic operators are correctly rounded in torch."""
     dtype = scalar_dtype(dtype)
-    result = fn(*(torch.tensor(v, dtype=dtype) for v in values))
-    return numerics.flush_subnormal(result).item()  # TensorFlow's kernels flush subnormal results to zero
+    result = fn(*(torch.tensor(v, dtype=dtype) for v in values)).item()
+    if result != 0.0 and abs(result) < torch.finfo(dtype).tiny:  # TensorFlow's kernels flush subnormals to zero
+        return math.copysign(0.0, result)
+    return result
