@@ -35,6 +35,9 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "FSDP2 shards: a shard's sum, then summed over the processes; no TensorFlow order to follow",
     ("kernels/adafactor.py", "_mean", "sum"):
         "FSDP2 shards: a shard's sum over a split axis, then summed over the processes",
+    ("cli/showcase.py", "_mlp_loss", "tanh"): "the demo model's forward pass: a model's own computation",
+    ("cli/showcase.py", "_mlp_loss", "**"): "the demo model's loss: a model's own computation",
+    ("cli/showcase.py", "_mlp_loss", "mean"): "the demo model's loss: a model's own computation",
     ("cli/demo.py", "train_digits", "mean"): "the demo's accuracy, not an optimizer value",
     ("cli/demo.py", "train_recommender", "mean"): "the demo's accuracy, not an optimizer value",
     ("cli/demo.py", "TwoTower.forward", "sum"): "the demo model's forward pass",
