@@ -94,7 +94,7 @@ def test_the_cycle_finder_finds_a_circle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-@pytest.mark.parametrize("layer", ["engine", "kernels", "variables", "schedules"])
+@pytest.mark.parametrize("layer", ["engine", "kernels", "variables", "schedules", "numerics"])
 def test_shared_layers_import_no_face_and_no_program(layer):
     for name, deps in GRAPH.items():
         if name == f"slotopt.{layer}" or name.startswith(f"slotopt.{layer}."):

@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from . import numerics
 from .engine import checks
 
 __all__ = [
@@ -278,7 +279,7 @@ class ExponentialDecay(_StepDecay):
     _default_name = "ExponentialDecay"
 
     def _decay(self, c: Dict[str, Any], p: torch.Tensor) -> torch.Tensor:
-        return c["lr0"] * torch.pow(c["decay_rate"], p)
+        return c["lr0"] * numerics.libm.pow(c["decay_rate"], p)
 
 
 class PiecewiseConstantDecay(LearningRateSchedule):
@@ -423,7 +424,7 @@ class PolynomialDecay(LearningRateSchedule):
         else:
             s = torch.minimum(s, horizon)
         p = s / horizon
-        return (c["lr0"] - c["end"]) * torch.pow(c["one"] - p, c["power"]) + c["end"]
+        return (c["lr0"] - c["end"]) * numerics.libm.pow(c["one"] - p, c["power"]) + c["end"]
 
     def get_config(self) -> Dict[str, Any]:
         return {
@@ -515,7 +516,7 @@ class CosineDecay(LearningRateSchedule):
     @staticmethod
     def _decay(c: Dict[str, Any], x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         fraction = x / c["decay_steps"]
-        cosine = c["half"] * (c["one"] + torch.cos(c["pi"] * fraction))
+        cosine = c["half"] * (c["one"] + numerics.cos(c["pi"] * fraction))
         return start * (c["one_minus_alpha"] * cosine + c["alpha"])
 
     def __call__(self, step: Step) -> torch.Tensor:
@@ -597,7 +598,7 @@ class CosineDecayRestarts(LearningRateSchedule):
             "alpha": _cast(self.alpha, dtype, device),  # F-form: 1 - alpha is taken in dtype
             "t_mul": t_mul,
             "m_mul": _cast(self.m_mul, dtype, device),
-            "log_t_mul": torch.log(t_mul),
+            "log_t_mul": numerics.log(t_mul),
             # The branch depends only on constants, so it is decided here, once, on the host.
             "t_mul_is_one": bool(_cast(self.t_mul, dtype, torch.device("cpu")) == 1),
             "one": _literal(1.0, dtype, device),
@@ -615,11 +616,11 @@ class CosineDecayRestarts(LearningRateSchedule):
             restart = torch.floor(fraction)
             fraction = fraction - restart
         else:
-            restart = torch.floor(torch.log(one - fraction * (one - t_mul)) / c["log_t_mul"])
-            t_pow = torch.pow(t_mul, restart)
+            restart = torch.floor(numerics.log(one - fraction * (one - t_mul)) / c["log_t_mul"])
+            t_pow = numerics.libm.pow(t_mul, restart)
             done = (one - t_pow) / (one - t_mul)  # length of the finished periods, in first periods
             fraction = (fraction - done) / t_pow
-        cosine = c["half"] * torch.pow(c["m_mul"], restart) * (one + torch.cos(c["pi"] * fraction))
+        cosine = c["half"] * numerics.libm.pow(c["m_mul"], restart) * (one + numerics.cos(c["pi"] * fraction))
         return c["lr0"] * ((one - c["alpha"]) * cosine + c["alpha"])
 
     def get_config(self) -> Dict[str, Any]:

@@ -1,5 +1,7 @@
 """Gradient clipping by value, per-tensor norm and global norm (spec §1.6, §2.5).
 
+Sums of squares and norms are TensorFlow's (``slotopt.numerics``: Eigen's summation order, IEEE square roots).
+
 Functions take and return lists of dense tensors and never modify their inputs (the inputs may be the user's
 ``.grad`` tensors). Sparse gradients are clipped on their ``values``; the caller unwraps and rewraps them.
 
@@ -15,6 +17,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 import torch
 
+from .. import numerics
 from ..variables import IndexedSlices, as_indexed_slices, is_sparse
 from .distributed import sum_over_shards
 from .sparse import segment_sum
@@ -32,7 +35,7 @@ def clip_by_value(grads: Sequence[torch.Tensor], clipvalue: float) -> list[torch
 
 
 def _square_sums(grads: Sequence[torch.Tensor], shard_groups: ShardGroups) -> list[torch.Tensor]:
-    sums = [torch.sum(g * g) for g in grads]
+    sums = [numerics.sum(g * g) for g in grads]
     return sums if shard_groups is None else sum_over_shards(sums, [list(gr) for gr in shard_groups])
 
 
@@ -40,7 +43,7 @@ def clip_by_norm(grads: Sequence[torch.Tensor], clipnorm: float, shard_groups: S
     """``g * c / max(||g||, c)`` per tensor; a zero norm leaves the gradient unchanged."""
     out = []
     for g, sq in zip(grads, _square_sums(grads, shard_groups)):
-        norm = torch.where(sq > 0, torch.sqrt(torch.where(sq > 0, sq, torch.ones_like(sq))), sq)
+        norm = torch.where(sq > 0, numerics.sqrt(torch.where(sq > 0, sq, torch.ones_like(sq))), sq)
         out.append((g * clipnorm) / torch.maximum(norm, torch.tensor(clipnorm, dtype=g.dtype, device=g.device)))
     return out
 
@@ -49,13 +52,13 @@ def sum_of_squares(grad: Any, rows: int) -> torch.Tensor:
     """``sum(g * g)``; for slices of a ``rows``-row variable, the sum of their squares densified per row
     (Keras 3, keras3_sparse.md §3.5)."""
     if isinstance(grad, IndexedSlices):
-        return torch.sum(segment_sum(grad.values * grad.values, grad.indices, rows))
-    return torch.sum(grad * grad)
+        return numerics.sum(segment_sum(grad.values * grad.values, grad.indices, rows))
+    return numerics.sum(grad * grad)
 
 
 def global_norm(grads: Sequence[torch.Tensor], shard_groups: ShardGroups = None) -> torch.Tensor:
     """``sqrt(sum_i sum(g_i ** 2))``, accumulated on the first gradient's device."""
-    return norm_of_sums([torch.sum(g * g) for g in grads], shard_groups)
+    return norm_of_sums([numerics.sum(g * g) for g in grads], shard_groups)
 
 
 def norm_of_sums(sums: Sequence[torch.Tensor], shard_groups: ShardGroups = None) -> torch.Tensor:
@@ -64,7 +67,7 @@ def norm_of_sums(sums: Sequence[torch.Tensor], shard_groups: ShardGroups = None)
     if shard_groups is not None:
         sums = sum_over_shards(list(sums), [list(gr) for gr in shard_groups])
     first = sums[0]
-    return torch.sqrt(torch.sum(torch.stack([s.to(device=first.device, dtype=first.dtype) for s in sums])))
+    return numerics.sqrt(numerics.sum(torch.stack([s.to(device=first.device, dtype=first.dtype) for s in sums])))
 
 
 def clip_by_global_norm(grads: Sequence[torch.Tensor], clipnorm: float, norm: Optional[torch.Tensor] = None,

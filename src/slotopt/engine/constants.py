@@ -23,7 +23,11 @@ compiled kernels reproduce exactly that (``kernels/native/rules.inc``).
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+from .. import numerics
 
 __all__ = ["literal", "cast", "d_form", "f_form", "power", "evaluate", "scalar_dtype"]
 
@@ -63,12 +67,20 @@ def f_form(beta: float, dtype: torch.dtype) -> float:
 
 
 def power(base: float, exponent: float, dtype: torch.dtype) -> float:
-    """``base ** exponent`` evaluated in ``dtype`` (both operands already rounded to it)."""
+    """``base ** exponent`` evaluated in ``dtype`` (both operands already rounded to it): the C library's
+    ``powf``/``pow``, flushed to zero when subnormal, as TensorFlow's ``Pow`` of a scalar."""
     dtype = scalar_dtype(dtype)
-    return torch.pow(torch.tensor(base, dtype=dtype), torch.tensor(exponent, dtype=dtype)).item()
+    result = numerics.scalar_pow(float(base), float(exponent), single=dtype != torch.float64)
+    return result if dtype in (torch.float32, torch.float64) else literal(result, dtype)  # float16: powf, rounded
 
 
 def evaluate(fn, dtype: torch.dtype, *values: float) -> float:
-    """Evaluates ``fn`` on 0-dim tensors of ``dtype`` so every intermediate is rounded as in the reference."""
+    """Evaluates ``fn`` on 0-dim tensors of ``dtype`` so every intermediate is rounded as in the reference.
+
+    ``fn`` must take roots, powers and transcendentals from :mod:`slotopt.numerics` (torch's are not
+    TensorFlow's); the arithmetic operators are correctly rounded in torch."""
     dtype = scalar_dtype(dtype)
-    return fn(*(torch.tensor(v, dtype=dtype) for v in values)).item()
+    result = fn(*(torch.tensor(v, dtype=dtype) for v in values)).item()
+    if result != 0.0 and abs(result) < torch.finfo(dtype).tiny:  # TensorFlow's kernels flush subnormals to zero
+        return math.copysign(0.0, result)
+    return result

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
+from .. import numerics
 from .undo import StepValues, constrained_step, guarded
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ __all__ = ["run_step"]
 
 
 def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
-    with torch.no_grad():
+    # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step.
+    with torch.no_grad(), numerics.flush_to_zero():
         return _step(opt, grads_and_vars, **options)
 
 

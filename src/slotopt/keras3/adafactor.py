@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import torch
 
+from .. import numerics
 from ..engine import checks
 from ..engine import constants as K
 from ..kernels import adafactor as kernels
@@ -85,8 +86,8 @@ class Adafactor(Optimizer):
         dtype = params[0].dtype
         t = float(self._step_count())
         lr = self._lr_for(learning_rate, dtype)
-        rho = K.evaluate(lambda lr, t: torch.minimum(lr, 1 / torch.sqrt(t)), dtype, lr, t)
-        beta_2 = K.evaluate(lambda t, d: 1 - torch.pow(t, d), dtype, t, K.literal(self.beta_2_decay, dtype))
+        rho = K.evaluate(lambda lr, t: torch.minimum(lr, 1 / numerics.sqrt(t)), dtype, lr, t)
+        beta_2 = K.evaluate(lambda t, d: 1 - numerics.libm.pow(t, d), dtype, t, K.literal(self.beta_2_decay, dtype))
         kernels.adafactor(params, grads, slots["r"], slots["c"], slots["velocity"], indices, rho=rho,
                           epsilon_1=K.literal(self.epsilon_1, dtype), epsilon_2=K.cast(self.epsilon_2, dtype),
                           beta_2=beta_2, one_minus_beta_2=K.evaluate(lambda b: 1 - b, dtype, beta_2),

@@ -29,7 +29,10 @@ class Ftrl(Optimizer):
     """
 
     _kernel_slots = ("accumulator", "linear")
-    _sparse_layout = "blocks"
+    # TensorFlow's pow takes Eigen's packet form on each variable's whole packets and the C library's on the
+    # rest: the rule needs whole variables (neither packed together nor cut into blocks).
+    _elementwise_update = False
+    _sparse_layout = "whole"
     #: The update divides by the learning rate: 0 gives NaN at the first step.
     _hyperparameter_ranges = {"learning_rate": checks.POSITIVE}
 

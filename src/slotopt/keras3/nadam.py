@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from .. import numerics
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
@@ -14,7 +15,7 @@ from .adam import MomentOptimizer, square_terms
 
 def _momentum_schedule(beta_1: float, decay: float, t: float, dtype: torch.dtype) -> float:
     """``beta_1 * (1 - 0.5 * decay^t)`` evaluated in ``dtype``."""
-    return K.evaluate(lambda b, d, t: b * (1.0 - 0.5 * torch.pow(d, t)), dtype, beta_1, decay, t)
+    return K.evaluate(lambda b, d, t: b * (1.0 - 0.5 * numerics.libm.pow(d, t)), dtype, beta_1, decay, t)
 
 
 class Nadam(MomentOptimizer):
@@ -57,7 +58,7 @@ class Nadam(MomentOptimizer):
         # P_t = (P_{t-1} * beta_1) * (1 - 0.5 * 0.96^t): bare Python literals, in u_product's dtype.
         product = self._u_product
         dtype = product.dtype
-        value = K.evaluate(lambda p, b, d, t: (p * b) * (1.0 - 0.5 * torch.pow(d, t)), dtype, float(product),
+        value = K.evaluate(lambda p, b, d, t: (p * b) * (1.0 - 0.5 * numerics.libm.pow(d, t)), dtype, float(product),
                            K.literal(self.beta_1, dtype), K.literal(0.96, dtype), float(self._step_count()))
         product.fill_(value)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import numerics
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from ..variables import IndexedSlices
@@ -75,17 +76,24 @@ def adadelta_slices(param: torch.Tensor, grad: IndexedSlices, accumulated_grad: 
     sparse_rows.scatter_add_(param, indices, delta[0].mul_(lr))
 
 
-@compiled("apply_adadelta", 4, lambda p, g, a, u, *, lr, rho, one_minus_rho, epsilon: (
-    lr, rho, one_minus_rho, epsilon))
-@elementwise
+def _packet_row(tensors: Tensors, rows: bool) -> int:
+    from .adagrad import packet_row
+
+    return packet_row(tensors, rows)
+
+
+@compiled("apply_adadelta", 4, lambda p, g, a, u, *, lr, rho, one_minus_rho, epsilon, rows=False: (
+    lr, rho, one_minus_rho, epsilon, _packet_row(p, rows)))
 def apply_adadelta(params: Tensors, grads: Tensors, accum: Tensors, accum_update: Tensors, *, lr: float,
-                   rho: float, one_minus_rho: float, epsilon: float) -> None:
+                   rho: float, one_minus_rho: float, epsilon: float, rows: bool = False) -> None:
     """TensorFlow's ``ApplyAdadelta`` / ``SparseApplyAdadelta`` kernel (TF1 ``AdadeltaOptimizer`` and the
     tf.keras legacy ``Adadelta``), with ``rsqrt(x) = 1 / sqrt(x)``:
 
     ``accum <- accum * rho + (g*g) * (1 - rho)``; ``upd = (sqrt(accum_update + eps) * rsqrt(accum + eps)) * g``
     (new accum, old accum_update); ``w <- w - upd * lr``;
-    ``accum_update <- accum_update * rho + (upd*upd) * (1 - rho)``.
+    ``accum_update <- accum_update * rho + (upd*upd) * (1 - rho)``. ``rsqrt`` is TensorFlow's
+    (``numerics.rsqrt``), packets from each tensor's element 0 or each row (``rows``, the sparse kernel); not cut
+    into blocks, since the result depends on each element's position.
     """
     torch._foreach_mul_(accum, rho)
     scaled = torch._foreach_mul(grads, grads)
@@ -93,7 +101,7 @@ def apply_adadelta(params: Tensors, grads: Tensors, accum: Tensors, accum_update
     torch._foreach_add_(accum, scaled)
     update = torch._foreach_add(accum_update, epsilon)
     roots.sqrt_(update)
-    inverse_root = roots.rsqrt(torch._foreach_add(accum, epsilon))
+    inverse_root = numerics.rsqrt(torch._foreach_add(accum, epsilon), rows=rows)
     torch._foreach_mul_(update, inverse_root)
     torch._foreach_mul_(update, grads)
     torch._foreach_sub_(params, torch._foreach_mul(update, lr))

@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 
+from .. import numerics
 from ..engine import sparse as sparse_rows
 from ..engine.distributed import ShardLayout
 from . import roots
@@ -24,15 +25,15 @@ def _rms(x: torch.Tensor, count: Optional[int] = None, layout: Optional[ShardLay
     transposed view give the same bits."""
     square = (x * x).contiguous()
     if layout is not None:
-        return (layout.sum(torch.sum(square)) / layout.numel).sqrt()
-    return (torch.mean(square) if count is None else torch.sum(square) / count).sqrt()
+        return numerics.sqrt(layout.sum(numerics.sum(square)) / layout.numel)
+    return numerics.sqrt(numerics.mean(square) if count is None else numerics.sum(square) / count)
 
 
 def _mean(x: torch.Tensor, dim: int, axis: int, layout: Optional[ShardLayout], keepdim: bool = False) -> torch.Tensor:
     """``mean(x, dim)``, where ``x``'s ``dim`` is the parameter's ``axis``: over a split axis (FSDP2) the local
     sums are summed over the shards and divided by the whole axis's length."""
     if layout is None or not layout.is_split(axis):
-        return torch.mean(x, dim=dim, keepdim=keepdim)
+        return numerics.mean(x, dim=dim, keepdim=keepdim)
     return layout.sum(torch.sum(x, dim=dim, keepdim=keepdim), [axis]) / layout.global_shape[axis]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import numerics
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from . import roots
@@ -55,9 +56,16 @@ def adagrad_slices(param: torch.Tensor, indices: torch.Tensor, values: torch.Ten
     sparse_rows.scatter_add_(param, indices, steps[0].neg_())
 
 
-def _rsqrt(tensors: Tensors) -> Tensors:
+def packet_row(tensors: Tensors, rows: bool) -> int:
+    """The row length TensorFlow's sparse kernels start their packets at (``rows``), else 0: the whole tensor."""
+    if not rows or not tensors or tensors[0].dim() == 0 or tensors[0].shape[0] == 0:
+        return 0
+    return tensors[0].numel() // tensors[0].shape[0]
+
+
+def _rsqrt(tensors: Tensors, rows: bool = False) -> Tensors:
     """``1 / sqrt(x)`` with two roundings, as TensorFlow's CPU ``rsqrt`` evaluates in float64."""
-    return roots.rsqrt(tensors)
+    return numerics.rsqrt(tensors, rows=rows)
 
 
 def _scalar_over(scalar: float, tensors: Tensors) -> Tensors:
@@ -67,29 +75,31 @@ def _scalar_over(scalar: float, tensors: Tensors) -> Tensors:
     return out
 
 
-@compiled("apply_adagrad", 3, lambda p, g, a, *, lr, scalar_rows=False: (lr, scalar_rows))
-@elementwise
+@compiled("apply_adagrad", 3, lambda p, g, a, *, lr, scalar_rows=False, rows=False: (
+    lr, scalar_rows, packet_row(p, rows)))
 def apply_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float,
-                  scalar_rows: bool = False) -> None:
+                  scalar_rows: bool = False, rows: bool = False) -> None:
     """TensorFlow's ``ApplyAdagrad`` / ``SparseApplyAdagrad`` (no epsilon; TF1 ``AdagradOptimizer``).
 
     ``acc <- acc + g * g``; ``w <- w - (g * lr) * rsqrt(acc)`` with ``rsqrt(a) = 1 / sqrt(a)``. The sparse kernel
     for rows of one element (``scalar_rows``) divides instead: ``w <- w - (lr * g) / sqrt(acc)``.
+    ``rsqrt`` is TensorFlow's (``numerics.rsqrt``: the packet estimate in float32), its packets starting at each
+    tensor's element 0, or at each row of gathered rows (``rows``, the sparse kernel). Not cut into blocks: the
+    result depends on each element's position in its tensor.
     """
     torch._foreach_add_(accumulators, torch._foreach_mul(grads, grads))
     step = torch._foreach_mul(grads, lr)
     if scalar_rows:
         torch._foreach_div_(step, roots.sqrt(accumulators))
     else:
-        torch._foreach_mul_(step, _rsqrt(accumulators))
+        torch._foreach_mul_(step, _rsqrt(accumulators, rows))
     torch._foreach_sub_(params, step)
 
 
-@compiled("apply_proximal_adagrad", 3, lambda p, g, a, *, lr, l1, l2, l1_positive, scalar_rows=False: (
-    None if scalar_rows else (lr, l1, l2, l1_positive)))  # scalar rows divide in float64
-@elementwise
+@compiled("apply_proximal_adagrad", 3, lambda p, g, a, *, lr, l1, l2, l1_positive, scalar_rows=False, rows=False: (
+    None if scalar_rows else (lr, l1, l2, l1_positive, packet_row(p, rows))))  # scalar rows divide in float64
 def apply_proximal_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, l1: float,
-                           l2: float, l1_positive: bool, scalar_rows: bool = False) -> None:
+                           l2: float, l1_positive: bool, scalar_rows: bool = False, rows: bool = False) -> None:
     """TensorFlow's ``ApplyProximalAdagrad`` / ``SparseApplyProximalAdagrad`` (TF1 ``ProximalAdagradOptimizer``).
 
     ``acc <- acc + g * g``; ``eta = lr * rsqrt(acc)``; ``prox = w - g * eta``; then the FOBOS step
@@ -103,7 +113,7 @@ def apply_proximal_adagrad(params: Tensors, grads: Tensors, accumulators: Tensor
     if scalar_rows:
         eta = _scalar_over(lr, roots.sqrt(accumulators))
     else:
-        eta = _rsqrt(accumulators)
+        eta = _rsqrt(accumulators, rows)
         torch._foreach_mul_(eta, lr)
     torch._foreach_sub_(params, torch._foreach_mul(grads, eta))
     threshold = torch._foreach_mul(eta, l1) if l1_positive else 0.0

@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 
+from .. import numerics
 from ..engine.blocks import elementwise
 from ..engine.distributed import ShardLayout, sum_over_layouts
 from . import roots
@@ -171,14 +172,15 @@ def lamb(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Optio
     roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     torch._foreach_div_(updates, denom)
-    # Row-major order (``contiguous``): the sums do not depend on the layout of the tensors.
-    w_squares = [torch.sum((param * param).contiguous()) for param in params]
-    u_squares = [torch.sum((update * update).contiguous()) for update in updates]
+    # Keras squares with ``ops.power(x, 2)`` (Eigen's packet pow: not always x*x) and sums in Eigen's order, over
+    # the row-major values: the sums do not depend on the layout of the tensors.
+    w_squares = [numerics.sum(numerics.pow(param.contiguous(), 2)) for param in params]
+    u_squares = [numerics.sum(numerics.pow(update.contiguous(), 2)) for update in updates]
     if layouts is not None:
         both = sum_over_layouts(w_squares + u_squares, list(layouts) * 2)
         w_squares, u_squares = both[:len(params)], both[len(params):]
     for param, update, w_square, u_square in zip(params, updates, w_squares, u_squares):
-        w_norm, u_norm = w_square.sqrt(), u_square.sqrt()
+        w_norm, u_norm = numerics.sqrt(w_square), numerics.sqrt(u_square)
         ratio = torch.where(w_norm > 0, torch.where(u_norm > 0, w_norm / u_norm, 1.0), 1.0)
         param.sub_(update.mul_(ratio * lr))
 

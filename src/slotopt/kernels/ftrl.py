@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from ..engine.blocks import elementwise
+from .. import numerics
 from . import roots
 from .native import compiled
 
@@ -15,12 +15,11 @@ __all__ = ["ftrl"]
 Tensors = list[torch.Tensor]
 
 
-@compiled("ftrl_root", 4, lambda p, g, n, z, *, lr, power, l1, two_l2, shrinkage, scalar_rows=False, root=False: (
-    (lr, l1, two_l2, shrinkage, scalar_rows) if root else None))  # Eigen's pow has no compiled twin
-@elementwise
+@compiled("ftrl_root", 4, lambda p, g, n, z, *, lr, power, l1, two_l2, shrinkage, scalar_rows=False, root=False,
+          rows=False: (lr, l1, two_l2, shrinkage, scalar_rows) if root else None)  # pow: numerics.pow on both paths
 def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensors,
          squares: Optional[Tensors] = None, *, lr: float, power: float, l1: float, two_l2: float, shrinkage: float,
-         scalar_rows: bool = False, root: bool = False) -> None:
+         scalar_rows: bool = False, root: bool = False, rows: bool = False) -> None:
     """FTRL-Proximal as Keras 3 evaluates it (``power = -learning_rate_power``).
 
     ``g' = g + shrinkage * w`` (``shrinkage = 2 * l2_shrinkage``); ``n' = n + g*g`` (plain g);
@@ -32,14 +31,17 @@ def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensor
     TensorFlow's sparse kernel for rows of one element associates ``z' = (z + g') - sigma * w``. ``root``:
     TensorFlow's kernels take an IEEE ``sqrt`` for ``learning_rate_power == -0.5`` (pass ``power=0.5``) where a
     Python ``tf.pow`` would use Eigen's ``pow``. ``squares`` (optional) replaces ``g*g`` (Keras 3 on slices:
-    squares per slice, then the repeats summed).
+    squares per slice, then the repeats summed). Otherwise ``n^power`` is TensorFlow's ``pow``
+    (``numerics.pow``: Eigen's packet ``pow`` on the whole packets of each tensor, or of each row with ``rows``,
+    the sparse kernels). Not cut into blocks: the result depends on each element's position in its tensor.
     """
     adjusted = torch._foreach_mul(params, shrinkage)
     torch._foreach_add_(adjusted, grads)
     new_accumulators = torch._foreach_mul(grads, grads) if squares is None else [s.clone() for s in squares]
     torch._foreach_add_(new_accumulators, accumulators)
-    new_power = roots.sqrt(new_accumulators) if root else roots.pow(new_accumulators, power)
-    sigma = torch._foreach_sub(new_power, roots.sqrt(accumulators) if root else roots.pow(accumulators, power))
+    new_power = roots.sqrt(new_accumulators) if root else [numerics.pow(n, power, rows) for n in new_accumulators]
+    old_power = roots.sqrt(accumulators) if root else [numerics.pow(n, power, rows) for n in accumulators]
+    sigma = torch._foreach_sub(new_power, old_power)
     torch._foreach_div_(sigma, lr)
     torch._foreach_mul_(sigma, params)
     if scalar_rows:

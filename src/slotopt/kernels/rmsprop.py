@@ -6,6 +6,7 @@ from typing import Optional
 
 import torch
 
+from .. import numerics
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from ..variables import IndexedSlices
@@ -143,13 +144,18 @@ def apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg
     torch._foreach_sub_(params, mom)
 
 
+def _packet_row(tensors: Tensors) -> int:
+    from .adagrad import packet_row
+
+    return packet_row(tensors, True)
+
+
 @compiled("sparse_apply_rmsprop", 5, lambda p, g, ms, mom, mg, *, lr, rho, one_minus_rho, momentum, epsilon: (
-    lr, rho, one_minus_rho, momentum, epsilon, mg is not None))
-@elementwise
+    lr, rho, one_minus_rho, momentum, epsilon, mg is not None, _packet_row(p)))
 def sparse_apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg: Tensors | None, *,
                          lr: float, rho: float, one_minus_rho: float, momentum: float, epsilon: float) -> None:
     """TensorFlow's ``SparseApplyRMSProp`` / ``SparseApplyCenteredRMSProp`` on the touched rows (other forms
-    than the dense kernel), with ``rsqrt(x) = 1 / sqrt(x)``:
+    than the dense kernel), with TensorFlow's ``rsqrt`` (``numerics.rsqrt``, packets from each row's start):
 
     ``ms <- ms * rho + (g*g) * (1 - rho)``; centered: ``mg <- mg * rho + g * (1 - rho)`` and
     ``den = (ms + eps) - mg*mg``, else ``den = ms + eps``; ``mom <- mom * mu + (rsqrt(den) * lr) * g``;
@@ -164,7 +170,7 @@ def sparse_apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tens
         torch._foreach_mul_(mg, rho)
         torch._foreach_add_(mg, torch._foreach_mul(grads, one_minus_rho))
         torch._foreach_sub_(denom, torch._foreach_mul(mg, mg))
-    denom = roots.rsqrt(denom)
+    denom = numerics.rsqrt(denom, rows=True)  # TensorFlow's, packets from each gathered row's start
     torch._foreach_mul_(denom, lr)
     torch._foreach_mul_(denom, grads)
     torch._foreach_mul_(mom, momentum)

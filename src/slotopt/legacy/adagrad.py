@@ -156,7 +156,7 @@ class Adadelta(Optimizer):
         lr, rho, omr, eps = floats(self._coefficients(var, apply_state), "lr_t", "rho", "one_minus_rho", "epsilon")
         self._lazy_rows(var, grad, indices, [self.get_slot(var, "accum_grad"), self.get_slot(var, "accum_var")],
                         lambda p, g, s: adadelta_kernels.apply_adadelta(p, g, [s[0]], [s[1]], lr=lr, rho=rho,
-                                                                        one_minus_rho=omr, epsilon=eps))
+                                                                        one_minus_rho=omr, epsilon=eps, rows=True))
 
     def set_weights(self, weights) -> None:
         """Also accepts the weights of an old optimizer without the leading ``iter`` (iterations become 0)."""

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import torch
 
+from .. import numerics
 from .. import schedules as schedules_module
 from ..engine import checks
 from ..kernels import adam as kernels
@@ -89,10 +90,10 @@ class Adam(_AdamBase):
         super()._prepare_local(var_device, var_dtype, apply_state)
         coefficients = apply_state[(var_device, var_dtype)]
         local_step, beta_1, beta_2 = self._betas(var_dtype)
-        beta_1_power = torch.pow(beta_1, local_step)
-        beta_2_power = torch.pow(beta_2, local_step)
+        beta_1_power = numerics.libm.pow(beta_1, local_step)
+        beta_2_power = numerics.libm.pow(beta_2, local_step)
         coefficients.update(
-            lr=coefficients["lr_t"] * (torch.sqrt(1 - beta_2_power) / (1 - beta_1_power)),
+            lr=coefficients["lr_t"] * (numerics.sqrt(1 - beta_2_power) / (1 - beta_1_power)),
             epsilon=literal_scalar(self.epsilon, var_dtype),
             beta_1_t=beta_1, beta_1_power=beta_1_power, one_minus_beta_1_t=1 - beta_1,
             beta_2_t=beta_2, beta_2_power=beta_2_power, one_minus_beta_2_t=1 - beta_2,
@@ -100,7 +101,7 @@ class Adam(_AdamBase):
 
     def _apply_dense_group(self, params, grads, positions, coefficients) -> None:
         c = coefficients
-        alpha = float(c["lr_t"] * torch.sqrt(1 - c["beta_2_power"]) / (1 - c["beta_1_power"]))
+        alpha = float(c["lr_t"] * numerics.sqrt(1 - c["beta_2_power"]) / (1 - c["beta_1_power"]))
         omb1, omb2, eps = floats(c, "one_minus_beta_1_t", "one_minus_beta_2_t", "epsilon")
         slots = self._slot_lists(("m", "v", "vhat") if self.amsgrad else ("m", "v"), positions)
         kernels.adam(params, grads, slots["m"], slots["v"], slots.get("vhat"), alpha=alpha,
@@ -165,7 +166,7 @@ class Adamax(_AdamBase):
         super()._prepare_local(var_device, var_dtype, apply_state)
         coefficients = apply_state[(var_device, var_dtype)]
         local_step, beta_1, beta_2 = self._betas(var_dtype)
-        beta_1_power = torch.pow(beta_1, local_step)
+        beta_1_power = numerics.libm.pow(beta_1, local_step)
         coefficients.update(
             neg_scaled_lr=-coefficients["lr_t"] / (1 - beta_1_power),
             epsilon=literal_scalar(self.epsilon, var_dtype),
@@ -263,20 +264,20 @@ class Nadam(_AdamBase):
         next_step = step_scalar(self.iterations.detach() + 2, var_dtype)
         decay_base = as_scalar(0.96, var_dtype)
         psi = self._initial_decay
-        m_t = beta_1 * (1.0 - 0.5 * torch.pow(decay_base, psi * local_step))
-        m_t_1 = beta_1 * (1.0 - 0.5 * torch.pow(decay_base, psi * next_step))
+        m_t = beta_1 * (1.0 - 0.5 * numerics.libm.pow(decay_base, psi * local_step))
+        m_t_1 = beta_1 * (1.0 - 0.5 * numerics.libm.pow(decay_base, psi * next_step))
         cache = self._m_cache_read if self._m_cache_read is not None else self._m_cache.detach()
-        m_schedule_new = cache.to(var_dtype) * m_t
+        m_schedule_new = numerics.flush_subnormal(cache.to(var_dtype) * m_t)  # TensorFlow flushes to zero
         if var_dtype == self._m_cache.dtype:
             with torch.no_grad():
                 self._m_cache.copy_(m_schedule_new)
-        m_schedule_next = m_schedule_new * m_t_1
+        m_schedule_next = numerics.flush_subnormal(m_schedule_new * m_t_1)
         apply_state[(var_device, var_dtype)] = dict(
             lr_t=lr_t, neg_lr_t=-lr_t, epsilon=literal_scalar(self.epsilon, var_dtype),
             beta_1_t=beta_1, beta_2_t=beta_2, m_t=m_t, m_t_1=m_t_1, one_minus_beta_1_t=1 - beta_1,
             one_minus_beta_2_t=1 - beta_2, one_minus_m_t=1.0 - m_t, one_minus_m_schedule_new=1.0 - m_schedule_new,
             one_minus_m_schedule_next=1.0 - m_schedule_next,
-            v_t_prime_denominator=1.0 - torch.pow(beta_2, local_step),
+            v_t_prime_denominator=1.0 - numerics.libm.pow(beta_2, local_step),
         )
 
     def _kernel_constants(self, c: dict[str, Any]) -> dict[str, float]:

@@ -86,7 +86,8 @@ class Ftrl(Optimizer):
         adjusted_l2 = c["l2_regularization_strength"] + c["beta"] / (2.0 * lr_t)
         shrinking = self._l2_shrinkage_regularization_strength > 0.0
         lr, l1, power = floats(c, "lr_t", "l1_regularization_strength", "learning_rate_power")
-        return dict(lr=lr, l1=l1, power=-power, two_l2=float(2 * adjusted_l2),
+        # TensorFlow's ApplyFtrl takes an IEEE sqrt for learning_rate_power == -0.5, Eigen's pow otherwise.
+        return dict(lr=lr, l1=l1, power=-power, root=power == -0.5, two_l2=float(2 * adjusted_l2),
                     shrinkage=float(2 * c["l2_shrinkage_regularization_strength"]) if shrinking else 0.0)
 
     def _apply_dense_group(self, params, grads, positions, coefficients) -> None:
@@ -101,7 +102,8 @@ class Ftrl(Optimizer):
         constants = self._kernel_constants(self._coefficients(var, apply_state))
         scalar_rows = var.dim() <= 1 or math.prod(var.shape[1:]) == 1
         self._lazy_rows(var, grad, indices, [self.get_slot(var, "accumulator"), self.get_slot(var, "linear")],
-                        lambda p, g, s: kernels.ftrl(p, g, [s[0]], [s[1]], scalar_rows=scalar_rows, **constants))
+                        lambda p, g, s: kernels.ftrl(p, g, [s[0]], [s[1]], scalar_rows=scalar_rows, rows=True,
+                                                     **constants))
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

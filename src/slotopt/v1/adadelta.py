@@ -41,15 +41,16 @@ class AdadeltaOptimizer(BuiltinOptimizer):
             self._zeros_slot(v, "accum", self._name)
             self._zeros_slot(v, "accum_update", self._name)
 
-    def _dense_update(self, params, grads, slots) -> None:
+    def _dense_update(self, params, grads, slots, rows: bool = False) -> None:
         dtype = params[0].dtype
         rho = self._t("rho", dtype)
         kernels.apply_adadelta(params, grads, slots["accum"], slots["accum_update"],
                                lr=self._t("learning_rate", dtype), rho=rho,
-                               one_minus_rho=K.evaluate(lambda r: 1 - r, dtype, rho), epsilon=self._t("epsilon", dtype))
+                               one_minus_rho=K.evaluate(lambda r: 1 - r, dtype, rho), epsilon=self._t("epsilon", dtype),
+                               rows=rows)
 
     def _sparse_update(self, params, grads, slots, scalar_rows: bool) -> None:
-        self._dense_update(params, grads, slots)
+        self._dense_update(params, grads, slots, rows=True)
 
 
 __all__ = ["AdadeltaOptimizer"]

@@ -47,7 +47,7 @@ class AdagradOptimizer(BuiltinOptimizer):
 
     def _sparse_update(self, params, grads, slots, scalar_rows: bool) -> None:
         kernels.apply_adagrad(params, grads, slots["accumulator"], lr=self._t("learning_rate", params[0].dtype),
-                              scalar_rows=scalar_rows)
+                              scalar_rows=scalar_rows, rows=True)
 
 
 class ProximalAdagradOptimizer(BuiltinOptimizer):
@@ -95,18 +95,18 @@ class ProximalAdagradOptimizer(BuiltinOptimizer):
             ("l1", "non-negative", "l1 regularization strength is not a non-negative scalar: "),
             ("l2", "non-negative", "l2 regularization strength is not a non-negative scalar: ")))
 
-    def _update(self, params, grads, slots, scalar_rows: bool) -> None:
+    def _update(self, params, grads, slots, scalar_rows: bool, rows: bool = False) -> None:
         dtype = params[0].dtype
         l1 = self._t("l1", dtype)
         kernels.apply_proximal_adagrad(params, grads, slots["accumulator"], lr=self._t("learning_rate", dtype),
                                        l1=l1, l2=self._t("l2", dtype), l1_positive=l1 > 0,
-                                       scalar_rows=scalar_rows)
+                                       scalar_rows=scalar_rows, rows=rows)
 
     def _dense_update(self, params, grads, slots) -> None:
         self._update(params, grads, slots, scalar_rows=False)
 
     def _sparse_update(self, params, grads, slots, scalar_rows: bool) -> None:
-        self._update(params, grads, slots, scalar_rows=scalar_rows)
+        self._update(params, grads, slots, scalar_rows=scalar_rows, rows=True)
 
 
 __all__ = ["AdagradOptimizer", "ProximalAdagradOptimizer"]

@@ -24,7 +24,8 @@ class FtrlOptimizer(BuiltinOptimizer):
     gradients need ``lr > 0`` (``InvalidArgumentError``). ``accum_name``/``linear_name`` only rename the slot
     variables; ``get_slot`` keys stay ``"accum"`` and ``"linear"``.
 
-    With ``learning_rate_power != -0.5`` torch's ``pow`` may differ from Eigen's by an ULP (spec §4).
+    With ``learning_rate_power != -0.5`` the powers are TensorFlow's ``pow`` (``slotopt.numerics.pow``: Eigen's packet
+    form on each variable's whole packets, the C library's on the rest).
 
     Example:
         >>> import torch, slotopt
@@ -106,7 +107,7 @@ class FtrlOptimizer(BuiltinOptimizer):
                            "l2 shrinkage regularization strength is not a non-negative scalar: "))
         self._check_positive(sparse, checks)
 
-    def _update(self, params, grads, slots, scalar_rows: bool) -> None:
+    def _update(self, params, grads, slots, scalar_rows: bool, rows: bool = False) -> None:
         dtype = params[0].dtype
         two = lambda x: 2 * x  # noqa: E731
         shrinkage = 0.0
@@ -116,13 +117,13 @@ class FtrlOptimizer(BuiltinOptimizer):
         kernels.ftrl(params, grads, slots["accum"], slots["linear"], lr=self._t("learning_rate", dtype),
                      power=power, root=power == 0.5, l1=self._t("l1", dtype),
                      two_l2=K.evaluate(two, dtype, cast(self._prepared["adjusted_l2"], dtype)), shrinkage=shrinkage,
-                     scalar_rows=scalar_rows)
+                     scalar_rows=scalar_rows, rows=rows)
 
     def _dense_update(self, params, grads, slots) -> None:
         self._update(params, grads, slots, scalar_rows=False)
 
     def _sparse_update(self, params, grads, slots, scalar_rows: bool) -> None:
-        self._update(params, grads, slots, scalar_rows=scalar_rows)
+        self._update(params, grads, slots, scalar_rows=scalar_rows, rows=True)
 
 
 __all__ = ["FtrlOptimizer"]

@@ -93,6 +93,29 @@ int64_t slotopt_check_table(int64_t lists, int64_t n, const uint64_t *ptr, const
     return -1;
 }
 
+/* TensorFlow runs its kernels with subnormal numbers flushed to zero (FTZ: subnormal results become 0; DAZ:
+ * subnormal inputs read as 0). slotopt's step sets the same mode on the calling thread
+ * (numerics.flush_to_zero, through slotopt_denormal_mode), and every rule's worker threads take the calling
+ * thread's mode for the duration of the rule, so the result does not depend on how many threads ran. */
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#define DENORMAL_BITS_ 0x8040u /* MXCSR flush-to-zero | denormals-are-zero */
+/* Sets this thread's FTZ/DAZ bits to bits (0 or 0x8040) and returns the previous ones. */
+int slotopt_denormal_mode(int bits) {
+    const unsigned int csr = _mm_getcsr();
+    _mm_setcsr((csr & ~DENORMAL_BITS_) | ((unsigned int)bits & DENORMAL_BITS_));
+    return (int)(csr & DENORMAL_BITS_);
+}
+#define CALLER_MODE_() const unsigned int caller_mode_ = _mm_getcsr() & DENORMAL_BITS_
+#define ENTER_MODE_() const unsigned int saved_csr_ = _mm_getcsr(); \
+    _mm_setcsr((saved_csr_ & ~DENORMAL_BITS_) | caller_mode_)
+#define LEAVE_MODE_() _mm_setcsr(saved_csr_)
+#else
+#define CALLER_MODE_() do { } while (0)
+#define ENTER_MODE_() do { } while (0)
+#define LEAVE_MODE_() do { } while (0)
+#endif
+
 /* Below this many elements in a group, one thread: a parallel region costs more than it saves. */
 #define MIN_PARALLEL_ELEMENTS 32768
 
@@ -110,8 +133,10 @@ int64_t slotopt_check_table(int64_t lists, int64_t n, const uint64_t *ptr, const
     do {                                                                                                   \
         const int64_t total_ = off[n];                                                                      \
         int threads_ = (total_ < MIN_PARALLEL_ELEMENTS || threads < 1) ? 1 : threads;                      \
+        CALLER_MODE_();                                                                                    \
         _Pragma("omp parallel num_threads(threads_)")                                                       \
         {                                                                                                  \
+            ENTER_MODE_();                                                                                 \
             const int64_t nth_ = THREAD_COUNT(), tid_ = THREAD_ID();                                        \
             int64_t lo_ = total_ * tid_ / nth_;                                                            \
             const int64_t hi_ = total_ * (tid_ + 1) / nth_;                                                \
@@ -128,6 +153,7 @@ int64_t slotopt_check_table(int64_t lists, int64_t n, const uint64_t *ptr, const
                 lo_ = end_;                                                                                \
                 k++;                                                                                       \
             }                                                                                              \
+            LEAVE_MODE_();                                                                                 \
         }                                                                                                  \
     } while (0)
 
@@ -137,6 +163,38 @@ int64_t slotopt_check_table(int64_t lists, int64_t n, const uint64_t *ptr, const
 #define CAT(a, b) CAT_(a, b)
 #define RULE(name) void CAT(name, SFX)(int64_t n, void *const *ptr, const int64_t *off, const double *s_, \
                                        int threads)
+
+/* TensorFlow's fused float32 ApplyAdagrad, ApplyProximalAdagrad and ApplyAdadelta kernels take rsqrt(x) with
+ * Eigen's packet prsqrt on the whole 8-float packets of each tensor (each row, in the sparse kernels): the CPU's
+ * rsqrtps estimate refined by one Newton step, each multiply and add rounded (TensorFlow's wheels are built for
+ * AVX without FMA); the remaining elements take 1 / sqrt(x). The estimate's bits are the CPU vendor's, so these
+ * results match TensorFlow's on the same vendor's processors (numerics/ops.py: rsqrt uses this helper too). The
+ * scalar rsqrtss gives the same estimate as each lane of the packed instruction. */
+#if defined(__AVX__)
+#include <immintrin.h>
+#define SLOTOPT_HAS_RSQRT_ESTIMATE 1
+static inline float tf_prsqrt_f32_(float a) {
+    const float y = _mm_cvtss_f32(_mm_rsqrt_ss(_mm_set_ss(a)));
+    const float r2 = a * y, half_r = y * -0.5f;
+    const float h = r2 * y + -1.0f;
+    const float z = half_r * h + y;
+    return z != z ? y : z; /* zero, infinity, NaN: the estimate itself */
+}
+/* The rsqrt of element i of a tensor of len elements; row > 0: packets start at every row of row elements. */
+static inline float tf_rsqrt_f32_at_(float x, int64_t i, int64_t len, int64_t row) {
+    const int64_t pos = row > 0 ? i % row : i, span = row > 0 ? row : len;
+    return pos < (span & ~(int64_t)7) ? tf_prsqrt_f32_(x) : 1.0f / sqrtf(x);
+}
+/* out[i] = Eigen's packet rsqrt of x[i] for the elements in whole packets (from each row's start); the others
+ * are left as they are (the caller has stored 1 / sqrt(x) there). */
+void slotopt_tf_rsqrt_f32(const float *x, float *out, int64_t n, int64_t row) {
+    if (row <= 0) row = n;
+    for (int64_t start = 0; start + row <= n; start += row) {
+        const int64_t whole = row & ~(int64_t)7;
+        for (int64_t i = 0; i < whole; i++) out[start + i] = tf_prsqrt_f32_(x[start + i]);
+    }
+}
+#endif
 
 /* float32 and float64: every operator is one torch op, rounded in the dtype itself. */
 #define LD(x) (x)
@@ -150,12 +208,16 @@ int64_t slotopt_check_table(int64_t lists, int64_t n, const uint64_t *ptr, const
 #define SFX f32
 #define SQRT sqrtf
 #define FABS fabsf
+#ifdef SLOTOPT_HAS_RSQRT_ESTIMATE
+#define TF_RSQRT(x, i, len, row) tf_rsqrt_f32_at_((x), (i), (len), (row))
+#endif
 #include "rules.inc"
 #undef T
 #undef E
 #undef SFX
 #undef SQRT
 #undef FABS
+#undef TF_RSQRT
 
 #define T double
 #define E double
