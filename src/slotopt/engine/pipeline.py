@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["run_step"]
 
 
+@torch._disable_dynamo(recursive=True)  # exact steps run eagerly under torch.compile (see TorchProtocol.step)
 def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     with torch.no_grad():
         return _step(opt, grads_and_vars, **options)

@@ -445,9 +445,16 @@ class TorchProtocol(torch.optim.Optimizer):
             raise
 
     # ------------------------------------------------------------------------------------------ step
+    # ``torch.compile``: the step runs outside the graph, whole (one clean graph break where a compiled training
+    # step calls it, as torch.optim does for steps it cannot trace). Tracing it would turn the Python-float
+    # scalar math that reproduces TensorFlow's float32 rounding into traced tensor math (measured: different
+    # bits even with the "eager" backend), and the compiled C kernels are opaque ctypes calls.
+    @torch._disable_dynamo(recursive=True)
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
         """PyTorch style: runs ``closure`` (with autograd on) if given, then applies the ``.grad`` of every
-        parameter in ``param_groups`` (parameters without ``.grad`` are skipped). Returns the closure's loss."""
+        parameter in ``param_groups`` (parameters without ``.grad`` are skipped). Returns the closure's loss.
+
+        Under ``torch.compile`` the whole step (closure included) runs eagerly: the same bits as without it."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
