@@ -69,6 +69,57 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+class TorchName:
+    """A hyperparameter under the name torch's tools read and write (``OneCycleLR``/``CyclicLR`` cycle
+    ``betas[0]`` or ``momentum``; Hugging Face and ZeRO give groups a ``weight_decay``), shown beside the face's
+    own keys in every group and kept in sync with them both ways.
+
+    ``keys`` are the face's keys it stands for (``betas`` -> ``beta_1``, ``beta_2``: a tuple); with no keys it is
+    a constant the generation does not have (``weight_decay`` of tf.keras and TF1: 0.0), which refuses any
+    other value."""
+
+    def __init__(self, name: str, keys: tuple[str, ...], constant: Any = None) -> None:
+        self.name, self.keys, self.constant = name, keys, constant
+
+    def value_in(self, group: Mapping[str, Any]) -> Any:
+        if not self.keys:
+            return self.constant
+        if len(self.keys) == 1:
+            return group[self.keys[0]]
+        return tuple(group[k] for k in self.keys)
+
+    def face_values(self, value: Any, index: int, owner: str) -> dict[str, Any]:
+        """The face's keys for ``value`` written under the torch name; raises for a value that cannot be one."""
+        if not self.keys:
+            if _differs(value, self.constant):
+                raise ValueError(
+                    f"Parameter group {index}: {owner} has no `{self.name}` in its generation, so it stays "
+                    f"{self.constant!r}. Received: {self.name}={value!r}")
+            return {}
+        if len(self.keys) == 1:
+            return {self.keys[0]: value}
+        if not isinstance(value, (tuple, list)) or len(value) != len(self.keys):
+            raise ValueError(
+                f"Parameter group {index}: `{self.name}` must be a tuple of {len(self.keys)} numbers "
+                f"({', '.join(self.keys)}). Received: {self.name}={value!r}")
+        return dict(zip(self.keys, (_as_number(v) for v in value)))
+
+
+def torch_names_for(keys: Sequence[str], has_weight_decay: bool = False) -> tuple[TorchName, ...]:
+    """torch's names for a face's hyperparameter ``keys``: ``betas`` for a pair of betas, ``eps`` for
+    ``epsilon``, and ``weight_decay`` (a constant 0.0 where the face has none). ``momentum`` and ``weight_decay``
+    are torch's names already where a face has them."""
+    names = []
+    for pair in (("beta_1", "beta_2"), ("beta1", "beta2")):
+        if pair[0] in keys and pair[1] in keys:
+            names.append(TorchName("betas", pair))
+    if "epsilon" in keys and "eps" not in keys:
+        names.append(TorchName("eps", ("epsilon",)))
+    if "weight_decay" not in keys and not has_weight_decay:
+        names.append(TorchName("weight_decay", (), 0.0))
+    return tuple(names)
+
+
 class TorchProtocol(torch.optim.Optimizer):
     """The torch side of every slotopt optimizer (not used directly)."""
 
@@ -115,6 +166,8 @@ class TorchProtocol(torch.optim.Optimizer):
         values = {key: self._read_hyperparameter(key) for key in self._hyperparameter_keys()}
         if self._has_learning_rate():
             values = {"lr": self._shown_lr(), **values}
+        for name in self._torch_names():
+            values[name.name] = name.value_in(values)
         return values
 
     @defaults.setter
@@ -138,10 +191,15 @@ class TorchProtocol(torch.optim.Optimizer):
 
     def _new_group(self, params: list[torch.Tensor], options: Mapping[str, Any]) -> dict[str, Any]:
         """A group dict: ``params``, then every hyperparameter (the group's own values over the optimizer's)."""
-        group = {"params": params, **self.defaults}
+        defaults = self.defaults
+        group = {"params": params, **defaults}
         for key, value in options.items():
             if key != "params":
                 group[key] = value
+        self._adopt_torch_names(group, defaults, len(self.param_groups))  # {"betas": ...} as torch takes it
+        for name in self._torch_names():
+            if all(k in group for k in name.keys):
+                group[name.name] = name.value_in(group)
         return group
 
     def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None) -> None:
@@ -241,10 +299,12 @@ class TorchProtocol(torch.optim.Optimizer):
         if not groups:
             return
         published = self._published
-        changed = []
         for index, group in enumerate(groups):
             if index >= len(published):
                 published.append({})
+            self._adopt_torch_names(group, published[index], index)
+        changed = []
+        for index, group in enumerate(groups):
             delta = {k: group[k] for k in self._group_keys()
                      if k in group and _differs(published[index].get(k), group[k])}
             if delta:
@@ -259,6 +319,9 @@ class TorchProtocol(torch.optim.Optimizer):
                     else:
                         self._write_hyperparameter(key, _as_number(value))
             published[index].update(delta)
+        self._show_torch_names()
+        if changed:
+            self._hyperparameters_changed()
 
     def _publish_param_groups(self) -> None:
         """Shows the optimizer's current values in the groups: a schedule's learning rate after each step."""
@@ -273,6 +336,36 @@ class TorchProtocol(torch.optim.Optimizer):
         for group, published in zip(self.param_groups, self._published):
             if key in group:
                 group[key] = published[key] = value
+        self._show_torch_names()
+
+    # ------------------------------------------------------------------------------------------ torch's names
+    def _torch_names(self) -> tuple[TorchName, ...]:
+        """The hyperparameters shown under torch's names too (``betas``, ``eps``, ``weight_decay``)."""
+        return torch_names_for(self._hyperparameter_keys())
+
+    def _adopt_torch_names(self, group: dict[str, Any], published: Mapping[str, Any], index: int) -> None:
+        """A torch name written since ``published`` (a scheduler's ``betas``) becomes the face's keys in the same
+        group, to be checked and applied with them; writing both differently is refused."""
+        for name in self._torch_names():
+            if name.name not in group or not _differs(group[name.name], published.get(name.name)):
+                continue
+            for key, value in name.face_values(group[name.name], index, type(self).__name__).items():
+                if key in group and _differs(group[key], published.get(key)) and _differs(group[key], value):
+                    raise ValueError(
+                        f"Parameter group {index}: `{name.name}` and `{key}` were both written, differently. "
+                        f"Received: {name.name}={group[name.name]!r}, {key}={group[key]!r}")
+                group[key] = value
+
+    def _show_torch_names(self) -> None:
+        """Every group shows the face's current values under torch's names too."""
+        for group, published in zip(self.param_groups, self._published):
+            for name in self._torch_names():
+                if all(k in group for k in name.keys):
+                    group[name.name] = published[name.name] = name.value_in(group)
+
+    def _hyperparameters_changed(self) -> None:
+        """Face hook: runs after values written into the groups were applied (creates slots a new value needs,
+        such as SGD's momentum slot when a scheduler raises ``momentum`` from 0)."""
 
     @contextmanager
     def _group_scope(self, overrides: Mapping[str, Any]) -> Iterator[None]:
@@ -649,6 +742,9 @@ class WrapsInnerOptimizer:
     def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
         self._protocol_inner._add_variables(groups)
 
+    def _hyperparameters_changed(self) -> None:
+        self._protocol_inner._hyperparameters_changed()
+
 
 class ComposesOptimizers:
     """The torch protocol of an optimizer made of sub-optimizers (``CompositeOptimizer``, ``MultiOptimizer``):
@@ -669,6 +765,24 @@ class ComposesOptimizers:
     @param_groups.setter
     def param_groups(self, groups: Any) -> None:
         raise AttributeError("This optimizer's param_groups are its sub-optimizers'; set those instead.")
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The hyperparameters every sub-optimizer has (values of the first): what torch's schedulers look for
+        (``lr``; ``betas`` or ``momentum`` when every sub-optimizer can cycle it, as ``OneCycleLR`` and
+        ``CyclicLR`` need every group to)."""
+        optimizers = self._torch_optimizers()
+        if not optimizers:
+            return {}
+        shared = dict(optimizers[0].defaults)
+        for optimizer in optimizers[1:]:
+            keys = optimizer.defaults.keys()
+            shared = {k: v for k, v in shared.items() if k in keys}
+        return shared
+
+    @defaults.setter
+    def defaults(self, value: Any) -> None:  # torch's base class assigns it; a composite derives it
+        pass
 
     def _owner_of_group(self, index: int) -> tuple[TorchProtocol, int]:
         for optimizer in self._torch_optimizers():

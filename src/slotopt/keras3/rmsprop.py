@@ -59,6 +59,14 @@ class RMSprop(Optimizer):
         # it takes a dense path, which for unique indices is the dense result: densify then.
         return "blocks" if K.literal(self.epsilon, torch.float16) > 0 else None
 
+    def _check_hyperparameter(self, key: str, value: Any) -> None:
+        super()._check_hyperparameter(key, value)
+        if key == "momentum" and value and not (not self.built or "momentum" in self._kernel_slots):
+            raise ValueError(
+                f"`momentum` cannot become non-zero: {type(self).__name__} was built without momentum, and its "
+                "slots are fixed at the build (a momentum slot would change the order of its weights). Create it "
+                f"with momentum > 0 to let a scheduler cycle it. Received: momentum={value!r}")
+
     def _slot_names(self) -> tuple[str, ...]:
         return ("velocity",) + (("momentum",) if self.momentum > 0 else ()) + (
             ("average_gradient",) if self.centered else ())

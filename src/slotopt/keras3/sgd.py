@@ -71,6 +71,17 @@ class SGD(Optimizer):
         if self.momentum != 0:
             self.momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
 
+    def _hyperparameters_changed(self) -> None:
+        # A momentum written into a parameter group (a torch scheduler cycling it) after a build without
+        # momentum: the slot is created at zeros, as Keras creates it when built with momentum (appended: it is
+        # SGD's only slot, so Keras's variable order holds).
+        if not self.built or self._kernel_slots or not any(g.get("momentum") for g in self.param_groups):
+            return
+        self.momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
+        self._kernel_slots = ("momentum",)
+        self._sparse_layout = "blocks"
+        self._plan = None
+
     def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype
         lr = self._lr_for(learning_rate, dtype)
