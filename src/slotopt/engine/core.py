@@ -185,6 +185,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 first_new = len(self._vars)
                 positions += self._register_named(named_variables(params))
                 self._track(self._originals[first_new:], group)
+            self._sync_param_groups()  # the first group's own values become the optimizer's
             return positions
         first_new = len(self._vars)
         positions = self._register_named(named_variables(variables))

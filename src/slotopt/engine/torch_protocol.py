@@ -212,7 +212,13 @@ class TorchProtocol(torch.optim.Optimizer):
             group = self._new_group(list(variables), options or {})
             self._check_group_values(group, len(groups))
             groups.append(group)
-            self._published.append(dict(group))
+            if len(groups) == 1 and options:
+                # Group 0 is the optimizer itself: its own values (``[{"params": ..., "lr": 0.5}, ...]``, Hugging
+                # Face's ``weight_decay``) become the optimizer's at the next sync (after the other groups of the
+                # same list took the constructor's values), as a scheduler's writes would.
+                self._published.append({**group, **self.defaults})
+            else:
+                self._published.append(dict(group))
         else:
             groups[0]["params"].extend(variables)
 

@@ -68,8 +68,9 @@ class SGD(Optimizer):
         if self.built:
             return
         super().build(variables)
-        if self.momentum != 0:
+        if self.momentum != 0:  # (a first parameter group may have set it)
             self.momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
+            self._kernel_slots, self._sparse_layout = ("momentum",), "blocks"
 
     def _hyperparameters_changed(self) -> None:
         # A momentum written into a parameter group (a torch scheduler cycling it) after a build without
