@@ -97,6 +97,25 @@ def test_compiled_step_gives_the_eager_bits_in_every_generation(name, compile_as
     assert_same_bits(train(make, compile_as=compile_as), train(make))
 
 
+@pytest.mark.parametrize("name", ["keras3-adam", "legacy-adam", "v1-adam", "composite"])
+def test_a_compiled_keras_style_step_with_apply_gradients_gives_the_eager_bits(name):
+    results = []
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        model = net()
+        opt = EVERY_GENERATION[name](model)
+
+        def keras_step(step):
+            grads = torch.autograd.grad(loss_of(model, step), list(model.parameters()))
+            opt.apply_gradients(list(zip(grads, model.parameters())))
+
+        run = torch.compile(keras_step, backend="eager") if compiled else keras_step
+        for step in range(3):
+            run(step)
+        results.append([p.detach().clone() for p in model.parameters()])
+    assert_same_bits(*results)
+
+
 def test_the_step_runs_outside_the_graph_whole():
     model = net()
     opt = slotopt.Adam(learning_rate=0.01, params=model)

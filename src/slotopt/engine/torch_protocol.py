@@ -477,7 +477,9 @@ class TorchProtocol(torch.optim.Optimizer):
             if not isinstance(saved, Mapping) or not isinstance(saved.get("params"), (list, tuple)):
                 raise ValueError(f"Loaded parameter group {i} must be a dict with a 'params' list. Received: "
                                  f"{_describe(saved)}")
-            missing = [k for k in self._group_keys_of(i) if k not in saved]
+            # (Keras 3's ``weight_decay`` is in every group since slotopt showed torch's names: a state dict saved
+            # before has none where it was None, i.e. no decay, which the group keeps.)
+            missing = [k for k in self._group_keys_of(i) if k not in saved and k != "weight_decay"]
             if missing:
                 raise ValueError(
                     f"Loaded parameter group {i} has no {missing}, which {type(self).__name__} keeps: the state dict "
