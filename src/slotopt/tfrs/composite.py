@@ -202,6 +202,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         self._apply_pending_torch_state()
 
     # ---------------------------------------------------------------------------------------- apply
+    @torch._disable_dynamo(recursive=True)  # eager under torch.compile, whole: routing included (one break)
     def apply_gradients(self, grads_and_vars: Any, name: Optional[str] = None,
                         experimental_aggregate_gradients: bool = True,
                         skip_gradients_aggregation: Optional[bool] = None) -> None:
