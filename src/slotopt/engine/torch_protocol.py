@@ -14,6 +14,10 @@ How Keras and torch meet:
   hyperparameter of group 0 sets the optimizer's attribute. Setting an optimizer attribute
   (``opt.learning_rate = v``, ``opt.beta_1 = v``) sets it in every group.
 * Other groups may carry their own ``lr`` and numeric hyperparameters, which apply to their parameters only.
+  A first group given with its own values (``[{"params": ..., "lr": 0.5}, ...]``) sets the optimizer's.
+* Every group also shows torch's names (``TorchName``: ``betas``, ``eps``, ``weight_decay``), kept in sync with
+  the face's both ways, so that ``OneCycleLR``/``CyclicLR`` and Hugging Face's groups work unchanged.
+* The step runs outside ``torch.compile``'s graphs, whole (see ``step``).
 * A Keras ``LearningRateSchedule`` (or callable) owns the learning rate: every group's ``lr`` shows its current
   value, and writing a different value raises ``TypeError`` at the next step, as ``opt.learning_rate = v``
   does in Keras. Use a float learning rate to let a torch scheduler drive it.
