@@ -309,14 +309,17 @@ class TorchProtocol(torch.optim.Optimizer):
         if not groups:
             return
         published = self._published
+        keys = self._group_keys()  # (once per step: every step syncs)
+        names = self._torch_names(keys)
         for index, group in enumerate(groups):
             if index >= len(published):
                 published.append({})
-            self._adopt_torch_names(group, published[index], index)
+            self._adopt_torch_names(group, published[index], index, names)
         changed = []
         for index, group in enumerate(groups):
-            delta = {k: group[k] for k in self._group_keys()
-                     if k in group and _differs(published[index].get(k), group[k])}
+            seen = published[index]  # a value slotopt wrote is the same object: no comparison needed
+            delta = {k: group[k] for k in keys
+                     if k in group and group[k] is not seen.get(k) and _differs(seen.get(k), group[k])}
             if delta:
                 self._check_group_values(delta, index)
                 changed.append((index, delta))
@@ -329,8 +332,8 @@ class TorchProtocol(torch.optim.Optimizer):
                     else:
                         self._write_hyperparameter(key, _as_number(value))
             published[index].update(delta)
-        self._show_torch_names()
         if changed:
+            self._show_torch_names()
             self._hyperparameters_changed()
 
     def _publish_param_groups(self) -> None:
@@ -349,15 +352,24 @@ class TorchProtocol(torch.optim.Optimizer):
         self._show_torch_names()
 
     # ------------------------------------------------------------------------------------------ torch's names
-    def _torch_names(self) -> tuple[TorchName, ...]:
-        """The hyperparameters shown under torch's names too (``betas``, ``eps``, ``weight_decay``)."""
-        return torch_names_for(self._hyperparameter_keys())
+    def _torch_names(self, keys: Optional[tuple[str, ...]] = None) -> tuple[TorchName, ...]:
+        """The hyperparameters shown under torch's names too (``betas``, ``eps``, ``weight_decay``); ``keys``:
+        the group keys, when the caller has them."""
+        keys = self._group_keys() if keys is None else keys
+        cached = self.__dict__.get("_torch_names_cache")
+        if cached is None or cached[0] != keys:  # (every step asks: derived once per set of keys)
+            cached = self.__dict__["_torch_names_cache"] = (keys, torch_names_for(keys))
+        return cached[1]
 
-    def _adopt_torch_names(self, group: dict[str, Any], published: Mapping[str, Any], index: int) -> None:
+    def _adopt_torch_names(self, group: dict[str, Any], published: Mapping[str, Any], index: int,
+                           names: Optional[tuple[TorchName, ...]] = None) -> None:
         """A torch name written since ``published`` (a scheduler's ``betas``) becomes the face's keys in the same
         group, to be checked and applied with them; writing both differently is refused."""
-        for name in self._torch_names():
-            if name.name not in group or not _differs(group[name.name], published.get(name.name)):
+        for name in self._torch_names() if names is None else names:
+            if name.name not in group:
+                continue
+            value = group[name.name]
+            if value is published.get(name.name) or not _differs(value, published.get(name.name)):
                 continue
             for key, value in name.face_values(group[name.name], index, type(self).__name__).items():
                 if key in group and _differs(group[key], published.get(key)) and _differs(group[key], value):
