@@ -331,14 +331,44 @@ def test_a_momentum_written_into_plain_sgd_creates_its_slot_at_zeros(generation)
     assert len(opt.get_weights()) == len(plain.get_weights())  # the same weights, in the same order
 
 
-@pytest.mark.parametrize("cls", [slotopt.RMSprop, slotopt.legacy.RMSprop])
-def test_rmsprop_built_without_momentum_refuses_one_at_once(cls):
+def test_a_momentum_written_into_keras_rmsprop_creates_its_slot_at_zeros():
     model = net()
-    opt = cls(learning_rate=0.01, params=model)
+    opt = slotopt.RMSprop(learning_rate=0.01, params=model)
+    for step in range(4):
+        if step == 2:
+            opt.param_groups[0]["momentum"] = 0.9
+        opt.zero_grad()
+        loss_of(model, step).backward()
+        opt.step()
+    assert sorted(opt.state[model[0].weight]) == ["momentum", "step", "velocity"]
+    assert [v.path.split("_")[-1] for v in opt.variables[2:]] == ["velocity"] * 4 + ["momentum"] * 4  # Keras's order
+    # Reference: two steps without momentum, then an RMSprop built with momentum 0.9 that takes the velocities.
+    replay = net()
+    first = slotopt.RMSprop(learning_rate=0.01, params=replay)
+    for step in range(2):
+        first.zero_grad()
+        loss_of(replay, step).backward()
+        first.step()
+    second = slotopt.RMSprop(learning_rate=0.01, momentum=0.9, params=replay)
+    with torch.no_grad():
+        for p in replay.parameters():
+            second.state[p]["velocity"].copy_(first.state[p]["velocity"])
+    for step in range(2, 4):
+        second.zero_grad()
+        loss_of(replay, step).backward()
+        second.step()
+    assert_same_bits([p.detach() for p in model.parameters()], [p.detach() for p in replay.parameters()])
+
+
+@pytest.mark.parametrize("make", [lambda m: slotopt.RMSprop(learning_rate=0.01, centered=True, params=m),
+                                  lambda m: slotopt.legacy.RMSprop(learning_rate=0.01, params=m)])
+def test_rmsprop_that_cannot_take_a_momentum_slot_refuses_one_at_once(make):
+    model = net()
+    opt = make(model)
     loss_of(model, 0).backward()
     before = [p.detach().clone() for p in model.parameters()]
     opt.param_groups[0]["momentum"] = 0.9
-    with pytest.raises(ValueError, match="built without momentum"):
+    with pytest.raises(ValueError, match="built (centered )?without momentum"):
         opt.step()
     assert_same_bits(before, [p.detach() for p in model.parameters()])
     assert int(opt.iterations) == 0

@@ -61,11 +61,20 @@ class RMSprop(Optimizer):
 
     def _check_hyperparameter(self, key: str, value: Any) -> None:
         super()._check_hyperparameter(key, value)
-        if key == "momentum" and value and not (not self.built or "momentum" in self._kernel_slots):
+        if key == "momentum" and value and self.built and self.centered and "momentum" not in self._kernel_slots:
             raise ValueError(
-                f"`momentum` cannot become non-zero: {type(self).__name__} was built without momentum, and its "
-                "slots are fixed at the build (a momentum slot would change the order of its weights). Create it "
-                f"with momentum > 0 to let a scheduler cycle it. Received: momentum={value!r}")
+                f"`momentum` cannot become non-zero: {type(self).__name__} was built centered without momentum "
+                "(a momentum slot now would come after `average_gradient`, out of Keras's weight order). Create "
+                f"it with momentum > 0 to let a scheduler cycle it. Received: momentum={value!r}")
+
+    def _hyperparameters_changed(self) -> None:
+        # A momentum written into a parameter group after a build without it: the slot is created at zeros, as
+        # Keras creates it when built with momentum (appended right after `velocity`: Keras's order, uncentered).
+        if not self.built or "momentum" in self._kernel_slots or not any(g.get("momentum") for g in self.param_groups):
+            return
+        self._momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
+        self._kernel_slots = ("velocity", "momentum")
+        self._plan = None
 
     def _slot_names(self) -> tuple[str, ...]:
         return ("velocity",) + (("momentum",) if self.momentum > 0 else ()) + (
