@@ -331,6 +331,25 @@ def test_a_momentum_written_into_plain_sgd_creates_its_slot_at_zeros(generation)
     assert len(opt.get_weights()) == len(plain.get_weights())  # the same weights, in the same order
 
 
+@pytest.mark.parametrize("cls", [slotopt.SGD, slotopt.legacy.SGD, slotopt.RMSprop])
+def test_groups_with_their_own_momentum_get_slots_in_an_optimizer_without_momentum(cls):
+    model = net()
+    first, last = list(model[0].parameters()), list(model[2].parameters())
+    opt = cls(learning_rate=0.05, params=[{"params": first}])
+    opt.add_param_group({"params": last, "momentum": 0.5})
+    reference = net()
+    plain = cls(learning_rate=0.05, params=list(reference[0].parameters()))
+    with_momentum = cls(learning_rate=0.05, momentum=0.5, params=list(reference[2].parameters()))
+    for step in range(3):
+        for o in (opt, plain, with_momentum):
+            o.zero_grad()
+        loss_of(model, step).backward()
+        loss_of(reference, step).backward()
+        for o in (opt, plain, with_momentum):
+            o.step()
+    assert_same_bits([p.detach() for p in model.parameters()], [p.detach() for p in reference.parameters()])
+
+
 def test_a_momentum_written_into_keras_rmsprop_creates_its_slot_at_zeros():
     model = net()
     opt = slotopt.RMSprop(learning_rate=0.01, params=model)

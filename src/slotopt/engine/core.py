@@ -64,6 +64,7 @@ class BuildsOnParams(type):
             optimizer.gradient_aggregator = gradient_aggregator
         if params is not None:
             optimizer.build(params)
+            optimizer._hyperparameters_changed()  # a group's own values may need slots (its momentum)
         return optimizer
 
 

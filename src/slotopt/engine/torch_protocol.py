@@ -109,7 +109,7 @@ class TorchName:
         return dict(zip(self.keys, (_as_number(v) for v in value)))
 
 
-def torch_names_for(keys: Sequence[str], has_weight_decay: bool = False) -> tuple[TorchName, ...]:
+def torch_names_for(keys: Sequence[str]) -> tuple[TorchName, ...]:
     """torch's names for a face's hyperparameter ``keys``: ``betas`` for a pair of betas, ``eps`` for
     ``epsilon``, and ``weight_decay`` (a constant 0.0 where the face has none). ``momentum`` and ``weight_decay``
     are torch's names already where a face has them."""
@@ -119,7 +119,7 @@ def torch_names_for(keys: Sequence[str], has_weight_decay: bool = False) -> tupl
             names.append(TorchName("betas", pair))
     if "epsilon" in keys and "eps" not in keys:
         names.append(TorchName("eps", ("epsilon",)))
-    if "weight_decay" not in keys and not has_weight_decay:
+    if "weight_decay" not in keys:
         names.append(TorchName("weight_decay", (), 0.0))
     return tuple(names)
 
@@ -254,6 +254,7 @@ class TorchProtocol(torch.optim.Optimizer):
         probe = self._new_group([], param_group)
         self._check_group_values(probe, len(self.param_groups))
         self._add_variables([{**param_group, "params": params}])
+        self._hyperparameters_changed()  # the new group's own values may need slots (its momentum)
 
     def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
         """Face hook: registers the groups' variables and creates their state (see ``build``)."""

@@ -68,7 +68,7 @@ class SGD(Optimizer):
         if self.built:
             return
         super().build(variables)
-        if self.momentum != 0:  # (a first parameter group may have set it)
+        if self.momentum != 0 or any(g.get("momentum") for g in self.param_groups):  # (or a group's own)
             self.momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
             self._kernel_slots, self._sparse_layout = ("momentum",), "blocks"
 
@@ -76,7 +76,7 @@ class SGD(Optimizer):
         # A momentum written into a parameter group (a torch scheduler cycling it) after a build without
         # momentum: the slot is created at zeros, as Keras creates it when built with momentum (appended: it is
         # SGD's only slot, so Keras's variable order holds).
-        if not self.built or self._kernel_slots or not any(g.get("momentum") for g in self.param_groups):
+        if not self.built or "momentum" in self._slots or not any(g.get("momentum") for g in self.param_groups):
             return
         self.momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
         self._kernel_slots = ("momentum",)
