@@ -46,14 +46,10 @@ class SGD(Optimizer):
             self._check_momentum_kind(value)
         super().__setattr__(name, value)
 
-    def _check_hyperparameter(self, key: str, value: Any) -> None:
-        super()._check_hyperparameter(key, value)
-        if key == "momentum":  # a torch-style write into param_groups
-            self._check_momentum_kind(value)
-
     def _check_momentum_kind(self, value: Any) -> None:
         """Whether there is a momentum slot was decided by the constructor (Keras builds one only then): a new
-        value may not cross between zero and non-zero."""
+        value set as an attribute may not cross between zero and non-zero. (A torch-style write into
+        ``param_groups``, a scheduler cycling momentum, creates the slot instead: ``_hyperparameters_changed``.)"""
         try:
             number = checks.as_number("momentum", value)
         except TypeError:
