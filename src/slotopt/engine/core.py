@@ -9,7 +9,7 @@ variable's position, groups variables by (device, dtype) for multi-tensor kernel
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Callable, Optional, Union
 
@@ -46,10 +46,20 @@ def is_plain_gradient(grad: Any, var: torch.Tensor) -> bool:
 
 
 class BuildsOnParams(type):
-    """Takes the keyword argument ``params=`` (a module, tensors, named pairs or torch param-group dicts) of every
-    optimizer and builds on it once the whole constructor chain (subclass attributes included) has run."""
+    """Takes the parameters of every optimizer (a module, tensors, named pairs or torch param-group dicts), by
+    keyword ``params=`` or positionally first as torch tools pass them (``optimizer_class(params, **kwargs)``:
+    ZeRO, Hugging Face's ``optimizer_cls_and_kwargs``), and builds on them once the whole constructor chain
+    (subclass attributes included) has run. A first positional argument that is not parameters is the
+    class's own (Keras's ``Adam(0.01)``, TF1's ``MomentumOptimizer(0.1, 0.9)``, a wrapper's inner optimizer)."""
 
     def __call__(cls, *args: Any, params: Any = None, gradient_aggregator: Any = None, **kwargs: Any) -> Any:
+        if args and is_parameters(args[0]):
+            if params is not None:
+                raise TypeError(f"{cls.__name__}() got parameters both positionally and as `params=`. "
+                                f"Received: {_short(args[0])} and params={_short(params)}")
+            params, args = args[0], args[1:]
+            if isinstance(params, Iterator):
+                params = list(params)
         if gradient_aggregator is not None:
             check_gradient_aggregator(gradient_aggregator, cls)
         if "name" in kwargs:
@@ -62,7 +72,28 @@ class BuildsOnParams(type):
             optimizer.gradient_aggregator = gradient_aggregator
         if params is not None:
             optimizer.build(params)
+            optimizer._hyperparameters_changed()  # a group's own values may need slots (its momentum)
         return optimizer
+
+
+def is_parameters(value: Any) -> bool:
+    """True for what can only be parameters: a module, a generator of tensors (``model.parameters()``), or a
+    non-empty list/tuple of tensors, ``(name, tensor)`` pairs or param-group dicts. A learning rate is a
+    number, a tensor, a schedule or a callable, and never one of these."""
+    if isinstance(value, torch.nn.Module):
+        return True
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(
+            isinstance(item, (torch.Tensor, Mapping))
+            or (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], torch.Tensor))
+            for item in value)
+    return isinstance(value, Iterator) and not isinstance(value, (str, bytes, Mapping, torch.Tensor))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def check_gradient_aggregator(value: Any, cls: type) -> None:
@@ -163,6 +194,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 first_new = len(self._vars)
                 positions += self._register_named(named_variables(params))
                 self._track(self._originals[first_new:], group)
+            self._sync_param_groups()  # the first group's own values become the optimizer's
             return positions
         first_new = len(self._vars)
         positions = self._register_named(named_variables(variables))

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["run_step"]
 
 
+@torch._disable_dynamo(recursive=True)  # exact steps run eagerly under torch.compile (see TorchProtocol.step)
 def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step.
     with torch.no_grad(), numerics.flush_to_zero():

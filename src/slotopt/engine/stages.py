@@ -318,9 +318,13 @@ class GroupedUpdates(OptimizerCore):
         """Runs once per update step, before any variable is updated (per-step scalars such as Nadam's product)."""
 
     def update_step(self, gradient: torch.Tensor, variable: torch.Tensor, learning_rate: Any) -> None:
-        """Updates one variable. Custom optimizers override this; built-ins run their multi-tensor kernel."""
+        """Updates one variable. Custom optimizers override this; built-ins run their multi-tensor kernel.
+
+        Called directly (outside ``apply``), it runs without autograd, as Keras variables are not autograd
+        leaves: a parameter that requires grad is updated in place like in a step."""
         pos = self._position(variable)
-        self._update_group([variable], [gradient], self._slot_lists(self._kernel_slots, [pos]), learning_rate)
+        with torch.no_grad():
+            self._update_group([variable], [gradient], self._slot_lists(self._kernel_slots, [pos]), learning_rate)
 
     def _update_group(
         self,

@@ -14,6 +14,10 @@ How Keras and torch meet:
   hyperparameter of group 0 sets the optimizer's attribute. Setting an optimizer attribute
   (``opt.learning_rate = v``, ``opt.beta_1 = v``) sets it in every group.
 * Other groups may carry their own ``lr`` and numeric hyperparameters, which apply to their parameters only.
+  A first group given with its own values (``[{"params": ..., "lr": 0.5}, ...]``) sets the optimizer's.
+* Every group also shows torch's names (``TorchName``: ``betas``, ``eps``, ``weight_decay``), kept in sync with
+  the face's both ways, so that ``OneCycleLR``/``CyclicLR`` and Hugging Face's groups work unchanged.
+* The step runs outside ``torch.compile``'s graphs, whole (see ``step``).
 * A Keras ``LearningRateSchedule`` (or callable) owns the learning rate: every group's ``lr`` shows its current
   value, and writing a different value raises ``TypeError`` at the next step, as ``opt.learning_rate = v``
   does in Keras. Use a float learning rate to let a torch scheduler drive it.
@@ -69,6 +73,57 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+class TorchName:
+    """A hyperparameter under the name torch's tools read and write (``OneCycleLR``/``CyclicLR`` cycle
+    ``betas[0]`` or ``momentum``; Hugging Face and ZeRO give groups a ``weight_decay``), shown beside the face's
+    own keys in every group and kept in sync with them both ways.
+
+    ``keys`` are the face's keys it stands for (``betas`` -> ``beta_1``, ``beta_2``: a tuple); with no keys it is
+    a constant the generation does not have (``weight_decay`` of tf.keras and TF1: 0.0), which refuses any
+    other value."""
+
+    def __init__(self, name: str, keys: tuple[str, ...], constant: Any = None) -> None:
+        self.name, self.keys, self.constant = name, keys, constant
+
+    def value_in(self, group: Mapping[str, Any]) -> Any:
+        if not self.keys:
+            return self.constant
+        if len(self.keys) == 1:
+            return group[self.keys[0]]
+        return tuple(group[k] for k in self.keys)
+
+    def face_values(self, value: Any, index: int, owner: str) -> dict[str, Any]:
+        """The face's keys for ``value`` written under the torch name; raises for a value that cannot be one."""
+        if not self.keys:
+            if _differs(value, self.constant):
+                raise ValueError(
+                    f"Parameter group {index}: {owner} has no `{self.name}` in its generation, so it stays "
+                    f"{self.constant!r}. Received: {self.name}={value!r}")
+            return {}
+        if len(self.keys) == 1:
+            return {self.keys[0]: value}
+        if not isinstance(value, (tuple, list)) or len(value) != len(self.keys):
+            raise ValueError(
+                f"Parameter group {index}: `{self.name}` must be a tuple of {len(self.keys)} numbers "
+                f"({', '.join(self.keys)}). Received: {self.name}={value!r}")
+        return dict(zip(self.keys, (_as_number(v) for v in value)))
+
+
+def torch_names_for(keys: Sequence[str]) -> tuple[TorchName, ...]:
+    """torch's names for a face's hyperparameter ``keys``: ``betas`` for a pair of betas, ``eps`` for
+    ``epsilon``, and ``weight_decay`` (a constant 0.0 where the face has none). ``momentum`` and ``weight_decay``
+    are torch's names already where a face has them."""
+    names = []
+    for pair in (("beta_1", "beta_2"), ("beta1", "beta2")):
+        if pair[0] in keys and pair[1] in keys:
+            names.append(TorchName("betas", pair))
+    if "epsilon" in keys and "eps" not in keys:
+        names.append(TorchName("eps", ("epsilon",)))
+    if "weight_decay" not in keys:
+        names.append(TorchName("weight_decay", (), 0.0))
+    return tuple(names)
+
+
 class TorchProtocol(torch.optim.Optimizer):
     """The torch side of every slotopt optimizer (not used directly)."""
 
@@ -115,6 +170,8 @@ class TorchProtocol(torch.optim.Optimizer):
         values = {key: self._read_hyperparameter(key) for key in self._hyperparameter_keys()}
         if self._has_learning_rate():
             values = {"lr": self._shown_lr(), **values}
+        for name in self._torch_names():
+            values[name.name] = name.value_in(values)
         return values
 
     @defaults.setter
@@ -138,10 +195,15 @@ class TorchProtocol(torch.optim.Optimizer):
 
     def _new_group(self, params: list[torch.Tensor], options: Mapping[str, Any]) -> dict[str, Any]:
         """A group dict: ``params``, then every hyperparameter (the group's own values over the optimizer's)."""
-        group = {"params": params, **self.defaults}
+        defaults = self.defaults
+        group = {"params": params, **defaults}
         for key, value in options.items():
             if key != "params":
                 group[key] = value
+        self._adopt_torch_names(group, defaults, len(self.param_groups))  # {"betas": ...} as torch takes it
+        for name in self._torch_names():
+            if all(k in group for k in name.keys):
+                group[name.name] = name.value_in(group)
         return group
 
     def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None) -> None:
@@ -154,7 +216,13 @@ class TorchProtocol(torch.optim.Optimizer):
             group = self._new_group(list(variables), options or {})
             self._check_group_values(group, len(groups))
             groups.append(group)
-            self._published.append(dict(group))
+            if len(groups) == 1 and options:
+                # Group 0 is the optimizer itself: its own values (``[{"params": ..., "lr": 0.5}, ...]``, Hugging
+                # Face's ``weight_decay``) become the optimizer's at the next sync (after the other groups of the
+                # same list took the constructor's values), as a scheduler's writes would.
+                self._published.append({**group, **self.defaults})
+            else:
+                self._published.append(dict(group))
         else:
             groups[0]["params"].extend(variables)
 
@@ -186,6 +254,7 @@ class TorchProtocol(torch.optim.Optimizer):
         probe = self._new_group([], param_group)
         self._check_group_values(probe, len(self.param_groups))
         self._add_variables([{**param_group, "params": params}])
+        self._hyperparameters_changed()  # the new group's own values may need slots (its momentum)
 
     def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
         """Face hook: registers the groups' variables and creates their state (see ``build``)."""
@@ -241,12 +310,17 @@ class TorchProtocol(torch.optim.Optimizer):
         if not groups:
             return
         published = self._published
-        changed = []
+        keys = self._group_keys()  # (once per step: every step syncs)
+        names = self._torch_names(keys)
         for index, group in enumerate(groups):
             if index >= len(published):
                 published.append({})
-            delta = {k: group[k] for k in self._group_keys()
-                     if k in group and _differs(published[index].get(k), group[k])}
+            self._adopt_torch_names(group, published[index], index, names)
+        changed = []
+        for index, group in enumerate(groups):
+            seen = published[index]  # a value slotopt wrote is the same object: no comparison needed
+            delta = {k: group[k] for k in keys
+                     if k in group and group[k] is not seen.get(k) and _differs(seen.get(k), group[k])}
             if delta:
                 self._check_group_values(delta, index)
                 changed.append((index, delta))
@@ -259,6 +333,9 @@ class TorchProtocol(torch.optim.Optimizer):
                     else:
                         self._write_hyperparameter(key, _as_number(value))
             published[index].update(delta)
+        if changed:
+            self._show_torch_names()
+            self._hyperparameters_changed()
 
     def _publish_param_groups(self) -> None:
         """Shows the optimizer's current values in the groups: a schedule's learning rate after each step."""
@@ -273,6 +350,45 @@ class TorchProtocol(torch.optim.Optimizer):
         for group, published in zip(self.param_groups, self._published):
             if key in group:
                 group[key] = published[key] = value
+        self._show_torch_names()
+
+    # ------------------------------------------------------------------------------------------ torch's names
+    def _torch_names(self, keys: Optional[tuple[str, ...]] = None) -> tuple[TorchName, ...]:
+        """The hyperparameters shown under torch's names too (``betas``, ``eps``, ``weight_decay``); ``keys``:
+        the group keys, when the caller has them."""
+        keys = self._group_keys() if keys is None else keys
+        cached = self.__dict__.get("_torch_names_cache")
+        if cached is None or cached[0] != keys:  # (every step asks: derived once per set of keys)
+            cached = self.__dict__["_torch_names_cache"] = (keys, torch_names_for(keys))
+        return cached[1]
+
+    def _adopt_torch_names(self, group: dict[str, Any], published: Mapping[str, Any], index: int,
+                           names: Optional[tuple[TorchName, ...]] = None) -> None:
+        """A torch name written since ``published`` (a scheduler's ``betas``) becomes the face's keys in the same
+        group, to be checked and applied with them; writing both differently is refused."""
+        for name in self._torch_names() if names is None else names:
+            if name.name not in group:
+                continue
+            value = group[name.name]
+            if value is published.get(name.name) or not _differs(value, published.get(name.name)):
+                continue
+            for key, value in name.face_values(group[name.name], index, type(self).__name__).items():
+                if key in group and _differs(group[key], published.get(key)) and _differs(group[key], value):
+                    raise ValueError(
+                        f"Parameter group {index}: `{name.name}` and `{key}` were both written, differently. "
+                        f"Received: {name.name}={group[name.name]!r}, {key}={group[key]!r}")
+                group[key] = value
+
+    def _show_torch_names(self) -> None:
+        """Every group shows the face's current values under torch's names too."""
+        for group, published in zip(self.param_groups, self._published):
+            for name in self._torch_names():
+                if all(k in group for k in name.keys):
+                    group[name.name] = published[name.name] = name.value_in(group)
+
+    def _hyperparameters_changed(self) -> None:
+        """Face hook: runs after values written into the groups were applied (creates slots a new value needs,
+        such as SGD's momentum slot when a scheduler raises ``momentum`` from 0)."""
 
     @contextmanager
     def _group_scope(self, overrides: Mapping[str, Any]) -> Iterator[None]:
@@ -378,7 +494,9 @@ class TorchProtocol(torch.optim.Optimizer):
             if not isinstance(saved, Mapping) or not isinstance(saved.get("params"), (list, tuple)):
                 raise ValueError(f"Loaded parameter group {i} must be a dict with a 'params' list. Received: "
                                  f"{_describe(saved)}")
-            missing = [k for k in self._group_keys_of(i) if k not in saved]
+            # (Keras 3's ``weight_decay`` is in every group since slotopt showed torch's names: a state dict saved
+            # before has none where it was None, i.e. no decay, which the group keeps.)
+            missing = [k for k in self._group_keys_of(i) if k not in saved and k != "weight_decay"]
             if missing:
                 raise ValueError(
                     f"Loaded parameter group {i} has no {missing}, which {type(self).__name__} keeps: the state dict "
@@ -445,9 +563,16 @@ class TorchProtocol(torch.optim.Optimizer):
             raise
 
     # ------------------------------------------------------------------------------------------ step
+    # ``torch.compile``: the step runs outside the graph, whole (one clean graph break where a compiled training
+    # step calls it, as torch.optim does for steps it cannot trace). Tracing it would turn the Python-float
+    # scalar math that reproduces TensorFlow's float32 rounding into traced tensor math (measured: different
+    # bits even with the "eager" backend), and the compiled C kernels are opaque ctypes calls.
+    @torch._disable_dynamo(recursive=True)
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
         """PyTorch style: runs ``closure`` (with autograd on) if given, then applies the ``.grad`` of every
-        parameter in ``param_groups`` (parameters without ``.grad`` are skipped). Returns the closure's loss."""
+        parameter in ``param_groups`` (parameters without ``.grad`` are skipped). Returns the closure's loss.
+
+        Under ``torch.compile`` the whole step (closure included) runs eagerly: the same bits as without it."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -642,6 +767,9 @@ class WrapsInnerOptimizer:
     def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
         self._protocol_inner._add_variables(groups)
 
+    def _hyperparameters_changed(self) -> None:
+        self._protocol_inner._hyperparameters_changed()
+
 
 class ComposesOptimizers:
     """The torch protocol of an optimizer made of sub-optimizers (``CompositeOptimizer``, ``MultiOptimizer``):
@@ -662,6 +790,24 @@ class ComposesOptimizers:
     @param_groups.setter
     def param_groups(self, groups: Any) -> None:
         raise AttributeError("This optimizer's param_groups are its sub-optimizers'; set those instead.")
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The hyperparameters every sub-optimizer has (values of the first): what torch's schedulers look for
+        (``lr``; ``betas`` or ``momentum`` when every sub-optimizer can cycle it, as ``OneCycleLR`` and
+        ``CyclicLR`` need every group to)."""
+        optimizers = self._torch_optimizers()
+        if not optimizers:
+            return {}
+        shared = dict(optimizers[0].defaults)
+        for optimizer in optimizers[1:]:
+            keys = optimizer.defaults.keys()
+            shared = {k: v for k, v in shared.items() if k in keys}
+        return shared
+
+    @defaults.setter
+    def defaults(self, value: Any) -> None:  # torch's base class assigns it; a composite derives it
+        pass
 
     def _owner_of_group(self, index: int) -> tuple[TorchProtocol, int]:
         for optimizer in self._torch_optimizers():

@@ -318,13 +318,15 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
     def _hyperparameter_keys(self) -> tuple[str, ...]:
         keys = self.__dict__.get("_hyper_keys_cache")
         if keys is None:
-            keys = tuple(k for k, v in self._configuration_values().items()
-                         if k not in self._GLOBAL_OPTIONS and isinstance(v, (int, float)))
+            values = self._configuration_values()
+            keys = tuple(k for k, v in values.items()
+                         if k not in self._GLOBAL_OPTIONS and (isinstance(v, (int, float)) or k == "weight_decay"))
             self.__dict__["_hyper_keys_cache"] = keys
         return keys
 
     def _read_hyperparameter(self, key: str) -> Any:
-        return getattr(self, key)
+        value = getattr(self, key)
+        return 0.0 if key == "weight_decay" and value is None else value  # None and 0.0 both skip the decay
 
     def _configuration_values(self) -> dict[str, Any]:
         lr = self._learning_rate
@@ -338,6 +340,8 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
             self.__dict__["_learning_rate"] = lr
 
     def _write_hyperparameter(self, key: str, value: Any) -> None:
+        if key == "weight_decay" and not value and self.weight_decay is None:
+            return  # stays None (no decay either way)
         object.__setattr__(self, key, value)
 
     def _current_lr(self) -> float:

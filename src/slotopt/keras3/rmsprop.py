@@ -60,8 +60,26 @@ class RMSprop(Optimizer):
         # it takes a dense path, which for unique indices is the dense result: densify then.
         return "blocks" if K.literal(self.epsilon, torch.float16) > 0 else None
 
+    def _check_hyperparameter(self, key: str, value: Any) -> None:
+        super()._check_hyperparameter(key, value)
+        if key == "momentum" and value and self.built and self.centered and "momentum" not in self._slots:
+            raise ValueError(
+                f"`momentum` cannot become non-zero: {type(self).__name__} was built centered without momentum "
+                "(a momentum slot now would come after `average_gradient`, out of Keras's weight order). Create "
+                f"it with momentum > 0 to let a scheduler cycle it. Received: momentum={value!r}")
+
+    def _hyperparameters_changed(self) -> None:
+        # A momentum written into a parameter group after a build without it: the slot is created at zeros, as
+        # Keras creates it when built with momentum (appended right after `velocity`: Keras's order, uncentered).
+        if not self.built or "momentum" in self._slots or not any(g.get("momentum") for g in self.param_groups):
+            return
+        self._momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
+        self._kernel_slots = ("velocity", "momentum")
+        self._plan = None
+
     def _slot_names(self) -> tuple[str, ...]:
-        return ("velocity",) + (("momentum",) if self.momentum > 0 else ()) + (
+        momentum = self.momentum > 0 or any(g.get("momentum") for g in self.param_groups)  # (or a group's own)
+        return ("velocity",) + (("momentum",) if momentum else ()) + (
             ("average_gradient",) if self.centered else ())
 
     def build(self, variables: Any) -> None:
@@ -72,7 +90,8 @@ class RMSprop(Optimizer):
         # The variants present are fixed at build time, as the slots are.
         self._kernel_slots = self._slot_names()
         self._velocities = self.add_optimizer_variables(trainable, "velocity")
-        self._momentums = self.add_optimizer_variables(trainable, "momentum") if self.momentum > 0 else []
+        self._momentums = self.add_optimizer_variables(trainable, "momentum") if "momentum" in self._kernel_slots \
+            else []
         self._average_gradients = (
             self.add_optimizer_variables(trainable, "average_gradient") if self.centered else [])
 

@@ -47,14 +47,10 @@ class SGD(Optimizer):
             self._check_momentum_kind(value)
         super().__setattr__(name, value)
 
-    def _check_hyperparameter(self, key: str, value: Any) -> None:
-        super()._check_hyperparameter(key, value)
-        if key == "momentum":  # a torch-style write into param_groups
-            self._check_momentum_kind(value)
-
     def _check_momentum_kind(self, value: Any) -> None:
         """Whether there is a momentum slot was decided by the constructor (Keras builds one only then): a new
-        value may not cross between zero and non-zero."""
+        value set as an attribute may not cross between zero and non-zero. (A torch-style write into
+        ``param_groups``, a scheduler cycling momentum, creates the slot instead: ``_hyperparameters_changed``.)"""
         try:
             number = checks.as_number("momentum", value)
         except TypeError:
@@ -69,8 +65,20 @@ class SGD(Optimizer):
         if self.built:
             return
         super().build(variables)
-        if self.momentum != 0:
+        if self.momentum != 0 or any(g.get("momentum") for g in self.param_groups):  # (or a group's own)
             self.momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
+            self._kernel_slots, self._sparse_layout = ("momentum",), "blocks"
+
+    def _hyperparameters_changed(self) -> None:
+        # A momentum written into a parameter group (a torch scheduler cycling it) after a build without
+        # momentum: the slot is created at zeros, as Keras creates it when built with momentum (appended: it is
+        # SGD's only slot, so Keras's variable order holds).
+        if not self.built or "momentum" in self._slots or not any(g.get("momentum") for g in self.param_groups):
+            return
+        self.momentums = self.add_optimizer_variables(self._trainable_variables, "momentum")
+        self._kernel_slots = ("momentum",)
+        self._sparse_layout = "blocks"
+        self._plan = None
 
     def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype

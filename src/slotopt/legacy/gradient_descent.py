@@ -52,6 +52,15 @@ class SGD(Optimizer):
             for var in var_list:
                 self.add_slot(var, "momentum")
 
+    def _hyperparameters_changed(self) -> None:
+        # A momentum written into a parameter group after a build without momentum: the slots are created at
+        # zeros, as tf.keras creates them when built with momentum (SGD's only slot: the weight order holds).
+        if self._momentum or not any(g.get("momentum") for g in self.param_groups):
+            return
+        self._momentum = True
+        self._create_slots([p for g in self.param_groups for p in g["params"]])
+        self._plan = None
+
     def _prepare_local(self, var_device: torch.device, var_dtype: torch.dtype, apply_state: ApplyState) -> None:
         super()._prepare_local(var_device, var_dtype, apply_state)
         apply_state[(var_device, var_dtype)]["momentum"] = self._get_hyper("momentum", var_dtype)

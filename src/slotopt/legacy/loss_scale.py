@@ -226,7 +226,8 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         self._optimizer._create_all_weights(var_list)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self._optimizer.zero_grad(set_to_none)
+        with torch.autograd.profiler.record_function(self._zero_grad_profile_name):  # under the wrapper's name
+            self._optimizer.zero_grad(set_to_none)
 
     # ------------------------------------------------------------------------------------------ torch protocol
     @property

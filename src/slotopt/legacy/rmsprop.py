@@ -71,6 +71,14 @@ class RMSprop(Optimizer):
             momentum=self._get_hyper("momentum", var_dtype), one_minus_rho=1.0 - rho,
         )
 
+    def _check_hyperparameter(self, key: str, value: Any) -> None:
+        super()._check_hyperparameter(key, value)
+        if key == "momentum" and value and not self._momentum:
+            raise ValueError(
+                f"`momentum` cannot become non-zero: {type(self).__name__} was built without momentum, and its "
+                "slots are fixed at the build (a momentum slot would change the order of its weights). Create it "
+                f"with momentum > 0 to let a scheduler cycle it. Received: momentum={value!r}")
+
     def _slot_names_used(self) -> tuple[str, ...]:
         return ("rms",) + (("momentum",) if self._momentum else ()) + (("mg",) if self.centered else ())
 

@@ -11,6 +11,7 @@ through ``slotopt.engine.routing``.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Optional, Union
@@ -99,6 +100,16 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         self.built = False
         if params is not None:
             self.build(params)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        if self.built:
+            # A callable is shared by a copy (functions are not copied) and would route the copy's variables to
+            # the original's: the copy gets what it returns now, copied with the rest (``copy.deepcopy((model,
+            # opt))`` maps them to the model copy's parameters).
+            state["_entries"] = [(optimizer, functools.partial(list, list(spec())) if callable(spec) else spec)
+                                 for optimizer, spec in self._entries]
+        return state
 
     def _after_copy(self) -> None:
         super()._after_copy()
@@ -192,6 +203,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         self._apply_pending_torch_state()
 
     # ---------------------------------------------------------------------------------------- apply
+    @torch._disable_dynamo(recursive=True)  # eager under torch.compile, whole: routing included (one break)
     def apply_gradients(self, grads_and_vars: Any, name: Optional[str] = None,
                         experimental_aggregate_gradients: bool = True,
                         skip_gradients_aggregation: Optional[bool] = None) -> None:
@@ -224,6 +236,10 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         dispatch(self.optimizers, groups, options)  # an optimizer with nothing to apply does not step
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        with torch.autograd.profiler.record_function(self._zero_grad_profile_name):  # under the composite's name
+            self._zero_grads(set_to_none)
+
+    def _zero_grads(self, set_to_none: bool) -> None:
         for optimizer, _ in self._entries:
             if hasattr(optimizer, "zero_grad"):
                 optimizer.zero_grad(set_to_none=set_to_none)

@@ -220,6 +220,7 @@ class Optimizer(NamedState):
                 raise ValueError(f"Invalid type {t.dtype} for {label}, expected: {_VALID_DTYPES_TEXT}.")
 
     # ------------------------------------------------------------------------------------------ apply
+    @torch._disable_dynamo(recursive=True)  # eager under torch.compile, as run_step (it sets the apply name)
     def apply_gradients(self, grads_and_vars: Pairs, global_step: Optional[torch.Tensor] = None,
                         name: Optional[str] = None, skip_gradients_aggregation: bool = False) -> None:
         """Applies one step of ``(gradient, variable)`` pairs; ``None`` gradients are skipped.
