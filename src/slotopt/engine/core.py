@@ -177,7 +177,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                     var = distributed.local_view(var)
                     self._var_index[id(var)] = pos
                 self._vars.append(var)
-                self.__dict__.setdefault("_var_kinds", []).append((var.dtype, var.device, var.shape))
+                self.__dict__.setdefault("_var_kinds", {})[pos] = (var.dtype, var.device, var.shape)
                 self._var_names.append(name)
                 self._var_index[id(self._originals[pos])] = pos
             positions.append(pos)
@@ -426,7 +426,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         index = self._var_index
         for _, var in pairs:
             pos = index.get(id(var))
-            if pos is None or pos >= len(kinds) or self._vars[pos] is not var:
+            if pos is None or pos not in kinds or pos >= len(self._vars) or self._vars[pos] is not var:
                 continue
             dtype, device, shape = kinds[pos]
             if var.dtype != dtype or var.device != device or var.shape != shape:

@@ -120,6 +120,9 @@ def check_fits(label: str, name: Optional[str], value: Any, target: torch.Tensor
         raise ValueError(f"{label} is on the meta device (it has no values): load real tensors.")
     if tuple(value.shape) != tuple(target.shape):
         raise ValueError(f"{label} has shape {tuple(value.shape)}; the optimizer's has {tuple(target.shape)}.")
+    problem = state_value_problem(name, local) if name is not None else None
+    if problem is not None:
+        raise ValueError(f"{label} must be {problem}. Received: {local.detach().reshape(-1)[0].item()!r}")
     if value.dtype != target.dtype:
         wrong = exact_dtype or value.dtype == torch.bool or value.is_complex() or \
             (target.is_floating_point() and not value.is_floating_point()) or \
@@ -127,9 +130,6 @@ def check_fits(label: str, name: Optional[str], value: Any, target: torch.Tensor
              not bool(torch.all(local == local.round())))
         if wrong:
             raise TypeError(f"{label} has dtype {value.dtype}; the optimizer keeps {target.dtype}.")
-    problem = state_value_problem(name, local) if name is not None else None
-    if problem is not None:
-        raise ValueError(f"{label} must be {problem}. Received: {local.detach().reshape(-1)[0].item()!r}")
     return value
 
 

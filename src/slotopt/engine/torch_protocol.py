@@ -33,7 +33,10 @@ import torch
 
 from . import resume
 
-__all__ = ["TorchProtocol", "is_param_group_list"]
+__all__ = ["TorchProtocol", "is_param_group_list", "CLASS_KEY"]
+
+#: The key under which ``state_dict()`` saves the class that owns each parameter group.
+CLASS_KEY = "optimizer_class"
 
 _HOOK_TABLES = (
     "_optimizer_step_pre_hooks",
@@ -337,8 +340,9 @@ class TorchProtocol(torch.optim.Optimizer):
             return self._run_state_dict_post_hooks(waiting)
         index: dict[int, int] = {}
         packed_groups = []
-        for group in self.param_groups:
+        for i, group in enumerate(self.param_groups):
             packed = {k: v for k, v in group.items() if k != "params"}
+            packed[CLASS_KEY] = self._group_class_name(i)  # a load into another class is refused
             packed["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
             packed_groups.append(packed)
         state = {index[id(p)]: {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
@@ -387,6 +391,11 @@ class TorchProtocol(torch.optim.Optimizer):
                 f"Loaded state dict has {len(saved_groups)} parameter groups; this optimizer has {len(groups)}.")
         params: dict[Any, torch.Tensor] = {}
         for i, (group, saved) in enumerate(zip(groups, saved_groups)):
+            saved_class = saved.get(CLASS_KEY)
+            if saved_class is not None and saved_class != self._group_class_name(i):
+                raise ValueError(
+                    f"Loaded parameter group {i} was saved by {saved_class}; this group belongs to "
+                    f"{self._group_class_name(i)}: a state dict loads into the class that saved it.")
             missing = [k for k in self._group_keys_of(i) if k not in saved]
             if missing:
                 raise ValueError(
@@ -436,7 +445,7 @@ class TorchProtocol(torch.optim.Optimizer):
         new_values = []
         shown_lrs = []
         for i, saved in enumerate(saved_groups):
-            values = {k: v for k, v in saved.items() if k != "params"}
+            values = {k: v for k, v in saved.items() if k not in ("params", CLASS_KEY)}
             if "lr" in values and self._group_lr_is_driven(i):
                 # A schedule or callable owns the rate: the saved ``lr`` is what it showed, not a setting.
                 shown_lrs.append((i, values.pop("lr")))
@@ -484,6 +493,11 @@ class TorchProtocol(torch.optim.Optimizer):
     def _has_pending_weights(self) -> bool:
         """Face hook: values given to ``set_weights`` before the build are waiting."""
         return False
+
+    def _group_class_name(self, index: int) -> str:
+        """The optimizer class that owns group ``index`` (saved with the group, checked at the load)."""
+        cls = type(self)
+        return f"{cls.__module__}.{cls.__qualname__}"
 
     def _group_lr_is_driven(self, index: int) -> bool:
         return self._lr_is_driven() if self._has_learning_rate() else False
@@ -837,7 +851,7 @@ class WrapsInnerOptimizer:
                     tensor.fill_(float(self.initial_scale))  # type: ignore[attr-defined]
 
     def _has_pending_weights(self) -> bool:
-        return self._protocol_inner._has_pending_weights()
+        return super()._has_pending_weights() or self._protocol_inner._has_pending_weights()  # type: ignore[misc]
 
 
 class ComposesOptimizers:
@@ -923,6 +937,10 @@ class ComposesOptimizers:
         optimizer, local = self._owner_of_group(index)
         return optimizer._group_lr_is_driven(local)
 
+    def _group_class_name(self, index: int) -> str:
+        optimizer, local = self._owner_of_group(index)
+        return optimizer._group_class_name(local)
+
     def _remember_group_lr(self, index: int, value: Any) -> None:
         optimizer, local = self._owner_of_group(index)
         optimizer._remember_group_lr(local, value)
@@ -943,3 +961,6 @@ class ComposesOptimizers:
 
     def _reset_own_state(self) -> None:
         """The composite's own scalars back to their initial values."""
+        with torch.no_grad():
+            for tensor, initial in self.__dict__.get("_scalar_initials", ()):
+                tensor.copy_(initial)
