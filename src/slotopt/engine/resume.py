@@ -8,8 +8,8 @@ a message naming it, and nothing changes.
 
 ``opt.state`` behaves as ``torch.optim``'s for the idioms users write:
 
-* ``opt.state[p][name] = t`` copies ``t`` into the live slot (same shape, a floating dtype for a floating slot,
-  any device but ``meta``); a shared scalar (``step``, TF1's ``beta1_power``...) is shared by every parameter, so
+* ``opt.state[p][name] = t`` copies ``t`` into the live slot (same shape, real numbers, dense, any device but
+  ``meta``); a shared scalar (``step``, TF1's ``beta1_power``...) is shared by every parameter, so
   writing it through one parameter sets it for all.
 * ``del opt.state[p]`` (or ``opt.state.pop(p)``, ``opt.state[p].clear()``) resets ``p``'s slots to their initial
   values, as if ``p`` had never been stepped; the shared scalars stay (they belong to every parameter).
@@ -17,6 +17,9 @@ a message naming it, and nothing changes.
   scalars (``step`` to 0, loss scales and TF1's beta powers to their initial values): the optimizer continues as
   if it had never stepped. Assigning a non-empty mapping resets, then writes its entries.
 * Removing a single entry (``del opt.state[p]["m"]``) is refused: the optimizer cannot run without it.
+* ``bool(opt.state)`` is True once the optimizer has parameters, even before a TF1 optimizer makes its slots at
+  its first step: ``torch.distributed.checkpoint`` runs a zero-gradient step on an optimizer whose state is
+  empty, which would move TF1's beta powers (and cannot set a schedule's learning rate to 0).
 
 Example:
     >>> import torch, slotopt
@@ -32,7 +35,7 @@ Example:
     >>> opt.state[w]["step"] = -1
     Traceback (most recent call last):
     ...
-    ValueError: Optimizer state `step` must be an integer in [0, 2**62]. Received: -1
+    ValueError: Optimizer state 'step' must be an integer in [0, 2**62]. Received: -1
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def check_state_value(name: str, value: Any, where: str = "Optimizer state") -> 
 def check_fits(label: str, name: Optional[str], value: Any, target: torch.Tensor, *, exact_dtype: bool = False
                ) -> torch.Tensor:
     """``value`` as a dense tensor that can be copied into ``target``: same shape, not sparse, not on ``meta``,
-    a floating dtype for a floating target (integers for an integer target), in range for the scalar ``name``.
+    real numbers (integral ones for an integer target), in range for the scalar ``name``.
     Raises ``ValueError``/``TypeError`` naming ``label``; returns the value (not yet copied)."""
     if not isinstance(value, torch.Tensor):
         try:
@@ -125,7 +128,6 @@ def check_fits(label: str, name: Optional[str], value: Any, target: torch.Tensor
         raise ValueError(f"{label} must be {problem}. Received: {local.detach().reshape(-1)[0].item()!r}")
     if value.dtype != target.dtype:
         wrong = exact_dtype or value.dtype == torch.bool or value.is_complex() or \
-            (target.is_floating_point() and not value.is_floating_point()) or \
             (not target.is_floating_point() and value.is_floating_point() and
              not bool(torch.all(local == local.round())))
         if wrong:
@@ -200,6 +202,12 @@ class StateTable(defaultdict):
         self._owner = owner
         for param, entry in entries:
             dict.__setitem__(self, param, ParamState(owner, param, entry))
+
+    def __bool__(self) -> bool:
+        # True once the optimizer has parameters, even when their state is made at the first step (TF1): tools
+        # that take an empty state for "never initialized" would otherwise run a step to create it
+        # (``torch.distributed.checkpoint`` steps with zero gradients and lr=0, which moves TF1's beta powers).
+        return dict.__len__(self) > 0 or any(g["params"] for g in self._owner.param_groups)
 
     def __missing__(self, param: Any) -> Any:
         entry = ParamState(self._owner, param, {})

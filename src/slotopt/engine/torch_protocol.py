@@ -394,8 +394,8 @@ class TorchProtocol(torch.optim.Optimizer):
             saved_class = saved.get(CLASS_KEY)
             if saved_class is not None and saved_class != self._group_class_name(i):
                 raise ValueError(
-                    f"Loaded parameter group {i} was saved by {saved_class}; this group belongs to "
-                    f"{self._group_class_name(i)}: a state dict loads into the class that saved it.")
+                    f"Loaded parameter group {i}: the state dict was saved by another optimizer class ({saved_class}"
+                    f"); this group belongs to {self._group_class_name(i)}.")
             missing = [k for k in self._group_keys_of(i) if k not in saved]
             if missing:
                 raise ValueError(
