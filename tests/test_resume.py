@@ -478,9 +478,20 @@ def _converted(net: torch.nn.Module) -> torch.nn.Module:
     return Cast()
 
 
-def test_property_is_quiet() -> None:  # keeps the warnings filter honest: no stray warnings from the contract
+def test_a_schedule_round_trip_warns_nothing() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         opt, net = make("keras3", "schedule")
         train(opt, net, 0, 1)
         opt.load_state_dict(opt.state_dict())
+
+
+def test_the_checkpointing_page_examples_run() -> None:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    blocks = re.findall(r"```python\n(.*?)```", (root / "docs" / "checkpointing.md").read_text(), re.S)
+    assert len(blocks) == 5
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"docs/checkpointing.md block {i}", "exec"), {"__name__": "__main__"})
