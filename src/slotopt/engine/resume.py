@@ -60,6 +60,7 @@ _RATES = frozenset({"learning_rate", "lr"})
 _LOSS_SCALES = frozenset({"dynamic_scale", "current_loss_scale", "loss_scale"})
 _POWERS = frozenset({"beta1_power", "beta2_power"})
 _COUNTER_LIMIT = 2 ** 62
+_NUMPY_KINDS = (torch.float16, torch.float32, torch.float64, torch.int32, torch.int64)
 
 #: Group keys that are hyperparameters of some slotopt optimizer: a saved group carrying one that this optimizer
 #: does not keep was saved by another class or configuration (other keys, such as a torch scheduler's
@@ -137,6 +138,14 @@ def check_fits(label: str, name: Optional[str], value: Any, target: torch.Tensor
 
 def initial_fill(tensor: torch.Tensor) -> Any:
     """What a reset writes back: the single value a new slot is filled with, else a copy of it."""
+    if tensor.device.type == "cpu" and tensor.dtype in _NUMPY_KINDS and tensor.layout == torch.strided:
+        values = tensor.detach().numpy()  # a view: a build makes thousands of slots, numpy checks them fastest
+        if values.size == 0:
+            return 0.0
+        first = values.flat[0]
+        if (values == first).all():
+            return first.item()
+        return tensor.detach().clone()
     try:
         flat = tensor.detach().reshape(-1)
         if flat.numel() == 0 or bool((flat == flat[0]).all()):
