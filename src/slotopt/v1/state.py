@@ -19,6 +19,7 @@ import torch
 
 from ..engine import checks
 from ..engine import constants as K
+from ..engine import resume
 from ..engine.core import OptimizerCore
 from ..variables import Variable
 
@@ -189,6 +190,8 @@ class NamedState(OptimizerCore):
             if name in existing and tuple(existing[name].shape) != tuple(value.shape):
                 raise ValueError(f"Optimizer variable {name} has shape {tuple(existing[name].shape)}; the state has "
                                  f"shape {tuple(value.shape)}.")
+        for name, value in tensors.items():  # dense real values, scalars in range (engine/resume.py)
+            resume.check_fits(f"Loaded state {name!r}", name, value, existing.get(name, value))
         for name, value in tensors.items():
             if name in existing:
                 with torch.no_grad():
