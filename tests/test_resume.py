@@ -352,7 +352,7 @@ def test_out_of_range_scalars_are_refused_by_load_state_dict(gen: str) -> None:
                     entry[name] = torch.tensor(value, dtype=torch.float64)
             with pytest.raises(ValueError, match=name):
                 opt.load_state_dict(saved)
-    for value in [math.nan, -1.0, math.inf]:
+    for value in [math.nan, math.inf] + ([] if gen == "v1" else [-1.0]):  # TF1 takes a negative rate
         saved = opt.state_dict()
         saved["param_groups"][0]["lr"] = value
         with pytest.raises(ValueError, match="lr"):

@@ -17,9 +17,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import checks
+from ..engine import checks, resume
 from ..engine import constants as K
-from ..engine import resume
 from ..engine.core import OptimizerCore
 from ..variables import Variable
 
