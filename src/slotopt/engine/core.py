@@ -24,7 +24,7 @@ from ..variables import (
     named_variables,
     variable_name,
 )
-from . import checks, distributed
+from . import checks, distributed, resume
 from . import sparse as sparse_rows
 from .plan import Ordinary, Pair, StepPlan
 from .torch_protocol import TorchProtocol, is_param_group_list
@@ -217,6 +217,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                     var = distributed.local_view(var)
                     self._var_index[id(var)] = pos
                 self._vars.append(var)
+                self.__dict__.setdefault("_var_kinds", {})[pos] = (var.dtype, var.device, var.shape)
                 self._var_names.append(name)
                 self._var_index[id(self._originals[pos])] = pos
             positions.append(pos)
@@ -351,6 +352,41 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     # ----------------------------------------------------------------------------------------- slots
     def _set_slot(self, slot_name: str, pos: int, tensor: torch.Tensor) -> None:
         self._slots.setdefault(slot_name, {})[pos] = tensor
+        # What ``del opt.state[p]`` writes back (engine/resume.py): one number for a constant-filled slot.
+        self.__dict__.setdefault("_slot_initials", {})[(slot_name, pos)] = resume.initial_fill(tensor)
+
+    def _remember_initial_scalar(self, tensor: torch.Tensor) -> None:
+        """An optimizer-wide scalar's initial value, written back when the whole state is reset."""
+        if tensor.dim() == 0:
+            self.__dict__.setdefault("_scalar_initials", []).append((tensor, tensor.detach().clone()))
+
+    def _reset_slots(self, param: torch.Tensor) -> None:
+        pos = self._position(param)
+        if pos is None:
+            return
+        initials = self.__dict__.get("_slot_initials", {})
+        targets = [(name, table[pos]) for name, table in self._slots.items() if pos in table]
+        for name, _ in targets:
+            if initials.get((name, pos)) is None:
+                raise RuntimeError(f"The initial value of state {name!r} of {self._var_names[pos]} is unknown: it "
+                                   "cannot be reset.")
+        with torch.no_grad():
+            for name, slot in targets:
+                initial = initials[(name, pos)]
+                if isinstance(initial, torch.Tensor):
+                    slot.copy_(initial)
+                else:
+                    slot.fill_(initial)
+        self._plan = None
+
+    def _reset_shared_state(self) -> None:
+        counter = self._state_counter()
+        with torch.no_grad():
+            if counter is not None:
+                counter.zero_()
+            for tensor, initial in self.__dict__.get("_scalar_initials", ()):
+                tensor.copy_(initial)
+        self._plan = None
 
     def _get_slot(self, slot_name: str, pos: int) -> Optional[torch.Tensor]:
         return self._slots.get(slot_name, {}).get(pos)
@@ -399,6 +435,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             ordinary = plan.fits(pairs)
             if ordinary is not None:
                 return ordinary
+        self._check_variables_unchanged(pairs)
         out: list[Pair] = []
         for pair in pairs:
             grad, var = pair
@@ -428,6 +465,24 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 f"{type(self).__name__} cannot update the complex variable {self._name_of(var)} (dtype {var.dtype}): "
                 f"{reason} (it raises too)."
             )
+
+    def _check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
+        """A variable whose dtype, device or shape changed since its state was made (``model.double()`` after
+        the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it."""
+        kinds = self.__dict__.get("_var_kinds")
+        if not kinds:
+            return
+        index = self._var_index
+        for _, var in pairs:
+            pos = index.get(id(var))
+            if pos is None or pos not in kinds or pos >= len(self._vars) or self._vars[pos] is not var:
+                continue
+            dtype, device, shape = kinds[pos]
+            if var.dtype != dtype or var.device != device or var.shape != shape:
+                raise ValueError(
+                    f"Variable {self._var_names[pos]} is now {var.dtype} of shape {tuple(var.shape)} on {var.device}"
+                    f"; the optimizer built its state for {dtype} of shape {tuple(shape)} on {device}. Create the "
+                    "optimizer after converting or moving the model (torch.optim refuses this too).")
 
     @staticmethod
     def _check_gradient(grad: Any, var: torch.Tensor, name: Union[str, Callable[[], str]]) -> Any:

@@ -132,5 +132,7 @@ def set_weights_all_or_nothing(optimizers: Sequence[Any], parts: Sequence[Sequen
                     optimizer_weights(optimizer), part))
     except BaseException:
         put_values(targets, saved)
+        for optimizer in optimizers:  # the groups show the learning rates put back
+            optimizer._show_current_learning_rate()
         raise
     weights.assign_values(own, own_values)

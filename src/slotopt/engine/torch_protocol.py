@@ -35,7 +35,12 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-__all__ = ["TorchProtocol", "is_param_group_list"]
+from . import resume
+
+__all__ = ["TorchProtocol", "is_param_group_list", "CLASS_KEY"]
+
+#: The key under which ``state_dict()`` saves the class that owns each parameter group.
+CLASS_KEY = "optimizer_class"
 
 _HOOK_TABLES = (
     "_optimizer_step_pre_hooks",
@@ -421,18 +426,21 @@ class TorchProtocol(torch.optim.Optimizer):
     # ------------------------------------------------------------------------------------------ state
     @property
     def state(self) -> defaultdict[torch.Tensor, dict[str, Any]]:  # type: ignore[override]
-        """``{parameter: {slot name: tensor, ..., "step": iterations}}``: live tensors, as in torch."""
-        view: defaultdict[torch.Tensor, dict[str, Any]] = defaultdict(dict)
+        """``{parameter: {slot name: tensor, ..., "step": iterations}}``: live tensors, as in torch. Writes,
+        deletes and replacing the whole table reach the optimizer (``engine/resume.py`` says how)."""
+        entries = []
         for group in self.param_groups:
             for p in group["params"]:
                 entry = self._param_state(p)
                 if entry:
-                    view[p] = entry
-        return view
+                    entries.append((p, entry))
+        return resume.StateTable(self, entries)
 
     @state.setter
-    def state(self, value: Any) -> None:  # torch's base class assigns it; slotopt derives it
-        pass
+    def state(self, value: Any) -> None:
+        if "_param_groups" not in self.__dict__:
+            return  # torch's base class assigns it before slotopt's set-up: nothing to reset yet
+        self._replace_all_state(value)
 
     @torch._disable_dynamo
     def state_dict(self) -> dict[str, Any]:
@@ -443,15 +451,21 @@ class TorchProtocol(torch.optim.Optimizer):
         for pre_hook in self._optimizer_state_dict_pre_hooks.values():
             pre_hook(self)
         self._before_state_io()
+        waiting = self._waiting_checkpoint()
+        if waiting is not None:  # loaded before the build: it is still the optimizer's state
+            return self._run_state_dict_post_hooks(waiting)
         index: dict[int, int] = {}
         packed_groups = []
-        for group in self.param_groups:
+        for i, group in enumerate(self.param_groups):
             packed = {k: v for k, v in group.items() if k != "params"}
+            packed[CLASS_KEY] = self._group_class_name(i)  # a load into another class is refused
             packed["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
             packed_groups.append(packed)
         state = {index[id(p)]: {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
                  for p, entry in self.state.items()}
-        state_dict = {"state": state, "param_groups": packed_groups}
+        return self._run_state_dict_post_hooks({"state": state, "param_groups": packed_groups})
+
+    def _run_state_dict_post_hooks(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         for post_hook in self._optimizer_state_dict_post_hooks.values():
             result = post_hook(self, state_dict)
             if result is not None:
@@ -483,7 +497,9 @@ class TorchProtocol(torch.optim.Optimizer):
         self._before_state_io()
         groups = self.param_groups
         saved_groups = list(state_dict["param_groups"])
+        _check_saved_indices(saved_groups)
         if not groups and saved_groups:  # not built yet: applied when it builds (Keras's deferred restoration)
+            _check_saved_values(state_dict["state"])  # what can be checked without the parameters
             self.__dict__["_pending_torch_state"] = _copied(state_dict)  # the caller may reuse its buffers
             return
         if len(saved_groups) != len(groups):
@@ -494,6 +510,11 @@ class TorchProtocol(torch.optim.Optimizer):
             if not isinstance(saved, Mapping) or not isinstance(saved.get("params"), (list, tuple)):
                 raise ValueError(f"Loaded parameter group {i} must be a dict with a 'params' list. Received: "
                                  f"{_describe(saved)}")
+            saved_class = saved.get(CLASS_KEY)
+            if saved_class is not None and saved_class != self._group_class_name(i):
+                raise ValueError(
+                    f"Loaded parameter group {i}: the state dict was saved by another optimizer class ({saved_class}"
+                    f"); this group belongs to {self._group_class_name(i)}.")
             # (Keras 3's ``weight_decay`` is in every group since slotopt showed torch's names: a state dict saved
             # before has none where it was None, i.e. no decay, which the group keeps.)
             missing = [k for k in self._group_keys_of(i) if k not in saved and k != "weight_decay"]
@@ -501,6 +522,12 @@ class TorchProtocol(torch.optim.Optimizer):
                 raise ValueError(
                     f"Loaded parameter group {i} has no {missing}, which {type(self).__name__} keeps: the state dict "
                     "was saved by another optimizer class or configuration.")
+            foreign = sorted(k for k in saved if k in resume.HYPERPARAMETER_NAMES and k not in group)
+            if foreign:
+                raise ValueError(
+                    f"Loaded parameter group {i} has {foreign}, which {type(self).__name__} does not keep (its group "
+                    f"has {sorted(k for k in group if k != 'params')}): the state dict was saved by another "
+                    "optimizer class or configuration.")
             if len(saved["params"]) != len(group["params"]):
                 raise ValueError(
                     f"Loaded parameter group {i} has {len(saved['params'])} parameters; this optimizer's group has "
@@ -525,9 +552,10 @@ class TorchProtocol(torch.optim.Optimizer):
             for name, value in entry.items():
                 target = expected[name]
                 value_t = _state_value(key, name, value, target)
-                if tuple(value_t.shape) != tuple(target.shape):
-                    raise ValueError(f"Loaded state {name!r} of parameter {key} has shape {tuple(value_t.shape)}; "
-                                     f"expected {tuple(target.shape)}.")
+                value_t = resume.check_fits(f"Loaded state {name!r} of parameter {key}", name, value_t, target)
+                if _is_meta(target):
+                    raise ValueError(f"State {name!r} of parameter {key} is on the meta device: materialize the "
+                                     "parameters (and build the optimizer on them) before loading.")
                 if name in shared and shared[name][0] is target:
                     if not torch.equal(torch.as_tensor(_local(shared[name][1])).cpu(),
                                        torch.as_tensor(_local(value_t)).cpu()):
@@ -536,8 +564,12 @@ class TorchProtocol(torch.optim.Optimizer):
                 shared[name] = (target, value_t)
                 assignments.append((target, value_t))
         new_values = []
+        shown_lrs = []
         for i, saved in enumerate(saved_groups):
-            values = {k: v for k, v in saved.items() if k != "params"}
+            values = {k: v for k, v in saved.items() if k not in ("params", CLASS_KEY)}
+            if "lr" in values and self._group_lr_is_driven(i):
+                # A schedule or callable owns the rate: the saved ``lr`` is what it showed, not a setting.
+                shown_lrs.append((i, values.pop("lr")))
             self._check_group_values({k: v for k, v in values.items() if k in self._group_keys_of(i)}, i)
             new_values.append(values)
         with torch.no_grad():
@@ -545,6 +577,8 @@ class TorchProtocol(torch.optim.Optimizer):
                 _copy_into(target, value)
         for group, values in zip(groups, new_values):
             group.update(values)
+        for i, lr in shown_lrs:
+            self._remember_group_lr(i, lr)
         self._sync_param_groups()
         self._after_state_load()
         self._publish_param_groups()
@@ -561,6 +595,120 @@ class TorchProtocol(torch.optim.Optimizer):
         except BaseException:
             self.__dict__["_pending_torch_state"] = pending
             raise
+
+    # ------------------------------------------------------------------------------------------ resume
+    # One contract for every way state comes in or goes out (engine/resume.py): checked before written, all or
+    # nothing, and a checkpoint that waits for the build is still the optimizer's state.
+    def _waiting_checkpoint(self) -> Optional[dict[str, Any]]:
+        """A copy of the state dict loaded before the build, while it waits; raises when values given to
+        ``set_weights`` before the build wait instead (they only map to parameters once it builds)."""
+        pending = self.__dict__.get("_pending_torch_state")
+        if pending is not None:
+            return _copied(pending)
+        if self._has_pending_weights():
+            raise RuntimeError(
+                f"{type(self).__name__} holds weights given to `set_weights` before its build; they are matched to "
+                "parameters when it builds. Build it first (`optimizer.build(params)`) to save them as a state dict.")
+        return None
+
+    def _has_pending_weights(self) -> bool:
+        """Face hook: values given to ``set_weights`` before the build are waiting."""
+        return False
+
+    def _group_class_name(self, index: int) -> str:
+        """The optimizer class that owns group ``index`` (saved with the group, checked at the load)."""
+        cls = type(self)
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def _group_lr_is_driven(self, index: int) -> bool:
+        return self._lr_is_driven() if self._has_learning_rate() else False
+
+    def _remember_group_lr(self, index: int, value: Any) -> None:
+        """A loaded group's ``lr`` under a schedule: shown until the next step evaluates the schedule again."""
+        number = _as_number(value)
+        if _is_number(number) and math.isfinite(number) and number >= 0:
+            self._remember_lr(number)
+
+    def _show_current_learning_rate(self) -> None:
+        """After ``set_weights`` (or a Keras file) wrote the learning-rate variable: group 0 shows it, so that
+        ``state_dict()`` saves it and a torch scheduler starts from it."""
+        groups = self.param_groups
+        if not groups or not self._has_learning_rate() or self._lr_is_driven() or "lr" not in groups[0]:
+            return
+        lr = self._current_lr()
+        groups[0]["lr"] = lr
+        if self._published:
+            self._published[0]["lr"] = lr
+
+    def _parameter_of(self, param: Any) -> torch.Tensor:
+        if not any(p is param for g in self.param_groups for p in g["params"]):
+            raise KeyError(f"{_tensor_label(param)} is not a parameter of this {type(self).__name__}: its state "
+                           "cannot be written.")
+        return param
+
+    def _write_param_state(self, param: Any, values: Mapping[str, Any]) -> None:
+        """``opt.state[param][name] = value``: every value checked, then copied into the live tensors."""
+        self._before_state_io()
+        self._parameter_of(param)
+        entry = self._param_state(param)
+        checked = []
+        for name, value in values.items():
+            if name not in entry:
+                raise KeyError(f"{type(self).__name__} keeps {sorted(entry)} for this parameter, not {name!r}: a "
+                               "new entry would be ignored by every step.")
+            target = entry[name]
+            checked.append((target, resume.check_fits(f"Optimizer state {name!r}", name, value, target)))
+        with torch.no_grad():
+            for target, value in checked:
+                if value is not target:
+                    _copy_into(target, value)
+
+    def _replace_param_state(self, param: Any, entry: Mapping[str, Any]) -> None:
+        """``opt.state[param] = entry``: reset to the initial values, then ``entry``'s values (checked first)."""
+        self._parameter_of(param)
+        live = self._param_state(param)
+        for name, value in entry.items():
+            if name not in live:
+                raise KeyError(f"{type(self).__name__} keeps {sorted(live)} for this parameter, not {name!r}.")
+            resume.check_fits(f"Optimizer state {name!r}", name, value, live[name])
+        self._reset_param_state(param)
+        self._write_param_state(param, {k: v for k, v in entry.items() if live[k] is not v})
+
+    def _reset_param_state(self, param: Any) -> None:
+        """``del opt.state[param]``: the parameter's slots as if it had never been stepped."""
+        self._before_state_io()
+        self._parameter_of(param)
+        self._reset_slots(param)
+
+    def _replace_all_state(self, value: Any) -> None:
+        """``opt.state = mapping``: every slot and shared scalar reset, then the mapping's entries written."""
+        if isinstance(value, resume.StateTable) and value._owner is self:
+            return  # ``opt.state = opt.state`` (e.g. torch's own code re-assigning it)
+        if not isinstance(value, Mapping):
+            raise TypeError(f"`optimizer.state` must be a dict of {{parameter: dict}}. Received: {value!r}")
+        entries = {p: dict(e) for p, e in value.items()}
+        for p, entry in entries.items():
+            live = self._param_state(self._parameter_of(p))
+            for name, v in entry.items():
+                if name not in live:
+                    raise KeyError(f"{type(self).__name__} keeps {sorted(live)} for this parameter, not {name!r}.")
+                resume.check_fits(f"Optimizer state {name!r}", name, v, live[name])
+        self._reset_all_state()
+        for p, entry in entries.items():
+            self._write_param_state(p, entry)
+
+    def _reset_all_state(self) -> None:
+        self._before_state_io()
+        for group in self.param_groups:
+            for p in group["params"]:
+                self._reset_slots(p)
+        self._reset_shared_state()
+
+    def _reset_slots(self, param: torch.Tensor) -> None:
+        """Face/engine hook: the parameter's slots back to their initial values."""
+
+    def _reset_shared_state(self) -> None:
+        """Engine hook: the optimizer-wide scalars (iterations, loss scale...) back to their initial values."""
 
     # ------------------------------------------------------------------------------------------ step
     # ``torch.compile``: the step runs outside the graph, whole (one clean graph break where a compiled training
@@ -686,6 +834,41 @@ def _state_value(key: Any, name: str, value: Any, target: torch.Tensor) -> torch
     return value_t
 
 
+def _is_meta(tensor: Any) -> bool:
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    return isinstance(local, torch.Tensor) and local.device.type == "meta"
+
+
+def _check_saved_indices(saved_groups: Sequence[Any]) -> None:
+    """Every saved group is a dict with a ``params`` list, and no parameter index appears twice (a repeated index
+    would pair the saved state with the wrong parameters)."""
+    seen: set[Any] = set()
+    for i, saved in enumerate(saved_groups):
+        if not isinstance(saved, Mapping) or not isinstance(saved.get("params"), (list, tuple)):
+            raise ValueError(f"Loaded parameter group {i} must be a dict with a 'params' list. Received: "
+                             f"{_describe(saved)}")
+        for index in saved["params"]:
+            if index in seen:
+                raise ValueError(f"Loaded parameter group {i} lists parameter index {index!r} again: each parameter "
+                                 f"index appears once in a state dict. Received params={list(saved['params'])!r}")
+            seen.add(index)
+
+
+def _check_saved_values(saved_state: Mapping[Any, Any]) -> None:
+    """The checks a state dict passes before the optimizer has parameters: dense real tensors, scalars in range."""
+    for key, entry in saved_state.items():
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"Loaded state of parameter {key} must be a dict. Received: {_describe(entry)}")
+        for name, value in entry.items():
+            label = f"Loaded state {name!r} of parameter {key}"
+            if isinstance(value, torch.Tensor):
+                resume.check_fits(label, name, value, value)
+            else:
+                problem = resume.state_value_problem(name, value) if isinstance(value, (int, float)) else None
+                if problem is not None:
+                    raise ValueError(f"{label} must be {problem}. Received: {value!r}")
+
+
 def _local(value: Any) -> Any:
     to_local = getattr(value, "to_local", None)
     return to_local() if callable(to_local) else value
@@ -700,6 +883,12 @@ def _copy_into(target: torch.Tensor, value: Any) -> None:
     if hasattr(value, "to_local") and not hasattr(target, "to_local"):
         value = value.full_tensor()
     target.copy_(value.to(dtype=target.dtype, device=target.device) if not hasattr(value, "to_local") else value)
+
+
+def _tensor_label(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"The tensor of shape {tuple(value.shape)}"
+    return f"{value!r}"
 
 
 def _describe(value: Any) -> str:
@@ -769,6 +958,31 @@ class WrapsInnerOptimizer:
 
     def _hyperparameters_changed(self) -> None:
         self._protocol_inner._hyperparameters_changed()
+
+    def _remember_lr(self, value: Any) -> None:
+        self._protocol_inner._remember_lr(value)
+
+    def _reset_slots(self, param: torch.Tensor) -> None:
+        self._protocol_inner._reset_slots(param)
+
+    def _reset_shared_state(self) -> None:
+        self._protocol_inner._reset_shared_state()
+        self._reset_wrapper_state()
+
+    def _reset_wrapper_state(self) -> None:
+        """The wrapper's own scalars back to their initial values: counters to 0, the loss scale to
+        ``initial_scale``."""
+        with torch.no_grad():
+            for tensor, initial in self.__dict__.get("_scalar_initials", ()):
+                tensor.copy_(initial)
+            for tensor in self._wrapper_state().values():
+                if not tensor.is_floating_point():
+                    tensor.zero_()
+                elif isinstance(getattr(self, "initial_scale", None), (int, float)):
+                    tensor.fill_(float(self.initial_scale))  # type: ignore[attr-defined]
+
+    def _has_pending_weights(self) -> bool:
+        return super()._has_pending_weights() or self._protocol_inner._has_pending_weights()  # type: ignore[misc]
 
 
 class ComposesOptimizers:
@@ -867,3 +1081,35 @@ class ComposesOptimizers:
     def _after_state_load(self) -> None:
         for optimizer in self._torch_optimizers():
             optimizer._after_state_load()
+
+    def _group_lr_is_driven(self, index: int) -> bool:
+        optimizer, local = self._owner_of_group(index)
+        return optimizer._group_lr_is_driven(local)
+
+    def _group_class_name(self, index: int) -> str:
+        optimizer, local = self._owner_of_group(index)
+        return optimizer._group_class_name(local)
+
+    def _remember_group_lr(self, index: int, value: Any) -> None:
+        optimizer, local = self._owner_of_group(index)
+        optimizer._remember_group_lr(local, value)
+
+    def _show_current_learning_rate(self) -> None:
+        for optimizer in self._torch_optimizers():
+            optimizer._show_current_learning_rate()
+
+    def _reset_slots(self, param: torch.Tensor) -> None:
+        for optimizer in self._torch_optimizers():
+            if optimizer._param_state(param):
+                optimizer._reset_slots(param)
+
+    def _reset_shared_state(self) -> None:
+        for optimizer in self._torch_optimizers():
+            optimizer._reset_shared_state()
+        self._reset_own_state()
+
+    def _reset_own_state(self) -> None:
+        """The composite's own scalars back to their initial values."""
+        with torch.no_grad():
+            for tensor, initial in self.__dict__.get("_scalar_initials", ()):
+                tensor.copy_(initial)

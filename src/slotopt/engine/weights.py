@@ -23,6 +23,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
+from . import resume
+
 __all__ = ["checked_values", "entries", "as_numbers", "assign_values", "count_error", "keras_shape_error", "snapshot"]
 
 #: ``(entry index, target, received shape) -> message`` for a value whose shape is not its target's.
@@ -59,9 +61,17 @@ def checked_values(targets: Sequence[torch.Tensor], given: Sequence[Any], *, arg
             raise TypeError(f"Argument `{argument}` entry {i} is complex ({value.dtype}) but optimizer variable {i} "
                             f"is {target.dtype}: casting would drop the imaginary part. Received: "
                             f"{argument}[{i}]={value!r}")
-        value = value.to(dtype=target.dtype, device=target.device, copy=True)
         if tuple(value.shape) != tuple(target.shape):
             raise ValueError(shape_error(i, target, tuple(value.shape)))
+        name = getattr(target, "name", None) or f"entry {i}"
+        # Dense real numbers of a kind that fits, scalars in range (a NaN rate, a wrapped iteration count...).
+        resume.check_fits(f"Argument `{argument}` entry {i} ({name})", None if argument == "trainable_variables"
+                          else str(name), value, target)
+        try:
+            value = value.to(dtype=target.dtype, device=target.device, copy=True)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"Argument `{argument}` entry {i} must be a tensor or an array of numbers. "
+                            f"Received: {value!r}") from err
         values.append(value)
     return values
 

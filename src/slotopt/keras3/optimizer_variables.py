@@ -67,6 +67,8 @@ class OptimizerVariables(OptimizerCore):
         var = Variable._adopt(value, name=name, trainable=False)
         var._variable_path = f"{self.name}/{name}"
         self._variables.append(var)
+        if name != "learning_rate":  # a hyperparameter, not state: a reset keeps it
+            self._remember_initial_scalar(var)
         return var
 
     @property
@@ -204,8 +206,19 @@ class OptimizerVariables(OptimizerCore):
 
     # ------------------------------------------------------------------------------------------ weights I/O
     def get_weights(self) -> list[np.ndarray]:
-        """The values of ``variables`` as numpy arrays (Keras 3 removed this; its users asked for it back)."""
+        """The values of ``variables`` as numpy arrays (Keras 3 removed this; its users asked for it back).
+        Before the build, weights given to ``set_weights`` are still the optimizer's: they are returned."""
+        if not self.built and self._pending_state is not None:
+            return weights_io.snapshot(self._pending_state)
+        if not self.built and "_pending_torch_state" in self.__dict__:
+            raise RuntimeError(
+                f"{type(self).__name__} holds a state dict loaded before its build; it is matched to variables when "
+                "it builds. Build it first (`optimizer.build(variables)`) to read it as weights, or save it with "
+                "`state_dict()`.")
         return weights_io.snapshot(self.variables)
+
+    def _has_pending_weights(self) -> bool:
+        return not self.built and self._pending_state is not None
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns ``weights`` to ``variables`` in order. Before ``build``, they are kept and applied at build."""
@@ -219,11 +232,16 @@ class OptimizerVariables(OptimizerCore):
         values = weights_io.checked_values(own, weights, count=weights_io.count_error(self.name, len(weights),
                                                                                      len(own)))
         weights_io.assign_values(own, values)
+        self._show_current_learning_rate()
 
     def _restore_pending_state(self) -> None:
         if self._pending_state is not None and self.built:
-            self.set_weights(self._pending_state)  # checks every length and shape first; kept pending if not
-            self._pending_state = None
+            pending, self._pending_state = self._pending_state, None
+            try:
+                self.set_weights(pending)  # checks every length and shape first; kept pending if not
+            except BaseException:
+                self._pending_state = pending
+                raise
         if self.built and "_pending_torch_state" in self.__dict__:
             self._apply_pending_torch_state()
 

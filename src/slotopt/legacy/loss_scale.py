@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import registry
+from ..engine import registry, transaction
 from ..engine.core import Pair
 from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse
@@ -318,6 +318,15 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
                 )
             checked.append(tuple(item))
         checked = inner._checked_pairs(checked)
+        if "_pending_torch_state" in self.__dict__:  # loaded before the build: in place before the scale is used
+            saved = [transaction.snapshot(inner), transaction.snapshot(self)]
+            try:
+                self._create_all_weights([v for _, v in checked])
+                self._apply_pending_torch_state()
+            except BaseException:
+                transaction.restore(inner, saved[0])
+                transaction.restore(self, saved[1])
+                raise
         present: list[Pair] = [(g, v) for g, v in checked if g is not None]
         if checked and not present:
             raise ValueError(

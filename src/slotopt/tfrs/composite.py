@@ -229,7 +229,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                             f"`grads_and_vars` for {self._describe(index)}; sum its gradients first."
                         )
                     seen.add(id(var))
-        if not self.built and self._pending_weights is not None:
+        if not self.built and (self._pending_weights is not None or "_pending_torch_state" in self.__dict__):
             self._remember([(self._name_of(v) or f"variable_{i}", v) for i, (_, v) in enumerate(pairs)])
             self.build()
         options = {"name": name, **aggregation_options(experimental_aggregate_gradients, skip_gradients_aggregation)}
@@ -274,7 +274,14 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         return self.weights
 
     def get_weights(self) -> list[np.ndarray]:
+        """The weights' values; before the build, the weights given to ``set_weights`` (still the state)."""
+        if not self.built and self._pending_weights is not None:
+            return [np.array(w.detach().cpu().numpy() if isinstance(w, torch.Tensor) else w, copy=True)
+                    for w in self._pending_weights]
         return [w.detach().cpu().numpy().copy() for w in self.weights]
+
+    def _has_pending_weights(self) -> bool:
+        return not self.built and self._pending_weights is not None
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Assigns weights in ``weights`` order; before ``build`` they are kept and applied when it builds."""

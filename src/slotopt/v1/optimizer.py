@@ -265,6 +265,7 @@ class Optimizer(NamedState):
         var_list = [v for g, v in converted if g is not None]
         if not var_list:
             raise ValueError(f"No gradients provided for any variable: {[str(v) for _, v in converted]}.")
+        self._check_variables_unchanged(converted)
         for i, (grad, var) in enumerate(converted):
             if grad is None:
                 continue

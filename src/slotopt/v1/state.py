@@ -17,7 +17,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import checks
+from ..engine import checks, resume
 from ..engine import constants as K
 from ..engine.core import OptimizerCore
 from ..variables import Variable
@@ -107,8 +107,8 @@ class NamedState(OptimizerCore):
             return existing  # type: ignore[return-value]
         slot = Variable(value.to(device=var.device), name=self._unique_state_name(f"{self._var_names[pos]}/{op_name}"),
                         trainable=False)
+        self._set_slot(slot_name, pos, slot)  # first: it records the initial value (what a reset writes back)
         self._restore_pending(slot)
-        self._set_slot(slot_name, pos, slot)
         return slot
 
     def _zeros_slot(self, var: torch.Tensor, slot_name: str, op_name: str) -> Variable:
@@ -153,6 +153,7 @@ class NamedState(OptimizerCore):
             value = convert_to_tensor(initial_value, name) if not isinstance(initial_value, torch.Tensor) \
                 else initial_value.detach().to("cpu")
             var = Variable._adopt(value, name=self._unique_state_name(full), trainable=False)
+            self._remember_initial_scalar(var)
             self._restore_pending(var)
             self._non_slot_dict[name] = var
         return var
@@ -188,6 +189,8 @@ class NamedState(OptimizerCore):
             if name in existing and tuple(existing[name].shape) != tuple(value.shape):
                 raise ValueError(f"Optimizer variable {name} has shape {tuple(existing[name].shape)}; the state has "
                                  f"shape {tuple(value.shape)}.")
+        for name, value in tensors.items():  # dense real values, scalars in range (engine/resume.py)
+            resume.check_fits(f"Loaded state {name!r}", name, value, existing.get(name, value))
         for name, value in tensors.items():
             if name in existing:
                 with torch.no_grad():
