@@ -85,7 +85,7 @@ class Adafactor(Optimizer):
         dtype = params[0].dtype
         t = float(self._step_count())
         lr = self._lr_for(learning_rate, dtype)
-        rho = K.evaluate(lambda lr, t: torch.minimum(lr, 1 / torch.sqrt(t)), dtype, lr, t)
+        rho = K.evaluate(lambda lr, t: torch.minimum(lr, 1 / K.sqrt(t)), dtype, lr, t)
         beta_2 = K.evaluate(lambda t, d: 1 - torch.pow(t, d), dtype, t, K.literal(self.beta_2_decay, dtype))
         kernels.adafactor(params, grads, slots["r"], slots["c"], slots["velocity"], indices, rho=rho,
                           epsilon_1=K.literal(self.epsilon_1, dtype), epsilon_2=K.cast(self.epsilon_2, dtype),

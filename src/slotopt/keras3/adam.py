@@ -15,7 +15,7 @@ def adam_alpha(lr: float, beta_1: float, beta_2: float, t: int, dtype: torch.dty
     """``(lr * sqrt(1 - b2^t)) / (1 - b1^t)`` with ``b^t`` and every step evaluated in ``dtype``."""
     b1p = K.power(beta_1, float(t), dtype)
     b2p = K.power(beta_2, float(t), dtype)
-    return K.evaluate(lambda lr, b1p, b2p: (lr * (1 - b2p).sqrt()) / (1 - b1p), dtype, lr, b1p, b2p)
+    return K.evaluate(lambda lr, b1p, b2p: (lr * K.sqrt(1 - b2p)) / (1 - b1p), dtype, lr, b1p, b2p)
 
 
 def square_terms(param: torch.Tensor, grad: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import torch
 
 from .. import schedules as schedules_module
 from ..engine import checks
+from ..engine import constants as K
 from ..kernels import adam as kernels
 from .hyperparameters import as_scalar, epsilon_or_default, floats, literal_scalar, step_scalar
 from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
@@ -90,7 +91,7 @@ class Adam(_AdamBase):
         beta_1_power = torch.pow(beta_1, local_step)
         beta_2_power = torch.pow(beta_2, local_step)
         coefficients.update(
-            lr=coefficients["lr_t"] * (torch.sqrt(1 - beta_2_power) / (1 - beta_1_power)),
+            lr=coefficients["lr_t"] * (K.sqrt(1 - beta_2_power) / (1 - beta_1_power)),
             epsilon=literal_scalar(self.epsilon, var_dtype),
             beta_1_t=beta_1, beta_1_power=beta_1_power, one_minus_beta_1_t=1 - beta_1,
             beta_2_t=beta_2, beta_2_power=beta_2_power, one_minus_beta_2_t=1 - beta_2,
@@ -98,7 +99,7 @@ class Adam(_AdamBase):
 
     def _apply_dense_group(self, params, grads, positions, coefficients) -> None:
         c = coefficients
-        alpha = float(c["lr_t"] * torch.sqrt(1 - c["beta_2_power"]) / (1 - c["beta_1_power"]))
+        alpha = float(c["lr_t"] * K.sqrt(1 - c["beta_2_power"]) / (1 - c["beta_1_power"]))
         omb1, omb2, eps = floats(c, "one_minus_beta_1_t", "one_minus_beta_2_t", "epsilon")
         slots = self._slot_lists(("m", "v", "vhat") if self.amsgrad else ("m", "v"), positions)
         kernels.adam(params, grads, slots["m"], slots["v"], slots.get("vhat"), alpha=alpha,

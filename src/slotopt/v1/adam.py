@@ -70,7 +70,7 @@ class AdamOptimizer(BuiltinOptimizer):
     def _constants(self, dtype: torch.dtype) -> dict[str, float]:
         beta1_power, beta2_power = self._get_beta_accumulators()
         lr, b1, b2 = self._t("learning_rate", dtype), self._t("beta1", dtype), self._t("beta2", dtype)
-        alpha = K.evaluate(lambda lr, b1p, b2p: (lr * torch.sqrt(1 - b2p)) / (1 - b1p), dtype, lr,
+        alpha = K.evaluate(lambda lr, b1p, b2p: (lr * K.sqrt(1 - b2p)) / (1 - b1p), dtype, lr,
                          cast(beta1_power, dtype), cast(beta2_power, dtype))
         return {"alpha": alpha, "one_minus_beta_1": K.evaluate(lambda b: 1 - b, dtype, b1),
                 "one_minus_beta_2": K.evaluate(lambda b: 1 - b, dtype, b2), "epsilon": self._t("epsilon", dtype),
