@@ -36,7 +36,7 @@ import torch
 
 from . import protowire as pw
 from .keras import _TO_TORCH, KerasCheckpoint, _to_torch, _torch_shape
-from .tensor_bundle import BundleEntry, TensorBundle, TFCheckpointError
+from .tensor_bundle import DTYPES, TensorBundle, TFCheckpointError
 
 __all__ = ["TFCheckpoint", "TFCheckpointError", "OptimizerVariable", "load_tf_checkpoint", "latest_checkpoint"]
 
@@ -502,10 +502,6 @@ class TFCheckpoint:
 
 
 # ------------------------------------------------------------------------------------------------ readers
-def _read_value(bundle: TensorBundle, key: str) -> torch.Tensor:
-    return bundle.read(key)
-
-
 def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint:
     where = bundle.index_path
 
@@ -553,7 +549,7 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint
                 if local.startswith(flat_name + "_"):
                     owner, slot = flat[flat_name], local[len(flat_name) + 1:]
                     break
-            value = _read_value(bundle, key)
+            value = bundle.read(key)
             if node_id == opt.child("_iterations"):
                 iterations = int(value.reshape(()).item()) if value.numel() == 1 else None
             optimizer_variables.append(OptimizerVariable(full_name, key, owner, slot, value))
@@ -563,7 +559,7 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint
             if nodes[child].value_key() is not None:
                 full_name, key = variable(child)
                 optimizer_ids.add(child)
-                value = _read_value(bundle, key)
+                value = bundle.read(key)
                 if local_name == "iter":
                     iterations = int(value.reshape(()).item()) if value.numel() == 1 else None
                 optimizer_variables.append(OptimizerVariable(full_name, key, None, local_name, value))
@@ -573,7 +569,7 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint
                 variable_names.append(owner)
             full_name, key = variable(slot_node)
             optimizer_ids.add(slot_node)
-            optimizer_variables.append(OptimizerVariable(full_name, key, owner, slot_name, _read_value(bundle, key)))
+            optimizer_variables.append(OptimizerVariable(full_name, key, owner, slot_name, bundle.read(key)))
         optimizer_name = next((v.name.split("/")[0] for v in optimizer_variables if v.slot == "iter"), None)
     weights: dict[str, torch.Tensor] = {}
     keys: dict[str, str] = {}
@@ -584,7 +580,7 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint
         full_name, key = variable(i)
         if full_name in weights:
             continue
-        weights[full_name], keys[full_name] = _read_value(bundle, key), key
+        weights[full_name], keys[full_name] = bundle.read(key), key
     for name in variable_names:
         if name not in weights:
             raise TFCheckpointError(f"{where}: trainable variable {name!r} has no value in the checkpoint")
@@ -680,7 +676,7 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
         if entry.dtype == "string":
             notes.append(f"string tensor {key!r} skipped")
             continue
-        if not isinstance(entry, BundleEntry) or entry.dtype_code not in _numeric_codes():
+        if entry.dtype_code not in DTYPES:
             raise TFCheckpointError(f"{bundle.index_path}: entry {key!r} has dtype {entry.dtype}, which is not a "
                                     "variable dtype slotopt reads")
         numeric.append(key)
@@ -693,8 +689,3 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
         checkpoint = _from_tf1_names(bundle, numeric)
     checkpoint.notes = notes + checkpoint.notes
     return checkpoint
-
-
-def _numeric_codes() -> set[int]:
-    from .tensor_bundle import DTYPES
-    return set(DTYPES)
