@@ -94,6 +94,22 @@ def _block(entries: list[tuple[bytes, bytes]], restart_interval: int) -> bytes:
     return bytes(out) + b"".join(r.to_bytes(4, "little") for r in restarts) + len(restarts).to_bytes(4, "little")
 
 
+def _separator(start: bytes, limit: bytes) -> bytes:
+    n = 0
+    while n < min(len(start), len(limit)) and start[n] == limit[n]:
+        n += 1
+    if n < min(len(start), len(limit)) and start[n] < 0xFF and start[n] + 1 < limit[n]:
+        return start[:n] + bytes([start[n] + 1])
+    return start
+
+
+def _successor(key: bytes) -> bytes:
+    for i, byte in enumerate(key):
+        if byte != 0xFF:
+            return key[:i] + bytes([byte + 1])
+    return key
+
+
 def table(entries: list[tuple[bytes, bytes]], block_size: int = 4096, snappy: bool = False,
           restart_interval: int = 16) -> bytes:
     """A LevelDB-format table of ``entries`` (sorted by key here)."""
@@ -110,15 +126,22 @@ def table(entries: list[tuple[bytes, bytes]], block_size: int = 4096, snappy: bo
         out.extend(mask(crc32c(contents + bytes([kind]))).to_bytes(4, "little"))
         return varint(offset) + varint(len(contents))
 
-    index, current, size = [], [], 0
+    # As LevelDB's TableBuilder: a block is cut once its estimated size reaches ``block_size``; its index key is
+    # the shortest separator between its last key and the next block's first key (the last block: a successor).
+    index, current, size, pending = [], [], 0, None
     for key, value in entries:
+        if pending is not None:
+            index.append((_separator(pending[0], key), pending[1]))
+            pending = None
         current.append((key, value))
-        size += len(key) + len(value)
+        size = len(_block(current, restart_interval))
         if size >= block_size:
-            index.append((current[-1][0], emit(_block(current, restart_interval))))
-            current, size = [], 0
+            pending = (current[-1][0], emit(_block(current, restart_interval)))
+            current = []
     if current:
-        index.append((current[-1][0], emit(_block(current, restart_interval))))
+        pending = (current[-1][0], emit(_block(current, restart_interval)))
+    if pending is not None:
+        index.append((_successor(pending[0]), pending[1]))
     meta_handle = emit(_block([], restart_interval))
     index_handle = emit(_block(index, 1))
     footer = (meta_handle + index_handle).ljust(40, b"\x00") + MAGIC.to_bytes(8, "little")

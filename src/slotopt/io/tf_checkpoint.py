@@ -658,8 +658,8 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
         >>> ck.kind, ck.variable_names[:2], ck.iterations
         ('keras3', ['mlp/hidden/kernel', 'mlp/hidden/bias'], 5)
         >>> opt = ck.optimizer(ck.parameters(), optimizer=slotopt.Adam(0.01))
-        >>> int(opt.iterations), opt.variables[2].path
-        (5, 'adam/mlp_hidden_kernel_momentum')
+        >>> int(opt.iterations), opt.variables[2].path.split("/")[1]
+        (5, 'mlp_hidden_kernel_momentum')
     """
     prefix = _resolve(prefix_or_directory)
     bundle = TensorBundle(prefix)
