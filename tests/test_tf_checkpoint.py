@@ -14,6 +14,7 @@ import copy
 import json
 import os
 import random
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -515,3 +516,16 @@ def test_inspect_reports_bad_and_missing_files(tmp_path, capsys):
     assert "magic number" in capsys.readouterr().err
     assert cli.main(["inspect", str(tmp_path / "nothing")]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------- the documentation
+def test_every_code_block_of_the_guide_runs_on_its_own(capsys, monkeypatch):
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the guide's paths are relative to the repository
+    text = (root / "docs" / "tf_checkpoints.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 3
+    for block in blocks:
+        exec(compile(block, "docs/tf_checkpoints.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "10 0.0" in out and "10 ['beta1_power', 'beta2_power', 'layer1/b/Adam', 'layer1/b/Adam_1']" in out
