@@ -409,9 +409,10 @@ def test_tf1_checkpoint_with_two_optimizers_needs_the_one_to_continue(tmp_path):
 
 
 def test_a_checkpoint_of_variables_only_has_no_optimizer(tmp_path):
-    writer.write_bundle(str(tmp_path / "v"), {"a": torch.ones(2), "b": torch.zeros(3, dtype=torch.int32)})
+    writer.write_bundle(str(tmp_path / "v"), {"a": torch.ones(2), "b": torch.zeros(3, dtype=torch.int32),
+                                              "a/w": torch.ones(3, 2)})  # named like a slot, shaped otherwise
     ck = slotopt.load_tf_checkpoint(tmp_path / "v")
-    assert ck.kind == "none" and set(ck.weights) == {"a", "b"} and ck.variable_names == []
+    assert ck.kind == "none" and set(ck.weights) == {"a", "b", "a/w"} and ck.variable_names == []
     with pytest.raises(ValueError, match="no optimizer state"):
         ck.optimizer([], optimizer=slotopt.v1.AdamOptimizer())
 

@@ -602,7 +602,11 @@ def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
     slot_of: dict[str, tuple[str, str]] = {}
     for key in numeric:
         owner, _, op = key.rpartition("/")
-        if owner in names and _SLOT_OP.match(op) and key not in order:
+        # TF1's built-in slots have their variable's shape and dtype: that keeps a variable named like a child
+        # of another (``layer`` and ``layer/w``) from being taken for a slot.
+        if owner in names and _SLOT_OP.match(op) and key not in order and (
+                bundle.entries[key].shape, bundle.entries[key].dtype) == (
+                bundle.entries[owner].shape, bundle.entries[owner].dtype):
             slot_of[key] = (owner, op)
     non_slot = [k for k in numeric if k.rpartition("/")[2] in _V1_NON_SLOT and k not in order]
     ops = sorted({_op_base(op) for _, op in slot_of.values()})  # type: ignore[type-var]
