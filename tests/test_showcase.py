@@ -17,8 +17,7 @@ def runs():
     return {r.optimizer: r for r in showcase.replay_long_cases()}
 
 
-@pytest.mark.parametrize("name", ["RMSprop", "Nadam", "Adagrad", pytest.param("Adam", marks=pytest.mark.xfail(
-    strict=True, reason="Adam's step size needs a correctly rounded sqrt (issue 20, being merged)"))])
+@pytest.mark.parametrize("name", ["RMSprop", "Nadam", "Adagrad", "Adam"])
 def test_slotopt_replays_keras_bit_for_bit(runs, name):
     run_ = runs[name]
     assert run_.steps == 1000
