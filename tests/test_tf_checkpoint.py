@@ -233,6 +233,19 @@ def test_the_test_writer_lays_out_an_index_byte_for_byte_as_tensorflow(prefix):
     assert writer.table(entries) == real
 
 
+def test_the_error_is_the_readers_one_documented_type(tmp_path):
+    import pickle
+
+    writer.write_bundle(str(tmp_path / "e"), {"w": torch.ones(2)})
+    (tmp_path / "e.data-00000-of-00001").write_bytes(b"\x00" * 8)
+    with pytest.raises(slotopt.io.CheckpointFormatError) as caught:
+        slotopt.load_tf_checkpoint(tmp_path / "e")
+    err = caught.value
+    assert isinstance(err, TFCheckpointError) and isinstance(err, ValueError)
+    assert err.path == str(tmp_path / "e.data-00000-of-00001") and "'w'" in str(err)
+    assert str(pickle.loads(pickle.dumps(err))) == str(err)
+
+
 def test_crc32c_and_its_mask():
     data = bytes(range(256)) * 700 + b"tail"
     assert crc32c(b"123456789") == crc32c_python(b"123456789") == 0xE3069283

@@ -26,13 +26,14 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
 
 from . import protowire as pw
 from .crc32c import crc32c, unmask
+from .errors import CheckpointFormatError
 
 __all__ = ["TFCheckpointError", "BundleEntry", "TensorBundle", "DTYPES", "shard_path"]
 
@@ -67,9 +68,19 @@ _OTHER_DTYPES = {0: "invalid", 7: "string", 11: "qint8", 12: "quint8", 13: "qint
                  20: "resource", 21: "variant"}
 
 
-class TFCheckpointError(ValueError):
-    """A TensorFlow checkpoint is malformed, truncated, corrupt or of a kind slotopt cannot read. The message names
-    the file and, where there is one, the entry."""
+class TFCheckpointError(CheckpointFormatError):
+    """A TensorFlow checkpoint is malformed, truncated, corrupt or of a kind slotopt cannot read: the readers' one
+    error type (:class:`~slotopt.io.errors.CheckpointFormatError`, a ``ValueError``) for TensorFlow files. The
+    message starts with the file at fault and names the entry where there is one; ``path`` is that file."""
+
+    def __init__(self, message: str, path: Optional[str] = None, entry: Optional[str] = None) -> None:
+        ValueError.__init__(self, message)
+        self.path = path if path is not None else message.split(": ", 1)[0]
+        self.entry = entry
+        self.reason = message
+
+    def __reduce__(self):  # pickles with its arguments
+        return (type(self), (self.reason, self.path, self.entry))
 
 
 @dataclass(frozen=True)

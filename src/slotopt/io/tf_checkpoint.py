@@ -35,7 +35,8 @@ from typing import Any, Optional, Union
 import torch
 
 from . import protowire as pw
-from .keras import _TO_TORCH, KerasCheckpoint, _to_torch, _torch_shape
+from .keras import KerasCheckpoint
+from .keras_layers import to_torch, torch_shape
 from .tensor_bundle import DTYPES, TensorBundle, TFCheckpointError
 
 __all__ = ["TFCheckpoint", "TFCheckpointError", "OptimizerVariable", "load_tf_checkpoint", "latest_checkpoint"]
@@ -406,7 +407,7 @@ class TFCheckpoint:
 
         def converted(owner: Optional[str], value: torch.Tensor) -> torch.Tensor:
             if layout and owner is not None and tuple(value.shape) == tuple(self.weights[owner].shape):
-                return _to_torch(value, self.layouts.get(owner, "as_is"))
+                return to_torch(value, self.layouts.get(owner, "as_is"))
             return value.clone()
         if self.kind in ("keras3", "legacy"):
             opt.set_weights([converted(owner, value) for _, owner, value in plan])
@@ -471,9 +472,10 @@ class TFCheckpoint:
                 raise ValueError(f"Argument `mapping` maps {name!r} to {pname!r}, which is not a parameter of the "
                                  f"module. Parameters: {list(named)}.")
             kind = self.layouts.get(name, "as_is")
-            if kind not in _TO_TORCH:
-                raise ValueError(f"`layouts[{name!r}]` is {kind!r}; known layouts: {sorted(_TO_TORCH)}.")
-            shape = _torch_shape(self.weights[name].shape, kind)
+            shape = torch_shape(tuple(self.weights[name].shape), kind)
+            if shape is None:
+                raise ValueError(f"`layouts[{name!r}]` is {kind!r}, which has no torch layout for a tensor of shape "
+                                 f"{tuple(self.weights[name].shape)}.")
             param = named[pname]
             if tuple(param.shape) != shape or param.dtype != self.weights[name].dtype:
                 raise ValueError(
@@ -487,13 +489,13 @@ class TFCheckpoint:
         probe = self._probe(opt)
         for name, owner, value in probe[2]:
             if owner is not None and tuple(value.shape) != tuple(self.weights[owner].shape) \
-                    and _TO_TORCH[self.layouts.get(owner, "as_is")] is not None:
+                    and self.layouts.get(owner, "as_is") != "as_is":
                 raise ValueError(
                     f"Optimizer variable {name!r} of {owner!r} has shape {tuple(value.shape)}, not the variable's: it "
                     "cannot be converted to torch's layout. Use `optimizer(params)` with checkpoint-layout tensors.")
         with torch.no_grad():
             for name, param in targets.items():
-                param.copy_(_to_torch(self.weights[name], self.layouts.get(name, "as_is")))
+                param.copy_(to_torch(self.weights[name], self.layouts.get(name, "as_is")))
         ordered = [targets[n] for n in self.variable_names]
         opt.build([(mapping[n], targets[n]) for n in self.variable_names] if self.kind != "v1"
                   else list(zip(self.variable_names, ordered)))
