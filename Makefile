@@ -56,7 +56,7 @@ $(DEMO_STAMP): $(SOURCES) | $(PY)
 $(TEST_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
 	@$(PY) -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64"
-	$(PIP) install --no-build-isolation -e '.[demo,digits,test,keras,integrations,triton,docs]'
+	$(PIP) install --no-build-isolation -e '.[demo,digits,test,keras,tf,integrations,triton,docs]'
 	@touch $(TEST_STAMP) $(DEMO_STAMP) $(DOCS_STAMP)
 
 $(DOCS_STAMP): $(SOURCES) | $(PY)

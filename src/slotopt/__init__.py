@@ -9,6 +9,8 @@ is the command line.
 
 from . import distributed, io, keras3, legacy, schedules, tfrs, v1
 from .io.keras import KerasCheckpoint, load_keras_checkpoint
+from .io.tensor_bundle import TFCheckpointError
+from .io.tf_checkpoint import TFCheckpoint, load_tf_checkpoint
 from .keras3 import (
     SGD,
     Adadelta,
@@ -37,4 +39,4 @@ from .variables import IndexedSlices, Variable
 
 __version__ = "0.1.0"
 
-__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "Muon", "ScheduleFreeAdamW", "MultiOptimizer", "OptimizerMap", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "keras3", "legacy", "v1", "tfrs", "io", "distributed", "load_keras_checkpoint", "KerasCheckpoint"]
+__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "Muon", "ScheduleFreeAdamW", "MultiOptimizer", "OptimizerMap", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "keras3", "legacy", "v1", "tfrs", "io", "distributed", "load_keras_checkpoint", "KerasCheckpoint", "load_tf_checkpoint", "TFCheckpoint", "TFCheckpointError"]

@@ -1,4 +1,5 @@
-"""The ``slotopt`` command: ``slotopt demo``, ``slotopt parity`` and ``slotopt bench``.
+"""The ``slotopt`` command: ``slotopt demo``, ``slotopt parity``, ``slotopt bench``, ``slotopt info`` and
+``slotopt inspect``.
 
 Exit codes: 0 success; 1 a parity case failed or raised (or a demo/benchmark run raised); 2 a usage error
 (bad arguments, unknown optimizer, unavailable device, missing optional dependency).
@@ -111,7 +112,33 @@ def build_parser() -> argparse.ArgumentParser:
                     "ops), with the reason. SLOTOPT_KERNELS=auto|native|foreach selects the path. Exits with 1 "
                     "when SLOTOPT_KERNELS=native but the compiled kernels cannot be loaded.",
     )
+    inspect = commands.add_parser(
+        "inspect",
+        help="list a checkpoint's variables, optimizer, slots and iteration count (.keras, .h5, TF checkpoints)",
+        description="Reads a training checkpoint as data (no TensorFlow) and lists its variables (name, shape, "
+                    "dtype), its optimizer (generation, and class when the file names it), the slots of every "
+                    "variable, the optimizer's own variables and the iteration count. Exits with 1 when the file "
+                    "is not a readable checkpoint.",
+        epilog="Example: slotopt inspect runs/ckpts  (a directory with a `checkpoint` state file)",
+    )
+    inspect.add_argument("path", metavar="PATH",
+                         help="a .keras or .h5 file, a TensorFlow checkpoint prefix or .index file, or a directory "
+                              "holding a `checkpoint` state file")
     return parser
+
+
+# ------------------------------------------------------------------------------------------- inspect
+def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
+    from .inspect import inspect_checkpoint
+
+    try:
+        inspect_checkpoint(args.path, out)
+    except FileNotFoundError as err:
+        raise UsageError(str(err).strip('"')) from err
+    except (ValueError, OSError, ImportError) as err:
+        print(f"slotopt inspect: {args.path}: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------------------------------- info
@@ -254,7 +281,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    handler = {"demo": _cmd_demo, "parity": _cmd_parity, "bench": _cmd_bench, "info": _cmd_info}[args.command]
+    handler = {"demo": _cmd_demo, "parity": _cmd_parity, "bench": _cmd_bench, "info": _cmd_info,
+               "inspect": _cmd_inspect}[args.command]
     try:
         code = handler(args, sys.stdout)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit

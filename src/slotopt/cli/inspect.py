@@ -1,0 +1,111 @@
+"""``slotopt inspect PATH``: what a training checkpoint holds, read as data: its variables (name, shape, dtype),
+its optimizer (generation and class when the file says), the slots of every variable and the iteration count.
+PATH is a Keras 3 ``.keras`` file, a tf.keras ``.h5`` file, or a TensorFlow checkpoint (prefix, ``.index`` file,
+or a directory with a ``checkpoint`` state file)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Optional, TextIO
+
+import torch
+
+__all__ = ["inspect_checkpoint"]
+
+_GENERATIONS = {"keras3": "Keras 3", "legacy": "tf.keras legacy (OptimizerV2)", "v1": "TF1 train.Optimizer",
+                "none": "none"}
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _scalar(value: torch.Tensor) -> str:
+    return f" = {value.reshape(()).item()!r}" if value.numel() == 1 else ""
+
+
+def _print_table(rows: list[tuple[str, ...]], out: TextIO, indent: str = "  ") -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))] if rows else []
+    for row in rows:
+        print(indent + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
+
+
+def _inspect_tf(path: str, out: TextIO) -> None:
+    from ..io.tf_checkpoint import load_tf_checkpoint
+
+    ck = load_tf_checkpoint(path)
+    print(f"TensorFlow checkpoint {ck.path}", file=out)
+    named = ck.optimizer_class.__module__.rsplit(".", 1)[0] + "." + ck.optimizer_class.__name__ \
+        if ck.optimizer_class else "not stored (pass it: optimizer(params, optimizer=...))"
+    print(f"optimizer: {_GENERATIONS[ck.kind]}" + (f", name {ck.optimizer_name!r}" if ck.optimizer_name else "")
+          + (f"; class: {named}" if ck.kind != "none" else ""), file=out)
+    if ck.optimizer_config:
+        print(f"hyperparameters (.meta graph): {ck.optimizer_config}", file=out)
+    print(f"iterations: {ck.iterations if ck.iterations is not None else 'unknown'}", file=out)
+    trainable = set(ck.variable_names)
+    order = ck.variable_names + [n for n in ck.weights if n not in trainable]
+    print(f"variables ({len(order)}):", file=out)
+    _print_table([(n, _shape(ck.weights[n].shape), _dtype(ck.weights[n].dtype),
+                   "optimized" if n in trainable else "not optimized") for n in order], out)
+    slots = ck.slots
+    if slots:
+        print("slots:", file=out)
+        _print_table([(n, ", ".join(f"{s} {_shape(v.shape)} {_dtype(v.dtype)}" for s, v in slots[n].items()))
+                      for n in order if n in slots], out)
+    own = [v for v in ck.optimizer_variables if v.owner is None]
+    if own:
+        print("optimizer variables:", file=out)
+        _print_table([(v.name, _shape(v.value.shape), _dtype(v.value.dtype) + _scalar(v.value)) for v in own], out)
+    for note in ck.notes:
+        print(f"note: {note}", file=out)
+
+
+def _inspect_keras(path: str, out: TextIO) -> None:
+    from ..io.keras import load_keras_checkpoint
+
+    ck = load_keras_checkpoint(path)
+    kind = "Keras 3 .keras file" if ck.kind == "keras3" else "tf.keras .h5 file"
+    print(f"{kind} {ck.path}" + (f" (Keras {ck.keras_version})" if ck.keras_version else ""), file=out)
+    cls = ck.optimizer_class
+    print(f"optimizer: {_GENERATIONS[ck.kind]}; class: {cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}", file=out)
+    opt = ck.optimizer(ck.parameters())
+    print(f"iterations: {int(opt.iterations)}", file=out)
+    trainable = set(ck.variable_names)
+    order = ck.variable_names + [n for n in ck.weights if n not in trainable]
+    print(f"variables ({len(order)}):", file=out)
+    _print_table([(n, _shape(ck.weights[n].shape), _dtype(ck.weights[n].dtype),
+                   "optimized" if n in trainable else "not optimized") for n in order], out)
+    variables = list(opt.variables if ck.kind == "keras3" else opt.weights)
+    owners: list[Optional[int]] = list(getattr(ck, "_owners", [])) or [None] * len(variables)
+    slots: dict[str, list[str]] = {}
+    own = []
+    for var, owner in zip(variables, owners):
+        label = f"{str(getattr(var, 'path', ''))} {_shape(var.shape)} {_dtype(var.dtype)}"
+        if owner is None:
+            own.append((str(getattr(var, "path", "")), _shape(var.shape), _dtype(var.dtype) + _scalar(var.detach())))
+        else:
+            slots.setdefault(ck.variable_names[owner], []).append(label)
+    if slots:
+        print("slots:", file=out)
+        _print_table([(n, ", ".join(slots[n])) for n in ck.variable_names if n in slots], out)
+    if own:
+        print("optimizer variables:", file=out)
+        _print_table(own, out)
+
+
+def inspect_checkpoint(path: str, out: TextIO) -> None:
+    """Prints what the checkpoint at ``path`` holds. Raises ``FileNotFoundError`` for a missing path and
+    ``ValueError`` for a file that is not a readable checkpoint."""
+    if os.path.isdir(path) or os.path.isfile(path + ".index") or path.endswith(".index"):
+        _inspect_tf(path, out)
+    elif os.path.isfile(path):
+        _inspect_keras(path, out)
+    else:
+        raise FileNotFoundError(f"no checkpoint at {path!r} (a .keras or .h5 file, a TensorFlow checkpoint prefix "
+                                "or a directory with a `checkpoint` state file)")
+
