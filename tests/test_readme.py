@@ -31,4 +31,4 @@ def test_readme_example_runs(code):
 
 
 def test_readme_has_examples():
-    assert len(BLOCKS) >= 10
+    assert len(BLOCKS) >= 3  # the rest of the examples are on the documentation pages (tests/test_docs.py)

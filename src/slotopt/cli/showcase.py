@@ -6,11 +6,12 @@
    ``torch.optim`` look-alike given the same hyperparameters. slotopt stays on Keras's trajectory (same bits,
    step after step); the look-alike drifts away from it, because the formulas differ (epsilon placement, bias
    correction, momentum form).
-2. **A Keras run continued in PyTorch.** A Keras 3 model trained for 5 steps and saved with ``model.save``
-   (``data/demo_keras3_adam.keras``) is loaded by ``slotopt.load_keras_checkpoint`` with its Adam state and
-   trained 5 more steps on the batches Keras used; the losses and weights are compared with what Keras itself
-   computed after restoring the same file. ``torch.optim.Adam`` given the same weights (its optimizer state cannot
-   come along) is shown beside it.
+2. **A Keras run continued in PyTorch.** A Keras 3 Conv2D + BatchNormalization network trained with Adam for 5
+   steps and saved with ``model.save`` (``data/demo_keras3_convnet.keras``, from the project's migration
+   references) is loaded by ``slotopt.load_keras_checkpoint`` with its Adam state and given the gradients Keras
+   recorded for the next 5 steps; the weights are compared with what Keras itself computed after restoring the
+   same file. ``torch.optim.Adam`` given the same weights and gradients (its optimizer state cannot come along) is
+   shown beside it.
 
 It prints a table per part and writes a PNG (``--out``). matplotlib draws the picture and h5py reads the Keras
 file (``pip install 'slotopt[demo]'``); tqdm shows progress bars when it is installed.
@@ -140,15 +141,14 @@ def replay_long_cases(progress: Optional[Callable[[str], None]] = None) -> list[
 # ------------------------------------------------------------------------------------------- part 2
 @dataclass
 class Continuation:
-    """Part 2: the losses of a Keras run before and after its save, and of its continuations in PyTorch."""
+    """Part 2: a Keras run continued in PyTorch, against what Keras computed after restoring the same file."""
 
-    keras_before: list[float]
-    keras_after: list[float]
-    slotopt_after: list[float]
-    torch_after: list[float]
+    model: str
+    iterations_loaded: int
+    keras_losses: list[float]  # the loss Keras computed before each continued step
     slotopt_distance: list[float]  # after each continued step: max |w - w_keras| / max |w_keras|, whole model
     torch_distance: list[float]
-    iterations_loaded: int
+    slotopt_identical_steps: int = 0
 
     @property
     def slotopt_weight_error(self) -> float:
@@ -159,47 +159,40 @@ class Continuation:
         return max(self.torch_distance)
 
 
-def _mlp_loss(weights: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The saved model's forward pass and loss (Keras layout: kernels are (inputs, outputs))."""
-    hidden_kernel, hidden_bias, out_kernel, out_bias = weights
-    prediction = torch.tanh(x @ hidden_kernel + hidden_bias) @ out_kernel + out_bias
-    return ((prediction - y) ** 2).mean()
-
-
 def continue_keras_run() -> Continuation:
-    """Loads the bundled ``.keras`` file and continues it with slotopt, and with torch.optim.Adam for contrast."""
+    """Loads the bundled ``.keras`` file (a Conv2D + BatchNormalization network that Keras 3 trained with Adam for
+    5 steps and saved with ``model.save``), and applies the gradients Keras recorded for the next 5 steps: with
+    slotopt's Adam restored from the file, and with ``torch.optim.Adam`` on the same weights (its state cannot
+    come along). Both are compared with the weights Keras computed after restoring the same file."""
     import slotopt
 
     data_dir = resources.files("slotopt").joinpath("data")
-    record = json.loads(data_dir.joinpath("demo_keras3_adam.json").read_text())
-    with resources.as_file(data_dir.joinpath("demo_keras3_adam.keras")) as path:
+    record = json.loads(data_dir.joinpath("demo_keras3_convnet.json").read_text())
+    with resources.as_file(data_dir.joinpath("demo_keras3_convnet.keras")) as path:
         checkpoint = slotopt.load_keras_checkpoint(str(path))
-    batches = [(torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32))
-               for x, y in record["batches"]]
-    expected = [[np.asarray(w, dtype=np.float32) for w in step] for step in record["weights_after_each_step"]]
-
     params = checkpoint.parameters()
     optimizer = checkpoint.optimizer(params)
     iterations = int(optimizer.iterations)
+    config = record["optimizer"]["config"]["config"]
     look_alike_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    look_alike = torch.optim.Adam(look_alike_params, lr=float(record["kwargs"]["learning_rate"]), eps=1e-7)
+    look_alike = torch.optim.Adam(look_alike_params, lr=config["learning_rate"], betas=(config["beta_1"],
+                                  config["beta_2"]), eps=config["epsilon"])
 
-    def train(weights: list[torch.Tensor], opt: Any) -> tuple[list[float], list[float]]:
-        losses, distances = [], []
-        for step, (x, y) in enumerate(batches[5:]):
-            opt.zero_grad()
-            loss = _mlp_loss(weights, x, y)
-            loss.backward()
-            opt.step()
-            losses.append(float(loss.detach()))
-            flat = np.concatenate([w.detach().numpy().ravel() for w in weights])
-            distances.append(_relative(flat, np.concatenate([e.ravel() for e in expected[step]])))
-        return losses, distances
-
-    slotopt_losses, slotopt_error = train(params, optimizer)
-    torch_losses, torch_error = train(look_alike_params, look_alike)
-    return Continuation(record["losses_before_save"], record["losses_after_restore"], slotopt_losses, torch_losses,
-                        slotopt_error, torch_error, iterations)
+    result = Continuation(record["model"], iterations, [s["loss"] for s in record["steps"]], [], [])
+    for step in record["steps"]:
+        grads = [torch.tensor(np.asarray(g["dense"], dtype=np.float32)) for g in step["grads"]]
+        optimizer.apply_gradients(zip(grads, params))
+        for weight, grad in zip(look_alike_params, grads):
+            weight.grad = grad.clone()
+        look_alike.step()
+        expected = [np.asarray(w, dtype=np.float32) for w in step["weights_after"]]
+        flat_expected = np.concatenate([e.ravel() for e in expected])
+        mine = [p.detach().numpy() for p in params]
+        result.slotopt_distance.append(_relative(np.concatenate([m.ravel() for m in mine]), flat_expected))
+        result.torch_distance.append(_relative(
+            np.concatenate([p.detach().numpy().ravel() for p in look_alike_params]), flat_expected))
+        result.slotopt_identical_steps += all(m.tobytes() == x.tobytes() for m, x in zip(mine, expected))
+    return result
 
 
 # ------------------------------------------------------------------------------------------- output
@@ -220,12 +213,14 @@ def format_long_table(runs: Sequence[LongRun]) -> str:
 
 
 def format_continuation_table(result: Continuation) -> str:
-    lines = [f"A Keras 3 run (Adam, saved after {result.iterations_loaded} steps) continued in PyTorch: loss per step",
-             f"{'step':>4} {'Keras':>10} {'slotopt':>10} {'torch.optim.Adam (state lost)':>30}"]
-    for i, (k, s, t) in enumerate(zip(result.keras_after, result.slotopt_after, result.torch_after)):
-        lines.append(f"{i + 6:>4} {k:>10.6f} {s:>10.6f} {t:>30.6f}")
-    lines.append(f"weights after 5 steps, relative distance from Keras's: slotopt {_format_ratio(result.slotopt_weight_error)}, "
-                 f"torch.optim.Adam {result.torch_weight_error:.1e}")
+    lines = [f"A Keras 3 run continued in PyTorch: {result.model}",
+             f"saved by model.save after {result.iterations_loaded} Adam steps; the next 5 steps take the gradients "
+             "Keras recorded. Relative distance from the weights Keras computed:",
+             f"{'step':>4} {'slotopt (state from the file)':>30} {'torch.optim.Adam (state lost)':>30}"]
+    for i, (s, t) in enumerate(zip(result.slotopt_distance, result.torch_distance)):
+        lines.append(f"{result.iterations_loaded + i + 1:>4} {_format_ratio(s):>30} {t:>30.1e}")
+    lines.append(f"slotopt: Keras's bits after {result.slotopt_identical_steps} of {len(result.slotopt_distance)} "
+                 "steps")
     return "\n".join(lines)
 
 
@@ -256,7 +251,7 @@ def plot(runs: Sequence[LongRun], result: Continuation, path: str) -> None:
     left.legend(loc="upper right", fontsize=8.5, title="nearest torch.optim, same hyperparameters", title_fontsize=8.5)
     left.grid(True, which="major", alpha=0.3)
 
-    after = np.arange(len(result.keras_before) + 1, len(result.keras_before) + len(result.keras_after) + 1)
+    after = np.arange(result.iterations_loaded + 1, result.iterations_loaded + len(result.slotopt_distance) + 1)
     right.plot(after, np.maximum(result.torch_distance, floor), "^-", color=colors[1], ms=7, lw=1.8,
                label="torch.optim.Adam: same weights, optimizer state lost")
     right.plot(after, np.maximum(result.slotopt_distance, floor), "o-", color=colors[0], ms=7, lw=2.2,
@@ -266,9 +261,9 @@ def plot(runs: Sequence[LongRun], result: Continuation, path: str) -> None:
     right.set_yscale("log")
     right.set_ylim(floor / 3, 1.0)
     right.set_xticks(after)
-    right.set_xlabel(f"training step after the restore (Keras saved after step {result.iterations_loaded})")
+    right.set_xlabel(f"training step (Keras saved after step {result.iterations_loaded}; recorded gradients)")
     right.set_ylabel("distance from the weights Keras computed\nmax |w − w_keras| / max |w_keras|")
-    right.set_title("A Keras run (model.save → .keras) continued in PyTorch")
+    right.set_title("A Keras Conv2D + BatchNorm run continued in PyTorch\nfrom its .keras file (model.save)")
     right.legend(loc="center right", fontsize=8.5)
     right.grid(True, which="major", alpha=0.3)
     figure.suptitle("slotopt trains exactly like Keras; torch.optim's look-alikes do not", fontsize=14, weight="bold")
