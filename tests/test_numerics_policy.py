@@ -37,9 +37,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "FSDP2 shards: a shard's sum over a split axis, then summed over the processes",
     ("io/keras.py", "KerasCheckpoint.regularization_loss", "sum"):
         "a term of the model's loss, differentiated by autograd (the forward pass is torch's anyway)",
-    ("cli/showcase.py", "_mlp_loss", "tanh"): "the demo model's forward pass: a model's own computation",
-    ("cli/showcase.py", "_mlp_loss", "**"): "the demo model's loss: a model's own computation",
-    ("cli/showcase.py", "_mlp_loss", "mean"): "the demo model's loss: a model's own computation",
     ("cli/demo.py", "train_digits", "mean"): "the demo's accuracy, not an optimizer value",
     ("cli/demo.py", "train_recommender", "mean"): "the demo's accuracy, not an optimizer value",
     ("cli/demo.py", "TwoTower.forward", "sum"): "the demo model's forward pass",

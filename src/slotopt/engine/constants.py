@@ -36,8 +36,11 @@ _HALF = (torch.float16, torch.bfloat16)
 
 def scalar_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a hyperparameter or step counter is rounded to for variables of ``dtype``: ``dtype`` itself,
-    except float32 for bfloat16 (where the usual betas round to 1)."""
-    return torch.float32 if dtype == torch.bfloat16 else dtype
+    except float32 for bfloat16 (where the usual betas round to 1), and the real dtype of the same precision for a
+    complex one (the scalars are real: TensorFlow's complex ``pow`` of a real base has a zero imaginary part)."""
+    if dtype == torch.bfloat16 or dtype == torch.complex64:
+        return torch.float32
+    return torch.float64 if dtype == torch.complex128 else dtype
 
 
 def literal(x: float, dtype: torch.dtype) -> float:
