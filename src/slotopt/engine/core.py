@@ -312,9 +312,10 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         pos = self._position(var)
         return self._var_names[pos] if pos is not None else variable_name(var, "variable")
 
-    def _param_state(self, param: torch.Tensor) -> dict[str, Any]:
-        """torch's ``state[param]``: the variable's slots under their names, then the shared scalars. A sharded
-        parameter's slots are shown as DTensors sharded like it (what ``torch.distributed.checkpoint`` saves)."""
+    def _param_state(self, param: torch.Tensor, shared: Optional[dict[str, torch.Tensor]] = None) -> dict[str, Any]:
+        """torch's ``state[param]``: the variable's slots under their names, then the shared scalars (``shared``:
+        ``_shared_state()`` computed once by a caller that asks for every parameter). A sharded parameter's slots
+        are shown as DTensors sharded like it (what ``torch.distributed.checkpoint`` saves)."""
         pos = self._position(param)
         if pos is None:
             return {}
@@ -327,8 +328,14 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 axes = self._slot_axes(name, slot, param)
                 shown[name] = slot if axes == () else layout.wrap(slot, axes)
             entry = shown
-        entry.update(self._shared_state())
+        entry.update(self._shared_state() if shared is None else shared)
         return entry
+
+    def _param_states(self, params: list[torch.Tensor]) -> list[dict[str, Any]]:
+        if type(self)._param_state is not OptimizerCore._param_state:  # a wrapper shows its inner optimizer's
+            return [self._param_state(p) for p in params]
+        shared = self._shared_state()  # the same for every parameter: computed once, not once per parameter
+        return [self._param_state(p, shared) for p in params]
 
     def _shared_state(self) -> dict[str, torch.Tensor]:
         """Optimizer-wide state shown in every parameter's ``state``: ``step`` (the iteration counter), then every

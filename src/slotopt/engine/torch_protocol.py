@@ -428,13 +428,13 @@ class TorchProtocol(torch.optim.Optimizer):
     def state(self) -> defaultdict[torch.Tensor, dict[str, Any]]:  # type: ignore[override]
         """``{parameter: {slot name: tensor, ..., "step": iterations}}``: live tensors, as in torch. Writes,
         deletes and replacing the whole table reach the optimizer (``engine/resume.py`` says how)."""
-        entries = []
-        for group in self.param_groups:
-            for p in group["params"]:
-                entry = self._param_state(p)
-                if entry:
-                    entries.append((p, entry))
+        params = [p for group in self.param_groups for p in group["params"]]
+        entries = [(p, entry) for p, entry in zip(params, self._param_states(params)) if entry]
         return resume.StateTable(self, entries)
+
+    def _param_states(self, params: list[torch.Tensor]) -> list[dict[str, Any]]:
+        """``state[p]`` for each of ``params`` (an optimizer whose entries share tensors computes those once)."""
+        return [self._param_state(p) for p in params]
 
     @state.setter
     def state(self, value: Any) -> None:
@@ -536,8 +536,7 @@ class TorchProtocol(torch.optim.Optimizer):
         assignments: list[tuple[torch.Tensor, Any]] = []
         shared: dict[str, tuple[torch.Tensor, Any]] = {}
         saved_state = state_dict["state"]
-        for key, p in params.items():
-            expected = self._param_state(p)
+        for key, expected in zip(params, self._param_states(list(params.values()))):
             entry = saved_state.get(key)
             if entry is None:
                 if expected:
