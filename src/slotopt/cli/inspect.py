@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Optional, TextIO
+from typing import Any, Optional, TextIO
 
 import torch
 
@@ -47,11 +47,7 @@ def _inspect_tf(path: str, out: TextIO) -> None:
     if ck.optimizer_config:
         print(f"hyperparameters (.meta graph): {ck.optimizer_config}", file=out)
     print(f"iterations: {ck.iterations if ck.iterations is not None else 'unknown'}", file=out)
-    trainable = set(ck.variable_names)
-    order = ck.variable_names + [n for n in ck.weights if n not in trainable]
-    print(f"variables ({len(order)}):", file=out)
-    _print_table([(n, _shape(ck.weights[n].shape), _dtype(ck.weights[n].dtype),
-                   "optimized" if n in trainable else "not optimized") for n in order], out)
+    order = _print_variables(ck, out)
     slots = ck.slots
     if slots:
         print("slots:", file=out)
@@ -65,6 +61,17 @@ def _inspect_tf(path: str, out: TextIO) -> None:
         print(f"note: {note}", file=out)
 
 
+def _print_variables(ck: Any, out: TextIO) -> list[str]:
+    """The table of a checkpoint's variables (the optimized ones first, in the model's order); returns that
+    order."""
+    trainable = set(ck.variable_names)
+    order = ck.variable_names + [n for n in ck.weights if n not in trainable]
+    print(f"variables ({len(order)}):", file=out)
+    _print_table([(n, _shape(ck.weights[n].shape), _dtype(ck.weights[n].dtype),
+                   "optimized" if n in trainable else "not optimized") for n in order], out)
+    return order
+
+
 def _inspect_keras(path: str, out: TextIO) -> None:
     from ..io.keras import load_keras_checkpoint
 
@@ -75,11 +82,7 @@ def _inspect_keras(path: str, out: TextIO) -> None:
     print(f"optimizer: {_GENERATIONS[ck.kind]}; class: {cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}", file=out)
     opt = ck.optimizer(ck.parameters())
     print(f"iterations: {int(opt.iterations)}", file=out)
-    trainable = set(ck.variable_names)
-    order = ck.variable_names + [n for n in ck.weights if n not in trainable]
-    print(f"variables ({len(order)}):", file=out)
-    _print_table([(n, _shape(ck.weights[n].shape), _dtype(ck.weights[n].dtype),
-                   "optimized" if n in trainable else "not optimized") for n in order], out)
+    _print_variables(ck, out)
     variables = list(opt.variables if ck.kind == "keras3" else opt.weights)
     owners: list[Optional[int]] = list(getattr(ck, "_owners", [])) or [None] * len(variables)
     slots: dict[str, list[str]] = {}
