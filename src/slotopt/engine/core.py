@@ -332,8 +332,6 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return entry
 
     def _param_states(self, params: list[torch.Tensor]) -> list[dict[str, Any]]:
-        if type(self)._param_state is not OptimizerCore._param_state:  # a wrapper shows its inner optimizer's
-            return [self._param_state(p) for p in params]
         shared = self._shared_state()  # the same for every parameter: computed once, not once per parameter
         return [self._param_state(p, shared) for p in params]
 

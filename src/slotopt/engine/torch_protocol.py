@@ -925,6 +925,10 @@ class WrapsInnerOptimizer:
         entry = self._protocol_inner._param_state(param)
         return {**entry, **self._wrapper_state()} if entry else entry
 
+    def _param_states(self, params: list[torch.Tensor]) -> list[dict[str, Any]]:
+        wrapper = self._wrapper_state()
+        return [{**entry, **wrapper} if entry else entry for entry in self._protocol_inner._param_states(params)]
+
     def _has_learning_rate(self) -> bool:
         return self._protocol_inner._has_learning_rate()
 
@@ -1072,6 +1076,15 @@ class ComposesOptimizers:
             if entry:
                 return {**entry, **self._own_state()}
         return {}
+
+    def _param_states(self, params: list[torch.Tensor]) -> list[dict[str, Any]]:
+        own = self._own_state()
+        found: list[dict[str, Any]] = [{} for _ in params]
+        for optimizer in self._torch_optimizers():  # each shows its own parameters' state, the first one wins
+            for i, entry in enumerate(optimizer._param_states(params)):
+                if entry and not found[i]:
+                    found[i] = {**entry, **own}
+        return found
 
     def _before_state_io(self) -> None:
         for optimizer in self._torch_optimizers():
