@@ -6,6 +6,11 @@ machine. It is compiled for the building machine's processor, with every operati
 (``-ffp-contract=off``, no fast-math) so that it reproduces the foreach kernels bit for bit. The build is
 allowed to fail (no C compiler, no OpenMP): slotopt then runs its foreach kernels, with the same results, and
 ``slotopt info`` says so.
+
+``slotopt/kernels/native/tensor_table.cpp`` is a small Python extension against torch's C++ API: the per-step
+checks of an ordinary step (engine/plan.py) in one pass. It is built only where torch is importable at build
+time (``pip install --no-build-isolation``; the Makefile does so), records the torch it was built against, and
+is loaded only under that torch. It too may fail to build: the same checks then run in Python.
 """
 
 import os
@@ -21,10 +26,38 @@ if os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() not in ("", "0"):
     FLAGS.append("-DSLOTOPT_BOUNDS_CHECK")
 
 
+TENSOR_TABLE = "slotopt.kernels.native._tensor_table"
+
+
+def _tensor_table_extension():
+    """The C++ tensor-table extension, configured for the torch of the build environment, or None without one."""
+    try:
+        import torch
+        from torch.utils.cpp_extension import include_paths, library_paths
+    except Exception:  # no torch where the build runs (an isolated build): the Python checks run instead
+        print("slotopt: torch not importable at build time: the tensor-table checks will run in Python")
+        return None
+    version = f"{torch.__version__}+{torch.version.git_version}"
+    return Extension(
+        TENSOR_TABLE,
+        sources=[os.path.join(NATIVE, "tensor_table.cpp")],
+        include_dirs=include_paths(),
+        library_dirs=library_paths(),
+        runtime_library_dirs=library_paths(),
+        libraries=["c10", "torch", "torch_cpu", "torch_python"],
+        extra_compile_args=["-O2", "-std=c++17", "-w", f'-DSLOTOPT_TORCH_VERSION="{version}"',
+                            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"],
+        language="c++",
+        optional=True,
+    )
+
+
 class OptionalNativeBuild(build_ext):
     """Tries the best configuration first, then simpler ones; never fails the install."""
 
     def get_ext_filename(self, fullname):
+        if fullname.split(".")[-1] == TENSOR_TABLE.split(".")[-1]:  # a Python extension module, named as Python expects
+            return super().get_ext_filename(fullname)
         # A plain library name, without Python's ABI tag and not ending in ".so": it is not an extension module
         # (ctypes loads it; nothing must try to import it), and one build serves every Python version.
         parts = fullname.split(".")
@@ -33,6 +66,13 @@ class OptionalNativeBuild(build_ext):
     ATTEMPTS = (["-march=native", "-fopenmp"], ["-fopenmp"], ["-march=native"], [])
 
     def build_extension(self, ext):
+        if ext.name == TENSOR_TABLE:
+            try:
+                super().build_extension(ext)
+                print("slotopt: tensor-table checks built")
+            except Exception as error:
+                print(f"slotopt: tensor-table checks NOT built ({error}); they will run in Python")
+            return
         # A failed rebuild must not leave an older library to be loaded (an editable install copies the
         # library into the source tree).
         in_tree = os.path.join(os.path.dirname(os.path.abspath(__file__)), "src", self.get_ext_filename(ext.name))
@@ -61,7 +101,8 @@ setup(
             depends=[os.path.join(NATIVE, "rules.inc")],
             extra_compile_args=FLAGS,
             optional=True,
-        )
+        ),
+        *[extension for extension in [_tensor_table_extension()] if extension is not None],
     ],
     cmdclass={"build_ext": OptionalNativeBuild},
 )

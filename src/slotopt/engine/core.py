@@ -300,6 +300,14 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             return pos
         return None  # an id of a freed object, now reused by another tensor
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        # A plan records this optimizer's variables where they are in memory (and, in C++, as objects): a copy
+        # or a pickle must never take it; the copy makes its own at its first step.
+        state["_plan"] = None
+        state.pop("_updating_plan", None)
+        return state
+
     def _after_copy(self) -> None:
         super()._after_copy()
         # The user's tensors (param_groups) and the ones the rules update (a DTensor's local shard) are both keys.
@@ -397,11 +405,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return self._slots.get(slot_name, {}).get(pos)
 
     def _slot_lists(self, names: Sequence[str], positions: Sequence[int]) -> dict[str, list[torch.Tensor]]:
-        lists = {n: [self._slots[n][p] for p in positions] for n in names}
         plan = self.__dict__.get("_updating_plan")  # an ordinary step's group (engine/plan.py): addresses kept
         if plan is not None and positions and type(positions) is list:
-            return {n: plan.state_operands(n, positions, tensors) for n, tensors in lists.items()}
-        return lists
+            take = plan.taker(positions)
+            return {n: plan.state_operands(n, positions, take(self._slots[n])) for n in names}
+        return {n: [self._slots[n][p] for p in positions] for n in names}
 
     # ----------------------------------------------------------------------------------------- grouping
     def _groups(self, positions: Sequence[int]) -> list[list[int]]:

@@ -13,19 +13,24 @@ contiguous tensor of its variable's dtype, shape and device: one pass over the g
 deriving it again. Anything else (a sparse or missing gradient, another variable list, a variable moved in
 memory, a registry that changed since) takes the full path, which checks everything as before. The numbers are
 the same either way: the plan changes what is looked up, never what is computed.
+
+The checks of an ordinary step read a handful of properties of every tensor on every step; where the C++
+tensor table was built for this torch (``kernels/native/tensor_table.py``) it reads them all in one pass per
+list, else they are read here in Python (one C-level ``map`` per property). Both give the same verdicts.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import repeat
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 import torch
 
 from ..kernels import native
+from ..kernels.native import tensor_table
 
 __all__ = ["StepPlan", "Ordinary", "Planner"]
 
@@ -56,14 +61,14 @@ class Ordinary(list):  # type: ignore[type-arg]
 
     plan: StepPlan
     grads: list[torch.Tensor]
-    grad_addresses: Optional[list[int]]  # None when a gradient is not contiguous
+    grad_addresses: Optional[Sequence[int]]  # None when a gradient is not contiguous
 
     def gradients(self, positions: tuple[int, ...]) -> native.Matched:
         """The gradients of ``positions`` for a compiled call, with their addresses when all are contiguous."""
         order = self.plan.order(positions)
         grads = native.Matched(self.grads if order is None else [self.grads[i] for i in order])
         if self.grad_addresses is not None:
-            addresses = np.array(self.grad_addresses, dtype=np.uint64)
+            addresses = np.asarray(self.grad_addresses, dtype=np.uint64)
             grads.addresses = addresses if order is None else addresses[order]
         return grads
 
@@ -84,6 +89,7 @@ class StepPlan:
         self.addresses = [v.data_ptr() for v in variables]
         self.groups = opt._groups(self.positions)  # the (device, dtype) groups of the positions
         self.kinds = list(dict.fromkeys(zip(self.devices, self.dtypes)))  # the (device, dtype) pairs, in order
+        self.table = tensor_table.make_plan(variables)  # the C++ checks' record of the variables, or None
         #: Values a stage derived from the variables, by the stage's key (e.g. the decayed positions for one
         #: exclusion list); dropped with the plan.
         self.memo: dict[Any, Any] = {}
@@ -113,7 +119,20 @@ class StepPlan:
             self.memo[key] = params
         return params
 
-    def state_operands(self, name: str, group: list[int], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    def taker(self, group: list[int]) -> Callable[[Mapping[int, Any]], Sequence[Any]]:
+        """A function taking the entries of ``group`` (one of ``groups``) from a mapping keyed by position, in
+        order, in one C-level call (``operator.itemgetter``); computed once per plan."""
+        key = ("taker", id(group))
+        take = self.memo.get(key)
+        if take is None:
+            if len(group) == 1:
+                take = _one(group[0])
+            else:
+                take = operator.itemgetter(*group)
+            self.memo[key] = take
+        return take
+
+    def state_operands(self, name: str, group: list[int], tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """``tensors`` (slot ``name`` of ``group``, one of ``groups``) for a compiled call: once they were seen as
         contiguous CPU tensors of their variables' dtype and sizes, a ``Matched`` list with their addresses
         whenever they are still the same tensors at the same addresses and contiguous (one C-level pass per
@@ -122,19 +141,23 @@ class StepPlan:
         still owns the bytes the rule touches.)"""
         key = ("state", name, id(group))
         memo = self.memo.get(key)
-        if memo is not None and memo[0] is group and all(map(_is, tensors, memo[1])):
-            if list(map(_address, tensors)) == memo[2] and all(map(_contiguous, tensors)):
+        if memo is not None and memo[0] is group:
+            if tensor_table.active() and type(tensors) in (list, tuple):
+                if tensor_table.same_addresses(tensors, memo[1], memo[5]):
+                    return memo[4]
+            elif all(map(_is, tensors, memo[1])) and list(map(_address, tensors)) == memo[2] \
+                    and all(map(_contiguous, tensors)):
                 return memo[4]
         shapes = [self.shapes[self.index_of[p]] for p in group]
         dtype = self.dtypes[self.index_of[group[0]]]
         if not (native.takes(tensors[0]) and all([t.dtype is dtype and t.is_cpu and t.is_contiguous()
                                                    for t in tensors]) and list(map(_shape, tensors)) == shapes):
             self.memo.pop(key, None)
-            return tensors
+            return list(tensors)
         matched = native.Matched(tensors)
         addresses = list(map(_address, tensors))
         matched.addresses = np.array(addresses, dtype=np.uint64)
-        self.memo[key] = (group, list(tensors), addresses, shapes, matched)
+        self.memo[key] = (group, list(tensors), addresses, shapes, matched, matched.addresses.tobytes())
         return matched
 
     @staticmethod
@@ -161,6 +184,15 @@ class StepPlan:
 
     def fits(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         """``pairs`` as an ``Ordinary`` step of this plan, or None (see the module docstring)."""
+        if self.table is not None and tensor_table.active():
+            checked = tensor_table.fits(self.table, pairs)
+            if checked is None:
+                return None
+            ordinary = Ordinary(pairs)
+            ordinary.plan = self
+            ordinary.grads, addresses = checked
+            ordinary.grad_addresses = None if addresses is None else np.frombuffer(addresses, dtype=np.uint64)
+            return ordinary
         if len(pairs) != len(self.variables) or not all(map(_is, map(type, pairs), repeat(tuple))) \
                 or not all(map(operator.eq, map(len, pairs), repeat(2))):
             return None  # (a face's own pairs are 2-tuples; anything else is checked in full)
@@ -187,6 +219,11 @@ class StepPlan:
         ordinary.grads = grads
         ordinary.grad_addresses = list(map(_address, grads)) if contiguous else None
         return ordinary
+
+
+def _one(position: int) -> Callable[[Mapping[int, Any]], tuple[Any]]:
+    """``itemgetter`` of one key returns the entry itself, not a 1-tuple: this one returns the 1-tuple."""
+    return lambda mapping: (mapping[position],)
 
 
 def _registry_key(opt: Planner) -> tuple[Any, ...]:

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
+from ..kernels.native import tensor_table
 from . import resume
 
 __all__ = ["TorchProtocol", "is_param_group_list", "CLASS_KEY"]
@@ -735,7 +736,7 @@ class TorchProtocol(torch.optim.Optimizer):
             raise ValueError(
                 "`step()` needs parameters: pass `params=` when constructing the optimizer or call "
                 "`optimizer.build(variables)` first.")
-        return [(p.grad, p) for p in params if p.grad is not None]
+        return tensor_table.gradients(params)  # [(p.grad, p) for p in params if p.grad is not None]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears the ``.grad`` of every parameter in ``param_groups`` (torch's convention)."""

@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
+from . import tensor_table
+
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
            "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled"]
 
@@ -272,7 +274,10 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         _check_table(table, offsets, extents.reshape(2, -1), first[0].element_size())
     _function(rule, dtype)(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data,
                            torch.get_num_threads())
-    _increment_version(bumped)
+    if tensor_table.active():
+        tensor_table.bump_versions(bumped)
+    else:
+        _increment_version(bumped)
     global _calls
     _calls += 1
     return True

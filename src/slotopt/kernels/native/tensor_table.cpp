@@ -1,0 +1,289 @@
+// slotopt's tensor table: the per-step checks of an ordinary step (engine/plan.py) in one C++ pass.
+//
+// An ordinary step is checked on every step, for every gradient and variable: type, layout, dtype, device,
+// sizes, contiguity and address. Read from Python, each of those properties costs a call into torch's
+// bindings (about 50 ns); read here, from the tensor itself, a whole step's checks cost a few nanoseconds per
+// tensor. The checks are exactly those of the Python path (``StepPlan.fits`` and ``state_operands``); tests run
+// both on the same hostile inputs.
+//
+// Unlike the rule library (slotopt_kernels.c, plain C), this module uses torch's C++ API, so it only works with
+// the torch it was built against: the build records that torch's version, and slotopt loads the module only
+// under the same one (kernels/native/tensor_table.py); anywhere else the Python path runs, with the same result.
+
+#include <Python.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/variable.h>
+
+#ifndef SLOTOPT_TORCH_VERSION
+#define SLOTOPT_TORCH_VERSION "unknown"
+#endif
+
+namespace {
+
+// What a plan recorded of one variable.
+struct Recorded {
+  PyObject* variable;  // borrowed: the plan keeps its variables alive
+  const void* address;
+  c10::ScalarType dtype;
+  c10::Device device;
+  std::vector<int64_t> sizes;
+};
+
+struct Plan {
+  std::vector<Recorded> variables;
+  bool on_cpu = true;
+};
+
+const char* kPlanCapsule = "slotopt.tensor_table.Plan";
+
+void free_plan(PyObject* capsule) {
+  delete static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
+}
+
+// A tensor object slotopt may read directly: torch.Tensor or a subclass (Parameter, slotopt.Variable) whose
+// storage holds its elements (no wrapper, functional or meta tensor, no lazy negation or conjugation).
+inline const at::Tensor* dense(PyObject* object) {
+  if (!THPVariable_Check(object)) return nullptr;
+  const at::Tensor& t = THPVariable_Unpack(object);
+  if (!t.defined() || t.layout() != c10::kStrided || t.is_nested() || !t.has_storage() || t.is_neg() ||
+      t.is_conj() || t.unsafeGetTensorImpl()->is_python_dispatch())
+    return nullptr;
+  return &t;
+}
+
+// make_plan(variables) -> capsule, or None when a variable cannot be read directly (the Python path then runs).
+PyObject* make_plan(PyObject*, PyObject* variables) {
+  if (!PyList_CheckExact(variables)) {
+    PyErr_SetString(PyExc_TypeError, "make_plan takes a list of tensors");
+    return nullptr;
+  }
+  Py_ssize_t n = PyList_GET_SIZE(variables);
+  auto plan = new Plan();
+  plan->variables.reserve(n);
+  try {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* object = PyList_GET_ITEM(variables, i);
+      const at::Tensor* t = dense(object);
+      if (t == nullptr || !t->is_contiguous()) {
+        delete plan;
+        Py_RETURN_NONE;
+      }
+      plan->variables.push_back(
+          {object, t->const_data_ptr(), t->scalar_type(), t->device(), t->sizes().vec()});
+      plan->on_cpu = plan->on_cpu && t->is_cpu();
+    }
+  } catch (const std::exception&) {  // a tensor torch cannot answer for: the Python path decides
+    delete plan;
+    Py_RETURN_NONE;
+  }
+  return PyCapsule_New(plan, kPlanCapsule, free_plan);
+}
+
+// fits(plan, pairs) -> None, or (gradients, their addresses as bytes of uint64 or None when one is not
+// contiguous). The checks of StepPlan.fits: ``pairs`` holds exactly the plan's variables as 2-tuples, in order,
+// each still contiguous at its recorded address; each gradient is a dense torch.Tensor (exactly) with the
+// recorded dtype, sizes and device of its variable.
+PyObject* fits(PyObject*, PyObject* args) {
+  PyObject *capsule, *pairs;
+  if (!PyArg_ParseTuple(args, "OO", &capsule, &pairs)) return nullptr;
+  auto plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
+  if (plan == nullptr) return nullptr;
+  if (!PyList_Check(pairs) && !PyTuple_Check(pairs)) Py_RETURN_NONE;
+  PyObject* sequence = pairs;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
+  if (n != static_cast<Py_ssize_t>(plan->variables.size())) Py_RETURN_NONE;
+  PyObject** items = PySequence_Fast_ITEMS(sequence);
+  PyObject* tensor_type = reinterpret_cast<PyObject*>(THPVariableClass);
+  PyObject* grads = PyList_New(n);
+  if (grads == nullptr) return nullptr;
+  PyObject* addresses = PyBytes_FromStringAndSize(nullptr, n * static_cast<Py_ssize_t>(sizeof(uint64_t)));
+  if (addresses == nullptr) {
+    Py_DECREF(grads);
+    return nullptr;
+  }
+  auto out = reinterpret_cast<uint64_t*>(PyBytes_AS_STRING(addresses));
+  bool contiguous = true, ok = true;
+  try {
+    for (Py_ssize_t i = 0; i < n && ok; ++i) {
+      PyObject* pair = items[i];
+      const Recorded& r = plan->variables[i];
+      if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 || PyTuple_GET_ITEM(pair, 1) != r.variable) {
+        ok = false;
+        break;
+      }
+      const at::Tensor* v = dense(r.variable);
+      if (v == nullptr || v->const_data_ptr() != r.address || !v->is_contiguous()) {
+        ok = false;  // moved or re-strided since (``p.data = ...``): checked in full again
+        break;
+      }
+      PyObject* object = PyTuple_GET_ITEM(pair, 0);
+      if (reinterpret_cast<PyObject*>(Py_TYPE(object)) != tensor_type) {
+        ok = false;
+        break;
+      }
+      const at::Tensor* g = dense(object);
+      if (g == nullptr || g->scalar_type() != r.dtype || g->sizes() != c10::IntArrayRef(r.sizes) ||
+          (plan->on_cpu ? !g->is_cpu() : g->device() != r.device)) {
+        ok = false;
+        break;
+      }
+      if (contiguous && g->is_contiguous()) {
+        out[i] = reinterpret_cast<uint64_t>(g->const_data_ptr());
+      } else {
+        contiguous = false;
+      }
+      Py_INCREF(object);
+      PyList_SET_ITEM(grads, i, object);
+    }
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  if (!ok) {
+    Py_DECREF(grads);  // (unset items are NULL, which list deallocation skips)
+    Py_DECREF(addresses);
+    Py_RETURN_NONE;
+  }
+  if (!contiguous) {
+    Py_DECREF(addresses);
+    addresses = Py_None;
+    Py_INCREF(Py_None);
+  }
+  PyObject* result = PyTuple_Pack(2, grads, addresses);
+  Py_DECREF(grads);
+  Py_DECREF(addresses);
+  return result;
+}
+
+// same_addresses(tensors, expected, addresses) -> bool: ``tensors`` (a list or tuple) are the ``expected``
+// objects (a list), each still contiguous at its address in ``addresses`` (bytes of uint64), as
+// StepPlan.state_operands requires.
+PyObject* same_addresses(PyObject*, PyObject* args) {
+  PyObject *tensors, *expected;
+  Py_buffer addresses;
+  if (!PyArg_ParseTuple(args, "OOy*", &tensors, &expected, &addresses)) return nullptr;
+  bool ok = (PyList_Check(tensors) || PyTuple_Check(tensors)) && PyList_Check(expected);
+  Py_ssize_t n = ok ? PySequence_Fast_GET_SIZE(tensors) : 0;
+  ok = ok && PyList_GET_SIZE(expected) == n && addresses.len == n * static_cast<Py_ssize_t>(sizeof(uint64_t));
+  try {
+    auto recorded = static_cast<const uint64_t*>(addresses.buf);
+    PyObject** items = ok ? PySequence_Fast_ITEMS(tensors) : nullptr;
+    for (Py_ssize_t i = 0; i < n && ok; ++i) {
+      PyObject* object = items[i];
+      const at::Tensor* t = object == PyList_GET_ITEM(expected, i) ? dense(object) : nullptr;
+      ok = t != nullptr && reinterpret_cast<uint64_t>(t->const_data_ptr()) == recorded[i] && t->is_contiguous();
+    }
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  PyBuffer_Release(&addresses);
+  return PyBool_FromLong(ok);
+}
+
+// bump_versions(tensors): each tensor's version counter moves, as after an in-place torch op, so that autograd
+// still detects a tensor modified after it was saved for a backward pass. Raises (having bumped none) where
+// torch would refuse the in-place op: an inference tensor outside inference mode.
+PyObject* bump_versions(PyObject*, PyObject* tensors) {
+  if (!PyList_Check(tensors) && !PyTuple_Check(tensors)) {
+    PyErr_SetString(PyExc_TypeError, "bump_versions takes a list of tensors");
+    return nullptr;
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(tensors);
+  PyObject** items = PySequence_Fast_ITEMS(tensors);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!THPVariable_Check(items[i])) {
+      PyErr_Format(PyExc_TypeError, "bump_versions: entry %zd is not a tensor", i);
+      return nullptr;
+    }
+  }
+  try {
+    for (Py_ssize_t i = 0; i < n; ++i) torch::autograd::impl::bump_version(THPVariable_Unpack(items[i]));
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+// gradients(params) -> [(p.grad, p) for p in params if p.grad is not None], reading each ``.grad`` in C++ for
+// plain tensors and parameters (a subclass, whose ``grad`` a Python property may define, goes through getattr).
+PyObject* gradients(PyObject*, PyObject* params) {
+  if (!PyList_CheckExact(params)) {
+    PyErr_SetString(PyExc_TypeError, "gradients takes a list of parameters");
+    return nullptr;
+  }
+  Py_ssize_t n = PyList_GET_SIZE(params);
+  PyObject* out = PyList_New(0);
+  if (out == nullptr) return nullptr;
+  PyObject* tensor_type = reinterpret_cast<PyObject*>(THPVariableClass);
+  static PyObject* parameter_type = nullptr;
+  if (parameter_type == nullptr) {
+    PyObject* module = PyImport_ImportModule("torch.nn.parameter");
+    if (module == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    parameter_type = PyObject_GetAttrString(module, "Parameter");
+    Py_DECREF(module);
+    if (parameter_type == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* p = PyList_GET_ITEM(params, i);
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(p));
+    PyObject* grad;
+    if (type == tensor_type || type == parameter_type) {
+      const at::Tensor& t = THPVariable_Unpack(p);
+      const at::Tensor& g = t.grad();
+      if (!g.defined()) continue;
+      grad = THPVariable_Wrap(g);
+    } else {
+      grad = PyObject_GetAttrString(p, "grad");
+    }
+    if (grad == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    if (grad == Py_None) {
+      Py_DECREF(grad);
+      continue;
+    }
+    PyObject* pair = PyTuple_Pack(2, grad, p);
+    Py_DECREF(grad);
+    if (pair == nullptr || PyList_Append(out, pair) != 0) {
+      Py_XDECREF(pair);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(pair);
+  }
+  return out;
+}
+
+PyMethodDef methods[] = {
+    {"make_plan", make_plan, METH_O, "The recorded variables of a step plan (a capsule), or None."},
+    {"fits", fits, METH_VARARGS, "The gradients of an ordinary step of the plan and their addresses, or None."},
+    {"same_addresses", same_addresses, METH_VARARGS, "Whether tensors are the expected ones, where they were."},
+    {"bump_versions", bump_versions, METH_O, "Moves each tensor's version counter (an in-place write)."},
+    {"gradients", gradients, METH_O, "The (grad, param) pairs of the parameters that have a gradient."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tensor_table", "slotopt's per-step tensor checks in C++.", -1,
+                      methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__tensor_table(void) {
+  PyObject* m = PyModule_Create(&module);
+  if (m != nullptr && PyModule_AddStringConstant(m, "torch_version", SLOTOPT_TORCH_VERSION) != 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}

@@ -1,0 +1,104 @@
+"""The per-step checks of an ordinary step in C++ (``tensor_table.cpp``), where they were built for this torch.
+
+An ordinary step (``engine/plan.py``) is checked in full on every step: each gradient's type, layout, dtype,
+device, sizes, contiguity and address, each variable's identity, contiguity and address, and the identity and
+address of every state tensor a compiled rule writes. Asked from Python, each property is a call into torch's
+bindings; on many small tensors those calls were most of a step. The C++ module reads them from the tensors
+themselves, in one pass per list, with exactly the Python path's verdicts (it refuses a few more exotic tensors
+outright: lazily negated or conjugated views and Python-dispatch wrappers, which then take the full path).
+
+The module is built against torch's C++ API, so it is loaded only under the torch it was built for (its version
+and commit are recorded at build time); anywhere else, or with ``SLOTOPT_TENSOR_TABLE=0`` in the environment,
+the Python checks run, with the same results. :func:`use` switches at run time (the tests run both).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import torch
+
+__all__ = ["active", "use", "status", "make_plan", "fits", "same_addresses", "bump_versions", "gradients"]
+
+_module: Any = None
+_load_error: Optional[str] = None
+_enabled = os.environ.get("SLOTOPT_TENSOR_TABLE", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def _torch_build() -> str:
+    return f"{torch.__version__}+{torch.version.git_version}"
+
+
+def _load() -> None:
+    global _module, _load_error
+    try:
+        from . import _tensor_table  # type: ignore[attr-defined]
+    except ImportError as error:
+        _load_error = f"not built ({error}); the checks run in Python"
+        return
+    if _tensor_table.torch_version != _torch_build():
+        _load_error = (f"built for torch {_tensor_table.torch_version}, this is {_torch_build()}: rebuild it "
+                       "(pip install --no-build-isolation -e .); the checks run in Python meanwhile")
+        return
+    _module = _tensor_table
+
+
+def active() -> bool:
+    """Whether the C++ checks run now."""
+    return _module is not None and _enabled
+
+
+def use(on: bool) -> bool:
+    """Turns the C++ checks on or off (where they loaded); returns the previous setting.
+
+    >>> previous = use(False)
+    >>> active()
+    False
+    >>> _ = use(previous)
+    """
+    global _enabled
+    previous, _enabled = _enabled, bool(on)
+    return previous
+
+
+def status() -> dict[str, Any]:
+    """``{"active", "reason"}``: whether the C++ checks run, and why not."""
+    if _module is None:
+        return {"active": False, "reason": _load_error or "unavailable"}
+    if not _enabled:
+        return {"active": False, "reason": "turned off (SLOTOPT_TENSOR_TABLE=0 or use(False))"}
+    return {"active": True, "reason": f"built for this torch ({_module.torch_version})"}
+
+
+def make_plan(variables: list[torch.Tensor]) -> Any:
+    """What ``fits`` compares a step with (the variables' addresses, dtypes, devices and sizes), or None when
+    the C++ checks are off or a variable is not a plain contiguous tensor."""
+    return _module.make_plan(variables) if active() else None
+
+
+def fits(table: Any, pairs: Any) -> Optional[tuple[list[torch.Tensor], Optional[bytes]]]:
+    """``(gradients, their addresses)`` of an ordinary step of ``table``'s plan (addresses None when one is not
+    contiguous), or None: exactly ``StepPlan.fits``'s checks."""
+    return _module.fits(table, pairs)
+
+
+def same_addresses(tensors: list[torch.Tensor], expected: list[torch.Tensor], addresses: bytes) -> bool:
+    """Whether ``tensors`` are the ``expected`` objects, each contiguous at its recorded address."""
+    return bool(_module.same_addresses(tensors, expected, addresses))
+
+
+def bump_versions(tensors: list[torch.Tensor]) -> None:
+    """Moves each tensor's version counter, as an in-place torch op does (``torch.autograd.graph.increment_version``
+    without its per-tensor cost)."""
+    _module.bump_versions(tensors)
+
+
+def gradients(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``[(p.grad, p) for p in params if p.grad is not None]``."""
+    if not active():
+        return [(p.grad, p) for p in params if p.grad is not None]
+    return _module.gradients(params)
+
+
+_load()

@@ -1,0 +1,221 @@
+"""The C++ tensor table (kernels/native/tensor_table.cpp) against the Python checks it replaces.
+
+Every verdict of an ordinary step's checks (``StepPlan.fits``, ``state_operands``) must be the same from both
+paths on the same inputs, hostile ones included; the table may only refuse more (lazily negated or conjugated
+views, which then take the full path). Its other helpers must equal what they replace: ``gradients`` the
+``(p.grad, p)`` list, ``bump_versions`` torch's version bump.
+"""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import slotopt
+from slotopt import legacy, v1
+from slotopt.engine.plan import StepPlan
+from slotopt.kernels.native import tensor_table
+
+pytestmark = pytest.mark.skipif(not tensor_table.active(), reason=str(tensor_table.status()))
+
+
+def test_the_suite_runs_the_table_built_for_this_torch():
+    # The set-up builds it (make test): a table that silently did not load would leave these tests skipped.
+    assert tensor_table.status()["active"], tensor_table.status()
+
+
+class _Opt:
+    foreach = True
+
+    def __init__(self, variables):
+        self._vars = list(variables)
+        self._var_index = {id(v): i for i, v in enumerate(self._vars)}
+
+    def _groups(self, positions):
+        return [list(positions)]
+
+
+def _variables(rng, n):
+    shapes = [(rng.randint(1, 5),) * rng.randint(1, 3) for _ in range(n)]
+    return [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+
+
+def _hostile(rng, pairs, variables):
+    """One random change to an ordinary step (or none): what a caller or a bug may hand the optimizer."""
+    pairs = list(pairs)
+    i = rng.randrange(len(pairs))
+    g, v = pairs[i]
+    kind = rng.choice(["none", "dtype", "shape", "sparse", "strided", "subclass", "list-pair", "triple",
+                       "other-var", "swap", "short", "requires-grad", "view", "neg", "meta", "moved", "data",
+                       "empty-like", "int", "transposed-var"])
+    if kind == "none":
+        pass
+    elif kind == "dtype":
+        pairs[i] = (g.double(), v)
+    elif kind == "shape":
+        pairs[i] = (g.reshape(-1, 1) if g.dim() == 1 else g.reshape(-1), v)
+    elif kind == "sparse":
+        pairs[i] = (g.to_sparse(), v)
+    elif kind == "strided":
+        big = torch.randn(*g.shape, 2)
+        pairs[i] = (big[..., 0], v)  # right shape and dtype, not contiguous: addresses None, still ordinary
+    elif kind == "subclass":
+        pairs[i] = (torch.nn.Parameter(g.clone()), v)
+    elif kind == "list-pair":
+        pairs[i] = [g, v]
+    elif kind == "triple":
+        pairs[i] = (g, v, None)
+    elif kind == "other-var":
+        pairs[i] = (g, torch.nn.Parameter(v.detach().clone()))
+    elif kind == "swap" and len(pairs) > 1:
+        j = (i + 1) % len(pairs)
+        pairs[i], pairs[j] = pairs[j], pairs[i]
+    elif kind == "short":
+        pairs = pairs[:-1]
+    elif kind == "requires-grad":
+        pairs[i] = (g.clone().requires_grad_(), v)  # a plain tensor still: ordinary
+    elif kind == "view":
+        pairs[i] = (g.view(g.shape), v)  # a contiguous view: ordinary, at its own address
+    elif kind == "neg":
+        pairs[i] = (torch._neg_view(g), v)
+    elif kind == "meta":
+        pairs[i] = (torch.empty(g.shape, device="meta"), v)
+    elif kind == "moved":
+        v.data = v.data.clone()  # the variable's storage swapped: checked in full again
+    elif kind == "data":
+        v.data = torch.randn(*v.shape, 2)[..., 0]  # re-strided
+    elif kind == "empty-like":
+        pairs[i] = (torch.empty_like(g), v)
+    elif kind == "int":
+        pairs[i] = (g.to(torch.int32), v)
+    elif kind == "transposed-var" and v.dim() == 2 and v.shape[0] == v.shape[1] and v.shape[0] > 1:
+        v.data = v.data.t()
+    else:
+        kind = "none"  # (a change that does not apply to this step)
+    return kind, pairs
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fits_gives_the_python_verdict_on_hostile_steps(seed):
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    variables = _variables(rng, rng.randint(2, 7))
+    opt = _Opt(variables)
+    pairs = [(torch.randn(v.shape), v) for v in variables]
+    plan = StepPlan(opt, pairs)
+    assert plan.table is not None
+    for _ in range(6):
+        kind, step = _hostile(rng, [(torch.randn(v.shape), v) for v in variables], variables)
+        previous = tensor_table.use(False)
+        try:
+            python = plan.fits(step)
+        finally:
+            tensor_table.use(previous)
+        table = plan.fits(step)
+        if kind == "neg":  # the table refuses a lazily negated view outright; Python does not look
+            assert table is None
+            continue
+        assert (table is None) == (python is None), kind
+        if table is not None:
+            assert all(a is b for a, b in zip(table.grads, python.grads)), kind
+            if python.grad_addresses is None:
+                assert table.grad_addresses is None, kind
+            else:
+                assert list(np.asarray(table.grad_addresses)) == list(python.grad_addresses), kind
+        if kind in ("moved", "data", "transposed-var"):
+            assert table is None  # the variable moved: the plan no longer holds
+            return
+
+
+def test_state_operands_refuse_a_replaced_or_moved_state_tensor_on_both_paths():
+    variables = [torch.nn.Parameter(torch.randn(4)) for _ in range(3)]
+    opt = _Opt(variables)
+    plan = StepPlan(opt, [(torch.randn(4), v) for v in variables])
+    slots = [torch.zeros(4) for _ in variables]
+    group = plan.groups[0]
+    for on in (True, False):
+        previous = tensor_table.use(on)
+        try:
+            plan.memo.clear()
+            first = plan.state_operands("m", group, list(slots))
+            assert plan.state_operands("m", group, tuple(slots)) is first  # same tensors, same place: memo
+            replaced = list(slots)
+            replaced[1] = torch.zeros(4)
+            assert plan.state_operands("m", group, replaced) is not first
+            plan.state_operands("m", group, list(slots))
+            moved = slots[2]
+            moved.set_(torch.zeros(4).untyped_storage())  # same object, new memory
+            again = plan.state_operands("m", group, list(slots))
+            assert again is not first and int(again.addresses[2]) == moved.data_ptr()
+        finally:
+            tensor_table.use(previous)
+
+
+def test_gradients_are_the_pairs_of_parameters_with_a_gradient():
+    class WithProperty(torch.Tensor):
+        @property
+        def grad(self):
+            return torch.ones(2)
+
+    params = [torch.nn.Parameter(torch.randn(2)) for _ in range(4)] + [torch.randn(2), WithProperty(torch.zeros(2))]
+    params[0].grad = torch.randn(2)
+    params[2].grad = torch.randn(2)
+    params[4].grad = torch.randn(2)
+    expected = [(p.grad, p) for p in params if p.grad is not None]
+    got = tensor_table.gradients(params)
+    assert len(got) == len(expected) == 4
+    for (ga, pa), (gb, pb) in zip(got, expected):
+        assert pa is pb and torch.equal(ga, gb)
+    assert all(ga is gb for (ga, _), (gb, _) in zip(got[:3], expected[:3]))  # the very .grad objects
+
+
+def test_bump_versions_moves_each_counter_once_and_refuses_inference_tensors_before_any():
+    tensors = [torch.zeros(3) for _ in range(5)]
+    before = [t._version for t in tensors]
+    tensor_table.bump_versions(tensors)
+    assert [t._version for t in tensors] == [b + 1 for b in before]
+    with pytest.raises(TypeError, match="entry 1"):
+        tensor_table.bump_versions([tensors[0], "x"])
+    assert tensors[0]._version == before[0] + 1  # checked before any bump
+
+
+def test_a_parameter_saved_for_backward_and_then_stepped_is_detected_by_autograd():
+    # The version bump is what makes autograd refuse a backward through a value the step overwrote.
+    w = torch.nn.Parameter(torch.randn(3, 3))
+    others = [torch.nn.Parameter(torch.randn(3)) for _ in range(3)]
+    opt = slotopt.Adam(learning_rate=0.1, params=[w, *others])
+    for _ in range(2):  # the second step is an ordinary one (the plan's path, the table's bump)
+        for p in (w, *others):
+            p.grad = torch.randn(p.shape)
+        x = torch.randn(3, 3, requires_grad=True)
+        loss = (x @ w).sum()
+        opt.step()
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
+@pytest.mark.parametrize("make", [lambda p: slotopt.Adam(learning_rate=0.01, params=p),
+                                  lambda p: legacy.Adam(learning_rate=0.01, params=p),
+                                  lambda p: v1.AdamOptimizer(learning_rate=0.01, params=p)],
+                         ids=["keras3", "legacy", "v1"])
+def test_every_face_gives_the_same_bits_with_and_without_the_table(make):
+    def train(on):
+        previous = tensor_table.use(on)
+        try:
+            torch.manual_seed(0)
+            params = [torch.nn.Parameter(torch.randn(5, 3)) for _ in range(6)]
+            opt = make(params)
+            g = torch.Generator().manual_seed(1)
+            for step in range(5):
+                for p in params:
+                    p.grad = torch.randn(p.shape, generator=g)
+                if step == 3:
+                    params[2].grad = params[2].grad.t().contiguous().t()  # not contiguous: the full path
+                opt.step()
+            return params
+        finally:
+            tensor_table.use(previous)
+
+    for a, b in zip(train(True), train(False)):
+        assert torch.equal(a, b)
