@@ -20,7 +20,8 @@ TORCH_VERSION ?= 2.13.0
 DEMO_STAMP := $(VENV)/.slotopt-demo-installed
 TEST_STAMP := $(VENV)/.slotopt-test-installed
 DOCS_STAMP := $(VENV)/.slotopt-docs-installed
-SOURCES := pyproject.toml setup.py src/slotopt/kernels/native/slotopt_kernels.c src/slotopt/kernels/native/rules.inc
+SOURCES := pyproject.toml setup.py src/slotopt/kernels/native/slotopt_kernels.c src/slotopt/kernels/native/rules.inc \
+	src/slotopt/kernels/native/tensor_table.cpp
 
 .PHONY: demo test docs setup parity bench info clean-venv
 

@@ -306,6 +306,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         # or a pickle must never take it; the copy makes its own at its first step.
         state["_plan"] = None
         state.pop("_updating_plan", None)
+        state.pop("_routes", None)  # (a composite's last grouping of its variables, likewise)
         return state
 
     def _after_copy(self) -> None:

@@ -10,6 +10,7 @@ written here once.
 from __future__ import annotations
 
 import inspect
+import operator
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
@@ -18,7 +19,7 @@ import torch
 from . import weights
 from .transaction import copy_values, put_values
 
-__all__ = ["variable_path", "group_by_owner", "dispatch", "accepted", "AGGREGATED", "aggregation_options",
+__all__ = ["variable_path", "group_by_owner", "Routes", "dispatch", "accepted", "AGGREGATED", "aggregation_options",
            "optimizer_weights", "split_weights", "set_weights_all_or_nothing"]
 
 Pair = tuple[Any, torch.Tensor]
@@ -45,6 +46,68 @@ def group_by_owner(pairs: Sequence[Pair], owner_of: Callable[[torch.Tensor], Opt
             check(pair)
         groups.setdefault(index, []).append(pair)
     return groups
+
+
+class Routes:
+    """The last groupings of variable lists by owner, kept for the next calls with the same lists.
+
+    A training loop routes the same variables in the same order on every step; found by their owners one pair at
+    a time, that costs more than the update of a small tensor. ``lookup`` reuses a kept grouping, as index
+    lists, while the variables are the same objects in the same order and ``key`` (what else ownership depends
+    on, e.g. the variable lists the owners' callables returned this time) holds the same objects. Two groupings
+    are kept (a step may route its pairs, then the same pairs in owner order). It only groups: checking the
+    pairs stays with the caller.
+    """
+
+    __slots__ = ("kept",)
+    KEPT = 2
+
+    def __init__(self) -> None:
+        #: ``(variables, key, [(owner, taker)])``, the most recent first.
+        self.kept: list[tuple[list[torch.Tensor], list[list[Any]], list[tuple[int, Callable[..., list[Pair]]]]]] = []
+
+    def lookup(self, pairs: Sequence[Pair], key: Sequence[Sequence[Any]] = ()) -> Optional[dict[int, list[Pair]]]:
+        """The groups of ``pairs`` by a kept grouping, or None when none holds for them."""
+        for variables, kept_key, takers in self.kept:
+            if len(variables) == len(pairs) and all(map(operator.is_, map(_second, pairs), variables)) \
+                    and _same(key, kept_key):
+                return {owner: take(pairs) for owner, take in takers}
+        return None
+
+    def remember(self, pairs: Sequence[Pair], groups: dict[int, list[Pair]], key: Sequence[Sequence[Any]] = ()) -> None:
+        """Keeps ``groups`` (the grouping of ``pairs``, found in full) for ``lookup``."""
+        variables = list(map(_second, pairs))
+        index = {id(v): i for i, v in enumerate(variables)}
+        if len(index) != len(variables):  # a variable listed twice: not a list to keep
+            return
+        takers = [(owner, _taker([index[id(v)] for _, v in group])) for owner, group in groups.items()]
+        self.kept = [(variables, [list(k) for k in key], takers), *self.kept][:self.KEPT]
+
+    def group(self, pairs: Sequence[Pair], owner_of: Callable[[torch.Tensor], Optional[int]],
+              unowned: Callable[[torch.Tensor], str], key: Sequence[Sequence[Any]] = ()) -> dict[int, list[Pair]]:
+        """``group_by_owner(pairs, owner_of, unowned)``, from a kept grouping when one holds."""
+        groups = self.lookup(pairs, key)
+        if groups is None:
+            groups = group_by_owner(pairs, owner_of, unowned)
+            self.remember(pairs, groups, key)
+        return groups
+
+    def forget(self) -> None:
+        self.kept = []
+
+
+_second = operator.itemgetter(1)
+
+
+def _same(key: Sequence[Sequence[Any]], last: Sequence[Sequence[Any]]) -> bool:
+    return len(key) == len(last) and all(len(a) == len(b) and all(map(operator.is_, a, b)) for a, b in zip(key, last))
+
+
+def _taker(indices: list[int]) -> Callable[[Sequence[Pair]], list[Pair]]:
+    if len(indices) == 1:
+        return lambda pairs, i=indices[0]: [pairs[i]]
+    take = operator.itemgetter(*indices)
+    return lambda pairs: list(take(pairs))
 
 
 #: The options that tell ``apply_gradients`` of every generation that the gradients are aggregated already (each

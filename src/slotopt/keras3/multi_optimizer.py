@@ -19,6 +19,7 @@ from ..engine import registry
 from ..engine.core import Pair
 from ..engine.routing import (
     AGGREGATED,
+    Routes,
     dispatch,
     group_by_owner,
     set_weights_all_or_nothing,
@@ -198,6 +199,9 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
     """
 
     _supports_complex = True  # complex variables: the optimizer(s) it wraps decide (issue 24 item 8)
+    # Its own checks of a step like the last one come from a plan (engine/plan.py), as in every Keras 3
+    # optimizer; it has no stage of its own that takes the plan's shortcuts (``_apply_updates`` dispatches).
+    _plans_steps = True
 
     def __init__(self, optimizer_map: OptimizerSelector, loss_scale_factor: Optional[float] = None,
                  name: Optional[str] = None, *, foreach: Optional[bool] = None) -> None:
@@ -338,8 +342,10 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         return pairs  # each sub-optimizer overwrites its own flagged variables (with its own accumulation)
 
     def _by_owner(self, pairs: list[Pair]) -> dict[int, list[Pair]]:
-        groups = group_by_owner(pairs, lambda v: self._owner.get(id(v)),
-                                lambda v: f"Variable {self._name_of(v)} not found in any optimizer.")
+        routes = self.__dict__.setdefault("_routes", Routes())  # the last grouping (engine/routing.py)
+        groups = routes.group(pairs, lambda v: self._owner.get(id(v)),
+                              lambda v: f"Variable {self._name_of(v)} not found in any optimizer.",
+                              key=[(self._owner,)])  # (ownership is replaced, never edited, when it changes)
         return {i: groups[i] for i in sorted(groups)}
 
     def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:

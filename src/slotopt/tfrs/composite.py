@@ -22,6 +22,7 @@ import torch
 from ..engine import checks, registry, transaction
 from ..engine.core import OptimizerCore, is_plain_gradient
 from ..engine.routing import (
+    Routes,
     aggregation_options,
     dispatch,
     group_by_owner,
@@ -97,6 +98,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         self._names: dict[int, str] = {}
         self._params: list[torch.Tensor] = []
         self._pending_weights: Optional[list[Any]] = None
+        self._routes = Routes()  # the last step's grouping of its variables (engine/routing.py)
         self.built = False
         if params is not None:
             self.build(params)
@@ -109,6 +111,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
             # opt))`` maps them to the model copy's parameters).
             state["_entries"] = [(optimizer, functools.partial(list, list(spec())) if callable(spec) else spec)
                                  for optimizer, spec in self._entries]
+        state["_routes"] = Routes()  # the last grouping holds this composite's variables, never a copy's
         return state
 
     def _after_copy(self) -> None:
@@ -128,8 +131,14 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
     def _name_of(self, var: torch.Tensor) -> str:
         return self._names.get(id(var)) or variable_name(var, "")
 
-    def _owner_map(self, candidates: Sequence[torch.Tensor]) -> dict[int, int]:
-        """``id(variable) -> entry index`` for explicit lists/callables, plus pattern matches among ``candidates``."""
+    def _spec_lists(self) -> list[Sequence[torch.Tensor]]:
+        """The variables of each entry given by a list or a callable (called now, once), in entry order."""
+        return [spec() if callable(spec) else spec for _, spec in self._entries if not _is_patterns(spec)]
+
+    def _owner_map(self, candidates: Sequence[torch.Tensor],
+                   spec_lists: Optional[list[Sequence[torch.Tensor]]] = None) -> dict[int, int]:
+        """``id(variable) -> entry index`` for explicit lists/callables (``spec_lists``: their variables, as
+        ``_spec_lists`` returns them; evaluated here when not given), plus pattern matches among ``candidates``."""
         owners: dict[int, int] = {}
 
         def claim(var: torch.Tensor, index: int) -> None:
@@ -142,10 +151,11 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                 )
             owners[id(var)] = index
 
+        lists = iter(self._spec_lists() if spec_lists is None else spec_lists)
         for index, (_, spec) in enumerate(self._entries):
             if _is_patterns(spec):
                 continue
-            for var in (spec() if callable(spec) else spec):
+            for var in next(lists):
                 claim(var, index)
         patterns = [(index, spec) for index, (_, spec) in enumerate(self._entries) if _is_patterns(spec)]
         for var in candidates if patterns else ():  # (names are only read for patterns)
@@ -184,6 +194,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
             raise
 
     def _build(self, variables: Any) -> None:
+        self._routes.forget()
         if variables is not None:
             self._remember(variables)
         owners = self._owner_map(self._params)
@@ -209,7 +220,16 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                         skip_gradients_aggregation: Optional[bool] = None) -> None:
         """Sends each pair to its optimizer (groups ordered by first appearance) after validating all of them."""
         pairs = checks.check_pairs(grads_and_vars)
-        owners = self._owner_map([v for _, v in pairs])
+        options = {"name": name, **aggregation_options(experimental_aggregate_gradients, skip_gradients_aggregation)}
+        spec_lists = self._spec_lists()
+        # A step like the last one: the same variables, owned as before, each group an ordinary step of its
+        # optimizer's last plan (every gradient checked there, in one pass, before any optimizer steps).
+        pending = self._pending_weights is not None or "_pending_torch_state" in self.__dict__
+        groups = None if pending else self._routes.lookup(pairs, spec_lists)
+        if groups is not None and all(self._ordinary_for(index, group) for index, group in groups.items()):
+            dispatch(self.optimizers, groups, options)
+            return
+        owners = self._owner_map([v for _, v in pairs], spec_lists)
         groups = group_by_owner(
             pairs, lambda var: owners.get(id(var)),
             lambda var: f"Variable {self._name_of(var) or repr(var)} is not handled by any optimizer. This would "
@@ -232,8 +252,13 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         if not self.built and (self._pending_weights is not None or "_pending_torch_state" in self.__dict__):
             self._remember([(self._name_of(v) or f"variable_{i}", v) for i, (_, v) in enumerate(pairs)])
             self.build()
-        options = {"name": name, **aggregation_options(experimental_aggregate_gradients, skip_gradients_aggregation)}
+        self._routes.remember(pairs, groups, spec_lists)
         dispatch(self.optimizers, groups, options)  # an optimizer with nothing to apply does not step
+
+    def _ordinary_for(self, index: int, group: list[Any]) -> bool:
+        """Whether ``group`` is an ordinary step of its optimizer's last plan (engine/plan.py)."""
+        planned = getattr(self._entries[index][0], "_planned_step", None)
+        return planned is not None and planned(group) is not None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         with torch.autograd.profiler.record_function(self._zero_grad_profile_name):  # under the composite's name
