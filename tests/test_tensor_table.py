@@ -219,3 +219,21 @@ def test_every_face_gives_the_same_bits_with_and_without_the_table(make):
 
     for a, b in zip(train(True), train(False)):
         assert torch.equal(a, b)
+
+
+def test_a_table_built_for_another_torch_is_not_loaded(monkeypatch):
+    # A torch upgraded after the install: the C++ module would read tensors with the wrong layout, so the loader
+    # refuses it and the Python checks run (``slotopt info`` says why).
+    monkeypatch.setattr(tensor_table, "_module", None)
+    monkeypatch.setattr(tensor_table, "_load_error", None)
+    monkeypatch.setattr(tensor_table, "_torch_build", lambda: "0.0.0+other")
+    tensor_table._load()
+    assert not tensor_table.active()
+    assert "rebuild" in tensor_table.status()["reason"] and "0.0.0+other" in tensor_table.status()["reason"]
+    variables = [torch.nn.Parameter(torch.randn(3)) for _ in range(3)]
+    opt = slotopt.Adam(learning_rate=0.1, params=variables)
+    for _ in range(3):
+        for v in variables:
+            v.grad = torch.ones(3)
+        opt.step()
+    assert opt._plan is not None and opt._plan.table is None  # planned steps, checked in Python

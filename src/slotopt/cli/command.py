@@ -147,12 +147,15 @@ def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
 
     from .. import __version__
     from ..kernels import native, triton
+    from ..kernels.native import tensor_table
 
     state = native.status()
     print(f"slotopt {__version__} (torch {torch.__version__}, {state['threads']} threads)", file=out)
     print(f"kernels: {state['path']} ({state['reason']}; SLOTOPT_KERNELS={state['mode']})", file=out)
     if state["library"]:
         print(f"library: {state['library']}", file=out)
+    table = tensor_table.status()
+    print(f"step checks: {'C++' if table['active'] else 'Python'} ({table['reason']})", file=out)
     print(f"cuda: {triton.status()}", file=out)
     return EXIT_FAILURE if state["error"] else EXIT_OK
 

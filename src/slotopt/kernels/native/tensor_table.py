@@ -15,6 +15,7 @@ the Python checks run, with the same results. :func:`use` switches at run time (
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import torch
@@ -33,15 +34,23 @@ def _torch_build() -> str:
 def _load() -> None:
     global _module, _load_error
     try:
-        from . import _tensor_table  # type: ignore[attr-defined]
+        from ._tensor_table import (  # type: ignore[import-not-found]
+            bump_versions,
+            fits,
+            gradients,
+            make_plan,
+            same_addresses,
+            torch_version,
+        )
     except ImportError as error:
         _load_error = f"not built ({error}); the checks run in Python"
         return
-    if _tensor_table.torch_version != _torch_build():
-        _load_error = (f"built for torch {_tensor_table.torch_version}, this is {_torch_build()}: rebuild it "
+    if torch_version != _torch_build():
+        _load_error = (f"built for torch {torch_version}, this is {_torch_build()}: rebuild it "
                        "(pip install --no-build-isolation -e .); the checks run in Python meanwhile")
         return
-    _module = _tensor_table
+    _module = SimpleNamespace(bump_versions=bump_versions, fits=fits, gradients=gradients, make_plan=make_plan,
+                              same_addresses=same_addresses, torch_version=torch_version)
 
 
 def active() -> bool:
