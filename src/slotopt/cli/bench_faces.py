@@ -121,6 +121,7 @@ KERAS3_SPARSE = [
     ("RMSprop", "RMSprop", {"learning_rate": 1e-3}),
     ("SGD momentum", "SGD", {"learning_rate": 1e-3, "momentum": 0.9}),
     ("Adagrad", "Adagrad", {"learning_rate": 1e-3}),
+    ("SGD", "SGD", {"learning_rate": 1e-3}),
 ]
 
 

@@ -11,10 +11,19 @@ import torch
 from ..variables import IndexedSlices
 from . import blocks
 
-__all__ = ["deduplicate", "gather_rows", "scatter_rows", "densify", "scatter_add_", "segment_sum", "summed", "last_repeats",
+__all__ = ["check_rows", "deduplicate", "gather_rows", "scatter_rows", "densify", "scatter_add_", "segment_sum", "summed", "last_repeats",
            "update_by_row_blocks"]
 
 SliceUpdate = Callable[[torch.Tensor, IndexedSlices, list[torch.Tensor]], None]
+
+
+def check_rows(indices: torch.Tensor, rows: int) -> None:
+    """Raises ``ValueError`` unless every index names a row of a table of ``rows`` rows (checked before a rule on
+    slices writes anything: a scatter that stops at a bad index has already written the slices before it)."""
+    if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= rows):
+        bad = int(((indices < 0) | (indices >= rows)).nonzero()[0, 0])
+        raise ValueError(f"Argument `indices` must be in [0, {rows}) (the rows of the variable). Received: "
+                         f"indices[{bad}]={int(indices.reshape(-1)[bad])} (indices={indices.tolist()[:20]})")
 
 
 def deduplicate(grad: IndexedSlices) -> tuple[torch.Tensor, torch.Tensor]:

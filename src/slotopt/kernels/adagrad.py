@@ -8,6 +8,7 @@ from .. import numerics
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
 from . import roots
+from . import native
 from .native import compiled
 
 __all__ = ["adagrad", "adagrad_slices"]
@@ -49,7 +50,15 @@ def adagrad_slices(param: torch.Tensor, indices: torch.Tensor, values: torch.Ten
     """Keras 3 ``Adagrad`` on slices (TensorFlow backend, keras3_sparse.md §4.6), touching only their rows:
     ``acc[i_j] += g_j*g_j`` one slice at a time; then, with the accumulator after all of them,
     ``w[i_j] -= (lr * g_j) / sqrt(acc[i_j] + eps)`` one slice at a time (repeats are not summed first).
-    Valid while ``acc + eps > 0`` on every row (else Keras divides densely, see the caller)."""
+    Valid while ``acc + eps > 0`` on every row (else Keras divides densely, see the caller).
+
+    An index outside the table raises ``ValueError`` before anything changes. Contiguous CPU tensors of a compiled
+    dtype run the compiled twin (``adagrad_slices`` in native/rules.inc: one serial pass in slice order, the same
+    bits); this torch code is the specification and the fallback.
+    """
+    if native.apply_slices("adagrad_slices", param, indices, values, accumulator, (lr, epsilon)):
+        return
+    sparse_rows.check_rows(indices, param.shape[0])
     sparse_rows.scatter_add_(accumulator, indices, values * values)
     steps = _adagrad_steps([values], [accumulator.index_select(0, indices)], lr=lr, epsilon=epsilon,
                            epsilon_inside_root=True)

@@ -8,6 +8,7 @@ import torch
 
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
+from . import native
 from .native import compiled
 from .weight_decay import decoupled_weight_decay
 
@@ -84,7 +85,14 @@ def scatter_sgd(param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor
 
     TensorFlow's sparse gradient descent (``resource_scatter_add``); with a repeated index the rows are added
     one at a time, which rounds differently from ``w - (g_a + g_b) * lr``.
+
+    An index outside the table raises ``ValueError`` before anything changes. Contiguous CPU tensors of a compiled
+    dtype run the compiled twin (``sgd_slices`` in native/rules.inc: one serial pass in slice order, the same bits);
+    this torch code is the specification and the fallback.
     """
+    if native.apply_slices("sgd_slices", param, indices, values, None, (lr,)):
+        return
+    sparse_rows.check_rows(indices, param.shape[0])
     sparse_rows.scatter_add_(param, indices, torch.neg(values).mul_(lr))
 
 

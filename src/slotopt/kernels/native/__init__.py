@@ -36,7 +36,7 @@ from torch._C._nn import unflatten_dense_tensors
 from . import tensor_table
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
-           "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled"]
+           "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -278,6 +278,72 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         tensor_table.bump_versions(bumped)
     else:
         _increment_version(bumped)
+    global _calls
+    _calls += 1
+    return True
+
+
+#: The compiled rules on slices (``apply_slices``): name -> whether the rule has a state tensor.
+SLICE_RULES = {"sgd_slices": False, "adagrad_slices": True}
+_SLICE_ARGTYPES = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 5
+
+
+def _slice_function(rule: str, dtype: torch.dtype) -> Any:
+    key = (rule, dtype)
+    fn = _functions.get(key)
+    if fn is None:
+        fn = getattr(_library, f"{rule}_{_SUFFIXES[dtype]}", None)
+        if fn is None:  # a library built before the rules on slices: the torch path runs
+            return None
+        fn.argtypes = _SLICE_ARGTYPES
+        fn.restype = ctypes.c_int64
+        _functions[key] = fn
+    return fn
+
+
+def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor,
+                 state: Optional[torch.Tensor], scalars: Sequence[float]) -> bool:
+    """Runs the compiled rule on slices ``rule`` (``SLICE_RULES``): slice ``j`` (``values[j]``) updates row
+    ``indices[j]`` of ``param`` (and of ``state``), one serial pass in slice order. False (nothing done) when the
+    compiled path does not apply: not active, a dtype not compiled, anything not a contiguous CPU tensor of
+    ``param``'s dtype and row shape, indices not integers, or autograd recording an in-place change of ``param``.
+
+    Every index is checked in C before anything is written: one outside ``[0, param.shape[0])`` raises
+    ``ValueError`` naming it, and nothing changes. (This check is always on: indices are data, not pointers
+    slotopt computed, so it does not depend on ``check_bounds``.)
+    """
+    if _library is None or _mode == "foreach":
+        return False
+    dtype = param.dtype
+    if dtype not in _dtypes or not param.is_cpu or param.dim() == 0 or not param.is_contiguous():
+        return False
+    if values.dtype is not dtype or not values.is_cpu or values.shape[1:] != param.shape[1:] \
+            or values.dim() != param.dim() or not values.is_contiguous():
+        return False
+    if state is not None and (state.dtype is not dtype or not state.is_cpu or state.shape != param.shape
+                              or not state.is_contiguous()):
+        return False
+    if indices.dtype is not torch.int64:
+        if indices.dtype not in (torch.int32, torch.int16, torch.int8, torch.uint8):
+            return False
+        indices = indices.to(torch.int64)
+    if indices.dim() != 1 or indices.shape[0] != values.shape[0] or not indices.is_cpu:
+        return False
+    if torch.is_grad_enabled() and (param.requires_grad or (state is not None and state.requires_grad)):
+        return False  # torch's in-place ops raise their own error there
+    fn = _slice_function(rule, dtype)
+    if fn is None:
+        return False
+    indices = indices.contiguous()
+    k, rows = values.shape[0], param.shape[0]
+    width = param.numel() // rows if rows else 0
+    values_array = (ctypes.c_double * len(scalars))(*scalars)
+    bad = fn(rows, width, k, indices.data_ptr(), values.data_ptr(), param.data_ptr(),
+             state.data_ptr() if state is not None else None, values_array)
+    if bad != -1:
+        raise ValueError(f"Argument `indices` must be in [0, {rows}) (the rows of the variable). Received: "
+                         f"indices[{bad}]={int(indices[bad])} (indices={indices.tolist()[:20]})")
+    _increment_version([param] if state is None else [param, state])
     global _calls
     _calls += 1
     return True

@@ -196,6 +196,14 @@ void slotopt_tf_rsqrt_f32(const float *x, float *out, int64_t n, int64_t row) {
 }
 #endif
 
+/* The position of the first of k row indices outside [0, rows), or -1 (the rules on slices check every index
+ * before they write anything: the indices are data, not pointers Python computed). */
+static inline int64_t first_index_outside_(const int64_t *idx, int64_t k, int64_t rows) {
+    for (int64_t j = 0; j < k; j++)
+        if ((uint64_t)idx[j] >= (uint64_t)rows) return j;
+    return -1;
+}
+
 /* float32 and float64: every operator is one torch op, rounded in the dtype itself. */
 #define LD(x) (x)
 #define ST(x) (x)
