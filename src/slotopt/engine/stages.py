@@ -275,7 +275,10 @@ class GroupedUpdates(OptimizerCore):
         values are cast to the variable's dtype first; the rule then sees the whole variable, or a block of its
         rows with the slices of that block (``"blocks"``), so that no table-sized temporary is made."""
         pos = self._position(var)
-        grad = IndexedSlices(grad.values.to(var.dtype), grad.indices, tuple(var.shape))
+        indices = grad.indices
+        if grad.values.dtype is not var.dtype or indices.dtype is not torch.int64 or indices.dim() != 1:
+            # (checked against the variable already; the rules below read only the values and indices)
+            grad = IndexedSlices(grad.values.to(var.dtype), indices, tuple(var.shape))
         names = self._kernel_slots
 
         def update(param: torch.Tensor, slices: IndexedSlices, slots: list[torch.Tensor]) -> None:

@@ -286,6 +286,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
 #: The compiled rules on slices (``apply_slices``): name -> whether the rule has a state tensor.
 SLICE_RULES = {"sgd_slices": False, "adagrad_slices": True}
 _SLICE_ARGTYPES = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 5
+_DOUBLES = [ctypes.c_double * n for n in range(4)]  # the scalar vectors' types (made once: a class per call is slow)
 
 
 def _slice_function(rule: str, dtype: torch.dtype) -> Any:
@@ -337,7 +338,7 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     indices = indices.contiguous()
     k, rows = values.shape[0], param.shape[0]
     width = param.numel() // rows if rows else 0
-    values_array = (ctypes.c_double * len(scalars))(*scalars)
+    values_array = _DOUBLES[len(scalars)](*scalars)
     bad = fn(rows, width, k, indices.data_ptr(), values.data_ptr(), param.data_ptr(),
              state.data_ptr() if state is not None else None, values_array)
     if bad != -1:

@@ -204,6 +204,18 @@ static inline int64_t first_index_outside_(const int64_t *idx, int64_t k, int64_
     return -1;
 }
 
+/* The rows of slices are spread over a large table: each is a cache (and TLB) miss the hardware prefetcher cannot
+ * predict, and a serial pass would wait for them one after the other. The rules on slices ask for the rows of the
+ * slice this many ahead (its index is known), so the misses overlap; prefetching changes no result. */
+#define SLICE_PREFETCH_AHEAD 16
+/* The first bytes of a row (the hardware prefetcher follows a long row by itself), for writing. */
+static inline void prefetch_row_(const void *row, int64_t bytes) {
+    const char *p = (const char *)row;
+    if (bytes > 1024) bytes = 1024;
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 1, 3);
+    __builtin_prefetch(p + bytes - 1, 1, 3); /* a row not aligned to a line ends in one line more */
+}
+
 /* float32 and float64: every operator is one torch op, rounded in the dtype itself. */
 #define LD(x) (x)
 #define ST(x) (x)
