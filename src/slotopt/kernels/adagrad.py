@@ -7,8 +7,7 @@ import torch
 from .. import numerics
 from ..engine import sparse as sparse_rows
 from ..engine.blocks import elementwise
-from . import roots
-from . import native
+from . import native, roots
 from .native import compiled
 
 __all__ = ["adagrad", "adagrad_slices"]
