@@ -23,6 +23,7 @@ compiled kernels reproduce exactly that (``kernels/native/rules.inc``).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -43,17 +44,36 @@ def scalar_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.complex128 else dtype
 
 
+#: Below this magnitude (float32's smallest normal number) a rounded constant depends on the thread's
+#: flush-to-zero mode (a step runs flushed, numerics.fpmode), so it is not kept.
+_KEEP_FROM = torch.finfo(torch.float32).tiny
+
+
+@functools.lru_cache(maxsize=512)
+def _kept(x: float, dtype: torch.dtype) -> float:
+    return torch.tensor(x, dtype=dtype).item()
+
+
+def _rounded(x: float, dtype: torch.dtype) -> float:
+    """``x`` rounded once to ``dtype`` (not float64). The same hyperparameters are rounded on every step, and a
+    tensor made for one number costs more than the rest of a small sparse step: values whose rounding does not
+    depend on the flush-to-zero mode are kept (not 0: -0.0 and 0.0 are one key)."""
+    if abs(x) >= _KEEP_FROM:  # (False for NaN)
+        return _kept(x, dtype)
+    return torch.tensor(x, dtype=dtype).item()
+
+
 def literal(x: float, dtype: torch.dtype) -> float:
     """``x`` rounded once to ``dtype``."""
     dtype = scalar_dtype(dtype)
     if dtype == torch.float64:
         return float(x)
-    return torch.tensor(float(x), dtype=dtype).item()
+    return _rounded(float(x), dtype)
 
 
 def cast(x: float, dtype: torch.dtype) -> float:
     """``x`` rounded to float32 (TensorFlow's default for a Python float), then to ``dtype``."""
-    x32 = torch.tensor(float(x), dtype=torch.float32).item()
+    x32 = _rounded(float(x), torch.float32)
     return literal(x32, dtype) if scalar_dtype(dtype) in _HALF else x32
 
 

@@ -48,14 +48,9 @@ class Adagrad(Optimizer):
     def _sparse_layout(self) -> Optional[str]:  # type: ignore[override]
         # Keras divides the slices by sqrt(acc + eps) gathered per row; when that can be 0 (both 0 even in
         # float16) it takes a dense path, which for unique indices is the dense result: densify then.
-        # Asked several times per step: the answer is kept for the plain numbers it was computed from.
-        key = (self.initial_accumulator_value, self.epsilon)
-        memo = self.__dict__.get("_sparse_layout_memo")
-        if memo is not None and memo[0] == key and all(type(v) in (float, int) for v in key):
-            return memo[1]
-        layout = "rows" if (K.literal(key[0], torch.float16) > 0 or K.literal(key[1], torch.float16) > 0) else None
-        self.__dict__["_sparse_layout_memo"] = (key, layout)
-        return layout
+        if K.literal(self.initial_accumulator_value, torch.float16) > 0 or K.literal(self.epsilon, torch.float16) > 0:
+            return "rows"
+        return None
 
     def build(self, variables: Any) -> None:
         if self.built:
