@@ -64,12 +64,12 @@ def test_compiled_rules_on_slices_give_the_torch_rule_bits(dtype, rule, rows, wi
 
 
 def test_a_repeated_row_takes_each_slice_in_turn_on_the_compiled_path():
-    # 1 - 0.75 - 0.75 in float16 steps: each subtraction rounded, not 1 - 1.5 (TensorFlow's scatter order).
     w = torch.tensor([[1.0], [5.0]], dtype=torch.float64)
+    version = w._version
     with torch.no_grad():
         before = native.calls()
         sgd.scatter_sgd(w, torch.tensor([0, 0]), torch.tensor([[1e16], [1.0]], dtype=torch.float64), lr=1.0)
-    assert native.calls() == before + 1
+    assert native.calls() == before + 1 and w._version > version  # written in place as torch's ops would
     # (1 - 1e16) - 1 rounds twice; the sum 1e16 + 1 first would round once more differently here
     assert w[0, 0].item() == (1.0 - 1e16) - 1.0 and w[1, 0].item() == 5.0
     acc = torch.full((2, 1), 0.0, dtype=torch.float64)
