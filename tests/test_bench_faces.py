@@ -18,6 +18,7 @@ def test_every_face_and_api_is_measured_against_the_floor():
 def test_keras3_sparse_is_reported_as_multiples_of_both_floors():
     results = bench_faces.measure_keras3_sparse(rows=300, touched=8, steps=1, warmup=1)
     assert [r["optimizer"] for r in results] == [label for label, _, _ in bench_faces.KERAS3_SPARSE]
-    assert all(r["ms"] > 0 and r["table_floor_ms"] > 0 and r["rows_floor_ms"] > 0 for r in results)
+    assert all(r["ms"] > 0 and r["table_floor_ms"] > 0 and r["rows_floor_ms"] > 0 and r["in_place_floor_ms"] > 0
+               for r in results)
     text = bench_faces.format_keras3_sparse(results, 300)
     assert "x table" in text and "x rows" in text and "SGD momentum" in text
