@@ -53,7 +53,8 @@ def adagrad_slices(param: torch.Tensor, indices: torch.Tensor, values: torch.Ten
 
     An index outside the table raises ``ValueError`` before anything changes. Contiguous CPU tensors of a compiled
     dtype run the compiled twin (``adagrad_slices`` in native/rules.inc: one serial pass in slice order, the same
-    bits); this torch code is the specification and the fallback.
+    bits), CUDA float32/float64 tensors its Triton twin (``kernels.triton.apply_slices``); this torch code is the
+    specification and the fallback.
     """
     if native.apply_slices("adagrad_slices", param, indices, values, accumulator, (lr, epsilon)):
         return

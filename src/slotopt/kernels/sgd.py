@@ -87,8 +87,9 @@ def scatter_sgd(param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor
     one at a time, which rounds differently from ``w - (g_a + g_b) * lr``.
 
     An index outside the table raises ``ValueError`` before anything changes. Contiguous CPU tensors of a compiled
-    dtype run the compiled twin (``sgd_slices`` in native/rules.inc: one serial pass in slice order, the same bits);
-    this torch code is the specification and the fallback.
+    dtype run the compiled twin (``sgd_slices`` in native/rules.inc: one serial pass in slice order, the same bits),
+    CUDA float32/float64 tensors its Triton twin (``kernels.triton.apply_slices``); this torch code is the
+    specification and the fallback.
     """
     if native.apply_slices("sgd_slices", param, indices, values, None, (lr,)):
         return

@@ -308,12 +308,19 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     ``indices[j]`` of ``param`` (and of ``state``), one serial pass in slice order. False (nothing done) when the
     compiled path does not apply: not active, a dtype not compiled, anything not a contiguous CPU tensor of
     ``param``'s dtype and row shape, indices not integers, or autograd recording an in-place change of ``param``.
+    CUDA tensors go to the Triton twin of the rule (``kernels.triton.apply_slices``) where Triton is installed.
 
     Every index is checked in C before anything is written: one outside ``[0, param.shape[0])`` raises
     ``ValueError`` naming it, and nothing changes. (This check is always on: indices are data, not pointers
     slotopt computed, so it does not depend on ``check_bounds``.)
     """
-    if _library is None or _mode == "foreach":
+    if _mode == "foreach":
+        return False
+    if param.device.type == "cuda":  # the Triton twin of the rule where Triton is installed
+        from .. import triton
+
+        return triton.apply_slices(rule, param, indices, values, state, scalars)
+    if _library is None:
         return False
     dtype = param.dtype
     if dtype not in _dtypes or not param.is_cpu or param.dim() == 0 or not param.is_contiguous():

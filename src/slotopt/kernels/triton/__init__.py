@@ -9,7 +9,8 @@ would become a float32 kernel parameter).
 
 Rules: ``sgd``, ``keras_momentum``, ``momentum`` (TF1), ``decoupled_weight_decay``, ``adam`` (AMSGrad too),
 ``rmsprop`` (Keras 3 variants), ``apply_rmsprop`` (TF1), ``adagrad``, ``apply_adagrad``; the scalar vector of
-each is the compiled CPU rule's (``kernels/native/rules.inc``). Other rules, and machines without Triton,
+each is the compiled CPU rule's (``kernels/native/rules.inc``). Rules on slices (``apply_slices``, Keras 3 on
+slices leaving untouched rows alone): ``sgd_slices``, ``adagrad_slices``. Other rules, and machines without Triton,
 use the foreach kernels. Triton is an optional extra (``pip install 'slotopt[triton]'``); it ships with the
 CUDA builds of torch. With no GPU, the kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` set
 before the first use), which is how the tests check them against the foreach kernels on the CPU.
@@ -23,11 +24,18 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["available", "status", "apply", "RULES"]
+try:
+    from torch.autograd.graph import increment_version as _increment_version
+except ImportError:  # older torch
+    _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
+
+__all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES"]
 
 RULES = ("sgd", "keras_momentum", "momentum", "decoupled_weight_decay", "adam", "rmsprop", "apply_rmsprop",
          "adagrad", "apply_adagrad")
 BLOCK = 1024
+#: The rules on slices (``apply_slices``): name -> whether the rule has a state tensor.
+SLICE_RULES = {"sgd_slices": False, "adagrad_slices": True}
 
 _kernels: Optional[dict[str, Any]] = None
 _import_error: Optional[str] = None
@@ -263,7 +271,45 @@ def _build() -> dict[str, Any]:
         w = tl.load(w_ptr + offs, mask=mask)
         tl.store(w_ptr + offs, w - step, mask=mask)
 
-    return {name: fn for name, fn in locals().items() if name in RULES}
+    # Rules on slices: each program owns a block of columns and walks the k slices serially in slice order, so a
+    # repeated row takes each slice's update in turn (the compiled rules' order) and no two programs share an
+    # element. Row offsets are int64 (``row`` is loaded from int64 indices); the slices' pointers advance by a row
+    # per slice (a 64-bit pointer: no ``j * width`` that could overflow 32 bits).
+    @triton.jit
+    def sgd_slices(w_ptr, g_ptr, idx_ptr, s_ptr, k, width, BLOCK: tl.constexpr):
+        cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < width
+        lr = tl.load(s_ptr)
+        g_row = g_ptr + cols
+        for j in range(0, k):
+            at = tl.load(idx_ptr + j) * width + cols
+            g = tl.load(g_row, mask=mask)
+            g_row += width
+            w = tl.load(w_ptr + at, mask=mask)
+            tl.store(w_ptr + at, w - g * lr, mask=mask)
+
+    @triton.jit
+    def adagrad_slices(w_ptr, g_ptr, acc_ptr, idx_ptr, s_ptr, k, width, BLOCK: tl.constexpr):
+        cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < width
+        lr = tl.load(s_ptr)
+        eps = tl.load(s_ptr + 1)
+        g_row = g_ptr + cols
+        for j in range(0, k):  # every slice's square first ...
+            at = tl.load(idx_ptr + j) * width + cols
+            g = tl.load(g_row, mask=mask)
+            g_row += width
+            tl.store(acc_ptr + at, tl.load(acc_ptr + at, mask=mask) + g * g, mask=mask)
+        g_row = g_ptr + cols
+        for j in range(0, k):  # ... then the steps, with the accumulator after all of them
+            at = tl.load(idx_ptr + j) * width + cols
+            g = tl.load(g_row, mask=mask)
+            g_row += width
+            d = _sqrt_rn(tl.load(acc_ptr + at, mask=mask) + eps)
+            w = tl.load(w_ptr + at, mask=mask)
+            tl.store(w_ptr + at, w - _div_rn(g * lr, d), mask=mask)
+
+    return {name: fn for name, fn in locals().items() if name in RULES or name in SLICE_RULES}
 
 
 # For each rule: how many operand lists, and its compile-time flags as (name, position in the scalar vector).
@@ -318,4 +364,63 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         # An absent optional list is never read (its flag is off): any tensor stands in for its pointer.
         args = [tensors[k] if tensors is not None else first[k] for tensors in lists]
         kernel[(triton.cdiv(n, BLOCK),)](*args, values, n, **flags, BLOCK=BLOCK, enable_fp_fusion=False)
+    return True
+
+
+def _on_triton_device(tensor: torch.Tensor) -> bool:
+    return tensor.device.type == "cuda" or (tensor.is_cpu and _interpreting())
+
+
+def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor,
+                 state: Optional[torch.Tensor], scalars: Sequence[float]) -> bool:
+    """Runs the rule on slices ``rule`` (``SLICE_RULES``) with Triton: slice ``j`` (``values[j]``) updates row
+    ``indices[j]`` of ``param`` (and of ``state``), the slices in order; the scalar vector is the compiled CPU
+    rule's (``kernels.native.apply_slices``). False (nothing done) when it does not apply: Triton missing, not
+    CUDA tensors (CPU tensors under ``TRITON_INTERPRET=1``), not float32/float64, anything not contiguous or not
+    of ``param``'s dtype, device and row shape, indices not integers, or autograd recording an in-place change.
+
+    Every index is checked before anything is written (one ``aminmax`` on the device): one outside
+    ``[0, param.shape[0])`` raises ``ValueError`` naming it, and nothing changes.
+    """
+    global _kernels
+    if rule not in SLICE_RULES or SLICE_RULES[rule] != (state is not None):
+        return False
+    dtype, device = param.dtype, param.device
+    if dtype not in (torch.float32, torch.float64) or not _on_triton_device(param) or param.dim() == 0 \
+            or not param.is_contiguous():
+        return False
+    if values.dtype is not dtype or values.device != device or values.dim() != param.dim() \
+            or values.shape[1:] != param.shape[1:] or not values.is_contiguous():
+        return False
+    if state is not None and (state.dtype is not dtype or state.device != device or state.shape != param.shape
+                              or not state.is_contiguous()):
+        return False
+    if indices.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8) \
+            or indices.dim() != 1 or indices.shape[0] != values.shape[0] or indices.device != device:
+        return False
+    if torch.is_grad_enabled() and (param.requires_grad or (state is not None and state.requires_grad)):
+        return False  # torch's in-place ops raise their own error there
+    if not available():
+        return False
+    k, rows = values.shape[0], param.shape[0]
+    if k:
+        low, high = torch.aminmax(indices)
+        if int(low) < 0 or int(high) >= rows:  # the message names the first bad index, as the other paths do
+            from ...engine.sparse import check_rows
+
+            check_rows(indices, rows)
+        if _kernels is None:
+            _kernels = _build()
+        import triton
+
+        width = param.numel() // rows
+        block = min(BLOCK, max(32, triton.next_power_of_2(width)))
+        # A block at least as wide as its threads (32 per warp): no element is held by two warps, which could
+        # otherwise be at different slices and store one slice's value over the next's.
+        grid = (triton.cdiv(width, block),)
+        tensors = [param, values] if state is None else [param, values, state]
+        _kernels[rule][grid](*tensors, indices.to(torch.int64).contiguous(),
+                             torch.tensor(list(scalars), dtype=dtype, device=device), k, width, BLOCK=block,
+                             num_warps=max(1, min(4, block // 32)), num_stages=1, enable_fp_fusion=False)
+    _increment_version([param] if state is None else [param, state])
     return True
