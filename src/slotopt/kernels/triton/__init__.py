@@ -404,8 +404,8 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
         return False
     k, rows = values.shape[0], param.shape[0]
     if k:
-        low, high = torch.aminmax(indices)
-        if int(low) < 0 or int(high) >= rows:  # the message names the first bad index, as the other paths do
+        low, high = torch.stack(torch.aminmax(indices)).tolist()  # one transfer from the device
+        if low < 0 or high >= rows:  # the message names the first bad index, as the other paths do
             from ...engine.sparse import check_rows
 
             check_rows(indices, rows)
