@@ -121,6 +121,7 @@ def test_the_triton_path_declines_what_it_cannot_take(interpreter, monkeypatch):
     ]
     for rule, param, idx, values, state in declined:
         assert not triton_kernels.apply_slices(rule, param, idx, values, state, (0.1, 1e-7))
+    assert not triton_kernels.apply_slices("sgd_slices", w, indices, torch.ones(2, 2), None, (torch.tensor(0.1),))
     with torch.enable_grad():
         assert not triton_kernels.apply_slices("sgd_slices", torch.zeros(5, 2, requires_grad=True), indices,
                                                torch.ones(2, 2), None, (0.1,))

@@ -383,7 +383,8 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     ``[0, param.shape[0])`` raises ``ValueError`` naming it, and nothing changes.
     """
     global _kernels
-    if rule not in SLICE_RULES or SLICE_RULES[rule] != (state is not None):
+    if rule not in SLICE_RULES or SLICE_RULES[rule] != (state is not None) \
+            or not all([isinstance(v, (float, int)) for v in scalars]):  # Python numbers, as the compiled rule
         return False
     dtype, device = param.dtype, param.device
     if dtype not in (torch.float32, torch.float64) or not _on_triton_device(param) or param.dim() == 0 \
