@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..engine import loss_scaling
 from ..engine.clipping import map_gradient_values
 from ..engine.core import Pair
 from ..engine.routing import set_weights_all_or_nothing, split_weights
@@ -74,6 +75,10 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     """
 
     _supports_complex = True  # complex variables: the optimizer(s) it wraps decide (issue 24 item 8)
+    # A checked step leaves a plan of the wrapper's own, so that the next one is checked in one pass (C++ where
+    # built) and its gradients checked and unscaled flat (engine/loss_scaling.py); the inner optimizer plans its
+    # own steps as well.
+    _plans_steps = True
 
     def __init__(
         self,
@@ -226,8 +231,23 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         return self.inner_optimizer._aggregate_across_processes(pairs, **options)
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
+        step = loss_scaling.ordinary_step(self, pairs)
+        if step is not None:  # every gradient dense, of its variable's kind: checked and unscaled flat
+            flats = loss_scaling.flat_gradients(step)
+            finite = loss_scaling.all_finite(flats)
+            if finite:
+                inner = self.inner_optimizer
+                grads = loss_scaling.unscaled(step, flats, self._dynamic_scale.detach(),
+                                              keep=loss_scaling.keeps_no_gradients(inner))
+                if type(inner).apply_gradients is Optimizer.apply_gradients:  # (it checks pairs, then `apply`s)
+                    inner.apply(grads, step.plan.variables, skip_gradients_aggregation=True)
+                else:
+                    inner.apply_gradients(list(zip(grads, step.plan.variables)), skip_gradients_aggregation=True)
+            self._update_scale(finite)
+            return
         # Keras's `isfinite` on slices sees only the last repeat of each row (keras3_sparse.md §3.8).
-        if self._all_finite([last_repeats(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs]):
+        finite = self._all_finite([last_repeats(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs])
+        if finite:
             scale = self._dynamic_scale.detach()
             # Keras: a variable flagged `overwrite_with_gradient` takes its gradient as it is (not unscaled).
             scaled = [i for i, (_, v) in enumerate(pairs) if not overwrites_with_gradient(v)]
@@ -237,6 +257,10 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
                     lambda grads: [g.to(torch.promote_types(g.dtype, torch.float32)) / scale for g in grads])):
                 unscaled[i] = pair
             self.inner_optimizer.apply_gradients(unscaled, skip_gradients_aggregation=True)  # aggregated above
+        self._update_scale(finite)
+
+    def _update_scale(self, finite: bool) -> None:
+        if finite:
             if int(self._step_counter) == self.dynamic_growth_steps - 1:
                 self._step_counter.zero_()
                 self._dynamic_scale.mul_(2.0)

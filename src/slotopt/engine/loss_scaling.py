@@ -1,0 +1,150 @@
+"""The loss-scale wrappers' per-step work on an ordinary step (``engine/plan.py``), without Python per tensor.
+
+Both wrappers (Keras 3 ``LossScaleOptimizer``, tf.keras ``legacy.LossScaleOptimizer``) look at every gradient
+on every step: the step is skipped when any element of any gradient is inf or NaN, and the Keras 3 wrapper then
+hands the inner optimizer ``g / dynamic_scale``. Done per tensor (a reduction, a division, a new tensor each),
+that costs several times the update itself on many small tensors. On an ordinary step (every gradient a dense
+contiguous tensor of its variable's dtype, shape and device: checked in one pass by the plan) the gradients of
+each (device, dtype) kind are instead copied into one flat tensor, in one ``cat``:
+
+* finite check: the flat tensor's minimum and maximum (``torch.aminmax``: NaN propagates to both, an inf is one
+  of them). Unlike a sum or a 2-norm it cannot overflow: huge finite gradients stay finite. Exactly "every
+  element finite".
+* unscale: ``flat.to(promote_types(dtype, float32)) / scale``, the very operation each gradient took (an
+  element-wise true division with the same operands, so the same bits on every device: CUDA's
+  reciprocal-multiply for a CPU scalar divisor included), written into a buffer kept with the plan whose views,
+  shaped like the gradients, are what the inner optimizer receives. The views are made once per plan: a step
+  then creates no tensor per gradient.
+
+The buffer is kept (reused on the next step) only where nothing can hold on to the gradients the inner optimizer
+receives: a built-in slotopt optimizer updating with its own kernels (a subclass's ``update_step`` or gradient
+hook could keep them), and not more than ``KEPT_BYTES``; otherwise each step unscales into a new flat tensor,
+cut into views. Anything else (sparse or missing gradients, complex dtypes, FSDP2 shards) takes the wrappers'
+full path.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import torch
+
+from .plan import Ordinary
+
+__all__ = ["ordinary_step", "flat_gradients", "all_finite", "unscaled", "keeps_no_gradients", "KEPT_BYTES"]
+
+#: The largest unscale buffer kept between steps (bytes). Above it the per-tensor bookkeeping is small next to the
+#: arithmetic, and the memory is not held between steps.
+KEPT_BYTES = 1 << 26
+
+_REAL = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_flatten = torch._C._nn.flatten_dense_tensors
+_unflatten = torch._C._nn.unflatten_dense_tensors
+_KINDS = ("loss_scaling", "kinds")
+
+
+def ordinary_step(opt: Any, pairs: Sequence[Any]) -> Optional[Ordinary]:
+    """``pairs`` when they are an ordinary step whose gradients the flat path takes (real floating dtypes, no
+    FSDP2 shard whose finiteness must be agreed across processes), else None."""
+    if type(pairs) is not Ordinary or opt.__dict__.get("_sharded"):
+        return None
+    plan = pairs.plan
+    if not all(dtype in _REAL for _, dtype in plan.kinds):
+        return None
+    return pairs
+
+
+def _kinds(step: Ordinary) -> list[tuple[Optional[list[int]], bool]]:
+    """The pair indices of each (device, dtype) kind of the step (None: all of them) and whether all their
+    gradients are 1-D, kept with the plan."""
+    plan = step.plan
+    kinds = plan.memo.get(_KINDS)
+    if kinds is None:
+        if len(plan.kinds) == 1:
+            groups: list[Optional[list[int]]] = [None]
+        else:
+            by_kind: dict[Any, list[int]] = {}
+            for i, kind in enumerate(zip(plan.devices, plan.dtypes)):
+                by_kind.setdefault(kind, []).append(i)
+            groups = list(by_kind.values())
+        kinds = [(indices, all(len(shape) == 1 for shape in _take(plan.shapes, indices))) for indices in groups]
+        plan.memo[_KINDS] = kinds
+    return kinds
+
+
+def _take(items: Sequence[Any], indices: Optional[list[int]]) -> list[Any]:
+    if indices is None:
+        return items if type(items) is list else list(items)
+    return [items[i] for i in indices]
+
+
+def flat_gradients(step: Ordinary) -> list[torch.Tensor]:
+    """One flat copy of the gradients of each kind of ``step`` (``_kinds`` order): the same values, in order."""
+    flats = []
+    for indices, one_dimensional in _kinds(step):
+        grads = _take(step.grads, indices)
+        if one_dimensional:
+            flats.append(torch.cat(grads))
+        else:  # (``cat`` takes tensors of one rank only)
+            flats.append(_flatten(grads))
+    return flats
+
+
+def all_finite(flats: Sequence[torch.Tensor]) -> bool:
+    """Whether every element of every tensor is finite (neither inf nor NaN)."""
+    for flat in flats:
+        if flat.numel():
+            low, high = torch.aminmax(flat)
+            if not bool(torch.isfinite(low) & torch.isfinite(high)):
+                return False
+    return True
+
+
+def unscaled(step: Ordinary, flats: Sequence[torch.Tensor], scale: torch.Tensor, keep: bool) -> list[torch.Tensor]:
+    """``g.to(promote_types(g.dtype, float32)) / scale`` for every gradient of ``step``, in pair order, from the
+    flat copies ``flat_gradients`` made. ``keep``: the result lives in a buffer kept with the plan and rewritten
+    by the next step (see the module docstring)."""
+    plan = step.plan
+    kinds = _kinds(step)
+    parts: list[torch.Tensor] = []
+    for k, ((indices, _), flat) in enumerate(zip(kinds, flats)):
+        dtype = torch.promote_types(flat.dtype, torch.float32)
+        if keep and flat.numel() * dtype.itemsize <= KEPT_BYTES:
+            key = ("loss_scaling", "buffer", k)
+            kept = plan.memo.get(key)
+            if kept is None or kept[0].dtype is not dtype or kept[0].device != flat.device:
+                buffer = torch.empty(flat.numel(), dtype=dtype, device=flat.device)
+                kept = (buffer, list(_unflatten(buffer, _take(step.grads, indices))))
+                plan.memo[key] = kept
+            torch.div(flat.to(dtype), scale, out=kept[0])
+            views = kept[1]
+        else:
+            views = _unflatten(torch.div(flat.to(dtype), scale), _take(step.grads, indices))
+        if indices is None:
+            return list(views)
+        parts.extend(views)
+    return list(_reorder(plan, kinds)(parts))
+
+
+def _reorder(plan: Any, kinds: list[tuple[Optional[list[int]], bool]]) -> Any:
+    """Takes the concatenated per-kind results back to pair order (an ``itemgetter``, kept with the plan)."""
+    key = ("loss_scaling", "order")
+    take = plan.memo.get(key)
+    if take is None:
+        where = {i: j for j, i in enumerate(i for indices, _ in kinds for i in indices)}  # type: ignore[union-attr]
+        take = operator.itemgetter(*[where[i] for i in range(len(where))])  # (two kinds or more: 2+ keys)
+        plan.memo[key] = take
+    return take
+
+
+def keeps_no_gradients(opt: Any) -> bool:
+    """Whether ``opt`` is sure to drop the gradients it is given once its step is done: a built-in slotopt
+    optimizer (no user subclass, no composite) updating through its own kernels."""
+    from .torch_protocol import ComposesOptimizers, WrapsInnerOptimizer
+
+    has_custom_update = getattr(opt, "_has_custom_update", None)
+    return (type(opt).__module__.startswith("slotopt.") and callable(has_custom_update)
+            and not has_custom_update() and not isinstance(opt, (ComposesOptimizers, WrapsInnerOptimizer))
+            and not getattr(opt, "gradient_transformers", None))
