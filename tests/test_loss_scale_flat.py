@@ -37,7 +37,7 @@ def flat_calls(monkeypatch):
     """Counts the steps that took the flat path."""
     calls = []
     original = loss_scaling.flat_gradients
-    monkeypatch.setattr(loss_scaling, "flat_gradients", lambda step: calls.append(len(step)) or original(step))
+    monkeypatch.setattr(loss_scaling, "flat_gradients", lambda step, *into: calls.append(len(step)) or original(step, *into))
     return calls
 
 
@@ -82,12 +82,14 @@ def run(kind, steps, dtypes=(torch.float32,), api="apply"):
     history = []
     for i, poison in enumerate(steps):
         grads = random_grads(params, i, poison)
+        given = [g.clone() for g in grads]
         if api == "step":
             for p, g in zip(params, grads):
                 p.grad = g
             opt.step()
         else:
             opt.apply_gradients(list(zip(grads, params)))
+        assert all(same_bits(a, b) for a, b in zip(grads, given))  # the caller's gradients are left as they were
         history.append(([p.detach().clone() for p in params], scale_of(opt), int(opt.iterations)))
     return history
 
@@ -114,7 +116,9 @@ POISONS = [None, None, (0, 0, INF), None, (5, 0, NAN), (1, 6, -INF), None, (3, 6
 
 @pytest.mark.parametrize("kind", ["keras3", "legacy"])
 @pytest.mark.parametrize("api", ["apply", "step"])
-@pytest.mark.parametrize("dtypes", [(torch.float32,), (torch.float32, torch.float64)], ids=["f32", "f32+f64"])
+@pytest.mark.parametrize("dtypes", [(torch.float32,), (torch.float32, torch.float64),
+                                    (torch.float32,) * 5 + (torch.float64,), (torch.float32, torch.float64) + (torch.float32,) * 4],
+                         ids=["f32", "f32+f64", "lone-f64-vector", "lone-f64-matrix"])
 def test_flat_path_gives_the_per_tensor_bits(kind, api, dtypes, checks, flat_calls, monkeypatch):
     fast = run(kind, POISONS, dtypes, api)
     # Keras 3: every step went flat (the wrapper's first checked step leaves its plan and is ordinary); legacy:

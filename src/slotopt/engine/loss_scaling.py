@@ -33,7 +33,7 @@ import torch
 
 from .plan import Ordinary
 
-__all__ = ["ordinary_step", "flat_gradients", "all_finite", "unscaled", "keeps_no_gradients", "KEPT_BYTES"]
+__all__ = ["ordinary_step", "flat_gradients", "all_finite", "finite_unscaled", "keeps_no_gradients", "KEPT_BYTES"]
 
 #: The largest unscale buffer kept between steps (bytes). Above it the per-tensor bookkeeping is small next to the
 #: arithmetic, and the memory is not held between steps.
@@ -80,15 +80,18 @@ def _take(items: Sequence[Any], indices: Optional[list[int]]) -> list[Any]:
     return [items[i] for i in indices]
 
 
-def flat_gradients(step: Ordinary) -> list[torch.Tensor]:
-    """One flat copy of the gradients of each kind of ``step`` (``_kinds`` order): the same values, in order."""
+def flat_gradients(step: Ordinary, into: Optional[Sequence[Optional[torch.Tensor]]] = None) -> list[torch.Tensor]:
+    """One flat copy of the gradients of each kind of ``step`` (``_kinds`` order): the same values, in order.
+    ``into``: per kind, a buffer of the gradients' dtype and device to copy them into (or None)."""
     flats = []
-    for indices, one_dimensional in _kinds(step):
+    for k, (indices, one_dimensional) in enumerate(_kinds(step)):
         grads = _take(step.grads, indices)
+        buffer = into[k] if into is not None else None
         if one_dimensional:
-            flats.append(torch.cat(grads))
-        else:  # (``cat`` takes tensors of one rank only)
-            flats.append(_flatten(grads))
+            flats.append(torch.cat(grads) if buffer is None else torch.cat(grads, out=buffer))
+        else:  # (``cat`` takes tensors of one rank only; ``flatten`` returns a lone tensor itself, not a copy)
+            flat = _flatten(grads) if len(grads) > 1 else grads[0].reshape(-1).clone()
+            flats.append(flat if buffer is None else buffer.copy_(flat))
     return flats
 
 
@@ -102,30 +105,59 @@ def all_finite(flats: Sequence[torch.Tensor]) -> bool:
     return True
 
 
-def unscaled(step: Ordinary, flats: Sequence[torch.Tensor], scale: torch.Tensor, keep: bool) -> list[torch.Tensor]:
-    """``g.to(promote_types(g.dtype, float32)) / scale`` for every gradient of ``step``, in pair order, from the
-    flat copies ``flat_gradients`` made. ``keep``: the result lives in a buffer kept with the plan and rewritten
-    by the next step (see the module docstring)."""
+def finite_unscaled(step: Ordinary, scale: torch.Tensor, keep: bool) -> Optional[list[torch.Tensor]]:
+    """``g.to(promote_types(g.dtype, float32)) / scale`` for every gradient of ``step``, in pair order, or None
+    when an element of a gradient is inf or NaN (checked before the division). ``keep``: the result lives in a
+    buffer kept with the plan and rewritten by the next step (see the module docstring)."""
     plan = step.plan
     kinds = _kinds(step)
+    kept = [_kept_buffer(step, k, indices) if keep else None for k, (indices, _) in enumerate(kinds)]
+    # The gradients are copied straight into a kept buffer of their own dtype (then divided in place).
+    flats = flat_gradients(step, [b[0] if b is not None and b[0].dtype is plan.dtypes[_first(i)] else None
+                                  for b, (i, _) in zip(kept, kinds)])
+    if not all_finite(flats):
+        return None
     parts: list[torch.Tensor] = []
-    for k, ((indices, _), flat) in enumerate(zip(kinds, flats)):
-        dtype = torch.promote_types(flat.dtype, torch.float32)
-        if keep and flat.numel() * dtype.itemsize <= KEPT_BYTES:
-            key = ("loss_scaling", "buffer", k)
-            kept = plan.memo.get(key)
-            if kept is None or kept[0].dtype is not dtype or kept[0].device != flat.device:
-                buffer = torch.empty(flat.numel(), dtype=dtype, device=flat.device)
-                kept = (buffer, list(_unflatten(buffer, _take(step.grads, indices))))
-                plan.memo[key] = kept
-            torch.div(flat.to(dtype), scale, out=kept[0])
-            views = kept[1]
+    for (indices, _), flat, buffer in zip(kinds, flats, kept):
+        flat = flat.to(torch.promote_types(flat.dtype, torch.float32))  # (the same tensor when it is already)
+        if buffer is None:
+            views = _unflatten(flat.div_(scale), _take(step.grads, indices))  # (``flat`` is this step's own copy)
         else:
-            views = _unflatten(torch.div(flat.to(dtype), scale), _take(step.grads, indices))
+            if flat is buffer[0]:
+                flat.div_(scale)
+            else:
+                torch.div(flat, scale, out=buffer[0])
+            views = buffer[1]
         if indices is None:
             return list(views)
         parts.extend(views)
     return list(_reorder(plan, kinds)(parts))
+
+
+def _first(indices: Optional[list[int]]) -> int:
+    return 0 if indices is None else indices[0]
+
+
+def _kept_buffer(step: Ordinary, k: int, indices: Optional[list[int]]) -> Optional[tuple[torch.Tensor, list[Any]]]:
+    """Kind ``k``'s unscale buffer and its views shaped like the gradients, kept with the plan (made at the first
+    use), or None when it would be larger than ``KEPT_BYTES``."""
+    plan = step.plan
+    key = ("loss_scaling", "buffer", k)
+    kept = plan.memo.get(key)
+    if kept is False:
+        return None
+    if kept is None:
+        position = _first(indices)
+        dtype = torch.promote_types(plan.dtypes[position], torch.float32)
+        grads = _take(step.grads, indices)
+        numel = sum(g.numel() for g in grads)
+        if numel * dtype.itemsize > KEPT_BYTES:
+            plan.memo[key] = False
+            return None
+        buffer = torch.empty(numel, dtype=dtype, device=plan.devices[position])
+        kept = (buffer, list(_unflatten(buffer, grads)))
+        plan.memo[key] = kept
+    return kept
 
 
 def _reorder(plan: Any, kinds: list[tuple[Optional[list[int]], bool]]) -> Any:

@@ -233,12 +233,11 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     def _apply_updates(self, pairs: list[Pair]) -> None:
         step = loss_scaling.ordinary_step(self, pairs)
         if step is not None:  # every gradient dense, of its variable's kind: checked and unscaled flat
-            flats = loss_scaling.flat_gradients(step)
-            finite = loss_scaling.all_finite(flats)
-            if finite:
-                inner = self.inner_optimizer
-                grads = loss_scaling.unscaled(step, flats, self._dynamic_scale.detach(),
-                                              keep=loss_scaling.keeps_no_gradients(inner))
+            inner = self.inner_optimizer
+            grads = loss_scaling.finite_unscaled(step, self._dynamic_scale.detach(),
+                                                 keep=loss_scaling.keeps_no_gradients(inner))
+            finite = grads is not None
+            if grads is not None:
                 if type(inner).apply_gradients is Optimizer.apply_gradients:  # (it checks pairs, then `apply`s)
                     inner.apply(grads, step.plan.variables, skip_gradients_aggregation=True)
                 else:
