@@ -251,12 +251,14 @@ def test_keras3_gradients_handed_to_a_custom_update_step_are_not_reused():
             kept.append(gradient)
             super().update_step(gradient, variable, learning_rate)
 
-    params = make_params()
+    params = make_params((torch.float32, torch.float64) + (torch.float32,) * 4)  # a lone float64 matrix
     opt = slotopt.LossScaleOptimizer(Keeping(learning_rate=0.1), initial_scale=4.0)
     first = None
     for step in range(3):
         grads = random_grads(params, step)
+        given = [g.clone() for g in grads]
         opt.apply_gradients(list(zip(grads, params)))
+        assert all(same_bits(a, b) for a, b in zip(grads, given))  # unscaled into new tensors, never in place
         if step == 1:
             first = [g.clone() for g in kept[-len(params):]]
             held = kept[-len(params):]
