@@ -33,7 +33,7 @@ import torch
 
 from .plan import Ordinary
 
-__all__ = ["ordinary_step", "flat_gradients", "all_finite", "finite_unscaled", "keeps_no_gradients", "KEPT_BYTES"]
+__all__ = ["ordinary_step", "flat_gradients", "all_finite", "finite_unscaled", "copies", "keeps_no_gradients", "KEPT_BYTES"]
 
 #: The largest unscale buffer kept between steps (bytes). Above it the per-tensor bookkeeping is small next to the
 #: arithmetic, and the memory is not held between steps.
@@ -138,24 +138,36 @@ def _first(indices: Optional[list[int]]) -> int:
     return 0 if indices is None else indices[0]
 
 
-def _kept_buffer(step: Ordinary, k: int, indices: Optional[list[int]]) -> Optional[tuple[torch.Tensor, list[Any]]]:
-    """Kind ``k``'s unscale buffer and its views shaped like the gradients, kept with the plan (made at the first
-    use), or None when it would be larger than ``KEPT_BYTES``."""
+def copies(step: Ordinary) -> list[Optional[torch.Tensor]]:
+    """Per kind of ``step``, a buffer of the gradients' dtype kept with the plan, for ``flat_gradients`` to copy
+    them into on every step (no new memory to map each step), or None when it would be larger than
+    ``KEPT_BYTES``."""
+    return [None if kept is None else kept[0]
+            for kept in (_kept_buffer(step, k, indices, promote=False) for k, (indices, _) in enumerate(_kinds(step)))]
+
+
+def _kept_buffer(step: Ordinary, k: int, indices: Optional[list[int]],
+                 promote: bool = True) -> Optional[tuple[torch.Tensor, list[Any]]]:
+    """Kind ``k``'s buffer (of the unscaled dtype, or the gradients' own with ``promote=False``) and its views
+    shaped like the gradients, kept with the plan (made at the first use), or None when it would be larger than
+    ``KEPT_BYTES``."""
     plan = step.plan
-    key = ("loss_scaling", "buffer", k)
+    key = ("loss_scaling", "buffer" if promote else "copy", k)
     kept = plan.memo.get(key)
     if kept is False:
         return None
     if kept is None:
         position = _first(indices)
-        dtype = torch.promote_types(plan.dtypes[position], torch.float32)
+        dtype = plan.dtypes[position]
+        if promote:
+            dtype = torch.promote_types(dtype, torch.float32)
         grads = _take(step.grads, indices)
         numel = sum(g.numel() for g in grads)
         if numel * dtype.itemsize > KEPT_BYTES:
             plan.memo[key] = False
             return None
         buffer = torch.empty(numel, dtype=dtype, device=plan.devices[position])
-        kept = (buffer, list(_unflatten(buffer, grads)))
+        kept = (buffer, list(_unflatten(buffer, grads)) if promote else [])
         plan.memo[key] = kept
     return kept
 
