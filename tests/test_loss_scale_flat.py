@@ -287,3 +287,20 @@ def test_all_finite_edge_cases():
             values[position] = bad
             assert not loss_scaling.all_finite([values])
             assert not loss_scaling.all_finite([torch.ones(3), values.to(torch.bfloat16)])
+
+
+def test_legacy_fixed_scale_applies_ordinary_steps_as_the_full_path(monkeypatch):
+    def fixed_run():
+        params = make_params()
+        opt = legacy.LossScaleOptimizer(legacy.Adam(learning_rate=0.01), dynamic=False, initial_scale=8.0)
+        out = []
+        for step, poison in enumerate([None, None, (2, 0, INF), None]):
+            opt.apply_gradients(list(zip(random_grads(params, step, poison), params)))
+            out.append(([p.detach().clone() for p in params], float(opt.loss_scale), int(opt.iterations)))
+        return out
+
+    fast = fixed_run()
+    assert [s for _, s, _ in fast] == [8.0] * 4 and [it for _, _, it in fast] == [1, 2, 3, 4]
+    assert torch.isnan(fast[2][0][2]).any()  # a fixed scale checks nothing: the inf is applied, as tf-keras does
+    per_tensor_path(monkeypatch)
+    assert_same_history(fast, fixed_run())
