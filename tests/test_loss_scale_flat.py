@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 import torch
 
 import slotopt
 from slotopt import legacy
 from slotopt.engine import loss_scaling
+from slotopt.kernels import native
 from slotopt.kernels.native import tensor_table
 from slotopt.variables import IndexedSlices
 
@@ -18,11 +20,16 @@ INF, NAN = float("inf"), float("nan")
 SHAPES = [(5,), (3, 4), (), (7,), (2, 3, 2), (1,)]
 
 
-@pytest.fixture(params=[True, False], ids=["cpp-checks", "python-checks"])
+@pytest.fixture(params=[(True, "auto"), (False, "auto"), (True, "foreach")],
+                ids=["cpp-checks", "python-checks", "no-compiled-kernels"])
 def checks(request):
-    previous = tensor_table.use(request.param)
+    """The step checks in C++ or Python; the finite check compiled (reading the gradients in place) or not (a
+    flat copy's ``aminmax``)."""
+    table, kernels = request.param
+    previous = tensor_table.use(table), native.use(kernels)
     yield request.param
-    tensor_table.use(previous)
+    tensor_table.use(previous[0])
+    native.use(previous[1])
 
 
 @pytest.fixture(autouse=True)
@@ -36,8 +43,14 @@ def quiet_legacy_warning():
 def flat_calls(monkeypatch):
     """Counts the steps that took the flat path."""
     calls = []
-    original = loss_scaling.flat_gradients
-    monkeypatch.setattr(loss_scaling, "flat_gradients", lambda step, *into: calls.append(len(step)) or original(step, *into))
+    original = loss_scaling.ordinary_step
+
+    def counted(opt, pairs):
+        step = original(opt, pairs)
+        if step is not None:
+            calls.append(len(step))
+        return step
+    monkeypatch.setattr(loss_scaling, "ordinary_step", counted)
     return calls
 
 
@@ -304,3 +317,24 @@ def test_legacy_fixed_scale_applies_ordinary_steps_as_the_full_path(monkeypatch)
     assert torch.isnan(fast[2][0][2]).any()  # a fixed scale checks nothing: the inf is applied, as tf-keras does
     per_tensor_path(monkeypatch)
     assert_same_history(fast, fixed_run())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_compiled_finite_check_reads_the_exponent_bits(dtype):
+    if native.first_nonfinite(np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64), dtype) is None:
+        pytest.skip("compiled kernels not built")
+    info = torch.finfo(dtype)
+    edge = torch.tensor([0.0, -0.0, info.max, -info.max, info.tiny, info.tiny / 2, 1.0], dtype=dtype)
+    tensors = [torch.randn(37).to(dtype), edge, torch.zeros(0, dtype=dtype), torch.randn(2, 9).to(dtype)]
+
+    def first(ts):
+        addresses = np.array([t.data_ptr() for t in ts], dtype=np.uint64)
+        offsets = np.concatenate([[0], np.cumsum([t.numel() for t in ts])]).astype(np.int64)
+        return native.first_nonfinite(addresses, offsets, dtype)
+
+    assert first(tensors) == -1  # max, subnormals, signed zeros: all finite
+    for bad in (INF, -INF, NAN):
+        for index, position in ((0, 0), (0, 36), (0, 17), (1, 6), (3, 17)):
+            planted = [t.clone() for t in tensors]
+            planted[index].view(-1)[position] = bad
+            assert first(planted) == index

@@ -25,15 +25,18 @@ full path.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
+from ..kernels import native
 from .plan import Ordinary
 
-__all__ = ["ordinary_step", "flat_gradients", "all_finite", "finite_unscaled", "copies", "keeps_no_gradients", "KEPT_BYTES"]
+__all__ = ["ordinary_step", "flat_gradients", "all_finite", "finite_unscaled", "gradients_finite", "copies", "keeps_no_gradients", "KEPT_BYTES"]
 
 #: The largest unscale buffer kept between steps (bytes). Above it the per-tensor bookkeeping is small next to the
 #: arithmetic, and the memory is not held between steps.
@@ -105,6 +108,53 @@ def all_finite(flats: Sequence[torch.Tensor]) -> bool:
     return True
 
 
+def gradients_finite(step: Ordinary) -> bool:
+    """Whether every element of every gradient of ``step`` is finite: per kind, one read of the gradients where
+    they are by the compiled check where it runs (contiguous CPU gradients), else ``all_finite`` of a flat copy
+    (into buffers kept with the plan, see ``copies``)."""
+    found, unchecked = _checked_in_place(step)
+    if found:
+        return False
+    if not unchecked:
+        return True
+    flats = flat_gradients(step, copies(step))
+    return all_finite([flats[k] for k in unchecked])
+
+
+def _checked_in_place(step: Ordinary) -> tuple[bool, list[int]]:
+    """``(whether the compiled check found an inf or a NaN, the kinds it could not check)``."""
+    plan = step.plan
+    addresses = step.grad_addresses
+    if addresses is not None and type(addresses) is not np.ndarray:
+        addresses = np.asarray(addresses, dtype=np.uint64)  # (the Python checks give a list)
+    unchecked = []
+    for k, (indices, _) in enumerate(_kinds(step)):
+        position = _first(indices)
+        found = None
+        if addresses is not None and plan.devices[position].type == "cpu":
+            positions, offsets = _offsets(step, k, indices)
+            found = native.first_nonfinite(addresses if positions is None else addresses[positions], offsets,
+                                           plan.dtypes[position])
+        if found is None:
+            unchecked.append(k)
+        elif found >= 0:
+            return True, []
+    return False, unchecked
+
+
+def _offsets(step: Ordinary, k: int, indices: Optional[list[int]]) -> tuple[Optional[np.ndarray], np.ndarray]:
+    """Kind ``k``'s pair indices (an index array, None for all) and the prefix sums of its gradients' element
+    counts, kept with the plan."""
+    key = ("loss_scaling", "offsets", k)
+    kept = step.plan.memo.get(key)
+    if kept is None:
+        sizes = [math.prod(shape) for shape in _take(step.plan.shapes, indices)]
+        kept = (None if indices is None else np.asarray(indices, dtype=np.int64),
+                np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64))
+        step.plan.memo[key] = kept
+    return kept
+
+
 def finite_unscaled(step: Ordinary, scale: torch.Tensor, keep: bool) -> Optional[list[torch.Tensor]]:
     """``g.to(promote_types(g.dtype, float32)) / scale`` for every gradient of ``step``, in pair order, or None
     when an element of a gradient is inf or NaN (checked before the division). ``keep``: the result lives in a
@@ -113,9 +163,12 @@ def finite_unscaled(step: Ordinary, scale: torch.Tensor, keep: bool) -> Optional
     kinds = _kinds(step)
     kept = [_kept_buffer(step, k, indices) if keep else None for k, (indices, _) in enumerate(kinds)]
     # The gradients are copied straight into a kept buffer of their own dtype (then divided in place).
+    found, unchecked = _checked_in_place(step)
+    if found:
+        return None
     flats = flat_gradients(step, [b[0] if b is not None and b[0].dtype is plan.dtypes[_first(i)] else None
                                   for b, (i, _) in zip(kept, kinds)])
-    if not all_finite(flats):
+    if unchecked and not all_finite([flats[k] for k in unchecked]):
         return None
     parts: list[torch.Tensor] = []
     for (indices, _), flat, buffer in zip(kinds, flats, kept):

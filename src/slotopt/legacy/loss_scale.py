@@ -315,8 +315,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
             # gradient of its kind) is checked in one pass and its gradients checked for inf/NaN flat.
             step = loss_scaling.ordinary_step(inner, inner._planned_step(pairs))
             if step is not None and (not experimental_aggregate_gradients or inner._aggregates_nothing()):
-                finite = not self._dynamic or loss_scaling.all_finite(
-                    loss_scaling.flat_gradients(step, loss_scaling.copies(step)))
+                finite = not self._dynamic or loss_scaling.gradients_finite(step)
                 if finite:
                     result = inner.apply_gradients(step, name=name, experimental_aggregate_gradients=False)
                 else:
