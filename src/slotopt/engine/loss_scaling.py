@@ -1,26 +1,28 @@
 """The loss-scale wrappers' per-step work on an ordinary step (``engine/plan.py``), without Python per tensor.
 
 Both wrappers (Keras 3 ``LossScaleOptimizer``, tf.keras ``legacy.LossScaleOptimizer``) look at every gradient
-on every step: the step is skipped when any element of any gradient is inf or NaN, and the Keras 3 wrapper then
-hands the inner optimizer ``g / dynamic_scale``. Done per tensor (a reduction, a division, a new tensor each),
-that costs several times the update itself on many small tensors. On an ordinary step (every gradient a dense
-contiguous tensor of its variable's dtype, shape and device: checked in one pass by the plan) the gradients of
-each (device, dtype) kind are instead copied into one flat tensor, in one ``cat``:
+on every step: the step is skipped when any element of any gradient is inf or NaN, and the Keras 3 wrapper
+then hands the inner optimizer ``g / dynamic_scale``. Done per tensor (a reduction, a division, a new tensor
+each), that costs several times the update itself on many small tensors. On an ordinary step (every gradient a
+dense contiguous tensor of its variable's dtype, shape and device: checked in one pass by the plan) the
+gradients of each (device, dtype) kind are instead handled at once:
 
-* finite check: the flat tensor's minimum and maximum (``torch.aminmax``: NaN propagates to both, an inf is one
-  of them). Unlike a sum or a 2-norm it cannot overflow: huge finite gradients stay finite. Exactly "every
-  element finite".
-* unscale: ``flat.to(promote_types(dtype, float32)) / scale``, the very operation each gradient took (an
-  element-wise true division with the same operands, so the same bits on every device: CUDA's
-  reciprocal-multiply for a CPU scalar divisor included), written into a buffer kept with the plan whose views,
-  shaped like the gradients, are what the inner optimizer receives. The views are made once per plan: a step
-  then creates no tensor per gradient.
+* finite check: where the compiled library runs and the gradients are on the CPU, one call reads them where
+  they are (``native.first_nonfinite``: an exponent field of all ones, bits only, no copy); elsewhere the
+  minimum and maximum of a flat copy (one ``cat`` per kind; ``torch.aminmax``: NaN propagates to both, an inf
+  is one of them). Unlike a sum or a 2-norm neither can overflow: huge finite gradients stay finite. Exactly
+  "every element finite".
+* unscale: the gradients copied flat (one ``cat``), then ``flat.to(promote_types(dtype, float32)) / scale``,
+  the very operation each gradient took (an element-wise true division with the same operands, so the same
+  bits on every device: CUDA's reciprocal-multiply for a CPU scalar divisor included), written into a buffer
+  kept with the plan whose views, shaped like the gradients, are what the inner optimizer receives. The views
+  are made once per plan: a step then creates no tensor per gradient.
 
-The buffer is kept (reused on the next step) only where nothing can hold on to the gradients the inner optimizer
-receives: a built-in slotopt optimizer updating with its own kernels (a subclass's ``update_step`` or gradient
-hook could keep them), and not more than ``KEPT_BYTES``; otherwise each step unscales into a new flat tensor,
-cut into views. Anything else (sparse or missing gradients, complex dtypes, FSDP2 shards) takes the wrappers'
-full path.
+The buffer is kept (reused on the next step) only where nothing can hold on to the gradients the inner
+optimizer receives: a built-in slotopt optimizer updating with its own kernels (a subclass's ``update_step``
+or gradient hook could keep them), and not more than ``KEPT_BYTES``; otherwise each step unscales into a new
+flat tensor, cut into views. Anything else (sparse or missing gradients, complex dtypes, FSDP2 shards) takes
+the wrappers' full path.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ import torch
 from ..kernels import native
 from .plan import Ordinary
 
-__all__ = ["ordinary_step", "flat_gradients", "all_finite", "finite_unscaled", "gradients_finite", "copies", "keeps_no_gradients", "KEPT_BYTES"]
+__all__ = ["ordinary_step", "flat_gradients", "all_finite", "finite_unscaled", "gradients_finite", "copies",
+           "keeps_no_gradients", "KEPT_BYTES"]
 
 #: The largest unscale buffer kept between steps (bytes). Above it the per-tensor bookkeeping is small next to the
 #: arithmetic, and the memory is not held between steps.
