@@ -285,7 +285,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         for g in grads:
             if g.numel():
                 by_device.setdefault(g.device, []).append(g)
-        finite = all(bool(torch.isfinite(torch.stack([m.float() for m in torch._foreach_norm(ts, math.inf)])).all())
+        # (``stack`` promotes mixed dtypes without narrowing: a huge finite float64 stays finite)
+        finite = all(bool(torch.isfinite(torch.stack(torch._foreach_norm(ts, math.inf))).all())
                      for ts in by_device.values())
         flag = torch.tensor([0.0 if finite else 1.0])
         if self._sharded:

@@ -8,8 +8,10 @@ from typing import Any, Optional
 
 import torch
 
+from ..engine import checks, loss_scaling
 from ..engine.clipping import map_gradient_values
 from ..engine.core import Pair
+from ..engine.pipeline import run_step
 from ..engine.routing import set_weights_all_or_nothing, split_weights
 from ..engine.sparse import last_repeats
 from ..engine.stages import overwrites_with_gradient
@@ -74,6 +76,10 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     """
 
     _supports_complex = True  # complex variables: the optimizer(s) it wraps decide (issue 24 item 8)
+    # A checked step leaves a plan of the wrapper's own, so that the next one is checked in one pass (C++ where
+    # built) and its gradients checked and unscaled flat (engine/loss_scaling.py); the inner optimizer plans its
+    # own steps as well.
+    _plans_steps = True
 
     def __init__(
         self,
@@ -200,7 +206,8 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
 
     def apply_gradients(self, grads_and_vars: Any, *, skip_gradients_aggregation: bool = False) -> torch.Tensor:
         """Applies scaled ``(gradient, variable)`` pairs and returns the inner optimizer's iteration counter."""
-        super().apply_gradients(grads_and_vars, skip_gradients_aggregation=skip_gradients_aggregation)
+        # What the base class's `apply_gradients` and `apply` come to for checked pairs.
+        run_step(self, checks.check_pairs(grads_and_vars), skip_gradients_aggregation=skip_gradients_aggregation)
         return self.inner_optimizer._iterations
 
     def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> torch.Tensor:
@@ -226,8 +233,23 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         return self.inner_optimizer._aggregate_across_processes(pairs, **options)
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
+        step = loss_scaling.ordinary_step(self, pairs)
+        if step is not None:  # every gradient dense, of its variable's kind: checked and unscaled flat
+            inner = self.inner_optimizer
+            grads = loss_scaling.finite_unscaled(step, self._dynamic_scale.detach(),
+                                                 keep=loss_scaling.keeps_no_gradients(inner))
+            finite = grads is not None
+            if grads is not None:
+                if type(inner).apply_gradients is Optimizer.apply_gradients and type(inner).apply is Optimizer.apply:
+                    # What `apply_gradients` comes to for these pairs (2-tuples of a tensor and a variable).
+                    run_step(inner, list(zip(grads, step.plan.variables)), skip_gradients_aggregation=True)
+                else:
+                    inner.apply_gradients(list(zip(grads, step.plan.variables)), skip_gradients_aggregation=True)
+            self._update_scale(finite)
+            return
         # Keras's `isfinite` on slices sees only the last repeat of each row (keras3_sparse.md §3.8).
-        if self._all_finite([last_repeats(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs]):
+        finite = self._all_finite([last_repeats(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs])
+        if finite:
             scale = self._dynamic_scale.detach()
             # Keras: a variable flagged `overwrite_with_gradient` takes its gradient as it is (not unscaled).
             scaled = [i for i, (_, v) in enumerate(pairs) if not overwrites_with_gradient(v)]
@@ -237,6 +259,10 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
                     lambda grads: [g.to(torch.promote_types(g.dtype, torch.float32)) / scale for g in grads])):
                 unscaled[i] = pair
             self.inner_optimizer.apply_gradients(unscaled, skip_gradients_aggregation=True)  # aggregated above
+        self._update_scale(finite)
+
+    def _update_scale(self, finite: bool) -> None:
+        if finite:
             if int(self._step_counter) == self.dynamic_growth_steps - 1:
                 self._step_counter.zero_()
                 self._dynamic_scale.mul_(2.0)

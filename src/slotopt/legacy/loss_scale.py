@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import registry, transaction
+from ..engine import loss_scaling, registry, transaction
 from ..engine.core import Pair
 from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse
@@ -310,6 +310,21 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
                 "`get_unscaled_gradients` (or `minimize`); the loss scale is not applied to these gradients."
             )
         pairs = list(grads_and_vars)
+        if "_pending_torch_state" not in self.__dict__:
+            # A step like the inner optimizer's last one (every pair a 2-tuple of a known variable and a dense
+            # gradient of its kind) is checked in one pass and its gradients checked for inf/NaN flat.
+            step = loss_scaling.ordinary_step(inner, inner._planned_step(pairs))
+            if step is not None and (not experimental_aggregate_gradients or inner._aggregates_nothing()):
+                finite = not self._dynamic or loss_scaling.gradients_finite(step)
+                if finite:
+                    result = inner.apply_gradients(step, name=name, experimental_aggregate_gradients=False)
+                else:
+                    with torch.no_grad():
+                        inner.iterations.add_(1)
+                    result = inner.iterations
+                if self._dynamic:
+                    self._update_scale(finite)
+                return result
         checked = []
         for i, item in enumerate(pairs):
             if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], torch.Tensor)):

@@ -468,3 +468,29 @@ _mode = _initial_mode()
 _load()  # also under "foreach", so that use("native") can switch at run time
 if _library is not None and os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() not in ("", "0"):
     check_bounds(True)
+
+
+#: The exponent field of each floating dtype: all ones in an inf or a NaN, and only there.
+_EXPONENT_MASKS = {torch.float32: 0x7F800000, torch.float64: 0x7FF0000000000000, torch.float16: 0x7C00,
+                   torch.bfloat16: 0x7F80}
+_first_nonfinite: Any = None
+
+
+def first_nonfinite(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype) -> Optional[int]:
+    """The index of the first of a group of contiguous CPU tensors of ``dtype`` (their data ``addresses``, uint64,
+    and the ``offsets``, int64, the prefix sums of their element counts) holding an inf or a NaN, -1 when every
+    element is finite, or None when the compiled path is off or its library predates this check (the caller
+    checks another way). The caller vouches for the addresses (an ordinary step's, read this step)."""
+    global _first_nonfinite
+    if not active() or dtype not in _EXPONENT_MASKS:
+        return None
+    if _first_nonfinite is None:
+        fn = getattr(_library, "slotopt_first_nonfinite", None)
+        if fn is None:
+            return None
+        fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64]
+        fn.restype = ctypes.c_int64
+        _first_nonfinite = fn
+    index = _first_nonfinite(len(addresses), addresses.ctypes.data, offsets.ctypes.data, dtype.itemsize,
+                             _EXPONENT_MASKS[dtype])
+    return None if index < -1 else int(index)

@@ -335,3 +335,38 @@ static inline float f16_float_(uint32_t h) {
 #define ST(x) ((uint16_t)f16_bits_(x))
 #define R(x) f16_round_(x)
 #include "rules.inc"
+
+/* Loss scaling (slotopt/engine/loss_scaling.py): the index of the first tensor of a group holding an inf or a
+ * NaN, or -1. It reads bits only (an exponent field of all ones: `(x & mask) == mask`), so no floating-point
+ * operation runs and the answer is exact under any rounding or denormal mode; no write, one read of each
+ * element. `ptr[k]` is tensor k's data, `off` the n + 1 prefix sums of the element counts, `bytes` the element
+ * size (2, 4 or 8) and `mask` the dtype's exponent field. */
+int64_t slotopt_first_nonfinite(int64_t n, const void *const *ptr, const int64_t *off, int64_t bytes,
+                                uint64_t mask) {
+    for (int64_t k = 0; k < n; ++k) {
+        const int64_t len = off[k + 1] - off[k];
+        int found = 0;
+        if (bytes == 4) {
+            const uint32_t *x = (const uint32_t *)ptr[k];
+            const uint32_t m = (uint32_t)mask;
+            uint32_t any = 0;
+            for (int64_t i = 0; i < len; ++i) any |= (uint32_t)((x[i] & m) == m);
+            found = any != 0;
+        } else if (bytes == 8) {
+            const uint64_t *x = (const uint64_t *)ptr[k];
+            uint64_t any = 0;
+            for (int64_t i = 0; i < len; ++i) any |= (uint64_t)((x[i] & mask) == mask);
+            found = any != 0;
+        } else if (bytes == 2) {
+            const uint16_t *x = (const uint16_t *)ptr[k];
+            const uint16_t m = (uint16_t)mask;
+            uint16_t any = 0;
+            for (int64_t i = 0; i < len; ++i) any |= (uint16_t)((x[i] & m) == m);
+            found = any != 0;
+        } else {
+            return -2;  /* not an element size this check knows */
+        }
+        if (found) return k;
+    }
+    return -1;
+}

@@ -1,0 +1,250 @@
+"""The loss-scale wrappers' per-step work on an ordinary step (``engine/plan.py``), without Python per tensor.
+
+Both wrappers (Keras 3 ``LossScaleOptimizer``, tf.keras ``legacy.LossScaleOptimizer``) look at every gradient
+on every step: the step is skipped when any element of any gradient is inf or NaN, and the Keras 3 wrapper
+then hands the inner optimizer ``g / dynamic_scale``. Done per tensor (a reduction, a division, a new tensor
+each), that costs several times the update itself on many small tensors. On an ordinary step (every gradient a
+dense contiguous tensor of its variable's dtype, shape and device: checked in one pass by the plan) the
+gradients of each (device, dtype) kind are instead handled at once:
+
+* finite check: where the compiled library runs and the gradients are on the CPU, one call reads them where
+  they are (``native.first_nonfinite``: an exponent field of all ones, bits only, no copy); elsewhere the
+  minimum and maximum of a flat copy (one ``cat`` per kind; ``torch.aminmax``: NaN propagates to both, an inf
+  is one of them). Unlike a sum or a 2-norm neither can overflow: huge finite gradients stay finite. Exactly
+  "every element finite".
+* unscale: the gradients copied flat (one ``cat``), then ``flat.to(promote_types(dtype, float32)) / scale``,
+  the very operation each gradient took (an element-wise true division with the same operands, so the same
+  bits on every device: CUDA's reciprocal-multiply for a CPU scalar divisor included), written into a buffer
+  kept with the plan whose views, shaped like the gradients, are what the inner optimizer receives. The views
+  are made once per plan: a step then creates no tensor per gradient.
+
+The buffer is kept (reused on the next step) only where nothing can hold on to the gradients the inner
+optimizer receives: a built-in slotopt optimizer updating with its own kernels (a subclass's ``update_step``
+or gradient hook could keep them), and not more than ``KEPT_BYTES``; otherwise each step unscales into a new
+flat tensor, cut into views. Anything else (sparse or missing gradients, complex dtypes, FSDP2 shards) takes
+the wrappers' full path.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from ..kernels import native
+from .plan import Ordinary
+
+__all__ = ["ordinary_step", "flat_gradients", "all_finite", "finite_unscaled", "gradients_finite", "copies",
+           "keeps_no_gradients", "KEPT_BYTES"]
+
+#: The largest unscale buffer kept between steps (bytes). Above it the per-tensor bookkeeping is small next to the
+#: arithmetic, and the memory is not held between steps.
+KEPT_BYTES = 1 << 26
+
+_REAL = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_flatten = torch._C._nn.flatten_dense_tensors
+_unflatten = torch._C._nn.unflatten_dense_tensors
+_KINDS = ("loss_scaling", "kinds")
+
+
+def ordinary_step(opt: Any, pairs: Sequence[Any]) -> Optional[Ordinary]:
+    """``pairs`` when they are an ordinary step whose gradients the flat path takes (real floating dtypes, no
+    FSDP2 shard whose finiteness must be agreed across processes), else None."""
+    if type(pairs) is not Ordinary or opt.__dict__.get("_sharded"):
+        return None
+    plan = pairs.plan
+    if not all(dtype in _REAL for _, dtype in plan.kinds):
+        return None
+    return pairs
+
+
+def _kinds(step: Ordinary) -> list[tuple[Optional[list[int]], bool]]:
+    """The pair indices of each (device, dtype) kind of the step (None: all of them) and whether all their
+    gradients are 1-D, kept with the plan."""
+    plan = step.plan
+    kinds = plan.memo.get(_KINDS)
+    if kinds is None:
+        if len(plan.kinds) == 1:
+            groups: list[Optional[list[int]]] = [None]
+        else:
+            by_kind: dict[Any, list[int]] = {}
+            for i, kind in enumerate(zip(plan.devices, plan.dtypes)):
+                by_kind.setdefault(kind, []).append(i)
+            groups = list(by_kind.values())
+        kinds = [(indices, all(len(shape) == 1 for shape in _take(plan.shapes, indices))) for indices in groups]
+        plan.memo[_KINDS] = kinds
+    return kinds
+
+
+def _take(items: Sequence[Any], indices: Optional[list[int]]) -> list[Any]:
+    if indices is None:
+        return items if type(items) is list else list(items)
+    return [items[i] for i in indices]
+
+
+def flat_gradients(step: Ordinary, into: Optional[Sequence[Optional[torch.Tensor]]] = None) -> list[torch.Tensor]:
+    """One flat copy of the gradients of each kind of ``step`` (``_kinds`` order): the same values, in order.
+    ``into``: per kind, a buffer of the gradients' dtype and device to copy them into (or None)."""
+    flats = []
+    for k, (indices, one_dimensional) in enumerate(_kinds(step)):
+        grads = _take(step.grads, indices)
+        buffer = into[k] if into is not None else None
+        if one_dimensional:
+            flats.append(torch.cat(grads) if buffer is None else torch.cat(grads, out=buffer))
+        else:  # (``cat`` takes tensors of one rank only; ``flatten`` returns a lone tensor itself, not a copy)
+            flat = _flatten(grads) if len(grads) > 1 else grads[0].reshape(-1).clone()
+            flats.append(flat if buffer is None else buffer.copy_(flat))
+    return flats
+
+
+def all_finite(flats: Sequence[torch.Tensor]) -> bool:
+    """Whether every element of every tensor is finite (neither inf nor NaN)."""
+    for flat in flats:
+        if flat.numel():
+            low, high = torch.aminmax(flat)
+            if not bool(torch.isfinite(low) & torch.isfinite(high)):
+                return False
+    return True
+
+
+def gradients_finite(step: Ordinary) -> bool:
+    """Whether every element of every gradient of ``step`` is finite: per kind, one read of the gradients where
+    they are by the compiled check where it runs (contiguous CPU gradients), else ``all_finite`` of a flat copy
+    (into buffers kept with the plan, see ``copies``)."""
+    found, unchecked = _checked_in_place(step)
+    if found:
+        return False
+    if not unchecked:
+        return True
+    flats = flat_gradients(step, copies(step))
+    return all_finite([flats[k] for k in unchecked])
+
+
+def _checked_in_place(step: Ordinary) -> tuple[bool, list[int]]:
+    """``(whether the compiled check found an inf or a NaN, the kinds it could not check)``."""
+    plan = step.plan
+    addresses = step.grad_addresses
+    if addresses is not None and type(addresses) is not np.ndarray:
+        addresses = np.asarray(addresses, dtype=np.uint64)  # (the Python checks give a list)
+    unchecked = []
+    for k, (indices, _) in enumerate(_kinds(step)):
+        position = _first(indices)
+        found = None
+        if addresses is not None and plan.devices[position].type == "cpu":
+            positions, offsets = _offsets(step, k, indices)
+            found = native.first_nonfinite(addresses if positions is None else addresses[positions], offsets,
+                                           plan.dtypes[position])
+        if found is None:
+            unchecked.append(k)
+        elif found >= 0:
+            return True, []
+    return False, unchecked
+
+
+def _offsets(step: Ordinary, k: int, indices: Optional[list[int]]) -> tuple[Optional[np.ndarray], np.ndarray]:
+    """Kind ``k``'s pair indices (an index array, None for all) and the prefix sums of its gradients' element
+    counts, kept with the plan."""
+    key = ("loss_scaling", "offsets", k)
+    kept = step.plan.memo.get(key)
+    if kept is None:
+        sizes = [math.prod(shape) for shape in _take(step.plan.shapes, indices)]
+        kept = (None if indices is None else np.asarray(indices, dtype=np.int64),
+                np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64))
+        step.plan.memo[key] = kept
+    return kept
+
+
+def finite_unscaled(step: Ordinary, scale: torch.Tensor, keep: bool) -> Optional[list[torch.Tensor]]:
+    """``g.to(promote_types(g.dtype, float32)) / scale`` for every gradient of ``step``, in pair order, or None
+    when an element of a gradient is inf or NaN (checked before the division). ``keep``: the result lives in a
+    buffer kept with the plan and rewritten by the next step (see the module docstring)."""
+    plan = step.plan
+    kinds = _kinds(step)
+    kept = [_kept_buffer(step, k, indices) if keep else None for k, (indices, _) in enumerate(kinds)]
+    # The gradients are copied straight into a kept buffer of their own dtype (then divided in place).
+    found, unchecked = _checked_in_place(step)
+    if found:
+        return None
+    flats = flat_gradients(step, [b[0] if b is not None and b[0].dtype is plan.dtypes[_first(i)] else None
+                                  for b, (i, _) in zip(kept, kinds)])
+    if unchecked and not all_finite([flats[k] for k in unchecked]):
+        return None
+    parts: list[torch.Tensor] = []
+    for (indices, _), flat, buffer in zip(kinds, flats, kept):
+        flat = flat.to(torch.promote_types(flat.dtype, torch.float32))  # (the same tensor when it is already)
+        if buffer is None:
+            views = _unflatten(flat.div_(scale), _take(step.grads, indices))  # (``flat`` is this step's own copy)
+        else:
+            if flat is buffer[0]:
+                flat.div_(scale)
+            else:
+                torch.div(flat, scale, out=buffer[0])
+            views = buffer[1]
+        if indices is None:
+            return list(views)
+        parts.extend(views)
+    return list(_reorder(plan, kinds)(parts))
+
+
+def _first(indices: Optional[list[int]]) -> int:
+    return 0 if indices is None else indices[0]
+
+
+def copies(step: Ordinary) -> list[Optional[torch.Tensor]]:
+    """Per kind of ``step``, a buffer of the gradients' dtype kept with the plan, for ``flat_gradients`` to copy
+    them into on every step (no new memory to map each step), or None when it would be larger than
+    ``KEPT_BYTES``."""
+    return [None if kept is None else kept[0]
+            for kept in (_kept_buffer(step, k, indices, promote=False) for k, (indices, _) in enumerate(_kinds(step)))]
+
+
+def _kept_buffer(step: Ordinary, k: int, indices: Optional[list[int]],
+                 promote: bool = True) -> Optional[tuple[torch.Tensor, list[Any]]]:
+    """Kind ``k``'s buffer (of the unscaled dtype, or the gradients' own with ``promote=False``) and its views
+    shaped like the gradients, kept with the plan (made at the first use), or None when it would be larger than
+    ``KEPT_BYTES``."""
+    plan = step.plan
+    key = ("loss_scaling", "buffer" if promote else "copy", k)
+    kept = plan.memo.get(key)
+    if kept is False:
+        return None
+    if kept is None:
+        position = _first(indices)
+        dtype = plan.dtypes[position]
+        if promote:
+            dtype = torch.promote_types(dtype, torch.float32)
+        grads = _take(step.grads, indices)
+        numel = sum(g.numel() for g in grads)
+        if numel * dtype.itemsize > KEPT_BYTES:
+            plan.memo[key] = False
+            return None
+        buffer = torch.empty(numel, dtype=dtype, device=plan.devices[position])
+        kept = (buffer, list(_unflatten(buffer, grads)) if promote else [])
+        plan.memo[key] = kept
+    return kept
+
+
+def _reorder(plan: Any, kinds: list[tuple[Optional[list[int]], bool]]) -> Any:
+    """Takes the concatenated per-kind results back to pair order (an ``itemgetter``, kept with the plan)."""
+    key = ("loss_scaling", "order")
+    take = plan.memo.get(key)
+    if take is None:
+        where = {i: j for j, i in enumerate(i for indices, _ in kinds for i in indices)}  # type: ignore[union-attr]
+        take = operator.itemgetter(*[where[i] for i in range(len(where))])  # (two kinds or more: 2+ keys)
+        plan.memo[key] = take
+    return take
+
+
+def keeps_no_gradients(opt: Any) -> bool:
+    """Whether ``opt`` is sure to drop the gradients it is given once its step is done: a built-in slotopt
+    optimizer (no user subclass, no composite) updating through its own kernels."""
+    from .torch_protocol import ComposesOptimizers, WrapsInnerOptimizer
+
+    has_custom_update = getattr(opt, "_has_custom_update", None)
+    return (type(opt).__module__.startswith("slotopt.") and callable(has_custom_update)
+            and not has_custom_update() and not isinstance(opt, (ComposesOptimizers, WrapsInnerOptimizer))
+            and not getattr(opt, "gradient_transformers", None))
