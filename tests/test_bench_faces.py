@@ -9,7 +9,8 @@ def test_every_face_and_api_is_measured_against_the_floor():
     results = bench_faces.measure_faces(steps=2, warmup=1, counts=(2, 4, 6))
     assert [r["face"] for r in results] == ["Keras 3 step()", "Keras 3 apply_gradients", "legacy step()",
                                             "legacy apply_gradients", "TF1 step()", "TF1 apply_gradients",
-                                            "TFRS CompositeOptimizer", "Keras 3 MultiOptimizer"]
+                                            "TFRS CompositeOptimizer", "Keras 3 MultiOptimizer",
+                                            "Keras 3 LossScaleOptimizer", "legacy LossScaleOptimizer"]
     assert all(math.isfinite(r["us_per_tensor"]) and math.isfinite(r["floor_us_per_tensor"]) for r in results)
     text = bench_faces.format_faces(results)
     assert "TFRS CompositeOptimizer" in text and "x floor" in text

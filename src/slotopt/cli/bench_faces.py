@@ -1,7 +1,8 @@
 """Two figures of ``slotopt bench`` that set slotopt against the memory floor measured in the same run.
 
 * ``faces``: the Python cost of a step per tensor, for every face and API (Keras 3 ``step()`` and
-  ``apply_gradients``, tf.keras legacy, TF1, TFRS ``CompositeOptimizer``, Keras 3 ``MultiOptimizer``), Adam on float32 tensors of 256 elements.
+  ``apply_gradients``, tf.keras legacy, TF1, TFRS ``CompositeOptimizer``, Keras 3 ``MultiOptimizer``, and the Keras 3
+  and tf.keras ``LossScaleOptimizer`` wrappers), Adam on float32 tensors of 256 elements.
   Each contender steps 100, 1,000 and 3,000 tensors, interleaved round by round with a copy that moves the bytes
   the update must move (the floor); the slope of a least-squares line through the median step times is the cost of
   one more tensor, in microseconds.
@@ -64,6 +65,10 @@ def _faces() -> dict[str, Callable[[list[torch.nn.Parameter], list[torch.Tensor]
         "TF1 apply_gradients": lambda p, g: apply(v1.AdamOptimizer(learning_rate=1e-3), p, g),
         "TFRS CompositeOptimizer": composite,
         "Keras 3 MultiOptimizer": multi,
+        "Keras 3 LossScaleOptimizer": lambda p, g: apply(slotopt.LossScaleOptimizer(slotopt.Adam(learning_rate=1e-3)),
+                                                         p, g),
+        "legacy LossScaleOptimizer": lambda p, g: apply(legacy.LossScaleOptimizer(legacy.Adam(learning_rate=1e-3)),
+                                                        p, g),
     }
 
 
@@ -180,11 +185,11 @@ def _rows_in_place(tensors: list[torch.Tensor], indices: list[torch.Tensor]) -> 
 def format_faces(results: list[dict[str, Any]]) -> str:
     lines = [f"Per-tensor cost of a step (Adam, float32 tensors of {FACE_ELEMENTS} elements, fitted over "
              f"{', '.join(map(str, FACE_COUNTS))} tensors; floor: a copy moving the bytes the update moves)",
-             f"  {'face and API':<26}{'us/tensor':>10}{'floor us':>10}{'x floor':>9}"]
+             f"  {'face and API':<28}{'us/tensor':>10}{'floor us':>10}{'x floor':>9}"]
     for r in results:
         floor = r["floor_us_per_tensor"]
         ratio = f"{r['us_per_tensor'] / floor:.1f}" if floor > 0 else "-"  # (a noisy run can fit a floor <= 0)
-        lines.append(f"  {r['face']:<26}{r['us_per_tensor']:>10.2f}{floor:>10.2f}{ratio:>9}")
+        lines.append(f"  {r['face']:<28}{r['us_per_tensor']:>10.2f}{floor:>10.2f}{ratio:>9}")
     return "\n".join(lines)
 
 
