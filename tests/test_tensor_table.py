@@ -237,3 +237,71 @@ def test_a_table_built_for_another_torch_is_not_loaded(monkeypatch):
             v.grad = torch.ones(3)
         opt.step()
     assert opt._plan is not None and opt._plan.table is None  # planned steps, checked in Python
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["table", "python"])
+def test_every_written_tensor_moves_its_version_once_per_step(on):
+    # The state tensors' counters move while they are checked (C++) or after the rule (Python): once either way.
+    previous = tensor_table.use(on)
+    try:
+        params = [torch.nn.Parameter(torch.randn(4)) for _ in range(3)]
+        opt = legacy.Adam(learning_rate=0.1, params=params)
+        for _ in range(4):
+            for p in params:
+                p.grad = torch.ones(4)
+            slots = [opt.get_slot(params[1], name) for name in ("m", "v")]
+            before = [t._version for t in (params[1], *slots)]
+            opt.step()
+            assert [t._version for t in (params[1], *slots)] == [b + 1 for b in before]
+    finally:
+        tensor_table.use(previous)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_a_step_reads_and_checks_the_parameters_grads_in_one_pass_with_the_python_verdict(seed):
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    params = _variables(rng, rng.randint(2, 6))
+    plan = StepPlan(_Opt(params), [(torch.randn(p.shape), p) for p in params])
+    for _ in range(6):
+        for p in params:
+            p.grad = torch.randn(p.shape)
+        kind, step = _hostile(rng, [(p.grad, p) for p in params], params)
+        # What a hostile step does to ``.grad`` (pairs that are not 2-tuples have no ``.grad`` form).
+        if kind in ("list-pair", "triple", "swap", "short", "other-var"):
+            continue
+        for g, p in step:
+            if g is not p.grad:
+                try:
+                    p.grad = None if kind == "meta" else g
+                except RuntimeError:  # torch itself refuses a .grad of another dtype, shape or device
+                    kind = "none"
+        if rng.random() < 0.15:
+            params[rng.randrange(len(params))].grad = None  # a parameter without a gradient: not the plan's step
+        previous = tensor_table.use(False)
+        try:
+            python = plan.fits(tensor_table.gradients(params))
+        finally:
+            tensor_table.use(previous)
+        table = plan.fits_params(params)
+        if kind == "neg":
+            assert table is None
+            continue
+        assert (table is None) == (python is None), kind
+        if table is not None:
+            assert [pair for pair in table] == [pair for pair in python], kind  # the same (grad, param) objects
+            assert all(a is b for a, b in zip(table.grads, python.grads)), kind
+        if kind in ("moved", "data", "transposed-var"):
+            return
+
+
+def test_a_subclass_whose_grad_is_a_property_is_not_read_in_cpp():
+    class Odd(torch.nn.Parameter):
+        @property
+        def grad(self):
+            return torch.full(self.shape, 7.0)
+
+    params = [Odd(torch.zeros(2)) for _ in range(2)]
+    plan = StepPlan(_Opt(params), [(torch.zeros(2), p) for p in params])
+    assert plan.fits_params(params) is None  # the Python path reads ``.grad`` as Python defines it
+    assert [float(g[0]) for g, _ in tensor_table.gradients(params)] == [7.0, 7.0]

@@ -439,17 +439,24 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         plan = self._plan
         if plan is None or not plan.valid_for(self):
             return None
+        if type(pairs) is Ordinary and pairs.plan is plan:
+            return pairs  # checked by this plan in this very step (a composite validates its groups first)
         return plan.fits(pairs)
+
+    def _planned_params_step(self, params: list[torch.Tensor]) -> Optional[Ordinary]:
+        """``step()``'s parameters with their ``.grad`` as an ``Ordinary`` step of the last step's plan, or None."""
+        plan = self.__dict__.get("_plan")  # (a wrapper that forwards to its inner optimizer has none)
+        if plan is None or not plan.valid_for(self):
+            return None
+        return plan.fits_params(params)
 
     def _checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
         """``_check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
         shape, dtype and device) are recognised inline, without the call. A step that fits the plan of the last
         one (engine/plan.py) is recognised in one pass and returned as ``Ordinary``."""
-        plan = self._plan
-        if plan is not None and plan.valid_for(self):
-            ordinary = plan.fits(pairs)
-            if ordinary is not None:
-                return ordinary
+        ordinary = self._planned_step(pairs)
+        if ordinary is not None:
+            return ordinary
         self._check_variables_unchanged(pairs)
         out: list[Pair] = []
         for pair in pairs:

@@ -142,12 +142,16 @@ class StepPlan:
         key = ("state", name, id(group))
         memo = self.memo.get(key)
         if memo is not None and memo[0] is group:
+            matched = memo[4]
             if tensor_table.active() and type(tensors) in (list, tuple):
-                if tensor_table.same_addresses(tensors, memo[1], memo[5]):
-                    return memo[4]
+                # The rule writes them next: their version counters move in the same pass (``bumped``).
+                if tensor_table.same_addresses(tensors, memo[1], memo[5], bump=True):
+                    matched.bumped = True
+                    return matched
             elif all(map(_is, tensors, memo[1])) and list(map(_address, tensors)) == memo[2] \
                     and all(map(_contiguous, tensors)):
-                return memo[4]
+                matched.bumped = False
+                return matched
         shapes = [self.shapes[self.index_of[p]] for p in group]
         dtype = self.dtypes[self.index_of[group[0]]]
         if not (native.takes(tensors[0]) and all([t.dtype is dtype and t.is_cpu and t.is_contiguous()
@@ -181,6 +185,22 @@ class StepPlan:
         return (opt._var_index is index and len(opt._vars) == count
                 and opt.__dict__.get("_trainable_index") is trainable and opt.foreach == foreach
                 and opt.__dict__.get("_flat_state") is flat)
+
+    def fits_params(self, params: list[torch.Tensor]) -> Optional[Ordinary]:
+        """The ``(p.grad, p)`` pairs of a torch ``step()`` over ``params`` as an ``Ordinary`` step of this plan,
+        read and checked in one C++ pass; None when they are not one or the C++ checks are off (the caller then
+        builds the pairs and checks them as any step's)."""
+        if self.table is None or not tensor_table.active():
+            return None
+        checked = tensor_table.fits_params(self.table, params)
+        if checked is None:
+            return None
+        grads, addresses, pairs = checked
+        ordinary = Ordinary(pairs)
+        ordinary.plan = self
+        ordinary.grads = grads
+        ordinary.grad_addresses = None if addresses is None else np.frombuffer(addresses, dtype=np.uint64)
+        return ordinary
 
     def fits(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         """``pairs`` as an ``Ordinary`` step of this plan, or None (see the module docstring)."""

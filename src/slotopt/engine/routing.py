@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from . import weights
+from .plan import Ordinary
 from .transaction import copy_values, put_values
 
 __all__ = ["variable_path", "group_by_owner", "Routes", "dispatch", "accepted", "AGGREGATED", "aggregation_options",
@@ -132,10 +133,12 @@ def dispatch(optimizers: Sequence[Any], groups: dict[int, list[Pair]], options: 
     by its optimizer (``_prepare_pairs``: checks and build, no update) before any optimizer updates anything,
     so a bad pair for the second optimizer leaves the first one's variables unchanged.
     """
-    live = [(optimizers[i], group) for i, group in groups.items() if any(g is not None for g, _ in group)]
+    live = [(optimizers[i], group) for i, group in groups.items()
+            if type(group) is Ordinary or any(g is not None for g, _ in group)]
     if validate_first:
-        for optimizer, group in live:
-            optimizer._prepare_pairs(group)
+        # An ordinary step comes back as checked (``Ordinary``): its optimizer then takes it without a second pass.
+        live = [(optimizer, checked if type(checked := optimizer._prepare_pairs(group)) is Ordinary else group)
+                for optimizer, group in live]
     for optimizer, group in live:
         optimizer.apply_gradients(group, **accepted(optimizer.apply_gradients, options or {}))
 

@@ -736,7 +736,15 @@ class TorchProtocol(torch.optim.Optimizer):
             raise ValueError(
                 "`step()` needs parameters: pass `params=` when constructing the optimizer or call "
                 "`optimizer.build(variables)` first.")
+        planned = self._planned_params_step(params)
+        if planned is not None:
+            return planned
         return tensor_table.gradients(params)  # [(p.grad, p) for p in params if p.grad is not None]
+
+    def _planned_params_step(self, params: list[torch.Tensor]) -> Optional[list[tuple[Any, torch.Tensor]]]:
+        """Engine hook: the pairs of ``params`` with their ``.grad``, already checked as a step like the last one
+        (the optimizer core's step plan), or None."""
+        return None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears the ``.grad`` of every parameter in ``param_groups`` (torch's convention)."""

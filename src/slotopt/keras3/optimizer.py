@@ -292,8 +292,13 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
 
     def apply_gradients(self, grads_and_vars: Pairs, *, skip_gradients_aggregation: bool = False) -> torch.Tensor:
         """Applies ``(gradient, variable)`` pairs and returns ``iterations`` (see ``apply``)."""
-        pairs = checks.check_pairs(grads_and_vars)
-        self.apply([g for g, _ in pairs], [v for _, v in pairs], skip_gradients_aggregation=skip_gradients_aggregation)
+        # (an ``Ordinary`` group is one a composite had this optimizer check in this very step, engine/routing.py)
+        pairs = grads_and_vars if type(grads_and_vars) is Ordinary else checks.check_pairs(grads_and_vars)
+        if type(self).apply is Optimizer.apply:  # what ``apply`` comes to for checked pairs, without re-pairing
+            run_step(self, pairs, skip_gradients_aggregation=skip_gradients_aggregation)
+        else:  # a subclass's own ``apply`` sees the call
+            self.apply([g for g, _ in pairs], [v for _, v in pairs],
+                       skip_gradients_aggregation=skip_gradients_aggregation)
         return self._iterations
 
     def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> torch.Tensor:
@@ -406,7 +411,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
 
     # ------------------------------------------------------------------------------------------ stages
     def _prepare_pairs(self, grads_and_vars: Pairs, **options: Any) -> Optional[list[Pair]]:
-        pairs = list(grads_and_vars)
+        pairs = grads_and_vars if type(grads_and_vars) is Ordinary else list(grads_and_vars)
         if not pairs:
             return None
         checked = self._checked_pairs(pairs)

@@ -418,7 +418,7 @@ class Optimizer(SlotWeights, HyperparameterStore):
                 "Argument `grads_and_vars` must be an iterable of (gradient, variable) pairs. "
                 f"Received: grads_and_vars={grads_and_vars!r}"
             )
-        pairs = list(grads_and_vars)
+        pairs = grads_and_vars if type(grads_and_vars) is Ordinary else list(grads_and_vars)
         ordinary = self._planned_step(pairs) if "_pending_torch_state" not in self.__dict__ else None
         if ordinary is not None:  # the variables and gradients of the last step's kind (engine/plan.py)
             return self._prepare_ordinary(ordinary)

@@ -226,9 +226,11 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         # optimizer's last plan (every gradient checked there, in one pass, before any optimizer steps).
         pending = self._pending_weights is not None or "_pending_torch_state" in self.__dict__
         groups = None if pending else self._routes.lookup(pairs, spec_lists)
-        if groups is not None and all(self._ordinary_for(index, group) for index, group in groups.items()):
-            dispatch(self.optimizers, groups, options)
-            return
+        if groups is not None:
+            checked = {index: self._ordinary_for(index, group) for index, group in groups.items()}
+            if all(group is not None for group in checked.values()):
+                dispatch(self.optimizers, checked, options)  # (each optimizer takes its checked group as it is)
+                return
         owners = self._owner_map([v for _, v in pairs], spec_lists)
         groups = group_by_owner(
             pairs, lambda var: owners.get(id(var)),
@@ -255,10 +257,10 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         self._routes.remember(pairs, groups, spec_lists)
         dispatch(self.optimizers, groups, options)  # an optimizer with nothing to apply does not step
 
-    def _ordinary_for(self, index: int, group: list[Any]) -> bool:
-        """Whether ``group`` is an ordinary step of its optimizer's last plan (engine/plan.py)."""
+    def _ordinary_for(self, index: int, group: list[Any]) -> Optional[list[Any]]:
+        """``group`` as an ordinary step of its optimizer's last plan (engine/plan.py), or None."""
         planned = getattr(self._entries[index][0], "_planned_step", None)
-        return planned is not None and planned(group) is not None
+        return None if planned is None else planned(group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         with torch.autograd.profiler.record_function(self._zero_grad_profile_name):  # under the composite's name

@@ -236,7 +236,7 @@ class Optimizer(NamedState):
 
     def _prepare_pairs(self, grads_and_vars: Pairs, global_step: Optional[torch.Tensor] = None,
                        **options: Any) -> Optional[list[Pair]]:
-        pairs = tuple(grads_and_vars)
+        pairs = grads_and_vars if type(grads_and_vars) is Ordinary else tuple(grads_and_vars)
         if not pairs:
             raise ValueError("No variables provided.")
         ordinary = self._planned_step(pairs)

@@ -245,7 +245,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         addresses = getattr(tensors, "addresses", None) if (j == 0 and verified) or type(tensors) is Matched else None
         if addresses is not None and len(tensors) == n:  # read and checked this step already (engine/plan.py)
             table[j] = addresses
-            if j not in read_only:
+            if j not in read_only and not getattr(tensors, "bumped", False):  # (bumped when checked, plan.py)
                 bumped.extend(tensors)
             continue
         whole = getattr(tensors, "flat", None) if len(tensors) == n else None
@@ -373,6 +373,8 @@ class Matched(list):  # type: ignore[type-arg]
     ``addresses`` when the engine read them this step (all contiguous)."""
 
     addresses: Any
+    #: Whether their version counters already moved for this call (``StepPlan.state_operands``, checked in C++).
+    bumped = False
 
 
 class Verified(list):  # type: ignore[type-arg]

@@ -25,6 +25,18 @@
 
 namespace {
 
+// torch.nn.Parameter (looked up once; a borrowed, immortal-for-our-purposes reference kept by the module).
+PyObject* parameter_type() {
+  static PyObject* type = nullptr;
+  if (type == nullptr) {
+    PyObject* module = PyImport_ImportModule("torch.nn.parameter");
+    if (module == nullptr) return nullptr;
+    type = PyObject_GetAttrString(module, "Parameter");
+    Py_DECREF(module);
+  }
+  return type;
+}
+
 // What a plan recorded of one variable.
 struct Recorded {
   PyObject* variable;  // borrowed: the plan keeps its variables alive
@@ -84,35 +96,42 @@ PyObject* make_plan(PyObject*, PyObject* variables) {
   return PyCapsule_New(plan, kPlanCapsule, free_plan);
 }
 
-// fits(plan, pairs) -> None, or (gradients, their addresses as bytes of uint64 or None when one is not
-// contiguous). The checks of StepPlan.fits: ``pairs`` holds exactly the plan's variables as 2-tuples, in order,
-// each still contiguous at its recorded address; each gradient is a dense torch.Tensor (exactly) with the
-// recorded dtype, sizes and device of its variable.
-PyObject* fits(PyObject*, PyObject* args) {
-  PyObject *capsule, *pairs;
-  if (!PyArg_ParseTuple(args, "OO", &capsule, &pairs)) return nullptr;
-  auto plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
-  if (plan == nullptr) return nullptr;
-  if (!PyList_Check(pairs) && !PyTuple_Check(pairs)) Py_RETURN_NONE;
-  PyObject* sequence = pairs;
+// The checks of StepPlan.fits over ``items``: the pairs of a step (2-tuples ``(gradient, variable)``), or, with
+// ``from_params``, the parameters of a torch ``step()`` whose ``.grad`` are the gradients (read here, in the same
+// pass; then the pairs are built too). Each item must hold exactly the plan's variable, in order, still
+// contiguous at its recorded address; each gradient a dense torch.Tensor (exactly) with the recorded dtype,
+// sizes and device. Returns None (not ordinary), or ``(gradients, their addresses as bytes of uint64 or None
+// when one is not contiguous[, pairs])``.
+PyObject* check_step(Plan* plan, PyObject* sequence, bool from_params) {
+  if (!PyList_Check(sequence) && !PyTuple_Check(sequence)) Py_RETURN_NONE;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
   if (n != static_cast<Py_ssize_t>(plan->variables.size())) Py_RETURN_NONE;
   PyObject** items = PySequence_Fast_ITEMS(sequence);
   PyObject* tensor_type = reinterpret_cast<PyObject*>(THPVariableClass);
   PyObject* grads = PyList_New(n);
-  if (grads == nullptr) return nullptr;
+  PyObject* pairs = from_params ? PyList_New(n) : nullptr;
   PyObject* addresses = PyBytes_FromStringAndSize(nullptr, n * static_cast<Py_ssize_t>(sizeof(uint64_t)));
-  if (addresses == nullptr) {
-    Py_DECREF(grads);
+  if (grads == nullptr || addresses == nullptr || (from_params && pairs == nullptr)) {
+    Py_XDECREF(grads);
+    Py_XDECREF(pairs);
+    Py_XDECREF(addresses);
     return nullptr;
   }
   auto out = reinterpret_cast<uint64_t*>(PyBytes_AS_STRING(addresses));
   bool contiguous = true, ok = true;
   try {
     for (Py_ssize_t i = 0; i < n && ok; ++i) {
-      PyObject* pair = items[i];
       const Recorded& r = plan->variables[i];
-      if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 || PyTuple_GET_ITEM(pair, 1) != r.variable) {
+      PyObject* item = items[i];
+      PyObject* object;  // the gradient (a new reference when read from the parameter)
+      if (from_params) {
+        // Parameters of a plain type only: a subclass may define ``grad`` as a Python property.
+        PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(item));
+        if (item != r.variable || (type != tensor_type && type != parameter_type())) {
+          ok = false;
+          break;
+        }
+      } else if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 || PyTuple_GET_ITEM(item, 1) != r.variable) {
         ok = false;
         break;
       }
@@ -121,7 +140,19 @@ PyObject* fits(PyObject*, PyObject* args) {
         ok = false;  // moved or re-strided since (``p.data = ...``): checked in full again
         break;
       }
-      PyObject* object = PyTuple_GET_ITEM(pair, 0);
+      if (from_params) {
+        const at::Tensor& grad = v->grad();
+        if (!grad.defined()) {
+          ok = false;
+          break;
+        }
+        object = THPVariable_Wrap(grad);
+        if (object == nullptr) throw std::runtime_error("wrapping a gradient failed");
+      } else {
+        object = PyTuple_GET_ITEM(item, 0);
+        Py_INCREF(object);
+      }
+      PyList_SET_ITEM(grads, i, object);  // (owned by the list from here on)
       if (reinterpret_cast<PyObject*>(Py_TYPE(object)) != tensor_type) {
         ok = false;
         break;
@@ -137,14 +168,19 @@ PyObject* fits(PyObject*, PyObject* args) {
       } else {
         contiguous = false;
       }
-      Py_INCREF(object);
-      PyList_SET_ITEM(grads, i, object);
+      if (from_params) {
+        PyObject* pair = PyTuple_Pack(2, object, item);
+        if (pair == nullptr) throw std::runtime_error("building a pair failed");
+        PyList_SET_ITEM(pairs, i, pair);
+      }
     }
   } catch (const std::exception&) {
     ok = false;
   }
   if (!ok) {
+    PyErr_Clear();  // (a failed allocation above: the Python path decides)
     Py_DECREF(grads);  // (unset items are NULL, which list deallocation skips)
+    Py_XDECREF(pairs);
     Py_DECREF(addresses);
     Py_RETURN_NONE;
   }
@@ -153,19 +189,43 @@ PyObject* fits(PyObject*, PyObject* args) {
     addresses = Py_None;
     Py_INCREF(Py_None);
   }
-  PyObject* result = PyTuple_Pack(2, grads, addresses);
+  PyObject* result = from_params ? PyTuple_Pack(3, grads, addresses, pairs) : PyTuple_Pack(2, grads, addresses);
   Py_DECREF(grads);
   Py_DECREF(addresses);
+  Py_XDECREF(pairs);
   return result;
 }
 
-// same_addresses(tensors, expected, addresses) -> bool: ``tensors`` (a list or tuple) are the ``expected``
-// objects (a list), each still contiguous at its address in ``addresses`` (bytes of uint64), as
-// StepPlan.state_operands requires.
+// fits(plan, pairs) -> None or (gradients, addresses): check_step over the pairs of a step.
+PyObject* fits(PyObject*, PyObject* args) {
+  PyObject *capsule, *pairs;
+  if (!PyArg_ParseTuple(args, "OO", &capsule, &pairs)) return nullptr;
+  auto plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
+  if (plan == nullptr) return nullptr;
+  return check_step(plan, pairs, false);
+}
+
+// fits_params(plan, params) -> None or (gradients, addresses, pairs): check_step over the parameters of a
+// torch ``step()``, reading their ``.grad`` in the same pass.
+PyObject* fits_params(PyObject*, PyObject* args) {
+  PyObject *capsule, *params;
+  if (!PyArg_ParseTuple(args, "OO", &capsule, &params)) return nullptr;
+  auto plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
+  if (plan == nullptr) return nullptr;
+  if (parameter_type() == nullptr) return nullptr;
+  return check_step(plan, params, true);
+}
+
+// same_addresses(tensors, expected, addresses, bump=False) -> bool: ``tensors`` (a list or tuple) are the
+// ``expected`` objects (a list), each still contiguous at its address in ``addresses`` (bytes of uint64), as
+// StepPlan.state_operands requires. With ``bump``, when they are, each one's version counter moves too (the
+// tensors are about to be written, as torch bumps a tensor before its in-place kernel runs): one pass over the
+// tensors instead of two.
 PyObject* same_addresses(PyObject*, PyObject* args) {
   PyObject *tensors, *expected;
   Py_buffer addresses;
-  if (!PyArg_ParseTuple(args, "OOy*", &tensors, &expected, &addresses)) return nullptr;
+  int bump = 0;
+  if (!PyArg_ParseTuple(args, "OOy*|p", &tensors, &expected, &addresses, &bump)) return nullptr;
   bool ok = (PyList_Check(tensors) || PyTuple_Check(tensors)) && PyList_Check(expected);
   Py_ssize_t n = ok ? PySequence_Fast_GET_SIZE(tensors) : 0;
   ok = ok && PyList_GET_SIZE(expected) == n && addresses.len == n * static_cast<Py_ssize_t>(sizeof(uint64_t));
@@ -177,7 +237,16 @@ PyObject* same_addresses(PyObject*, PyObject* args) {
       const at::Tensor* t = object == PyList_GET_ITEM(expected, i) ? dense(object) : nullptr;
       ok = t != nullptr && reinterpret_cast<uint64_t>(t->const_data_ptr()) == recorded[i] && t->is_contiguous();
     }
-  } catch (const std::exception&) {
+    if (ok && bump) {  // (all checked first: a refused list bumps nothing)
+      PyObject** items = PySequence_Fast_ITEMS(tensors);
+      for (Py_ssize_t i = 0; i < n; ++i) torch::autograd::impl::bump_version(THPVariable_Unpack(items[i]));
+    }
+  } catch (const std::exception& error) {
+    if (bump && ok) {  // an inference tensor outside inference mode, as torch's in-place op would report it
+      PyBuffer_Release(&addresses);
+      PyErr_SetString(PyExc_RuntimeError, error.what());
+      return nullptr;
+    }
     ok = false;
   }
   PyBuffer_Release(&addresses);
@@ -220,25 +289,16 @@ PyObject* gradients(PyObject*, PyObject* params) {
   PyObject* out = PyList_New(0);
   if (out == nullptr) return nullptr;
   PyObject* tensor_type = reinterpret_cast<PyObject*>(THPVariableClass);
-  static PyObject* parameter_type = nullptr;
-  if (parameter_type == nullptr) {
-    PyObject* module = PyImport_ImportModule("torch.nn.parameter");
-    if (module == nullptr) {
-      Py_DECREF(out);
-      return nullptr;
-    }
-    parameter_type = PyObject_GetAttrString(module, "Parameter");
-    Py_DECREF(module);
-    if (parameter_type == nullptr) {
-      Py_DECREF(out);
-      return nullptr;
-    }
+  PyObject* parameter = parameter_type();
+  if (parameter == nullptr) {
+    Py_DECREF(out);
+    return nullptr;
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* p = PyList_GET_ITEM(params, i);
     PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(p));
     PyObject* grad;
-    if (type == tensor_type || type == parameter_type) {
+    if (type == tensor_type || type == parameter) {
       const at::Tensor& t = THPVariable_Unpack(p);
       const at::Tensor& g = t.grad();
       if (!g.defined()) continue;
@@ -269,6 +329,7 @@ PyObject* gradients(PyObject*, PyObject* params) {
 PyMethodDef methods[] = {
     {"make_plan", make_plan, METH_O, "The recorded variables of a step plan (a capsule), or None."},
     {"fits", fits, METH_VARARGS, "The gradients of an ordinary step of the plan and their addresses, or None."},
+    {"fits_params", fits_params, METH_VARARGS, "fits for the .grad of parameters, with the pairs, or None."},
     {"same_addresses", same_addresses, METH_VARARGS, "Whether tensors are the expected ones, where they were."},
     {"bump_versions", bump_versions, METH_O, "Moves each tensor's version counter (an in-place write)."},
     {"gradients", gradients, METH_O, "The (grad, param) pairs of the parameters that have a gradient."},

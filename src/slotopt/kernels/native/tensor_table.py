@@ -15,12 +15,14 @@ the Python checks run, with the same results. :func:`use` switches at run time (
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any, Optional
 
 import torch
 
-__all__ = ["active", "use", "status", "make_plan", "fits", "same_addresses", "bump_versions", "gradients"]
+__all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_addresses", "bump_versions",
+           "gradients"]
 
 _module: Any = None
 _load_error: Optional[str] = None
@@ -37,6 +39,7 @@ def _load() -> None:
         from ._tensor_table import (  # type: ignore[import-not-found]
             bump_versions,
             fits,
+            fits_params,
             gradients,
             make_plan,
             same_addresses,
@@ -49,8 +52,8 @@ def _load() -> None:
         _load_error = (f"built for torch {torch_version}, this is {_torch_build()}: rebuild it "
                        "(pip install --no-build-isolation -e .); the checks run in Python meanwhile")
         return
-    _module = SimpleNamespace(bump_versions=bump_versions, fits=fits, gradients=gradients, make_plan=make_plan,
-                              same_addresses=same_addresses, torch_version=torch_version)
+    _module = SimpleNamespace(bump_versions=bump_versions, fits=fits, fits_params=fits_params, gradients=gradients,
+                              make_plan=make_plan, same_addresses=same_addresses, torch_version=torch_version)
 
 
 def active() -> bool:
@@ -92,9 +95,18 @@ def fits(table: Any, pairs: Any) -> Optional[tuple[list[torch.Tensor], Optional[
     return _module.fits(table, pairs)
 
 
-def same_addresses(tensors: list[torch.Tensor], expected: list[torch.Tensor], addresses: bytes) -> bool:
-    """Whether ``tensors`` are the ``expected`` objects, each contiguous at its recorded address."""
-    return bool(_module.same_addresses(tensors, expected, addresses))
+def fits_params(table: Any, params: list[torch.Tensor]) -> Optional[tuple[list[torch.Tensor], Optional[bytes],
+                                                                       list[tuple[torch.Tensor, torch.Tensor]]]]:
+    """``fits`` for a torch ``step()``: the gradients are the ``.grad`` of ``params`` (plain tensors or
+    parameters), read in the same pass; also returns the ``(p.grad, p)`` pairs. None when not ordinary."""
+    return _module.fits_params(table, params)
+
+
+def same_addresses(tensors: Sequence[torch.Tensor], expected: list[torch.Tensor], addresses: bytes,
+                   bump: bool = False) -> bool:
+    """Whether ``tensors`` are the ``expected`` objects, each contiguous at its recorded address; with ``bump``,
+    when they are, each one's version counter moves as well (they are about to be written)."""
+    return bool(_module.same_addresses(tensors, expected, addresses, bump))
 
 
 def bump_versions(tensors: list[torch.Tensor]) -> None:
