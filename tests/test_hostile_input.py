@@ -563,6 +563,8 @@ COPYABLE = {
         [(slotopt.Adam(learning_rate=0.1), ["0.*"]), (legacy.SGD(momentum=0.5), ["1.*"])], params=model),
     "multi": lambda model: slotopt.MultiOptimizer(
         slotopt.OptimizerMap(slotopt.SGD(momentum=0.5), {"0.*": slotopt.Adam(learning_rate=0.1)}), params=model),
+    "keras3-loss-scale": lambda model: slotopt.LossScaleOptimizer(slotopt.Adam(learning_rate=0.1), params=model),
+    "legacy-loss-scale": lambda model: legacy.LossScaleOptimizer(legacy.Adam(learning_rate=0.1), params=model),
 }
 
 

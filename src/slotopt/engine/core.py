@@ -312,6 +312,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
 
     def _after_copy(self) -> None:
         super()._after_copy()
+        self._plan = None
+        if "_vars" not in self.__dict__:  # a wrapper that keeps no registry of its own (tf.keras's loss scaling)
+            return
         # The user's tensors (param_groups) and the ones the rules update (a DTensor's local shard) are both keys.
         self._var_index = {id(v): i for i, v in enumerate(self._vars)}
         self._var_index.update({id(v): i for i, v in enumerate(self.__dict__.get("_originals", ()))})
