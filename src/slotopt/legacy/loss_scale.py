@@ -316,15 +316,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
             step = loss_scaling.ordinary_step(inner, inner._planned_step(pairs))
             if step is not None and (not experimental_aggregate_gradients or inner._aggregates_nothing()):
                 finite = not self._dynamic or loss_scaling.gradients_finite(step)
-                if finite:
-                    result = inner.apply_gradients(step, name=name, experimental_aggregate_gradients=False)
-                else:
-                    with torch.no_grad():
-                        inner.iterations.add_(1)
-                    result = inner.iterations
-                if self._dynamic:
-                    self._update_scale(finite)
-                return result
+                return self._apply_if_finite(step, finite, name, moves_scale=self._dynamic)
         checked = []
         for i, item in enumerate(pairs):
             if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], torch.Tensor)):
@@ -354,13 +346,19 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         finite = True
         if self._dynamic and present:
             finite = inner._all_finite([g.values if isinstance(g, IndexedSlices) else g for g, _ in present])
+        return self._apply_if_finite(present, finite, name, moves_scale=self._dynamic and bool(present))
+
+    def _apply_if_finite(self, pairs: list[Pair], finite: bool, name: Any, moves_scale: bool) -> Any:
+        """The inner optimizer applies ``pairs`` (aggregated already) when their gradients are finite; otherwise the
+        step only counts (tf-keras skips it). Then a dynamic scale moves."""
+        inner = self._optimizer
         if finite:
-            result = inner.apply_gradients(present, name=name, experimental_aggregate_gradients=False)
+            result = inner.apply_gradients(pairs, name=name, experimental_aggregate_gradients=False)
         else:
             with torch.no_grad():
                 inner.iterations.add_(1)
             result = inner.iterations
-        if self._dynamic and present:
+        if moves_scale:
             self._update_scale(finite)
         return result
 
