@@ -353,8 +353,54 @@ def _check_unique(where: _Where, model: _Model) -> None:
 
 
 # -------------------------------------------------------------------------------------------------- checkpoint
+class _NamedWeights:
+    """The argument checks of a checkpoint read into memory (Keras files here, TensorFlow checkpoints in
+    ``tf_checkpoint.py``): parameters given by the caller against its trainable ``variable_names`` and
+    ``weights``, the only attributes they read."""
+
+    variable_names: list[str]
+    weights: dict[str, torch.Tensor]
+
+    def _check_names(self, argument: str, given: Mapping[str, Any]) -> None:
+        """``given`` (keyed by Keras name) names every trainable variable of the checkpoint and nothing else."""
+        missing = [n for n in self.variable_names if n not in given]
+        unknown = [n for n in given if n not in self.weights]
+        if missing or unknown:
+            raise ValueError(
+                f"Argument `{argument}` must name every trainable variable of the checkpoint: missing {missing}, "
+                f"unknown {unknown}. Expected names: {self.variable_names}."
+            )
+
+    def _params_in_order(self, params: Any) -> list[torch.Tensor]:
+        if isinstance(params, Mapping):
+            self._check_names("params", params)
+            ordered = [params[n] for n in self.variable_names]
+        elif isinstance(params, (list, tuple)):
+            if len(params) != len(self.variable_names):
+                raise ValueError(
+                    f"Argument `params` must hold {len(self.variable_names)} tensors, one per name in "
+                    f"`variable_names` ({self.variable_names}). Received {len(params)} tensors."
+                )
+            ordered = list(params)
+        else:
+            raise TypeError(
+                "Argument `params` must be a list of tensors in `variable_names` order or a dict name → tensor. "
+                f"Received: params={params!r}"
+            )
+        for name, p in zip(self.variable_names, ordered):
+            expected = self.weights[name]
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"Argument `params` entry {name!r} must be a tensor. Received: {p!r}")
+            if tuple(p.shape) != tuple(expected.shape) or p.dtype != expected.dtype:
+                raise ValueError(
+                    f"Argument `params` entry {name!r} has shape {tuple(p.shape)} and dtype {p.dtype}; the checkpoint "
+                    f"has shape {tuple(expected.shape)} and dtype {expected.dtype} (Keras layout)."
+                )
+        return ordered
+
+
 @dataclass
-class KerasCheckpoint:
+class KerasCheckpoint(_NamedWeights):
     """The training state read from a Keras checkpoint by :func:`load_keras_checkpoint`.
 
     Attributes:
@@ -493,43 +539,6 @@ class KerasCheckpoint:
                         f"rounded to the optimizer's {var.dtype} learning-rate variable.",
                         stacklevel=3,
                     )
-
-    def _check_names(self, argument: str, given: Mapping[str, Any]) -> None:
-        """``given`` (keyed by Keras name) names every trainable variable of the checkpoint and nothing else."""
-        missing = [n for n in self.variable_names if n not in given]
-        unknown = [n for n in given if n not in self.weights]
-        if missing or unknown:
-            raise ValueError(
-                f"Argument `{argument}` must name every trainable variable of the checkpoint: missing {missing}, "
-                f"unknown {unknown}. Expected names: {self.variable_names}."
-            )
-
-    def _params_in_order(self, params: Any) -> list[torch.Tensor]:
-        if isinstance(params, Mapping):
-            self._check_names("params", params)
-            ordered = [params[n] for n in self.variable_names]
-        elif isinstance(params, (list, tuple)):
-            if len(params) != len(self.variable_names):
-                raise ValueError(
-                    f"Argument `params` must hold {len(self.variable_names)} tensors, one per name in "
-                    f"`variable_names` ({self.variable_names}). Received {len(params)} tensors."
-                )
-            ordered = list(params)
-        else:
-            raise TypeError(
-                "Argument `params` must be a list of tensors in `variable_names` order or a dict name → tensor. "
-                f"Received: params={params!r}"
-            )
-        for name, p in zip(self.variable_names, ordered):
-            expected = self.weights[name]
-            if not isinstance(p, torch.Tensor):
-                raise TypeError(f"Argument `params` entry {name!r} must be a tensor. Received: {p!r}")
-            if tuple(p.shape) != tuple(expected.shape) or p.dtype != expected.dtype:
-                raise ValueError(
-                    f"Argument `params` entry {name!r} has shape {tuple(p.shape)} and dtype {p.dtype}; the checkpoint "
-                    f"has shape {tuple(expected.shape)} and dtype {expected.dtype} (Keras layout)."
-                )
-        return ordered
 
     def _torch_shape(self, name: str) -> Optional[tuple[int, ...]]:
         return torch_shape(tuple(self.weights[name].shape), self.layouts[name])

@@ -35,7 +35,7 @@ from typing import Any, Optional, Union
 import torch
 
 from . import protowire as pw
-from .keras import KerasCheckpoint
+from .keras import _NamedWeights
 from .keras_layers import to_torch, torch_shape
 from .tensor_bundle import DTYPES, TensorBundle, TFCheckpointError
 
@@ -223,7 +223,7 @@ def _read_meta_graph(path: str) -> tuple[dict[str, float], list[str]]:
 
 # ------------------------------------------------------------------------------------------------ the result
 @dataclass
-class TFCheckpoint:
+class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint: ``io/keras.py``)
     """The training state read from a TensorFlow checkpoint by :func:`load_tf_checkpoint`; the same interface as
     :class:`~slotopt.io.keras.KerasCheckpoint` (``variable_names``, ``weights``, ``parameters()``,
     ``optimizer(params, optimizer=None)``, ``load_module(module, mapping)``).
@@ -282,13 +282,6 @@ class TFCheckpoint:
     def parameters(self, device: Any = None) -> list[torch.Tensor]:
         """Fresh leaf tensors (``requires_grad=True``) holding the saved weights, in ``variable_names`` order."""
         return [self.weights[n].detach().clone().to(device).requires_grad_(True) for n in self.variable_names]
-
-    # The argument checks are KerasCheckpoint's: they read only ``variable_names`` and ``weights``.
-    def _params_in_order(self, params: Any) -> list[torch.Tensor]:
-        return KerasCheckpoint._params_in_order(self, params)  # type: ignore[arg-type]
-
-    def _check_names(self, argument: str, given: Mapping[str, Any]) -> None:
-        KerasCheckpoint._check_names(self, argument, given)  # type: ignore[arg-type]
 
     # ---------------------------------------------------------------------------------------------- checks
     def _optimizer_for(self, optimizer: Any) -> Any:
