@@ -305,3 +305,75 @@ def test_a_subclass_whose_grad_is_a_property_is_not_read_in_cpp():
     plan = StepPlan(_Opt(params), [(torch.zeros(2), p) for p in params])
     assert plan.fits_params(params) is None  # the Python path reads ``.grad`` as Python defines it
     assert [float(g[0]) for g, _ in tensor_table.gradients(params)] == [7.0, 7.0]
+
+
+# ---------------------------------------------------------------------------------- per-step scalars and ranges
+def _python_first_out_of_range(indices, rows):
+    # (in Python integers: torch compares an int32 tensor with 2**31 after wrapping the scalar to int32)
+    return next((i for i, x in enumerate(indices.reshape(-1).tolist()) if x < 0 or x >= rows), -1)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_index_range_check_finds_the_first_index_outside_the_table_as_torch_does(seed):
+    rng = random.Random(seed)
+    rows = rng.choice([1, 3, 100, 1 << 31])
+    n = rng.choice([0, 1, 7, 1000])
+    indices = torch.randint(0, rows, (n,), dtype=torch.int64)
+    if n and rng.random() < 0.7:
+        indices[rng.randrange(n)] = rng.choice([-1, rows, rows + 5, -(1 << 40), (1 << 62)])
+    dtype = rng.choice([torch.int64, torch.int32])
+    if dtype is torch.int32:
+        indices = indices.clamp(-(1 << 31), (1 << 31) - 1).to(torch.int32)
+    if n > 1 and rng.random() < 0.3:
+        indices = indices.reshape(-1, 1) if n % 2 else indices.reshape(2, -1)
+    expected = _python_first_out_of_range(indices, rows)
+    assert tensor_table.first_out_of_range(indices, rows) == expected
+    assert slotopt.engine.sparse.first_out_of_range(indices, rows) == expected
+    previous = tensor_table.use(False)
+    try:
+        assert slotopt.engine.sparse.first_out_of_range(indices, rows) == expected  # the torch path
+    finally:
+        tensor_table.use(previous)
+
+
+def test_the_index_range_check_leaves_other_kinds_of_indices_to_torch():
+    assert tensor_table.first_out_of_range(torch.tensor([0, 5], dtype=torch.int16), 3) is None
+    assert tensor_table.first_out_of_range(torch.tensor([0.0, 5.0]), 3) is None
+    assert tensor_table.first_out_of_range(torch.arange(10)[::2], 3) is None  # not contiguous
+    assert tensor_table.first_out_of_range(torch.arange(3, device="meta"), 3) is None
+    assert slotopt.engine.sparse.first_out_of_range(torch.tensor([0, 5], dtype=torch.int16), 3) == 1
+    assert slotopt.engine.sparse.first_out_of_range(torch.arange(10)[::2], 5) == 3
+    assert slotopt.engine.sparse.first_out_of_range(torch.tensor([1, -2], dtype=torch.int16), 40000) == 1
+
+
+def test_a_learning_rate_is_read_in_place_with_the_bits_torch_gives():
+    from slotopt.engine import constants
+
+    for value in [1e-3, 0.1, 3.0e-39, -0.0, float("inf"), 1 / 3]:
+        for tensor_dtype, dtype in [(torch.float32, torch.float32), (torch.float32, torch.float64),
+                                    (torch.float64, torch.float64), (torch.float64, torch.float32),
+                                    (torch.float32, torch.float16), (torch.float32, torch.bfloat16)]:
+            tensor = torch.tensor(value, dtype=tensor_dtype, requires_grad=True)
+            expected = float(tensor.detach().cpu().to(dtype))
+            got = constants.value_in(tensor, dtype)
+            assert np.float64(got).tobytes() == np.float64(expected).tobytes(), (value, tensor_dtype, dtype)
+    assert tensor_table.scalar(torch.tensor(0.5, dtype=torch.float16)) is None
+    assert tensor_table.scalar(torch.tensor([0.5, 1.0])) is None
+    assert tensor_table.scalar(torch.tensor([0.25])) == 0.25
+
+
+def test_the_step_counter_moves_in_place_with_its_version_as_add_does():
+    from slotopt.engine.core import count_step
+
+    counter = torch.zeros((), dtype=torch.int64)
+    version = counter._version
+    count_step(counter)
+    count_step(counter)
+    assert int(counter) == 2 and counter._version == version + 2
+    for other in [torch.zeros((), dtype=torch.int32), torch.zeros(()), torch.zeros(2, dtype=torch.int64)]:
+        assert tensor_table.increment(other) is False and not other.any()
+    with torch.inference_mode():
+        inference = torch.zeros((), dtype=torch.int64)
+    assert tensor_table.increment(inference) is False
+    with pytest.raises(RuntimeError, match="[Ii]nference"):
+        count_step(inference)  # torch's own error, from its own ``add_``

@@ -29,8 +29,9 @@ import math
 import torch
 
 from .. import numerics
+from ..kernels.native import tensor_table
 
-__all__ = ["literal", "cast", "d_form", "f_form", "power", "evaluate", "scalar_dtype"]
+__all__ = ["literal", "cast", "d_form", "f_form", "power", "evaluate", "scalar_dtype", "value_in"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -61,6 +62,18 @@ def _rounded(x: float, dtype: torch.dtype) -> float:
     if abs(x) >= _KEEP_FROM:  # (False for NaN)
         return _kept(x, dtype)
     return torch.tensor(x, dtype=dtype).item()
+
+
+def value_in(tensor: torch.Tensor, dtype: torch.dtype) -> float:
+    """The value of the one-element ``tensor`` (a learning-rate variable) cast to ``dtype``:
+    ``float(tensor.detach().cpu().to(dtype))``. Read in place by the C++ table where no rounding is involved (a
+    float32 value in float32 or float64, a float64 value in float64): four torch calls less on every step."""
+    if dtype is torch.float32 or dtype is torch.float64:
+        if tensor.dtype is torch.float32 or tensor.dtype is dtype:
+            value = tensor_table.scalar(tensor)
+            if value is not None:
+                return value
+    return float(tensor.detach().cpu().to(dtype))
 
 
 def literal(x: float, dtype: torch.dtype) -> float:

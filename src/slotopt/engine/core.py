@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
+from ..kernels.native import tensor_table
 from ..variables import (
     IndexedSlices,
     as_indexed_slices,
@@ -29,12 +30,19 @@ from . import sparse as sparse_rows
 from .plan import Ordinary, Pair, StepPlan
 from .torch_protocol import TorchProtocol, is_param_group_list
 
-__all__ = ["OptimizerCore", "Pairs", "Pair"]
+__all__ = ["OptimizerCore", "Pairs", "Pair", "count_step"]
 
 Pairs = Iterable[Pair]
 
 _FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPLEX_TYPES = (torch.complex64, torch.complex128)
+
+
+def count_step(counter: torch.Tensor) -> None:
+    """``counter += 1`` (an iteration counter or global step): in place by the C++ table for a one-element int64 CPU
+    counter (its version moves as with ``add_``), else torch's ``add_``."""
+    if not tensor_table.increment(counter):
+        counter.add_(1)
 
 
 def is_plain_gradient(grad: Any, var: torch.Tensor) -> bool:
@@ -531,9 +539,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                     f"Sparse gradient rows of shape {tuple(values.shape[1:])} do not fit variable {where} of "
                     f"shape {tuple(var.shape)}."
                 )
-            if grad.indices.numel() and (
-                int(grad.indices.min()) < 0 or int(grad.indices.max()) >= var.shape[0]
-            ):
+            if sparse_rows.first_out_of_range(grad.indices, var.shape[0]) >= 0:
                 raise ValueError(
                     f"Sparse gradient indices for variable {where} must be in [0, {var.shape[0]}). "
                     f"Received: indices={grad.indices.tolist()[:20]}"

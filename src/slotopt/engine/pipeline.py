@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from .. import numerics
+from ..numerics import fpmode
 from .undo import StepValues, constrained_step, guarded
 
 if TYPE_CHECKING:
@@ -28,9 +28,16 @@ __all__ = ["run_step"]
 
 @torch._disable_dynamo(recursive=True)  # exact steps run eagerly under torch.compile (see TorchProtocol.step)
 def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
-    # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step.
-    with torch.no_grad(), numerics.flush_to_zero():
+    # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step, run
+    # without autograd (what ``torch.no_grad()`` and ``flush_to_zero()`` do, as plain calls: see fpmode).
+    grad_enabled = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    previous_mode = fpmode.enter_flush_to_zero()
+    try:
         return _step(opt, grads_and_vars, **options)
+    finally:
+        fpmode.leave_flush_to_zero(previous_mode)
+        torch._C._set_grad_enabled(grad_enabled)
 
 
 def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
@@ -64,6 +71,10 @@ def _update(opt: OptimizerCore, pairs: Pairs, undo: Optional[StepValues], **opti
         restore = opt._start_updates()
         try:
             for part, group_values in opt._param_group_partitions(update):
+                if not group_values:  # (the common case: no group differs from the first)
+                    opt._apply_weight_decay(part)
+                    opt._apply_updates(part)
+                    continue
                 with opt._group_scope(group_values):
                     opt._apply_weight_decay(part)
                     opt._apply_updates(part)

@@ -8,20 +8,33 @@ from typing import Callable, Optional
 
 import torch
 
+from ..kernels.native import tensor_table
 from ..variables import IndexedSlices
 from . import blocks
 
-__all__ = ["check_rows", "deduplicate", "gather_rows", "scatter_rows", "densify", "scatter_add_", "segment_sum", "summed", "last_repeats",
+__all__ = ["first_out_of_range", "check_rows", "deduplicate", "gather_rows", "scatter_rows", "densify", "scatter_add_", "segment_sum", "summed", "last_repeats",
            "update_by_row_blocks"]
 
 SliceUpdate = Callable[[torch.Tensor, IndexedSlices, list[torch.Tensor]], None]
 
 
+def first_out_of_range(indices: torch.Tensor, rows: int) -> int:
+    """The flat position of the first element of ``indices`` outside ``[0, rows)``, or -1 when there is none: read
+    in place by the C++ table where it runs (contiguous CPU int64/int32 indices), else with torch."""
+    found = tensor_table.first_out_of_range(indices, rows)
+    if found is not None:
+        return found
+    if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= rows):
+        flat = indices.reshape(-1).to(torch.int64)  # (``rows`` may not fit the indices' own dtype)
+        return int(((flat < 0) | (flat >= rows)).nonzero()[0, 0])
+    return -1
+
+
 def check_rows(indices: torch.Tensor, rows: int) -> None:
     """Raises ``ValueError`` unless every index names a row of a table of ``rows`` rows (checked before a rule on
     slices writes anything: a scatter that stops at a bad index has already written the slices before it)."""
-    if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= rows):
-        bad = int(((indices < 0) | (indices >= rows)).nonzero()[0, 0])
+    bad = first_out_of_range(indices, rows)
+    if bad >= 0:
         raise ValueError(f"Argument `indices` must be in [0, {rows}) (the rows of the variable). Received: "
                          f"indices[{bad}]={int(indices.reshape(-1)[bad])} (indices={indices.tolist()[:20]})")
 

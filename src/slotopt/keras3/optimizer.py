@@ -14,7 +14,7 @@ import torch
 from .. import schedules as schedules_module
 from ..engine import checks, clipping, gradients, transaction
 from ..engine import constants as K
-from ..engine.core import Pair, Pairs
+from ..engine.core import Pair, Pairs, count_step
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
@@ -539,7 +539,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         """``cast(learning_rate, var.dtype)``: the learning rate (a floatx tensor, or a Python float taken as
         float32) in the variable's dtype."""
         if isinstance(learning_rate, torch.Tensor):
-            return float(learning_rate.detach().cpu().to(dtype))
+            return K.value_in(learning_rate, dtype)
         return K.cast(float(learning_rate), dtype)
 
     def _step_count(self) -> int:
@@ -550,7 +550,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         steps = self.gradient_accumulation_steps
         if steps and (int(self._iterations) + 1) % steps == 0:
             torch._foreach_zero_(self._accumulated_gradients)  # this update used them
-        self._iterations.add_(1)
+        count_step(self._iterations)
         return self._iterations
 
     def _after_copy(self) -> None:

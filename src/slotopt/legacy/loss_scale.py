@@ -10,7 +10,7 @@ from typing import Any, Optional
 import torch
 
 from ..engine import loss_scaling, registry, transaction
-from ..engine.core import Pair
+from ..engine.core import Pair, count_step
 from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse
 from .hyperparameters import is_number
@@ -356,7 +356,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
             result = inner.apply_gradients(pairs, name=name, experimental_aggregate_gradients=False)
         else:
             with torch.no_grad():
-                inner.iterations.add_(1)
+                count_step(inner.iterations)
             result = inner.iterations
         if moves_scale:
             self._update_scale(finite)

@@ -25,7 +25,7 @@ from torch import nn
 from .. import schedules as schedules_module
 from ..engine import checks, clipping, gradients
 from ..engine import sparse as sparse_rows
-from ..engine.core import Pair, check_gradient_aggregator
+from ..engine.core import Pair, check_gradient_aggregator, count_step
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
@@ -616,7 +616,7 @@ class Optimizer(SlotWeights, HyperparameterStore):
     def _finish_step(self, pairs: list[Pair], **options: Any) -> torch.Tensor:
         self._apply_state = None
         iterations = self.iterations
-        iterations.add_(1)
+        count_step(iterations)
         return iterations
 
     # -------------------------------------------------------------------------------------------- update hooks

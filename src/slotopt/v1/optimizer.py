@@ -25,7 +25,7 @@ import torch
 
 from ..engine import checks, gradients, transaction
 from ..engine import sparse as sparse_rows
-from ..engine.core import Pair, Pairs
+from ..engine.core import Pair, Pairs, count_step
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
@@ -403,7 +403,7 @@ class Optimizer(NamedState):
             self._finish(self._update_ops, self._apply_name)
         else:
             self._finish(self._update_ops, "update")
-            global_step.add_(1)
+            count_step(global_step)
         self._update_ops = []
         return None
 

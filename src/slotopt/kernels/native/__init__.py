@@ -342,7 +342,8 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     fn = _slice_function(rule, dtype)
     if fn is None:
         return False
-    indices = indices.contiguous()
+    if not indices.is_contiguous():
+        indices = indices.contiguous()
     k, rows = values.shape[0], param.shape[0]
     width = param.numel() // rows if rows else 0
     values_array = _DOUBLES[len(scalars)](*scalars)
@@ -351,7 +352,11 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     if bad != -1:
         raise ValueError(f"Argument `indices` must be in [0, {rows}) (the rows of the variable). Received: "
                          f"indices[{bad}]={int(indices[bad])} (indices={indices.tolist()[:20]})")
-    _increment_version([param] if state is None else [param, state])
+    written = [param] if state is None else [param, state]
+    if tensor_table.active():
+        tensor_table.bump_versions(written)
+    else:
+        _increment_version(written)
     global _calls
     _calls += 1
     return True

@@ -278,6 +278,66 @@ PyObject* bump_versions(PyObject*, PyObject* tensors) {
   Py_RETURN_NONE;
 }
 
+// A 0-d (or one-element) CPU tensor whose single element may be read or written here: a plain dense tensor
+// (``dense``) of ``type`` that autograd does not track.
+inline const at::Tensor* cpu_scalar(PyObject* object, c10::ScalarType type) {
+  const at::Tensor* t = dense(object);
+  if (t == nullptr || !t->is_cpu() || t->scalar_type() != type || t->numel() != 1 || t->requires_grad())
+    return nullptr;
+  return t;
+}
+
+// first_out_of_range(indices, rows) -> -1 when every element of ``indices`` (a dense contiguous CPU int64 or
+// int32 tensor of any shape) is in [0, rows), else the flat position of the first that is not; None when the
+// tensor is of another kind (the caller checks with torch). One read of the indices, no tensor made: the
+// range check of sparse gradients (engine/sparse.py) on every step.
+PyObject* first_out_of_range(PyObject*, PyObject* args) {
+  PyObject* object;
+  long long rows;
+  if (!PyArg_ParseTuple(args, "OL", &object, &rows)) return nullptr;
+  const at::Tensor* t = dense(object);
+  if (t == nullptr || !t->is_cpu() || !t->is_contiguous()) Py_RETURN_NONE;
+  const int64_t n = t->numel();
+  if (t->scalar_type() == c10::kLong) {
+    const int64_t* x = t->const_data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i)
+      if (x[i] < 0 || x[i] >= rows) return PyLong_FromLongLong(i);
+  } else if (t->scalar_type() == c10::kInt) {
+    const int32_t* x = t->const_data_ptr<int32_t>();
+    for (int64_t i = 0; i < n; ++i)
+      if (x[i] < 0 || x[i] >= rows) return PyLong_FromLongLong(i);
+  } else {
+    Py_RETURN_NONE;
+  }
+  return PyLong_FromLong(-1);
+}
+
+// scalar(tensor) -> the value of a one-element float32 or float64 CPU tensor as a Python float (exact), or None
+// for anything else (the caller asks torch). A learning rate is read on every step: this costs no dispatch.
+PyObject* scalar(PyObject*, PyObject* object) {
+  const at::Tensor* t = dense(object);
+  if (t == nullptr || !t->is_cpu() || t->numel() != 1) Py_RETURN_NONE;
+  if (t->scalar_type() == c10::kFloat) return PyFloat_FromDouble(*t->const_data_ptr<float>());
+  if (t->scalar_type() == c10::kDouble) return PyFloat_FromDouble(*t->const_data_ptr<double>());
+  Py_RETURN_NONE;
+}
+
+// increment(tensor) -> True after ``tensor += 1`` for a one-element int64 CPU tensor that autograd does not
+// track (its version counter moves first, as torch's in-place add would move it), else False with nothing done
+// (the caller runs torch's ``add_``, which also raises what torch raises: an inference tensor outside inference
+// mode). The iteration counter moves on every step.
+PyObject* increment(PyObject*, PyObject* object) {
+  const at::Tensor* t = cpu_scalar(object, c10::kLong);
+  if (t == nullptr || t->is_inference()) Py_RETURN_FALSE;
+  try {
+    torch::autograd::impl::bump_version(*t);
+  } catch (const std::exception&) {
+    Py_RETURN_FALSE;
+  }
+  ++*static_cast<int64_t*>(t->unsafeGetTensorImpl()->mutable_data());
+  Py_RETURN_TRUE;
+}
+
 // gradients(params) -> [(p.grad, p) for p in params if p.grad is not None], reading each ``.grad`` in C++ for
 // plain tensors and parameters (a subclass, whose ``grad`` a Python property may define, goes through getattr).
 PyObject* gradients(PyObject*, PyObject* params) {
@@ -333,6 +393,9 @@ PyMethodDef methods[] = {
     {"same_addresses", same_addresses, METH_VARARGS, "Whether tensors are the expected ones, where they were."},
     {"bump_versions", bump_versions, METH_O, "Moves each tensor's version counter (an in-place write)."},
     {"gradients", gradients, METH_O, "The (grad, param) pairs of the parameters that have a gradient."},
+    {"first_out_of_range", first_out_of_range, METH_VARARGS, "The first index outside [0, rows), or -1."},
+    {"scalar", scalar, METH_O, "The value of a one-element float32/float64 CPU tensor, or None."},
+    {"increment", increment, METH_O, "Adds 1 to a one-element int64 CPU tensor in place; False if not taken."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tensor_table", "slotopt's per-step tensor checks in C++.", -1,

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 __all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_addresses", "bump_versions",
-           "gradients"]
+           "gradients", "first_out_of_range", "scalar", "increment"]
 
 _module: Any = None
 _load_error: Optional[str] = None
@@ -38,11 +38,14 @@ def _load() -> None:
     try:
         from ._tensor_table import (  # type: ignore[import-not-found]
             bump_versions,
+            first_out_of_range,
             fits,
             fits_params,
             gradients,
+            increment,
             make_plan,
             same_addresses,
+            scalar,
             torch_version,
         )
     except ImportError as error:
@@ -53,7 +56,8 @@ def _load() -> None:
                        "(pip install --no-build-isolation -e .); the checks run in Python meanwhile")
         return
     _module = SimpleNamespace(bump_versions=bump_versions, fits=fits, fits_params=fits_params, gradients=gradients,
-                              make_plan=make_plan, same_addresses=same_addresses, torch_version=torch_version)
+                              make_plan=make_plan, same_addresses=same_addresses, torch_version=torch_version,
+                              first_out_of_range=first_out_of_range, scalar=scalar, increment=increment)
 
 
 def active() -> bool:
@@ -120,6 +124,23 @@ def gradients(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tens
     if not active():
         return [(p.grad, p) for p in params if p.grad is not None]
     return _module.gradients(params)
+
+
+def first_out_of_range(indices: torch.Tensor, rows: int) -> Optional[int]:
+    """-1 when every element of ``indices`` is in ``[0, rows)``, else the flat position of the first that is not;
+    None when the C++ checks are off or ``indices`` is not a contiguous CPU int64/int32 tensor."""
+    return _module.first_out_of_range(indices, rows) if active() else None
+
+
+def scalar(tensor: torch.Tensor) -> Optional[float]:
+    """The value of a one-element float32/float64 CPU tensor (exact), or None (off, or another kind)."""
+    return _module.scalar(tensor) if active() else None
+
+
+def increment(tensor: torch.Tensor) -> bool:
+    """``tensor += 1`` for a one-element int64 CPU tensor autograd does not track (its version counter moves, as
+    with ``add_``); False, with nothing done, for anything else or when the C++ checks are off."""
+    return bool(_module.increment(tensor)) if active() else False
 
 
 _load()
