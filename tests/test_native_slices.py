@@ -136,3 +136,67 @@ def test_keras3_adagrad_and_sgd_steps_on_slices_take_the_compiled_rules_with_the
 
     for name in ("Adagrad", "SGD"):
         assert all(_same_bits(a, b) for a, b in zip(train("native", name), train("foreach", name), strict=True))
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), rule=st.sampled_from(["sgd", "adagrad"]), rows=st.integers(1, 30),
+       width=st.sampled_from([1, 5, 16]), k=st.integers(0, 40), seed=st.integers(0, 2**31 - 1),
+       operands=st.sampled_from(["plain", "int32", "strided-values", "other-dtype-values", "float-lr"]))
+def test_the_cpp_call_and_the_ctypes_call_of_a_rule_on_slices_agree_bit_for_bit(dtype, rule, rows, width, k, seed,
+                                                                               operands):
+    # ``native.apply_slices`` hands plain operands to the C++ table (one call checks them and runs the rule) and
+    # everything else to its Python checks and ctypes: both must give the same bits, versions and verdicts.
+    from slotopt.kernels.native import tensor_table
+
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randn(rows, width, generator=g).to(dtype)
+    accumulator = torch.rand(rows, width, generator=g).to(dtype) + 0.1
+    indices = torch.randint(0, rows, (k,), generator=g)
+    values = torch.randn(k, width, generator=g).to(dtype)
+    if operands == "int32":
+        indices = indices.to(torch.int32)
+    elif operands == "strided-values":
+        values = torch.randn(width, k, generator=g).to(dtype).t()
+    elif operands == "other-dtype-values":
+        values = values.double() if dtype is not torch.float64 else values.float()
+    lr = 0.25 if operands != "float-lr" else torch.tensor(0.25).item()
+    results = []
+    for on in (True, False):
+        previous = tensor_table.use(on)
+        try:
+            w, acc = table.clone(), accumulator.clone()
+            versions = (w._version, acc._version)
+            before = native.calls()
+            with torch.no_grad():
+                if rule == "sgd":
+                    taken = native.apply_slices("sgd_slices", w, indices, values, None, (lr,))
+                else:
+                    taken = native.apply_slices("adagrad_slices", w, indices, values, acc, (lr, 1e-7))
+            results.append((taken, native.calls() - before, w, acc, w._version - versions[0],
+                            acc._version - versions[1]))
+        finally:
+            tensor_table.use(previous)
+    (taken_a, calls_a, w_a, acc_a, vw_a, vacc_a), (taken_b, calls_b, w_b, acc_b, vw_b, vacc_b) = results
+    assert taken_a == taken_b and calls_a == calls_b == int(taken_a)
+    assert _same_bits(w_a, w_b) and _same_bits(acc_a, acc_b)
+    assert (vw_a > 0) == (vw_b > 0) == taken_a and (vacc_a > 0) == (vacc_b > 0) == (taken_a and rule == "adagrad")
+
+
+def test_the_cpp_call_refuses_operands_autograd_would_see_changed_and_a_bad_index_writes_nothing():
+    from slotopt.kernels.native import tensor_table
+
+    if not tensor_table.active():
+        pytest.skip(str(tensor_table.status()))
+    address = native._slice_address("sgd_slices", torch.float32)
+    code = native._SCALAR_TYPES[torch.float32]
+    leaf = torch.zeros(3, 2, requires_grad=True)
+    assert tensor_table.slices(address, code, leaf, torch.tensor([0]), torch.ones(1, 2), None, (1.0,)) is None
+    w = torch.zeros(3, 2)
+    assert tensor_table.slices(address, native._SCALAR_TYPES[torch.float64], w, torch.tensor([0]), torch.ones(1, 2),
+                               None, (1.0,)) is None  # a rule of another dtype
+    assert tensor_table.slices(0, code, w, torch.tensor([0]), torch.ones(1, 2), None, (1.0,)) is None
+    version = w._version
+    assert tensor_table.slices(address, code, w, torch.tensor([1, 3]), torch.ones(2, 2), None, (1.0,)) == 1
+    assert not w.any() and w._version == version
+    assert tensor_table.slices(address, code, w, torch.tensor([1, 1]), torch.ones(2, 2), None, (0.5,)) == -1
+    assert w[1].tolist() == [-1.0, -1.0] and w._version == version + 1

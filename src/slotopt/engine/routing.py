@@ -125,16 +125,17 @@ def aggregation_options(experimental_aggregate_gradients: bool = True,
 
 
 def dispatch(optimizers: Sequence[Any], groups: dict[int, list[Pair]], options: Optional[dict[str, Any]] = None,
-             *, validate_first: bool = False) -> None:
+             *, validate_first: bool = False, all_present: bool = False) -> None:
     """Calls ``optimizers[i].apply_gradients(groups[i], ...)`` for each group, in ``groups`` order.
 
-    A group whose gradients are all ``None`` is skipped (that optimizer does not step). ``options`` are passed
-    to the optimizers that accept them (generations differ). With ``validate_first``, every group is validated
-    by its optimizer (``_prepare_pairs``: checks and build, no update) before any optimizer updates anything,
-    so a bad pair for the second optimizer leaves the first one's variables unchanged.
+    A group whose gradients are all ``None`` is skipped (that optimizer does not step); ``all_present``: the
+    caller knows every gradient is there (the groups of an ``Ordinary`` step). ``options`` are passed to the
+    optimizers that accept them (generations differ). With ``validate_first``, every group is validated by its
+    optimizer (``_prepare_pairs``: checks and build, no update) before any optimizer updates anything, so a bad
+    pair for the second optimizer leaves the first one's variables unchanged.
     """
     live = [(optimizers[i], group) for i, group in groups.items()
-            if type(group) is Ordinary or any(g is not None for g, _ in group)]
+            if all_present or type(group) is Ordinary or any(g is not None for g, _ in group)]
     if validate_first:
         # An ordinary step comes back as checked (``Ordinary``): its optimizer then takes it without a second pass.
         live = [(optimizer, checked if type(checked := optimizer._prepare_pairs(group)) is Ordinary else group)

@@ -731,7 +731,11 @@ class TorchProtocol(torch.optim.Optimizer):
         return loss
 
     def _step_pairs(self) -> list[tuple[Any, torch.Tensor]]:
-        params = [p for g in self.param_groups for p in g["params"]]
+        groups = self.param_groups
+        if len(groups) == 1 and type(groups[0]["params"]) is list:
+            params = groups[0]["params"]  # (read, not kept: no copy needed)
+        else:
+            params = [p for g in groups for p in g["params"]]
         if not params:
             raise ValueError(
                 "`step()` needs parameters: pass `params=` when constructing the optimizer or call "

@@ -16,7 +16,8 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from ..engine import registry
-from ..engine.core import Pair
+from ..engine.core import OptimizerCore, Pair
+from ..engine.plan import Ordinary
 from ..engine.routing import (
     AGGREGATED,
     Routes,
@@ -351,11 +352,15 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
     def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:
         # Each sub-optimizer's aggregator on its own pairs, in sub-optimizer order on every process (collectives
         # must be called in the same order everywhere); the updates below then skip aggregation.
+        if all(type(o)._aggregate_across_processes is OptimizerCore._aggregate_across_processes
+               and o._aggregates_nothing() for o in self._inner_optimizers):
+            return pairs  # none aggregates anything: as they are (an ``Ordinary`` step stays one)
         return [pair for i, group in self._by_owner(pairs).items()
                 for pair in self._inner_optimizers[i]._aggregate_across_processes(group, **options)]
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
-        dispatch(self._inner_optimizers, self._by_owner(pairs), AGGREGATED, validate_first=True)
+        dispatch(self._inner_optimizers, self._by_owner(pairs), AGGREGATED, validate_first=True,
+                 all_present=type(pairs) is Ordinary)
 
     def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
         return None

@@ -323,6 +323,16 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     if _library is None:
         return False
     dtype = param.dtype
+    address = _slice_address(rule, dtype) if tensor_table.active() and dtype in _dtypes else 0
+    if address:
+        # The operand checks below and the call, in one C++ call (None: not taken there; this path decides).
+        bad = tensor_table.slices(address, _SCALAR_TYPES[dtype], param, indices, values, state,
+                                  tuple(map(float, scalars)))
+        if bad is not None:
+            _raise_if_outside(bad, indices, param.shape[0])
+            global _calls
+            _calls += 1
+            return True
     if dtype not in _dtypes or not param.is_cpu or param.dim() == 0 or not param.is_contiguous():
         return False
     if values.dtype is not dtype or not values.is_cpu or values.shape[1:] != param.shape[1:] \
@@ -349,17 +359,36 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     values_array = _DOUBLES[len(scalars)](*scalars)
     bad = fn(rows, width, k, indices.data_ptr(), values.data_ptr(), param.data_ptr(),
              state.data_ptr() if state is not None else None, values_array)
-    if bad != -1:
-        raise ValueError(f"Argument `indices` must be in [0, {rows}) (the rows of the variable). Received: "
-                         f"indices[{bad}]={int(indices[bad])} (indices={indices.tolist()[:20]})")
+    _raise_if_outside(bad, indices, rows)
     written = [param] if state is None else [param, state]
     if tensor_table.active():
         tensor_table.bump_versions(written)
     else:
         _increment_version(written)
-    global _calls
     _calls += 1
     return True
+
+
+#: torch's dtypes by their number in c10's ``ScalarType`` (what the C++ table compares a tensor's dtype with).
+_SCALAR_TYPES = {torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.bfloat16: 15}
+_slice_addresses: dict[tuple[str, torch.dtype], int] = {}
+
+
+def _slice_address(rule: str, dtype: torch.dtype) -> int:
+    """The address of the compiled rule on slices ``rule`` for ``dtype``, 0 when the library lacks it."""
+    key = (rule, dtype)
+    address = _slice_addresses.get(key)
+    if address is None:
+        fn = _slice_function(rule, dtype)
+        address = _slice_addresses[key] = ctypes.cast(fn, ctypes.c_void_p).value or 0 if fn is not None else 0
+    return address
+
+
+def _raise_if_outside(bad: int, indices: torch.Tensor, rows: int) -> None:
+    """The error of a rule on slices that found index ``bad`` outside ``[0, rows)`` (having written nothing)."""
+    if bad != -1:
+        raise ValueError(f"Argument `indices` must be in [0, {rows}) (the rows of the variable). Received: "
+                         f"indices[{bad}]={int(indices[bad])} (indices={indices.tolist()[:20]})")
 
 
 class FlatViews(list):  # type: ignore[type-arg]

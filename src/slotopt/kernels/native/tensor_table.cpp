@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -338,6 +339,77 @@ PyObject* increment(PyObject*, PyObject* object) {
   Py_RETURN_TRUE;
 }
 
+// The signature of the compiled rules on slices (rules.inc, SLICE_RULE): -1 when the rule ran, else the position
+// of the first index outside [0, rows), with nothing written.
+using SliceRule = int64_t (*)(int64_t rows, int64_t width, int64_t k, const int64_t* indices, const void* values,
+                              void* param, void* state, const double* scalars);
+
+// slices(rule, param, indices, values, state, scalars) -> -1 (done), the position of the first bad index
+// (nothing written), or None when the call is not taken here (the caller's Python path decides; it takes
+// everything this refuses). ``rule`` is the address of one compiled rule of the library, for ``param``'s dtype
+// (``dtype`` below is its scalar type); ``state`` is a tensor or None; ``scalars`` a tuple of floats (at most 4).
+// The operand checks of ``native.apply_slices`` in one pass: every tensor a plain dense contiguous CPU tensor,
+// ``values`` and ``state`` of ``param``'s dtype, ``values`` shaped (k, *param.shape[1:]), ``state`` shaped like
+// ``param``, ``indices`` int64 of k elements, and no tensor autograd would see changed. The written tensors'
+// version counters move after the rule ran, as torch's in-place ops move them.
+PyObject* slices(PyObject*, PyObject* args) {
+  unsigned long long address;
+  int dtype_code;
+  PyObject *param_object, *indices_object, *values_object, *state_object, *scalar_tuple;
+  if (!PyArg_ParseTuple(args, "KiOOOOO!", &address, &dtype_code, &param_object, &indices_object, &values_object,
+                        &state_object, &PyTuple_Type, &scalar_tuple))
+    return nullptr;
+  if (address == 0) Py_RETURN_NONE;
+  const auto dtype = static_cast<c10::ScalarType>(dtype_code);
+  const at::Tensor* param = dense(param_object);
+  const at::Tensor* indices = dense(indices_object);
+  const at::Tensor* values = dense(values_object);
+  const at::Tensor* state = state_object == Py_None ? nullptr : dense(state_object);
+  if (param == nullptr || indices == nullptr || values == nullptr || (state_object != Py_None && state == nullptr))
+    Py_RETURN_NONE;
+  double scalars[4];
+  Py_ssize_t count = PyTuple_GET_SIZE(scalar_tuple);
+  if (count > 4) Py_RETURN_NONE;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* item = PyTuple_GET_ITEM(scalar_tuple, i);
+    if (!PyFloat_CheckExact(item)) Py_RETURN_NONE;
+    scalars[i] = PyFloat_AS_DOUBLE(item);
+  }
+  try {
+    const bool grad_mode = at::GradMode::is_enabled();
+    auto plain = [&](const at::Tensor* t) {
+      return t->is_cpu() && t->is_contiguous() && !t->is_inference() && !(grad_mode && t->requires_grad());
+    };
+    if (!plain(param) || !plain(indices) || !plain(values) || (state != nullptr && !plain(state))) Py_RETURN_NONE;
+    if (param->scalar_type() != dtype || values->scalar_type() != dtype || indices->scalar_type() != c10::kLong ||
+        (state != nullptr && state->scalar_type() != dtype))
+      Py_RETURN_NONE;
+    const int64_t dims = param->dim();
+    if (dims == 0 || values->dim() != dims || indices->dim() != 1) Py_RETURN_NONE;
+    const int64_t k = values->size(0), rows = param->size(0);
+    if (indices->size(0) != k || values->sizes().slice(1) != param->sizes().slice(1) ||
+        (state != nullptr && state->sizes() != param->sizes()))
+      Py_RETURN_NONE;
+    const int64_t width = rows ? param->numel() / rows : 0;
+    const int64_t* index_data = indices->const_data_ptr<int64_t>();
+    const void* value_data = values->const_data_ptr();
+    void* param_data = param->unsafeGetTensorImpl()->mutable_data();
+    void* state_data = state != nullptr ? state->unsafeGetTensorImpl()->mutable_data() : nullptr;
+    int64_t bad;
+    Py_BEGIN_ALLOW_THREADS  // (as ctypes does: the arguments' references keep the tensors alive meanwhile)
+    bad = reinterpret_cast<SliceRule>(address)(rows, width, k, index_data, value_data, param_data, state_data,
+                                               scalars);
+    Py_END_ALLOW_THREADS
+    if (bad == -1) {
+      torch::autograd::impl::bump_version(*param);
+      if (state != nullptr) torch::autograd::impl::bump_version(*state);
+    }
+    return PyLong_FromLongLong(bad);
+  } catch (const std::exception&) {
+    Py_RETURN_NONE;
+  }
+}
+
 // gradients(params) -> [(p.grad, p) for p in params if p.grad is not None], reading each ``.grad`` in C++ for
 // plain tensors and parameters (a subclass, whose ``grad`` a Python property may define, goes through getattr).
 PyObject* gradients(PyObject*, PyObject* params) {
@@ -395,6 +467,7 @@ PyMethodDef methods[] = {
     {"gradients", gradients, METH_O, "The (grad, param) pairs of the parameters that have a gradient."},
     {"first_out_of_range", first_out_of_range, METH_VARARGS, "The first index outside [0, rows), or -1."},
     {"scalar", scalar, METH_O, "The value of a one-element float32/float64 CPU tensor, or None."},
+    {"slices", slices, METH_VARARGS, "A compiled rule on slices, its operands checked here; or None."},
     {"increment", increment, METH_O, "Adds 1 to a one-element int64 CPU tensor in place; False if not taken."},
     {nullptr, nullptr, 0, nullptr}};
 

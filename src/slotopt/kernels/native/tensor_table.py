@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 __all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_addresses", "bump_versions",
-           "gradients", "first_out_of_range", "scalar", "increment"]
+           "gradients", "first_out_of_range", "scalar", "increment", "slices"]
 
 _module: Any = None
 _load_error: Optional[str] = None
@@ -46,6 +46,7 @@ def _load() -> None:
             make_plan,
             same_addresses,
             scalar,
+            slices,
             torch_version,
         )
     except ImportError as error:
@@ -57,7 +58,8 @@ def _load() -> None:
         return
     _module = SimpleNamespace(bump_versions=bump_versions, fits=fits, fits_params=fits_params, gradients=gradients,
                               make_plan=make_plan, same_addresses=same_addresses, torch_version=torch_version,
-                              first_out_of_range=first_out_of_range, scalar=scalar, increment=increment)
+                              first_out_of_range=first_out_of_range, scalar=scalar, increment=increment,
+                              slices=slices)
 
 
 def active() -> bool:
@@ -141,6 +143,16 @@ def increment(tensor: torch.Tensor) -> bool:
     """``tensor += 1`` for a one-element int64 CPU tensor autograd does not track (its version counter moves, as
     with ``add_``); False, with nothing done, for anything else or when the C++ checks are off."""
     return bool(_module.increment(tensor)) if active() else False
+
+
+
+def slices(rule_address: int, scalar_type: int, param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor,
+           state: Optional[torch.Tensor], scalars: tuple[float, ...]) -> Optional[int]:
+    """Runs the compiled rule on slices at ``rule_address`` (for c10 scalar type ``scalar_type``) after checking its
+    operands as ``native.apply_slices`` does: -1 when it ran (the written tensors' versions moved), the position of
+    the first index outside the table (nothing written), or None when the operands are not all plain contiguous
+    CPU tensors of the expected kinds (the caller's Python path then decides)."""
+    return _module.slices(rule_address, scalar_type, param, indices, values, state, scalars)
 
 
 _load()
