@@ -16,7 +16,10 @@ gradients of each (device, dtype) kind are instead handled at once:
   the very operation each gradient took (an element-wise true division with the same operands, so the same
   bits on every device: CUDA's reciprocal-multiply for a CPU scalar divisor included), written into a buffer
   kept with the plan whose views, shaped like the gradients, are what the inner optimizer receives. The views
-  are made once per plan: a step then creates no tensor per gradient.
+  are made once per plan: a step then creates no tensor per gradient. Where the compiled library runs, the
+  gradients are contiguous CPU tensors and the buffer is kept, one compiled pass per kind does the finite check
+  and this unscale at once, reading the gradients where they are (``native.unscale_into``: no ``cat``, whose
+  per-tensor overhead was a third of a step on many small tensors; the same bits, flush-to-zero included).
 
 The buffer is kept (reused on the next step) only where nothing can hold on to the gradients the inner
 optimizer receives: a built-in slotopt optimizer updating with its own kernels (a subclass's ``update_step``
@@ -89,16 +92,18 @@ def _take(items: Sequence[Any], indices: Optional[list[int]]) -> list[Any]:
 def flat_gradients(step: Ordinary, into: Optional[Sequence[Optional[torch.Tensor]]] = None) -> list[torch.Tensor]:
     """One flat copy of the gradients of each kind of ``step`` (``_kinds`` order): the same values, in order.
     ``into``: per kind, a buffer of the gradients' dtype and device to copy them into (or None)."""
-    flats = []
-    for k, (indices, one_dimensional) in enumerate(_kinds(step)):
-        grads = _take(step.grads, indices)
-        buffer = into[k] if into is not None else None
-        if one_dimensional:
-            flats.append(torch.cat(grads) if buffer is None else torch.cat(grads, out=buffer))
-        else:  # (``cat`` takes tensors of one rank only; ``flatten`` returns a lone tensor itself, not a copy)
-            flat = _flatten(grads) if len(grads) > 1 else grads[0].reshape(-1).clone()
-            flats.append(flat if buffer is None else buffer.copy_(flat))
-    return flats
+    return [_flat(step, k, into[k] if into is not None else None) for k in range(len(_kinds(step)))]
+
+
+def _flat(step: Ordinary, k: int, buffer: Optional[torch.Tensor]) -> torch.Tensor:
+    """The gradients of kind ``k`` of ``step`` copied flat (into ``buffer``, of their dtype, when given)."""
+    indices, one_dimensional = _kinds(step)[k]
+    grads = _take(step.grads, indices)
+    if one_dimensional:
+        return torch.cat(grads) if buffer is None else torch.cat(grads, out=buffer)
+    # (``cat`` takes tensors of one rank only; ``flatten`` returns a lone tensor itself, not a copy)
+    flat = _flatten(grads) if len(grads) > 1 else grads[0].reshape(-1).clone()
+    return flat if buffer is None else buffer.copy_(flat)
 
 
 def all_finite(flats: Sequence[torch.Tensor]) -> bool:
@@ -124,14 +129,15 @@ def gradients_finite(step: Ordinary) -> bool:
     return all_finite([flats[k] for k in unchecked])
 
 
-def _checked_in_place(step: Ordinary) -> tuple[bool, list[int]]:
-    """``(whether the compiled check found an inf or a NaN, the kinds it could not check)``."""
+def _checked_in_place(step: Ordinary, kinds: Optional[Sequence[int]] = None) -> tuple[bool, list[int]]:
+    """``(whether the compiled check found an inf or a NaN, the kinds it could not check)``, over ``kinds`` (all
+    by default)."""
     plan = step.plan
-    addresses = step.grad_addresses
-    if addresses is not None and type(addresses) is not np.ndarray:
-        addresses = np.asarray(addresses, dtype=np.uint64)  # (the Python checks give a list)
+    addresses = _grad_addresses(step)
     unchecked = []
-    for k, (indices, _) in enumerate(_kinds(step)):
+    all_kinds = _kinds(step)
+    for k in range(len(all_kinds)) if kinds is None else kinds:
+        indices = all_kinds[k][0]
         position = _first(indices)
         found = None
         if addresses is not None and plan.devices[position].type == "cpu":
@@ -143,6 +149,14 @@ def _checked_in_place(step: Ordinary) -> tuple[bool, list[int]]:
         elif found >= 0:
             return True, []
     return False, unchecked
+
+
+def _grad_addresses(step: Ordinary) -> Optional[np.ndarray]:
+    """The gradients' data addresses read this step (uint64), or None when a gradient is not contiguous."""
+    addresses = step.grad_addresses
+    if addresses is not None and type(addresses) is not np.ndarray:
+        addresses = np.asarray(addresses, dtype=np.uint64)  # (the Python checks give a list)
+    return addresses
 
 
 def _offsets(step: Ordinary, k: int, indices: Optional[list[int]]) -> tuple[Optional[np.ndarray], np.ndarray]:
@@ -165,29 +179,71 @@ def finite_unscaled(step: Ordinary, scale: torch.Tensor, keep: bool) -> Optional
     plan = step.plan
     kinds = _kinds(step)
     kept = [_kept_buffer(step, k, indices) if keep else None for k, (indices, _) in enumerate(kinds)]
-    # The gradients are copied straight into a kept buffer of their own dtype (then divided in place).
-    found, unchecked = _checked_in_place(step)
-    if found:
+    unscaled = _unscaled_in_one_pass(step, kept, scale)
+    if unscaled is None:
         return None
-    flats = flat_gradients(step, [b[0] if b is not None and b[0].dtype is plan.dtypes[_first(i)] else None
-                                  for b, (i, _) in zip(kept, kinds)])
-    if unchecked and not all_finite([flats[k] for k in unchecked]):
-        return None
+    flats: dict[int, torch.Tensor] = {}
+    rest = [k for k, done in enumerate(unscaled) if not done]
+    if rest:
+        found, unchecked = _checked_in_place(step, rest)
+        if found:
+            return None
+        # The gradients are copied straight into a kept buffer of their own dtype (then divided in place).
+        for k in rest:
+            buffer = kept[k]
+            flats[k] = _flat(step, k, buffer[0] if buffer is not None
+                             and buffer[0].dtype is plan.dtypes[_first(kinds[k][0])] else None)
+        if unchecked and not all_finite([flats[k] for k in unchecked]):
+            return None
     parts: list[torch.Tensor] = []
-    for (indices, _), flat, buffer in zip(kinds, flats, kept):
-        flat = flat.to(torch.promote_types(flat.dtype, torch.float32))  # (the same tensor when it is already)
-        if buffer is None:
-            views = _unflatten(flat.div_(scale), _take(step.grads, indices))  # (``flat`` is this step's own copy)
+    for k, ((indices, _), buffer) in enumerate(zip(kinds, kept)):
+        flat = flats.get(k)
+        if flat is None:  # unscaled into its buffer by the compiled pass
+            views = buffer[1]  # type: ignore[index]
         else:
-            if flat is buffer[0]:
-                flat.div_(scale)
+            flat = flat.to(torch.promote_types(flat.dtype, torch.float32))  # (the same tensor when it is already)
+            if buffer is None:
+                views = _unflatten(flat.div_(scale), _take(step.grads, indices))  # (``flat``: this step's own)
             else:
-                torch.div(flat, scale, out=buffer[0])
-            views = buffer[1]
+                if flat is buffer[0]:
+                    flat.div_(scale)
+                else:
+                    torch.div(flat, scale, out=buffer[0])
+                views = buffer[1]
         if indices is None:
             return list(views)
         parts.extend(views)
     return list(_reorder(plan, kinds)(parts))
+
+
+def _unscaled_in_one_pass(step: Ordinary, kept: Sequence[Optional[tuple[torch.Tensor, list[Any]]]],
+                          scale: torch.Tensor) -> Optional[list[bool]]:
+    """Per kind of ``step``, whether the compiled unscale (``native.unscale_into``) checked it and wrote its
+    unscaled gradients into its kept buffer, reading them where they are (no flat copy, no per-tensor torch
+    call); None when it found an inf or a NaN. It runs on a kind of contiguous CPU gradients with a kept buffer
+    and a float32 CPU scale while the compiled path is active; every other kind is left to the torch path."""
+    done = [False] * len(kept)
+    addresses = _grad_addresses(step)
+    if addresses is None or not native.active() or scale.dtype is not torch.float32 or not scale.is_cpu:
+        return done
+    plan = step.plan
+    value = None
+    for k, ((indices, _), buffer) in enumerate(zip(_kinds(step), kept)):
+        position = _first(indices)
+        if buffer is None or plan.devices[position].type != "cpu":
+            continue
+        if value is None:
+            value = float(scale)
+        positions, offsets = _offsets(step, k, indices)
+        found = native.unscale_into(addresses if positions is None else addresses[positions], offsets,
+                                    plan.dtypes[position], buffer[0], value,
+                                    tensors=lambda indices=indices: _take(step.grads, indices))
+        if found is None:
+            return done
+        if found:
+            return None
+        done[k] = True
+    return done
 
 
 def _first(indices: Optional[list[int]]) -> int:

@@ -530,3 +530,49 @@ def first_nonfinite(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dty
     index = _first_nonfinite(len(addresses), addresses.ctypes.data, offsets.ctypes.data, dtype.itemsize,
                              _EXPONENT_MASKS[dtype])
     return None if index < -1 else int(index)
+
+
+#: The dtype codes of ``slotopt_unscale``.
+_UNSCALE_DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+_unscale: Any = None
+
+
+def unscale_into(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype, out: torch.Tensor,
+                 scale: float, tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None) -> Optional[bool]:
+    """``out = cat(group).to(promote_types(dtype, float32)) / scale`` in one pass over a group of contiguous CPU
+    tensors of ``dtype`` read where they are (``addresses`` and ``offsets`` as for :func:`first_nonfinite`), the
+    same bits as torch's; returns whether an element of the group is inf or NaN (tested before the division; ``out``
+    is then partly written), or None when the compiled path is off or its library predates this kernel (nothing
+    done). ``out``: a contiguous CPU tensor of the unscaled dtype holding exactly the group's elements; ``scale``:
+    the value of a float32 scale (a float32 ``out`` divides by it as float32, a float64 one as float64). The caller
+    vouches for the addresses (an ordinary step's, read this step); with the bounds check on (``check_bounds``),
+    ``tensors()``, the group itself (called only then), is checked against them first."""
+    global _unscale
+    if not active() or dtype not in _UNSCALE_DTYPES:
+        return None
+    if _unscale is None:
+        fn = getattr(_library, "slotopt_unscale", None)
+        if fn is None:
+            return None
+        fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                       ctypes.c_double, ctypes.c_int]
+        fn.restype = ctypes.c_int64
+        _unscale = fn
+    total = int(offsets[-1])
+    if not (out.dtype == torch.promote_types(dtype, torch.float32) and out.is_cpu and out.is_contiguous()
+            and out.numel() == total and len(offsets) == len(addresses) + 1):
+        raise ValueError(f"unscale_into: `out` must be a contiguous CPU tensor of "
+                         f"{torch.promote_types(dtype, torch.float32)} and {total} elements for "
+                         f"{len(addresses)} tensors. Received: out of {out.dtype}, {tuple(out.shape)} on "
+                         f"{out.device}, offsets of length {len(offsets)}")
+    if _bounds_checks and tensors is not None:
+        extents = np.array([_extent(t) for t in tensors()], dtype=np.uint64).reshape(-1, 2).T
+        _check_table(np.asarray(addresses, dtype=np.uint64).reshape(1, -1), offsets, extents, dtype.itemsize)
+    found = _unscale(len(addresses), addresses.ctypes.data, offsets.ctypes.data, _UNSCALE_DTYPES[dtype],
+                     out.data_ptr(), scale, torch.get_num_threads())
+    if found < 0:  # a dtype code the library does not know (nothing done)
+        return None
+    _increment_version([out])  # written in place, as torch's own in-place ops record
+    global _calls
+    _calls += 1
+    return found == 1

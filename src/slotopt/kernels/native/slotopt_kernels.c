@@ -370,3 +370,50 @@ int64_t slotopt_first_nonfinite(int64_t n, const void *const *ptr, const int64_t
     }
     return -1;
 }
+
+/* Loss scaling's unscale on an ordinary step (slotopt/engine/loss_scaling.py), in one pass over a group: element i
+ * of tensor k (data ptr[k], off the n + 1 prefix sums of the element counts) is read where it is, tested for inf
+ * or NaN on its bits (as slotopt_first_nonfinite: the scaled gradient, before the division) and written as
+ * x / scale to out[off[k] + i], out being of the unscaled dtype, promote_types(dtype, float32): float32 for
+ * float32, float16 and bfloat16 inputs, float64 for float64 ones. That is torch's
+ * `flat.to(promote_types(dtype, float32)) / scale`, bit for bit: a half converts to float32 exactly (float16
+ * subnormals are float32 normals; a bfloat16 subnormal stays a float32 subnormal, which the division then reads
+ * as zero under denormals-are-zero, as torch's does), and the division is IEEE's correctly rounded one in the
+ * output dtype (no reciprocal: -ffp-contract=off, no fast-math), under the caller's flush-to-zero mode (the
+ * worker threads take it, GROUP_LOOP). `scale` arrives as a double: exact for a float32 scale, and a float32
+ * output divides by it rounded to float32, as torch casts a 0-d divisor to the tensor's dtype. `dtype`: 0
+ * float32, 1 float64, 2 float16, 3 bfloat16. Returns 1 when an input element is inf or NaN (`out` is then
+ * partly written), 0 when every element is finite, -2 for a dtype code it does not know. */
+#define UNSCALE_PASS_(IN, MASK, LOAD, OUT, DIVISOR)                                                           \
+    GROUP_LOOP(                                                                                            \
+        const IN *x_ = (const IN *)ptr[k];                                                                 \
+        OUT *y_ = (OUT *)out + off[k];                                                                     \
+        IN any_ = 0;                                                                                       \
+        for (int64_t i = s; i < e; ++i) {                                                                  \
+            const IN bits_ = x_[i];                                                                        \
+            any_ |= (IN)((bits_ & (MASK)) == (MASK));                                                      \
+            y_[i] = LOAD(bits_) / (DIVISOR);                                                               \
+        }                                                                                                  \
+        if (any_) __atomic_store_n(&found, 1, __ATOMIC_RELAXED);                                           \
+    )
+
+static inline float f32_load_bits_(uint32_t bits) { return f32_from_bits_(bits); }
+static inline double f64_from_bits_(uint64_t bits) {
+    double x;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+int64_t slotopt_unscale(int64_t n, const void *const *ptr, const int64_t *off, int64_t dtype, void *out,
+                        double scale, int threads) {
+    int found = 0;
+    const float scale_f32 = (float)scale;
+    switch (dtype) {
+    case 0: UNSCALE_PASS_(uint32_t, 0x7f800000u, f32_load_bits_, float, scale_f32); break;
+    case 1: UNSCALE_PASS_(uint64_t, 0x7ff0000000000000ull, f64_from_bits_, double, scale); break;
+    case 2: UNSCALE_PASS_(uint16_t, 0x7c00u, f16_float_, float, scale_f32); break;
+    case 3: UNSCALE_PASS_(uint16_t, 0x7f80u, bf16_float_, float, scale_f32); break;
+    default: return -2;
+    }
+    return __atomic_load_n(&found, __ATOMIC_RELAXED);
+}
