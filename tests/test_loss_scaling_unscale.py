@@ -366,3 +366,27 @@ def test_wrapper_takes_the_torch_path_for_strided_gradients_and_custom_updates(u
     opt = slotopt.LossScaleOptimizer(Keeping(learning_rate=0.1), initial_scale=3.0)
     opt.apply_gradients(list(zip(scaled_grads(params, 0, 3.0), params)))
     assert unscaled_record["compiled"] == 0
+
+
+@needs_compiled
+def test_wrapper_steps_pass_the_bounds_check_with_the_same_bits(unscaled_record, monkeypatch, kernels):
+    """With the debug bounds check on, every compiled unscale's addresses are checked against the gradients (they
+    fit), and the training is the same."""
+    dtypes = MIXES["all-four"]
+    plain = train(dtypes, 3.0, POISONS)
+    one_list_tables = []  # the unscale's tables (the update rules' have two operand lists or more)
+    check_table = native._check_table
+
+    def recorded(table, offsets, extents, element_size):
+        check_table(table, offsets, extents, element_size)
+        if table.shape[0] == 1:
+            one_list_tables.append(table.shape[1])
+    monkeypatch.setattr(native, "_check_table", recorded)
+    previous = native.check_bounds(True)
+    try:
+        calls = unscaled_record["compiled"]
+        assert_same_history(plain, train(dtypes, 3.0, POISONS))
+        assert len(one_list_tables) == unscaled_record["compiled"] - calls > 0
+        assert set(one_list_tables) == {2}  # each kind of the mix: two gradients
+    finally:
+        native.check_bounds(previous)
