@@ -377,3 +377,90 @@ def test_the_step_counter_moves_in_place_with_its_version_as_add_does():
     assert tensor_table.increment(inference) is False
     with pytest.raises(RuntimeError, match="[Ii]nference"):
         count_step(inference)  # torch's own error, from its own ``add_``
+
+
+def _slices_case(rng):
+    """Slices and a variable, ordinary or hostile (attributes are set after construction, as a caller may)."""
+    rows = rng.choice([1, 4, 9])
+    var = torch.randn(rows, 3)
+    kind = rng.choice(["plain", "plain", "rows", "values-0d", "values-int", "values-complex", "values-double",
+                       "index-float", "index-negative", "index-past", "index-int16", "index-int32", "index-strided",
+                       "index-2d", "shape-other", "shape-list", "shape-none", "var-0d", "var-int", "var-complex",
+                       "values-meta", "var-noncontiguous"])
+    k = rng.randint(0, 5)
+    values = torch.randn(k, 3)
+    indices = torch.randint(0, rows, (k,))
+    dense_shape = (rows, 3)
+    if kind == "rows":
+        values = torch.randn(k, 4)
+    elif kind == "values-0d":
+        values = torch.tensor(1.0)
+    elif kind == "values-int":
+        values = values.to(torch.int32)
+    elif kind == "values-complex":
+        values = values.to(torch.complex64)
+    elif kind == "values-double":
+        values = values.double()
+    elif kind == "index-float":
+        indices = indices.float() + 0.5
+    elif kind == "index-negative" and k:
+        indices[rng.randrange(k)] = -1
+    elif kind == "index-past" and k:
+        indices[rng.randrange(k)] = rows
+    elif kind == "index-int16":
+        indices = indices.to(torch.int16)
+    elif kind == "index-int32":
+        indices = indices.to(torch.int32)
+    elif kind == "index-strided":
+        indices = torch.stack([indices, indices], 1)[:, 0]
+    elif kind == "index-2d":
+        indices = indices.reshape(-1, 1)
+    elif kind == "shape-other":
+        dense_shape = (rows + 1, 3)
+    elif kind == "shape-list":
+        dense_shape = [rows, 3]
+    elif kind == "shape-none":
+        dense_shape = None
+    elif kind == "var-0d":
+        var = torch.tensor(1.0)
+    elif kind == "var-int":
+        var = torch.zeros(rows, 3, dtype=torch.int64)
+    elif kind == "var-complex":
+        var = torch.randn(rows, 3, dtype=torch.complex64)
+        if rng.random() < 0.5:
+            values = values.to(torch.complex64)
+    elif kind == "values-meta":
+        values = torch.empty(k, 3, device="meta")
+    elif kind == "var-noncontiguous":
+        var = torch.randn(3, rows).t()
+    grad = slotopt.IndexedSlices(torch.zeros(0, 3), torch.zeros(0, dtype=torch.int64))
+    grad.values, grad.indices, grad.dense_shape = values, indices, dense_shape
+    return grad, var
+
+
+def _verdict(grad, var):
+    from slotopt.engine.core import OptimizerCore
+
+    try:
+        return ("ok", OptimizerCore._check_gradient(grad, var, "v") is grad)
+    except Exception as error:  # noqa: BLE001 - the verdict is the exception itself
+        return (type(error).__name__, str(error))
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_a_sparse_gradient_gets_the_python_verdict_from_the_one_call_check(seed):
+    grad, var = _slices_case(random.Random(seed))
+    on = _verdict(grad, var)
+    previous = tensor_table.use(False)
+    try:
+        off = _verdict(grad, var)
+    finally:
+        tensor_table.use(previous)
+    assert on == off
+
+
+def test_plain_slices_are_vouched_for_in_one_call():
+    var = torch.randn(5, 2)
+    assert tensor_table.slices_fit(torch.ones(3, 2), torch.tensor([0, 4, 0]), (5, 2), var) is True
+    assert tensor_table.slices_fit(torch.ones(3, 2), torch.tensor([0, 5, 0]), (5, 2), var) is False  # undecided
+    assert tensor_table.slices_fit(torch.ones(3, 2), torch.tensor([0, 1, 0]), None, var) is True

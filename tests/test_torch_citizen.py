@@ -128,6 +128,37 @@ def test_the_step_runs_outside_the_graph_whole():
     assert int(opt.iterations) == 1
 
 
+def test_no_frame_of_a_step_is_compiled_and_its_entries_call_through_only_when_dynamo_runs():
+    # engine/eager.py: the entries (``step``, ``run_step``...) are skipped by Dynamo's frame hook and not inlined;
+    # with no frame-evaluation callback they call the step directly, else through torch's disable wrapper.
+    from torch._C._dynamo import eval_frame
+
+    from slotopt.engine import eager, pipeline
+
+    torch._dynamo.reset()
+    model = net()
+    opt = slotopt.Adam(learning_rate=0.01, params=model)
+
+    def training_step(step):
+        opt.zero_grad()
+        loss_of(model, step).backward()
+        opt.step()
+        opt.apply_gradients([(torch.ones_like(p), p) for p in model.parameters()])
+
+    compiled = torch.compile(training_step, backend="eager")
+    for step in range(2):
+        compiled(step)
+    assert int(opt.iterations) == 4
+    entry_code = pipeline.run_step.__code__
+    assert eval_frame._debug_get_cache_entry_list(entry_code) == []  # never compiled
+    assert pipeline.run_step._torchdynamo_disable is True
+    calls = []
+    probe = eager.outside_dynamo(lambda: calls.append(eval_frame.get_eval_frame_callback()))
+    probe()
+    torch.compile(lambda: probe(), backend="eager")()
+    assert calls == [None, None]  # run eagerly both times, with no callback inside
+
+
 def test_inductor_compiled_training_step_gives_the_eager_bits():
     """Inductor fuses the model's forward and backward (gradients differ in the last bits from eager autograd):
     the optimizer's part is checked by applying the gradients the compiled step produced, eagerly."""

@@ -525,6 +525,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         """
         if grad is None:
             return None
+        if type(grad) is IndexedSlices and tensor_table.slices_fit(grad.values, grad.indices, grad.dense_shape, var):
+            return grad  # every check below, read in one C++ call (it leaves anything unusual to them)
         where = name() if callable(name) else name
         if is_sparse(grad):
             grad = as_indexed_slices(grad)

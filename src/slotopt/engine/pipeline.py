@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 
 from ..numerics import fpmode
+from .eager import outside_dynamo
 from .undo import StepValues, constrained_step, guarded
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["run_step"]
 
 
-@torch._disable_dynamo(recursive=True)  # exact steps run eagerly under torch.compile (see TorchProtocol.step)
+@outside_dynamo  # exact steps run eagerly under torch.compile (engine/eager.py, TorchProtocol.step)
 def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step, run
     # without autograd (what ``torch.no_grad()`` and ``flush_to_zero()`` do, as plain calls: see fpmode).

@@ -28,6 +28,7 @@ How Keras and torch meet:
 from __future__ import annotations
 
 import math
+import operator
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ import torch
 
 from ..kernels.native import tensor_table
 from . import resume
+from .eager import outside_dynamo
 
 __all__ = ["TorchProtocol", "is_param_group_list", "CLASS_KEY"]
 
@@ -62,6 +64,13 @@ def _as_number(value: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return value.item()
     return value
+
+
+def _as_published(group: dict[str, Any], published: dict[str, Any]) -> bool:
+    """Whether ``group`` holds exactly the keys of ``published``, in the same order, each with the very object
+    published (one C-level pass; anything else is compared key by key)."""
+    return len(group) == len(published) and all(map(operator.is_, group.values(), published.values())) \
+        and all(map(operator.eq, group, published))
 
 
 def _differs(a: Any, b: Any) -> bool:
@@ -316,6 +325,8 @@ class TorchProtocol(torch.optim.Optimizer):
         if not groups:
             return
         published = self._published
+        if len(groups) == len(published) and all(map(_as_published, groups, published)):
+            return  # nothing written since: every value is the very object slotopt published (the common case)
         keys = self._group_keys()  # (once per step: every step syncs)
         names = self._torch_names(keys)
         for index, group in enumerate(groups):
@@ -715,7 +726,7 @@ class TorchProtocol(torch.optim.Optimizer):
     # step calls it, as torch.optim does for steps it cannot trace). Tracing it would turn the Python-float
     # scalar math that reproduces TensorFlow's float32 rounding into traced tensor math (measured: different
     # bits even with the "eager" backend), and the compiled C kernels are opaque ctypes calls.
-    @torch._disable_dynamo(recursive=True)
+    @outside_dynamo  # (engine/eager.py: the same as ``torch._disable_dynamo(recursive=True)``, cheaper)
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
         """PyTorch style: runs ``closure`` (with autograd on) if given, then applies the ``.grad`` of every
         parameter in ``param_groups`` (parameters without ``.grad`` are skipped). Returns the closure's loss.

@@ -21,6 +21,7 @@ import torch
 
 from ..engine import checks, registry, transaction
 from ..engine.core import OptimizerCore, is_plain_gradient
+from ..engine.eager import outside_dynamo
 from ..engine.routing import (
     Routes,
     aggregation_options,
@@ -214,7 +215,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         self._apply_pending_torch_state()
 
     # ---------------------------------------------------------------------------------------- apply
-    @torch._disable_dynamo(recursive=True)  # eager under torch.compile, whole: routing included (one break)
+    @outside_dynamo  # eager under torch.compile, whole: routing included (one break)
     def apply_gradients(self, grads_and_vars: Any, name: Optional[str] = None,
                         experimental_aggregate_gradients: bool = True,
                         skip_gradients_aggregation: Optional[bool] = None) -> None:

@@ -26,6 +26,7 @@ import torch
 from ..engine import checks, gradients, transaction
 from ..engine import sparse as sparse_rows
 from ..engine.core import Pair, Pairs, count_step
+from ..engine.eager import outside_dynamo
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
@@ -220,7 +221,7 @@ class Optimizer(NamedState):
                 raise ValueError(f"Invalid type {t.dtype} for {label}, expected: {_VALID_DTYPES_TEXT}.")
 
     # ------------------------------------------------------------------------------------------ apply
-    @torch._disable_dynamo(recursive=True)  # eager under torch.compile, as run_step (it sets the apply name)
+    @outside_dynamo  # eager under torch.compile, as run_step (it sets the apply name)
     def apply_gradients(self, grads_and_vars: Pairs, global_step: Optional[torch.Tensor] = None,
                         name: Optional[str] = None, skip_gradients_aggregation: bool = False) -> None:
         """Applies one step of ``(gradient, variable)`` pairs; ``None`` gradients are skipped.

@@ -288,6 +288,14 @@ inline const at::Tensor* cpu_scalar(PyObject* object, c10::ScalarType type) {
   return t;
 }
 
+// -1 when every one of the n elements of ``x`` is in [0, rows), else the position of the first that is not.
+template <typename Index>
+int64_t first_outside(const Index* x, int64_t n, long long rows) {
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] < 0 || static_cast<long long>(x[i]) >= rows) return i;
+  return -1;
+}
+
 // first_out_of_range(indices, rows) -> -1 when every element of ``indices`` (a dense contiguous CPU int64 or
 // int32 tensor of any shape) is in [0, rows), else the flat position of the first that is not; None when the
 // tensor is of another kind (the caller checks with torch). One read of the indices, no tensor made: the
@@ -299,18 +307,62 @@ PyObject* first_out_of_range(PyObject*, PyObject* args) {
   const at::Tensor* t = dense(object);
   if (t == nullptr || !t->is_cpu() || !t->is_contiguous()) Py_RETURN_NONE;
   const int64_t n = t->numel();
-  if (t->scalar_type() == c10::kLong) {
-    const int64_t* x = t->const_data_ptr<int64_t>();
-    for (int64_t i = 0; i < n; ++i)
-      if (x[i] < 0 || x[i] >= rows) return PyLong_FromLongLong(i);
-  } else if (t->scalar_type() == c10::kInt) {
-    const int32_t* x = t->const_data_ptr<int32_t>();
-    for (int64_t i = 0; i < n; ++i)
-      if (x[i] < 0 || x[i] >= rows) return PyLong_FromLongLong(i);
-  } else {
+  if (t->scalar_type() == c10::kLong) return PyLong_FromLongLong(first_outside(t->const_data_ptr<int64_t>(), n, rows));
+  if (t->scalar_type() == c10::kInt) return PyLong_FromLongLong(first_outside(t->const_data_ptr<int32_t>(), n, rows));
+  Py_RETURN_NONE;
+}
+
+// slices_fit(values, indices, dense_shape, variable) -> True when slices with these parts fit ``variable`` as
+// ``OptimizerCore._check_gradient`` requires (rows of the variable's row shape, floating values (of the variable's
+// dtype for a complex one) on its device, integer indices all inside the table, a dense shape that is None or the
+// variable's), read in one call; None when this cannot tell (anything
+// else: the Python checks then decide, and raise where they must). Never False: a refusal is Python's to word.
+PyObject* slices_fit(PyObject*, PyObject* args) {
+  PyObject *values_object, *indices_object, *shape_object, *variable_object;
+  if (!PyArg_ParseTuple(args, "OOOO", &values_object, &indices_object, &shape_object, &variable_object))
+    return nullptr;
+  const at::Tensor* variable = dense(variable_object);
+  const at::Tensor* values = dense(values_object);
+  const at::Tensor* indices = dense(indices_object);
+  if (variable == nullptr || values == nullptr || indices == nullptr) Py_RETURN_NONE;
+  try {
+    const int64_t dims = variable->dim();
+    if (dims == 0 || values->dim() == 0 || values->sizes().slice(1) != variable->sizes().slice(1)) Py_RETURN_NONE;
+    // Real variables take floating values (of any float dtype: cast later), complex ones values of their dtype.
+    auto real = [](c10::ScalarType t) {
+      return t == c10::kHalf || t == c10::kBFloat16 || t == c10::kFloat || t == c10::kDouble;
+    };
+    const c10::ScalarType type = variable->scalar_type();
+    const bool complex = type == c10::kComplexFloat || type == c10::kComplexDouble;
+    if (!(complex ? values->scalar_type() == type : real(type) && real(values->scalar_type()))) Py_RETURN_NONE;
+    if (values->device() != variable->device()) Py_RETURN_NONE;
+    if (!indices->is_cpu() || !indices->is_contiguous()) Py_RETURN_NONE;
+    const long long rows = variable->size(0);
+    const int64_t n = indices->numel();
+    int64_t bad;
+    if (indices->scalar_type() == c10::kLong) {
+      bad = first_outside(indices->const_data_ptr<int64_t>(), n, rows);
+    } else if (indices->scalar_type() == c10::kInt) {
+      bad = first_outside(indices->const_data_ptr<int32_t>(), n, rows);
+    } else {
+      Py_RETURN_NONE;
+    }
+    if (bad != -1) Py_RETURN_NONE;
+    if (shape_object != Py_None) {
+      if (!PyTuple_Check(shape_object) && !PyList_Check(shape_object)) Py_RETURN_NONE;
+      if (PySequence_Fast_GET_SIZE(shape_object) != dims) Py_RETURN_NONE;
+      PyObject** items = PySequence_Fast_ITEMS(shape_object);
+      for (int64_t d = 0; d < dims; ++d) {
+        if (!PyLong_CheckExact(items[d])) Py_RETURN_NONE;
+        int overflow = 0;
+        const long long size = PyLong_AsLongLongAndOverflow(items[d], &overflow);
+        if (overflow != 0 || size != variable->size(d)) Py_RETURN_NONE;
+      }
+    }
+  } catch (const std::exception&) {
     Py_RETURN_NONE;
   }
-  return PyLong_FromLong(-1);
+  Py_RETURN_TRUE;
 }
 
 // scalar(tensor) -> the value of a one-element float32 or float64 CPU tensor as a Python float (exact), or None
@@ -467,6 +519,7 @@ PyMethodDef methods[] = {
     {"gradients", gradients, METH_O, "The (grad, param) pairs of the parameters that have a gradient."},
     {"first_out_of_range", first_out_of_range, METH_VARARGS, "The first index outside [0, rows), or -1."},
     {"scalar", scalar, METH_O, "The value of a one-element float32/float64 CPU tensor, or None."},
+    {"slices_fit", slices_fit, METH_VARARGS, "Whether slices fit a variable (True), or None: undecided."},
     {"slices", slices, METH_VARARGS, "A compiled rule on slices, its operands checked here; or None."},
     {"increment", increment, METH_O, "Adds 1 to a one-element int64 CPU tensor in place; False if not taken."},
     {nullptr, nullptr, 0, nullptr}};

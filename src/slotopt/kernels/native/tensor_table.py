@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 __all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_addresses", "bump_versions",
-           "gradients", "first_out_of_range", "scalar", "increment", "slices"]
+           "gradients", "first_out_of_range", "scalar", "increment", "slices", "slices_fit"]
 
 _module: Any = None
 _load_error: Optional[str] = None
@@ -47,6 +47,7 @@ def _load() -> None:
             same_addresses,
             scalar,
             slices,
+            slices_fit,
             torch_version,
         )
     except ImportError as error:
@@ -59,7 +60,7 @@ def _load() -> None:
     _module = SimpleNamespace(bump_versions=bump_versions, fits=fits, fits_params=fits_params, gradients=gradients,
                               make_plan=make_plan, same_addresses=same_addresses, torch_version=torch_version,
                               first_out_of_range=first_out_of_range, scalar=scalar, increment=increment,
-                              slices=slices)
+                              slices=slices, slices_fit=slices_fit)
 
 
 def active() -> bool:
@@ -153,6 +154,14 @@ def slices(rule_address: int, scalar_type: int, param: torch.Tensor, indices: to
     the first index outside the table (nothing written), or None when the operands are not all plain contiguous
     CPU tensors of the expected kinds (the caller's Python path then decides)."""
     return _module.slices(rule_address, scalar_type, param, indices, values, state, scalars)
+
+
+
+def slices_fit(values: Any, indices: Any, dense_shape: Any, variable: torch.Tensor) -> bool:
+    """True when slices of these parts surely fit ``variable`` (``OptimizerCore._check_gradient``'s checks, read in
+    one call: rows of its row shape, contiguous CPU int64/int32 indices all inside it, a dense shape that is None or
+    its shape); False when the C++ checks are off or cannot tell (the Python checks then decide)."""
+    return active() and _module.slices_fit(values, indices, dense_shape, variable) is True
 
 
 _load()
