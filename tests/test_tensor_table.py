@@ -464,3 +464,31 @@ def test_plain_slices_are_vouched_for_in_one_call():
     assert tensor_table.slices_fit(torch.ones(3, 2), torch.tensor([0, 4, 0]), (5, 2), var) is True
     assert tensor_table.slices_fit(torch.ones(3, 2), torch.tensor([0, 5, 0]), (5, 2), var) is False  # undecided
     assert tensor_table.slices_fit(torch.ones(3, 2), torch.tensor([0, 1, 0]), None, var) is True
+
+
+def test_a_step_sets_no_grad_and_flush_to_zero_and_puts_both_back():
+    from slotopt.numerics import fpmode
+
+    mode = tensor_table.step_mode()
+    if mode is None:
+        pytest.skip("built without the x86 control register")
+    enter, leave = mode
+    tiny = torch.tensor([1e-40])  # a float32 subnormal
+    for grad_on in (True, False):
+        with torch.set_grad_enabled(grad_on):
+            ftz = fpmode.enter_flush_to_zero()  # (nested: the step keeps a mode already on)
+            fpmode.leave_flush_to_zero(ftz)
+            token = enter()
+            try:
+                assert not torch.is_grad_enabled()
+                assert (tiny * 1.0).item() == 0.0  # flushed on this thread
+            finally:
+                leave(token)
+            assert torch.is_grad_enabled() is grad_on and (tiny * 1.0).item() != 0.0
+    previous = fpmode.enter_flush_to_zero()
+    try:
+        token = enter()
+        leave(token)
+        assert (tiny * 1.0).item() == 0.0  # a mode that was on stays on
+    finally:
+        fpmode.leave_flush_to_zero(previous)

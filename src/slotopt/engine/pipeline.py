@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
+from ..kernels.native import tensor_table
 from ..numerics import fpmode
 from .eager import outside_dynamo
 from .undo import StepValues, constrained_step, guarded
@@ -31,6 +32,14 @@ __all__ = ["run_step"]
 def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step, run
     # without autograd (what ``torch.no_grad()`` and ``flush_to_zero()`` do, as plain calls: see fpmode).
+    mode = tensor_table.step_mode()  # (both at once in C++ where it is built)
+    if mode is not None:
+        enter, leave = mode
+        token = enter()
+        try:
+            return _step(opt, grads_and_vars, **options)
+        finally:
+            leave(token)
     grad_enabled = torch.is_grad_enabled()
     torch._C._set_grad_enabled(False)
     previous_mode = fpmode.enter_flush_to_zero()

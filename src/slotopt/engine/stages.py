@@ -41,7 +41,7 @@ def rounds(pairs: list[Pair]) -> list[list[Pair]]:
     same step count). Distinct variables do not interact, so running the k-th listing of every variable together
     gives the same result. Almost always there is one part.
     """
-    if type(pairs) is Ordinary or len({id(v) for _, v in pairs}) == len(pairs):
+    if type(pairs) is Ordinary or len(pairs) == 1 or len({id(v) for _, v in pairs}) == len(pairs):
         return [pairs]
     seen: dict[int, int] = {}
     parts: list[list[Pair]] = []

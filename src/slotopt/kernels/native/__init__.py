@@ -329,7 +329,8 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
         bad = tensor_table.slices(address, _SCALAR_TYPES[dtype], param, indices, values, state,
                                   tuple(map(float, scalars)))
         if bad is not None:
-            _raise_if_outside(bad, indices, param.shape[0])
+            if bad != -1:
+                _raise_if_outside(bad, indices, param.shape[0])
             global _calls
             _calls += 1
             return True

@@ -20,6 +20,10 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #ifndef SLOTOPT_TORCH_VERSION
 #define SLOTOPT_TORCH_VERSION "unknown"
 #endif
@@ -462,6 +466,32 @@ PyObject* slices(PyObject*, PyObject* args) {
   }
 }
 
+#if defined(__SSE__)
+// What a step sets on its thread (engine/pipeline.py): autograd off, as ``torch.no_grad()``, and subnormals flushed
+// to zero, as TensorFlow's kernels run (numerics/fpmode.py; MXCSR flush-to-zero | denormals-are-zero). In two
+// calls instead of four through torch's bindings and ctypes.
+constexpr unsigned kDenormalBits = 0x8040u;
+
+// enter_step() -> a token for leave_step: the previous grad mode (bit 0) and denormal bits.
+PyObject* enter_step(PyObject*, PyObject*) {
+  long token = at::GradMode::is_enabled() ? 1 : 0;
+  at::GradMode::set_enabled(false);
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | kDenormalBits);
+  token |= static_cast<long>(csr & kDenormalBits);
+  return PyLong_FromLong(token);
+}
+
+// leave_step(token): puts back what enter_step found.
+PyObject* leave_step(PyObject*, PyObject* token_object) {
+  const long token = PyLong_AsLong(token_object);
+  if (token == -1 && PyErr_Occurred()) return nullptr;
+  _mm_setcsr((_mm_getcsr() & ~kDenormalBits) | (static_cast<unsigned>(token) & kDenormalBits));
+  at::GradMode::set_enabled((token & 1) != 0);
+  Py_RETURN_NONE;
+}
+#endif
+
 // gradients(params) -> [(p.grad, p) for p in params if p.grad is not None], reading each ``.grad`` in C++ for
 // plain tensors and parameters (a subclass, whose ``grad`` a Python property may define, goes through getattr).
 PyObject* gradients(PyObject*, PyObject* params) {
@@ -519,6 +549,10 @@ PyMethodDef methods[] = {
     {"gradients", gradients, METH_O, "The (grad, param) pairs of the parameters that have a gradient."},
     {"first_out_of_range", first_out_of_range, METH_VARARGS, "The first index outside [0, rows), or -1."},
     {"scalar", scalar, METH_O, "The value of a one-element float32/float64 CPU tensor, or None."},
+#if defined(__SSE__)
+    {"enter_step", enter_step, METH_NOARGS, "Autograd off and subnormals flushed on this thread; a token."},
+    {"leave_step", leave_step, METH_O, "Puts back what enter_step found."},
+#endif
     {"slices_fit", slices_fit, METH_VARARGS, "Whether slices fit a variable (True), or None: undecided."},
     {"slices", slices, METH_VARARGS, "A compiled rule on slices, its operands checked here; or None."},
     {"increment", increment, METH_O, "Adds 1 to a one-element int64 CPU tensor in place; False if not taken."},

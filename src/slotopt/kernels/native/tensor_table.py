@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 __all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_addresses", "bump_versions",
-           "gradients", "first_out_of_range", "scalar", "increment", "slices", "slices_fit"]
+           "gradients", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode"]
 
 _module: Any = None
 _load_error: Optional[str] = None
@@ -57,7 +57,13 @@ def _load() -> None:
         _load_error = (f"built for torch {torch_version}, this is {_torch_build()}: rebuild it "
                        "(pip install --no-build-isolation -e .); the checks run in Python meanwhile")
         return
-    _module = SimpleNamespace(bump_versions=bump_versions, fits=fits, fits_params=fits_params, gradients=gradients,
+    from . import (
+        _tensor_table,  # (the step-mode pair exists where the compiler knew the SSE control register)
+    )
+
+    _module = SimpleNamespace(enter_step=getattr(_tensor_table, "enter_step", None),
+                              leave_step=getattr(_tensor_table, "leave_step", None),
+                              bump_versions=bump_versions, fits=fits, fits_params=fits_params, gradients=gradients,
                               make_plan=make_plan, same_addresses=same_addresses, torch_version=torch_version,
                               first_out_of_range=first_out_of_range, scalar=scalar, increment=increment,
                               slices=slices, slices_fit=slices_fit)
@@ -129,21 +135,23 @@ def gradients(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tens
     return _module.gradients(params)
 
 
+# (The per-step helpers below test ``_enabled`` and ``_module`` inline rather than call ``active()``: each is
+# called on every step, where a Python call more costs a few microseconds with the caches cold.)
 def first_out_of_range(indices: torch.Tensor, rows: int) -> Optional[int]:
     """-1 when every element of ``indices`` is in ``[0, rows)``, else the flat position of the first that is not;
     None when the C++ checks are off or ``indices`` is not a contiguous CPU int64/int32 tensor."""
-    return _module.first_out_of_range(indices, rows) if active() else None
+    return _module.first_out_of_range(indices, rows) if _enabled and _module is not None else None
 
 
 def scalar(tensor: torch.Tensor) -> Optional[float]:
     """The value of a one-element float32/float64 CPU tensor (exact), or None (off, or another kind)."""
-    return _module.scalar(tensor) if active() else None
+    return _module.scalar(tensor) if _enabled and _module is not None else None
 
 
 def increment(tensor: torch.Tensor) -> bool:
     """``tensor += 1`` for a one-element int64 CPU tensor autograd does not track (its version counter moves, as
     with ``add_``); False, with nothing done, for anything else or when the C++ checks are off."""
-    return bool(_module.increment(tensor)) if active() else False
+    return _enabled and _module is not None and _module.increment(tensor) is True
 
 
 
@@ -161,7 +169,18 @@ def slices_fit(values: Any, indices: Any, dense_shape: Any, variable: torch.Tens
     """True when slices of these parts surely fit ``variable`` (``OptimizerCore._check_gradient``'s checks, read in
     one call: rows of its row shape, contiguous CPU int64/int32 indices all inside it, a dense shape that is None or
     its shape); False when the C++ checks are off or cannot tell (the Python checks then decide)."""
-    return active() and _module.slices_fit(values, indices, dense_shape, variable) is True
+    return _enabled and _module is not None and _module.slices_fit(values, indices, dense_shape, variable) is True
+
+
+
+def step_mode() -> Optional[tuple[Any, Any]]:
+    """``(enter, leave)``: ``enter()`` turns autograd off and flushes subnormals to zero on this thread (what
+    ``torch.no_grad()`` and ``numerics.flush_to_zero()`` do) and returns a token, ``leave(token)`` puts back what it
+    found; None when the C++ table is off or was built without the x86 control register (the caller then makes the
+    same calls through torch and the kernel library)."""
+    if not _enabled or _module is None or _module.enter_step is None:
+        return None
+    return _module.enter_step, _module.leave_step
 
 
 _load()
