@@ -492,3 +492,36 @@ def test_a_step_sets_no_grad_and_flush_to_zero_and_puts_both_back():
         assert (tiny * 1.0).item() == 0.0  # a mode that was on stays on
     finally:
         fpmode.leave_flush_to_zero(previous)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_variable_kind_check_in_cpp_agrees_with_the_python_comparison(seed):
+    rng = random.Random(seed)
+    var = torch.nn.Parameter(torch.randn(rng.choice([(3,), (2, 4), (1, 1, 5)])))
+    recorded = (var.dtype, var.device, var.shape)
+    change = rng.choice(["none", "double", "half", "resize", "reshape-data", "shape-tuple", "shape-list"])
+    shape = recorded[2]
+    with torch.no_grad():
+        if change == "double":
+            var.data = var.data.double()
+        elif change == "half":
+            var.data = var.data.half()
+        elif change == "resize":
+            var.data = torch.randn(var.numel() + 1)
+        elif change == "reshape-data":
+            var.data = var.data.reshape(-1, 1)
+        elif change == "shape-tuple":
+            shape = tuple(shape)
+        elif change == "shape-list":
+            shape = list(shape)  # not a tuple: left to Python
+    expected = var.dtype == recorded[0] and var.device == recorded[1] and var.shape == tuple(shape)
+    got = tensor_table.same_kind(var, recorded[0], recorded[1], shape)
+    assert got is (None if change == "shape-list" else expected)
+
+
+def test_the_kind_check_reads_the_device():
+    var = torch.zeros(2)
+    assert tensor_table.same_kind(var, torch.float32, torch.device("meta"), (2,)) is False
+    assert tensor_table.same_kind(var, torch.float32, torch.device("cpu"), (2,)) is True
+    assert tensor_table.same_kind(var, torch.float64, torch.device("cpu"), (2,)) is False
+    assert tensor_table.same_kind(var, torch.float32, torch.device("cpu"), (2, 1)) is False

@@ -511,7 +511,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             if pos is None or pos not in kinds or pos >= len(self._vars) or self._vars[pos] is not var:
                 continue
             dtype, device, shape = kinds[pos]
-            if var.dtype != dtype or var.device != device or var.shape != shape:
+            same = tensor_table.same_kind(var, dtype, device, shape)  # (one C++ call; None: compared here)
+            if same is False or (same is None and (var.dtype != dtype or var.device != device or var.shape != shape)):
                 raise ValueError(
                     f"Variable {self._var_names[pos]} is now {var.dtype} of shape {tuple(var.shape)} on {var.device}"
                     f"; the optimizer built its state for {dtype} of shape {tuple(shape)} on {device}. Create the "

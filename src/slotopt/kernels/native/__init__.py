@@ -316,16 +316,13 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     """
     if _mode == "foreach":
         return False
-    if param.device.type == "cuda":  # the Triton twin of the rule where Triton is installed
-        from .. import triton
-
-        return triton.apply_slices(rule, param, indices, values, state, scalars)
-    if _library is None:
-        return False
     dtype = param.dtype
-    address = _slice_address(rule, dtype) if tensor_table.active() and dtype in _dtypes else 0
-    if address:
-        # The operand checks below and the call, in one C++ call (None: not taken there; this path decides).
+    address = _slice_addresses.get((rule, dtype)) if _library is not None and dtype in _dtypes else 0
+    if address is None:
+        address = _slice_address(rule, dtype)
+    if address and tensor_table.active():
+        # The operand checks below and the call, in one C++ call (None: not taken there, e.g. a CUDA tensor; this
+        # path decides).
         bad = tensor_table.slices(address, _SCALAR_TYPES[dtype], param, indices, values, state,
                                   tuple(map(float, scalars)))
         if bad is not None:
@@ -334,6 +331,12 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
             global _calls
             _calls += 1
             return True
+    if param.device.type == "cuda":  # the Triton twin of the rule where Triton is installed
+        from .. import triton
+
+        return triton.apply_slices(rule, param, indices, values, state, scalars)
+    if _library is None:
+        return False
     if dtype not in _dtypes or not param.is_cpu or param.dim() == 0 or not param.is_contiguous():
         return False
     if values.dtype is not dtype or not values.is_cpu or values.shape[1:] != param.shape[1:] \

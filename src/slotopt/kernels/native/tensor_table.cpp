@@ -17,6 +17,8 @@
 #include <vector>
 
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -369,6 +371,40 @@ PyObject* slices_fit(PyObject*, PyObject* args) {
   Py_RETURN_TRUE;
 }
 
+// same_kind(variable, dtype, device, shape) -> True when the variable still has this torch.dtype, torch.device
+// and shape (a tuple of ints, e.g. torch.Size), False when it surely has not, None when this cannot tell (the
+// caller compares in Python). What the optimizer recorded when it built a variable's state is checked on every
+// step (``OptimizerCore._check_variables_unchanged``).
+PyObject* same_kind(PyObject*, PyObject* args) {
+  PyObject *variable_object, *dtype_object, *device_object, *shape_object;
+  if (!PyArg_ParseTuple(args, "OOOO", &variable_object, &dtype_object, &device_object, &shape_object))
+    return nullptr;
+  if (!THPVariable_Check(variable_object) || !THPDtype_Check(dtype_object) || !THPDevice_Check(device_object) ||
+      !PyTuple_Check(shape_object))
+    Py_RETURN_NONE;
+  try {
+    const at::Tensor& t = THPVariable_Unpack(variable_object);
+    if (!t.defined() || t.is_nested() || t.unsafeGetTensorImpl()->is_python_dispatch()) Py_RETURN_NONE;
+    if (t.scalar_type() != reinterpret_cast<THPDtype*>(dtype_object)->scalar_type ||
+        t.device() != reinterpret_cast<THPDevice*>(device_object)->device)
+      Py_RETURN_FALSE;
+    const auto sizes = t.sizes();
+    const Py_ssize_t dims = PyTuple_GET_SIZE(shape_object);
+    if (dims != static_cast<Py_ssize_t>(sizes.size())) Py_RETURN_FALSE;
+    for (Py_ssize_t d = 0; d < dims; ++d) {
+      PyObject* item = PyTuple_GET_ITEM(shape_object, d);
+      if (!PyLong_CheckExact(item)) Py_RETURN_NONE;
+      int overflow = 0;
+      const long long size = PyLong_AsLongLongAndOverflow(item, &overflow);
+      if (overflow != 0) Py_RETURN_NONE;
+      if (size != sizes[d]) Py_RETURN_FALSE;
+    }
+  } catch (const std::exception&) {
+    Py_RETURN_NONE;
+  }
+  Py_RETURN_TRUE;
+}
+
 // scalar(tensor) -> the value of a one-element float32 or float64 CPU tensor as a Python float (exact), or None
 // for anything else (the caller asks torch). A learning rate is read on every step: this costs no dispatch.
 PyObject* scalar(PyObject*, PyObject* object) {
@@ -549,6 +585,7 @@ PyMethodDef methods[] = {
     {"gradients", gradients, METH_O, "The (grad, param) pairs of the parameters that have a gradient."},
     {"first_out_of_range", first_out_of_range, METH_VARARGS, "The first index outside [0, rows), or -1."},
     {"scalar", scalar, METH_O, "The value of a one-element float32/float64 CPU tensor, or None."},
+    {"same_kind", same_kind, METH_VARARGS, "Whether a tensor has this dtype, device and shape (None: undecided)."},
 #if defined(__SSE__)
     {"enter_step", enter_step, METH_NOARGS, "Autograd off and subnormals flushed on this thread; a token."},
     {"leave_step", leave_step, METH_O, "Puts back what enter_step found."},

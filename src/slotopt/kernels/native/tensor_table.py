@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 __all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_addresses", "bump_versions",
-           "gradients", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode"]
+           "gradients", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode", "same_kind"]
 
 _module: Any = None
 _load_error: Optional[str] = None
@@ -45,6 +45,7 @@ def _load() -> None:
             increment,
             make_plan,
             same_addresses,
+            same_kind,
             scalar,
             slices,
             slices_fit,
@@ -66,7 +67,7 @@ def _load() -> None:
                               bump_versions=bump_versions, fits=fits, fits_params=fits_params, gradients=gradients,
                               make_plan=make_plan, same_addresses=same_addresses, torch_version=torch_version,
                               first_out_of_range=first_out_of_range, scalar=scalar, increment=increment,
-                              slices=slices, slices_fit=slices_fit)
+                              slices=slices, slices_fit=slices_fit, same_kind=same_kind)
 
 
 def active() -> bool:
@@ -171,6 +172,12 @@ def slices_fit(values: Any, indices: Any, dense_shape: Any, variable: torch.Tens
     its shape); False when the C++ checks are off or cannot tell (the Python checks then decide)."""
     return _enabled and _module is not None and _module.slices_fit(values, indices, dense_shape, variable) is True
 
+
+
+def same_kind(variable: torch.Tensor, dtype: torch.dtype, device: torch.device, shape: tuple[int, ...]) -> Optional[bool]:
+    """Whether ``variable`` has this dtype, device and shape, read in one call; None when the C++ table is off or
+    cannot tell (the caller compares in Python)."""
+    return _module.same_kind(variable, dtype, device, shape) if _enabled and _module is not None else None
 
 
 def step_mode() -> Optional[tuple[Any, Any]]:
