@@ -23,3 +23,14 @@ def test_keras3_sparse_is_reported_as_multiples_of_both_floors():
                for r in results)
     text = bench_faces.format_keras3_sparse(results, 300)
     assert "x table" in text and "x rows" in text and "SGD momentum" in text
+
+
+def test_both_figures_run_in_fresh_processes_and_come_back_whole():
+    # (``slotopt bench`` measures them in workers: a fresh heap for each, whatever ran before)
+    from slotopt.cli import bench
+
+    faces = bench.in_fresh_process("--faces-worker", {"steps": 1, "warmup": 0, "counts": [2, 4, 6]})
+    assert len(faces["results"]) == 10 and all(math.isfinite(r["us_per_tensor"]) for r in faces["results"])
+    sliced = bench.in_fresh_process("--keras3-sparse-worker", {"rows": 300, "touched": 8, "steps": 1, "warmup": 0})
+    assert [r["optimizer"] for r in sliced["results"]] == [label for label, _, _ in bench_faces.KERAS3_SPARSE]
+    assert "failed" in bench.in_fresh_process("--faces-worker", {})  # a worker that raises: its last line

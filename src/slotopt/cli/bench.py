@@ -367,6 +367,22 @@ def _sparse_worker(spec: dict[str, Any]) -> dict[str, Any]:
     return {"samples": samples, "peak_mb": peak_mb}
 
 
+def in_fresh_process(flag: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs ``python -m slotopt.cli.bench FLAG SPEC`` (a worker of this module) and returns the JSON object it
+    prints last, or ``{"failed": reason}``. A fresh process starts from a fresh heap: what an earlier workload
+    freed, in scattered pieces, cannot slow one contender more than another."""
+    env = dict(os.environ)
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.run([sys.executable, "-m", "slotopt.cli.bench", flag, json.dumps(spec)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"failed": f"failed: {tail}"}
+    return json.loads(lines[-1])
+
+
 def _measure_sparse(entry: tuple[str, str, str, dict[str, Any], str], steps: int, warmup: int, device: str,
                     rows: int) -> Measurement:
     label, kind, name, kwargs, note = entry
@@ -376,17 +392,10 @@ def _measure_sparse(entry: tuple[str, str, str, dict[str, Any], str], steps: int
         return m
     spec = {"device": device, "steps": steps, "warmup": warmup, "rows": rows, "dim": SPARSE_DIM,
             "touched": SPARSE_TOUCHED, "kind": kind, "name": name, "kwargs": kwargs}
-    env = dict(os.environ)
-    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run([sys.executable, "-m", "slotopt.cli.bench", "--sparse-worker", json.dumps(spec)],
-                          capture_output=True, text=True, env=env, timeout=1800)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        m.note, m.failed = f"failed: {tail}", True
+    result = in_fresh_process("--sparse-worker", spec)
+    if "failed" in result:
+        m.note, m.failed = result["failed"], True
         return m
-    result = json.loads(lines[-1])
     if "error" in result:
         m.note = result["error"]
         return m
@@ -573,16 +582,20 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
         print("peak extra MB: " + ("growth of torch.cuda.max_memory_allocated" if device == "cuda" else
               "growth of the peak resident set size (VmHWM / ru_maxrss) of a fresh subprocess") +
               " once the table and gradients exist: optimizer state plus step temporaries.", file=stream)
+    # These two run in fresh processes too (after the dense workloads, this process's heap is in pieces).
     if "faces" in chosen:
-        from .bench_faces import format_faces, measure_faces
+        from .bench_faces import format_faces
 
-        print("\n" + format_faces(measure_faces(steps=steps, warmup=warmup)), file=stream, flush=True)
-    if "keras3-sparse" in chosen:
-        from .bench_faces import format_keras3_sparse, measure_keras3_sparse
-
-        print("\n" + format_keras3_sparse(measure_keras3_sparse(sparse_rows, steps=max(steps // 2, 3),
-                                                                 warmup=min(warmup, 2)), sparse_rows),
+        faces = in_fresh_process("--faces-worker", {"steps": steps, "warmup": warmup})
+        print("\n" + (format_faces(faces["results"]) if "results" in faces else f"faces: {faces['failed']}"),
               file=stream, flush=True)
+    if "keras3-sparse" in chosen:
+        from .bench_faces import format_keras3_sparse
+
+        sliced = in_fresh_process("--keras3-sparse-worker", {"rows": sparse_rows, "steps": max(steps // 2, 3),
+                                                             "warmup": min(warmup, 2)})
+        print("\n" + (format_keras3_sparse(sliced["results"], sparse_rows) if "results" in sliced
+                       else f"keras3-sparse: {sliced['failed']}"), file=stream, flush=True)
     if png and (dense or sparse):
         path = os.path.abspath(png)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -592,8 +605,28 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     return 1 if any(m.failed for m in dense + sparse) else 0
 
 
+def _faces_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    from .bench_faces import measure_faces
+
+    counts = tuple(spec.get("counts", ())) or None  # (the tests ask for a few tiny counts)
+    return {"results": measure_faces(steps=spec["steps"], warmup=spec["warmup"], **({"counts": counts} if counts else {}))}
+
+
+def _keras3_sparse_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    from .bench_faces import measure_keras3_sparse
+
+    return {"results": measure_keras3_sparse(spec["rows"], touched=spec.get("touched", 1024), steps=spec["steps"],
+                                             warmup=spec["warmup"])}
+
+
+_WORKERS = {"--sparse-worker": _sparse_worker, "--faces-worker": _faces_worker,
+            "--keras3-sparse-worker": _keras3_sparse_worker}
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--sparse-worker":
-        print(json.dumps(_sparse_worker(json.loads(sys.argv[2]))))
+    if len(sys.argv) == 3 and sys.argv[1] in _WORKERS:
+        import warnings
+
+        warnings.simplefilter("ignore")  # (the worker's output is its JSON line; a warning would only be noise)
+        print(json.dumps(_WORKERS[sys.argv[1]](json.loads(sys.argv[2]))))
     else:  # the command is ``slotopt bench`` (cli/command.py), which imports this module, not the reverse
         sys.exit(run_bench(quick="--quick" in sys.argv[1:]))
