@@ -15,6 +15,7 @@ the Python checks run, with the same results. :func:`use` switches at run time (
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -58,12 +59,10 @@ def _load() -> None:
         _load_error = (f"built for torch {torch_version}, this is {_torch_build()}: rebuild it "
                        "(pip install --no-build-isolation -e .); the checks run in Python meanwhile")
         return
-    from . import (
-        _tensor_table,  # (the step-mode pair exists where the compiler knew the SSE control register)
-    )
-
-    _module = SimpleNamespace(enter_step=getattr(_tensor_table, "enter_step", None),
-                              leave_step=getattr(_tensor_table, "leave_step", None),
+    # The module loaded above; its step-mode pair exists where the compiler knew the x86 control register.
+    built = sys.modules[f"{__package__}._tensor_table"]
+    _module = SimpleNamespace(enter_step=getattr(built, "enter_step", None),
+                              leave_step=getattr(built, "leave_step", None),
                               bump_versions=bump_versions, fits=fits, fits_params=fits_params, gradients=gradients,
                               make_plan=make_plan, same_addresses=same_addresses, torch_version=torch_version,
                               first_out_of_range=first_out_of_range, scalar=scalar, increment=increment,
