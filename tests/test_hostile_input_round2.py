@@ -385,3 +385,18 @@ def test_the_sweep_covers_every_generation():
     assert {g for g, _, _ in CONSTRUCTORS} == {"slotopt", "legacy", "v1"}
     assert len(CONSTRUCTORS) > 150
     assert checks.check_argument_types  # the one entry check the metaclass runs for every constructor
+
+
+@pytest.mark.parametrize("make", [lambda: slotopt.SGD(learning_rate=0.1), lambda: slotopt.Adagrad(learning_rate=0.1),
+                                  lambda: slotopt.legacy.Adagrad(learning_rate=0.1),
+                                  lambda: slotopt.v1.AdagradOptimizer(0.1)])
+def test_slices_whose_values_and_indices_disagree_are_refused_before_any_change(make):
+    # IndexedSlices checks its parts when made; a caller may swap them afterwards.
+    opt = make()
+    w = slotopt.Variable(torch.zeros(5, 2), name="w")
+    v = slotopt.Variable(torch.zeros(3), name="v")
+    grad = slotopt.IndexedSlices(torch.ones(2, 2), torch.tensor([0, 1]), (5, 2))
+    grad.indices = torch.tensor([0, 1, 2])
+    with pytest.raises(ValueError, match="one row of values per index"):
+        opt.apply_gradients([(torch.ones(3), v), (grad, w)])
+    assert not w.any() and not v.any()

@@ -386,7 +386,7 @@ def _slices_case(rng):
     kind = rng.choice(["plain", "plain", "rows", "values-0d", "values-int", "values-complex", "values-double",
                        "index-float", "index-negative", "index-past", "index-int16", "index-int32", "index-strided",
                        "index-2d", "shape-other", "shape-list", "shape-none", "var-0d", "var-int", "var-complex",
-                       "values-meta", "var-noncontiguous"])
+                       "values-meta", "var-noncontiguous", "fewer-values", "more-indices"])
     k = rng.randint(0, 5)
     values = torch.randn(k, 3)
     indices = torch.randint(0, rows, (k,))
@@ -433,6 +433,10 @@ def _slices_case(rng):
         values = torch.empty(k, 3, device="meta")
     elif kind == "var-noncontiguous":
         var = torch.randn(3, rows).t()
+    elif kind == "fewer-values":
+        values = torch.randn(max(k - 1, 0), 3)
+    elif kind == "more-indices":
+        indices = torch.randint(0, rows, (k + 1,))
     grad = slotopt.IndexedSlices(torch.zeros(0, 3), torch.zeros(0, dtype=torch.int64))
     grad.values, grad.indices, grad.dense_shape = values, indices, dense_shape
     return grad, var

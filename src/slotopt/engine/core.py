@@ -537,6 +537,11 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                     f"Sparse gradient indices for variable {where} must be integers. Received: "
                     f"indices={grad.indices.tolist()[:20]} (dtype {grad.indices.dtype})"
                 )
+            if values.dim() == 0 or values.shape[0] != grad.indices.numel():  # (attributes set after construction)
+                raise ValueError(
+                    f"Sparse gradient for variable {where} must have one row of values per index. Received: "
+                    f"values of shape {tuple(values.shape)} and {grad.indices.numel()} indices"
+                )
             if tuple(values.shape[1:]) != tuple(var.shape[1:]) or var.dim() == 0:
                 raise ValueError(
                     f"Sparse gradient rows of shape {tuple(values.shape[1:])} do not fit variable {where} of "

@@ -345,6 +345,7 @@ PyObject* slices_fit(PyObject*, PyObject* args) {
     if (!indices->is_cpu() || !indices->is_contiguous()) Py_RETURN_NONE;
     const long long rows = variable->size(0);
     const int64_t n = indices->numel();
+    if (values->size(0) != n) Py_RETURN_NONE;  // one row of values per index
     int64_t bad;
     if (indices->scalar_type() == c10::kLong) {
       bad = first_outside(indices->const_data_ptr<int64_t>(), n, rows);
