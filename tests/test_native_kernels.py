@@ -455,8 +455,8 @@ def test_a_gradient_that_is_its_variable_gets_the_foreach_bits(make):
     # ``apply_gradients([(w, w)])``: the compiled pass reads the gradient where the rule writes the variable, so
     # each element must be read in the order the separate foreach ops read it (the decayed value, for AdamW).
     # (Lion is left out: its foreach rule reads the gradient again after writing the variable, its compiled twin
-    # once before; Keras's TensorFlow backend reads it once, as the compiled rule does. Noted in issue 27's
-    # closing note.)
+    # reads it once, before; which of the two Keras gives depends on when its backend snapshots the gradient.
+    # Noted in issue 27's closing note.)
     results = []
     for mode in ("auto", "foreach"):
         previous = native.use(mode)
