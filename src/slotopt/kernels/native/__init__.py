@@ -513,7 +513,21 @@ if _library is not None and os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() n
 #: The exponent field of each floating dtype: all ones in an inf or a NaN, and only there.
 _EXPONENT_MASKS = {torch.float32: 0x7F800000, torch.float64: 0x7FF0000000000000, torch.float16: 0x7C00,
                    torch.bfloat16: 0x7F80}
-_first_nonfinite: Any = None
+_signed: dict[str, Any] = {}
+
+
+def _library_function(name: str, argtypes: list[Any]) -> Any:
+    """The library's function ``name`` with its argument types set and an int64 result (looked up once), or None
+    when the loaded library predates it (the caller then takes another path)."""
+    fn = _signed.get(name)
+    if fn is None:
+        fn = getattr(_library, name, None)
+        if fn is None:
+            return None
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int64
+        _signed[name] = fn
+    return fn
 
 
 def first_nonfinite(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype) -> Optional[int]:
@@ -521,24 +535,19 @@ def first_nonfinite(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dty
     and the ``offsets``, int64, the prefix sums of their element counts) holding an inf or a NaN, -1 when every
     element is finite, or None when the compiled path is off or its library predates this check (the caller
     checks another way). The caller vouches for the addresses (an ordinary step's, read this step)."""
-    global _first_nonfinite
     if not active() or dtype not in _EXPONENT_MASKS:
         return None
-    if _first_nonfinite is None:
-        fn = getattr(_library, "slotopt_first_nonfinite", None)
-        if fn is None:
-            return None
-        fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64]
-        fn.restype = ctypes.c_int64
-        _first_nonfinite = fn
-    index = _first_nonfinite(len(addresses), addresses.ctypes.data, offsets.ctypes.data, dtype.itemsize,
+    fn = _library_function("slotopt_first_nonfinite",
+                           [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64])
+    if fn is None:
+        return None
+    index = fn(len(addresses), addresses.ctypes.data, offsets.ctypes.data, dtype.itemsize,
                              _EXPONENT_MASKS[dtype])
     return None if index < -1 else int(index)
 
 
 #: The dtype codes of ``slotopt_unscale``.
 _UNSCALE_DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
-_unscale: Any = None
 
 
 def unscale_into(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype, out: torch.Tensor,
@@ -551,17 +560,12 @@ def unscale_into(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype,
     the value of a float32 scale (a float32 ``out`` divides by it as float32, a float64 one as float64). The caller
     vouches for the addresses (an ordinary step's, read this step); with the bounds check on (``check_bounds``),
     ``tensors()``, the group itself (called only then), is checked against them first."""
-    global _unscale
     if not active() or dtype not in _UNSCALE_DTYPES:
         return None
-    if _unscale is None:
-        fn = getattr(_library, "slotopt_unscale", None)
-        if fn is None:
-            return None
-        fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                       ctypes.c_double, ctypes.c_int]
-        fn.restype = ctypes.c_int64
-        _unscale = fn
+    unscale = _library_function("slotopt_unscale", [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                                    ctypes.c_void_p, ctypes.c_double, ctypes.c_int])
+    if unscale is None:
+        return None
     total = int(offsets[-1])
     if not (out.dtype == torch.promote_types(dtype, torch.float32) and out.is_cpu and out.is_contiguous()
             and out.numel() == total and len(offsets) == len(addresses) + 1):
@@ -572,7 +576,7 @@ def unscale_into(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype,
     if _bounds_checks and tensors is not None:
         extents = np.array([_extent(t) for t in tensors()], dtype=np.uint64).reshape(-1, 2).T
         _check_table(np.asarray(addresses, dtype=np.uint64).reshape(1, -1), offsets, extents, dtype.itemsize)
-    found = _unscale(len(addresses), addresses.ctypes.data, offsets.ctypes.data, _UNSCALE_DTYPES[dtype],
+    found = unscale(len(addresses), addresses.ctypes.data, offsets.ctypes.data, _UNSCALE_DTYPES[dtype],
                      out.data_ptr(), scale, torch.get_num_threads())
     if found < 0:  # a dtype code the library does not know (nothing done)
         return None
