@@ -50,7 +50,7 @@ _load_error: Optional[str] = None
 _library_path: Optional[str] = None
 _mode = "auto"
 _dtypes: frozenset[torch.dtype] = frozenset()  # the dtypes the loaded library has rules for
-_functions: dict[tuple[str, torch.dtype], Any] = {}
+_functions: dict[str, Any] = {}  # the library's functions, looked up and typed once (``_library_function``)
 try:
     from torch.autograd.graph import increment_version as _increment_version
 except ImportError:  # older torch
@@ -145,14 +145,26 @@ def _check_table(table: np.ndarray, offsets: np.ndarray, extents: np.ndarray, el
                           f"(offsets {offsets.tolist()[:8]}...)")
 
 
-def _function(rule: str, dtype: torch.dtype) -> Any:
-    key = (rule, dtype)
-    fn = _functions.get(key)
+def _library_function(name: str, argtypes: list[Any], restype: Any = ctypes.c_int64) -> Any:
+    """The library's function ``name`` with its signature set (looked up once), or None when the loaded library
+    predates it (the caller then takes another path)."""
+    fn = _functions.get(name)
     if fn is None:
-        fn = getattr(_library, f"{rule}_{_SUFFIXES[dtype]}")
-        fn.argtypes = _ARGTYPES
-        fn.restype = None
-        _functions[key] = fn
+        fn = getattr(_library, name, None)
+        if fn is None:
+            return None
+        fn.argtypes = argtypes
+        fn.restype = restype
+        _functions[name] = fn
+    return fn
+
+
+def _function(rule: str, dtype: torch.dtype) -> Any:
+    """The compiled element-wise rule ``rule`` for ``dtype`` (every library of this ABI has them all)."""
+    name = f"{rule}_{_SUFFIXES[dtype]}"
+    fn = _library_function(name, _ARGTYPES, None)
+    if fn is None:
+        raise AttributeError(f"{_library_path} has no {name}")
     return fn
 
 
@@ -290,16 +302,9 @@ _DOUBLES = [ctypes.c_double * n for n in range(4)]  # the scalar vectors' types 
 
 
 def _slice_function(rule: str, dtype: torch.dtype) -> Any:
-    key = (rule, dtype)
-    fn = _functions.get(key)
-    if fn is None:
-        fn = getattr(_library, f"{rule}_{_SUFFIXES[dtype]}", None)
-        if fn is None:  # a library built before the rules on slices: the torch path runs
-            return None
-        fn.argtypes = _SLICE_ARGTYPES
-        fn.restype = ctypes.c_int64
-        _functions[key] = fn
-    return fn
+    """The compiled rule on slices ``rule`` for ``dtype``, or None in a library built before them (the torch path
+    runs)."""
+    return _library_function(f"{rule}_{_SUFFIXES[dtype]}", _SLICE_ARGTYPES)
 
 
 def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor,
@@ -317,9 +322,7 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     if _mode == "foreach":
         return False
     dtype = param.dtype
-    address = _slice_addresses.get((rule, dtype)) if _library is not None and dtype in _dtypes else 0
-    if address is None:
-        address = _slice_address(rule, dtype)
+    address = _slice_address(rule, dtype) if _library is not None and dtype in _dtypes else 0
     if address and tensor_table.active():
         # The operand checks below and the call, in one C++ call (None: not taken there, e.g. a CUDA tensor; this
         # path decides).
@@ -327,7 +330,7 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
                                   tuple(map(float, scalars)))
         if bad is not None:
             if bad != -1:
-                _raise_if_outside(bad, indices, param.shape[0])
+                _refuse_indices(indices, param.shape[0])
             global _calls
             _calls += 1
             return True
@@ -363,7 +366,8 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     values_array = _DOUBLES[len(scalars)](*scalars)
     bad = fn(rows, width, k, indices.data_ptr(), values.data_ptr(), param.data_ptr(),
              state.data_ptr() if state is not None else None, values_array)
-    _raise_if_outside(bad, indices, rows)
+    if bad != -1:
+        _refuse_indices(indices, rows)
     written = [param] if state is None else [param, state]
     if tensor_table.active():
         tensor_table.bump_versions(written)
@@ -388,11 +392,12 @@ def _slice_address(rule: str, dtype: torch.dtype) -> int:
     return address
 
 
-def _raise_if_outside(bad: int, indices: torch.Tensor, rows: int) -> None:
-    """The error of a rule on slices that found index ``bad`` outside ``[0, rows)`` (having written nothing)."""
-    if bad != -1:
-        raise ValueError(f"Argument `indices` must be in [0, {rows}) (the rows of the variable). Received: "
-                         f"indices[{bad}]={int(indices[bad])} (indices={indices.tolist()[:20]})")
+def _refuse_indices(indices: torch.Tensor, rows: int) -> None:
+    """Raises the torch path's error for an index outside ``[0, rows)`` (a compiled rule on slices found one and
+    wrote nothing): one message on every path."""
+    from ...engine.sparse import check_rows  # (engine/sparse.py imports this package: imported when needed)
+
+    check_rows(indices, rows)
 
 
 class FlatViews(list):  # type: ignore[type-arg]
@@ -513,21 +518,6 @@ if _library is not None and os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() n
 #: The exponent field of each floating dtype: all ones in an inf or a NaN, and only there.
 _EXPONENT_MASKS = {torch.float32: 0x7F800000, torch.float64: 0x7FF0000000000000, torch.float16: 0x7C00,
                    torch.bfloat16: 0x7F80}
-_signed: dict[str, Any] = {}
-
-
-def _library_function(name: str, argtypes: list[Any]) -> Any:
-    """The library's function ``name`` with its argument types set and an int64 result (looked up once), or None
-    when the loaded library predates it (the caller then takes another path)."""
-    fn = _signed.get(name)
-    if fn is None:
-        fn = getattr(_library, name, None)
-        if fn is None:
-            return None
-        fn.argtypes = argtypes
-        fn.restype = ctypes.c_int64
-        _signed[name] = fn
-    return fn
 
 
 def first_nonfinite(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype) -> Optional[int]:
@@ -541,8 +531,7 @@ def first_nonfinite(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dty
                            [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64])
     if fn is None:
         return None
-    index = fn(len(addresses), addresses.ctypes.data, offsets.ctypes.data, dtype.itemsize,
-                             _EXPONENT_MASKS[dtype])
+    index = fn(len(addresses), addresses.ctypes.data, offsets.ctypes.data, dtype.itemsize, _EXPONENT_MASKS[dtype])
     return None if index < -1 else int(index)
 
 
