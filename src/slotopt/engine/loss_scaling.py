@@ -41,8 +41,7 @@ import torch
 from ..kernels import native
 from .plan import Ordinary
 
-__all__ = ["ordinary_step", "flat_gradients", "all_finite", "finite_unscaled", "gradients_finite", "copies",
-           "keeps_no_gradients", "KEPT_BYTES"]
+__all__ = ["ordinary_step", "all_finite", "finite_unscaled", "gradients_finite", "keeps_no_gradients", "KEPT_BYTES"]
 
 #: The largest unscale buffer kept between steps (bytes). Above it the per-tensor bookkeeping is small next to the
 #: arithmetic, and the memory is not held between steps.
@@ -89,12 +88,6 @@ def _take(items: Sequence[Any], indices: Optional[list[int]]) -> list[Any]:
     return [items[i] for i in indices]
 
 
-def flat_gradients(step: Ordinary, into: Optional[Sequence[Optional[torch.Tensor]]] = None) -> list[torch.Tensor]:
-    """One flat copy of the gradients of each kind of ``step`` (``_kinds`` order): the same values, in order.
-    ``into``: per kind, a buffer of the gradients' dtype and device to copy them into (or None)."""
-    return [_flat(step, k, into[k] if into is not None else None) for k in range(len(_kinds(step)))]
-
-
 def _flat(step: Ordinary, k: int, buffer: Optional[torch.Tensor]) -> torch.Tensor:
     """The gradients of kind ``k`` of ``step`` copied flat (into ``buffer``, of their dtype, when given)."""
     indices, one_dimensional = _kinds(step)[k]
@@ -119,14 +112,11 @@ def all_finite(flats: Sequence[torch.Tensor]) -> bool:
 def gradients_finite(step: Ordinary) -> bool:
     """Whether every element of every gradient of ``step`` is finite: per kind, one read of the gradients where
     they are by the compiled check where it runs (contiguous CPU gradients), else ``all_finite`` of a flat copy
-    (into buffers kept with the plan, see ``copies``)."""
+    (into buffers kept with the plan, see ``_copy_buffer``)."""
     found, unchecked = _checked_in_place(step)
     if found:
         return False
-    if not unchecked:
-        return True
-    flats = flat_gradients(step, copies(step))
-    return all_finite([flats[k] for k in unchecked])
+    return all_finite([_flat(step, k, _copy_buffer(step, k)) for k in unchecked])  # (only the kinds left)
 
 
 def _checked_in_place(step: Ordinary, kinds: Optional[Sequence[int]] = None) -> tuple[bool, list[int]]:
@@ -250,12 +240,11 @@ def _first(indices: Optional[list[int]]) -> int:
     return 0 if indices is None else indices[0]
 
 
-def copies(step: Ordinary) -> list[Optional[torch.Tensor]]:
-    """Per kind of ``step``, a buffer of the gradients' dtype kept with the plan, for ``flat_gradients`` to copy
-    them into on every step (no new memory to map each step), or None when it would be larger than
-    ``KEPT_BYTES``."""
-    return [None if kept is None else kept[0]
-            for kept in (_kept_buffer(step, k, indices, promote=False) for k, (indices, _) in enumerate(_kinds(step)))]
+def _copy_buffer(step: Ordinary, k: int) -> Optional[torch.Tensor]:
+    """Kind ``k``'s buffer of the gradients' own dtype, kept with the plan, for ``_flat`` to copy them into on
+    every step (no new memory to map each step), or None when it would be larger than ``KEPT_BYTES``."""
+    kept = _kept_buffer(step, k, _kinds(step)[k][0], promote=False)
+    return None if kept is None else kept[0]
 
 
 def _kept_buffer(step: Ordinary, k: int, indices: Optional[list[int]],
