@@ -8,10 +8,9 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import checks, loss_scaling
+from ..engine import loss_scaling
 from ..engine.clipping import map_gradient_values
 from ..engine.core import Pair
-from ..engine.pipeline import run_step
 from ..engine.routing import set_weights_all_or_nothing, split_weights
 from ..engine.sparse import last_repeats
 from ..engine.stages import overwrites_with_gradient
@@ -206,8 +205,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
 
     def apply_gradients(self, grads_and_vars: Any, *, skip_gradients_aggregation: bool = False) -> torch.Tensor:
         """Applies scaled ``(gradient, variable)`` pairs and returns the inner optimizer's iteration counter."""
-        # What the base class's `apply_gradients` and `apply` come to for checked pairs.
-        run_step(self, checks.check_pairs(grads_and_vars), skip_gradients_aggregation=skip_gradients_aggregation)
+        super().apply_gradients(grads_and_vars, skip_gradients_aggregation=skip_gradients_aggregation)
         return self.inner_optimizer._iterations
 
     def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> torch.Tensor:
@@ -240,11 +238,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
                                                  keep=loss_scaling.keeps_no_gradients(inner))
             finite = grads is not None
             if grads is not None:
-                if type(inner).apply_gradients is Optimizer.apply_gradients and type(inner).apply is Optimizer.apply:
-                    # What `apply_gradients` comes to for these pairs (2-tuples of a tensor and a variable).
-                    run_step(inner, list(zip(grads, step.plan.variables)), skip_gradients_aggregation=True)
-                else:
-                    inner.apply_gradients(list(zip(grads, step.plan.variables)), skip_gradients_aggregation=True)
+                inner.apply_gradients(list(zip(grads, step.plan.variables)), skip_gradients_aggregation=True)
             self._update_scale(finite)
             return
         # Keras's `isfinite` on slices sees only the last repeat of each row (keras3_sparse.md §3.8).
