@@ -470,10 +470,12 @@ def test_plain_slices_are_vouched_for_in_one_call():
     assert tensor_table.slices_fit(torch.ones(3, 2), torch.tensor([0, 1, 0]), None, var) is True
 
 
-def test_a_step_sets_no_grad_and_flush_to_zero_and_puts_both_back():
+@pytest.mark.parametrize("path", ["C++", "Python"])
+def test_a_step_sets_no_grad_and_flush_to_zero_and_puts_both_back(path):
+    from slotopt.engine import pipeline
     from slotopt.numerics import fpmode
 
-    mode = tensor_table.step_mode()
+    mode = tensor_table.step_mode() if path == "C++" else pipeline._STEP_MODE
     if mode is None:
         pytest.skip("built without the x86 control register")
     enter, leave = mode

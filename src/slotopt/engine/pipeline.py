@@ -31,23 +31,31 @@ __all__ = ["run_step"]
 @outside_dynamo  # exact steps run eagerly under torch.compile (engine/eager.py, TorchProtocol.step)
 def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step, run
-    # without autograd (what ``torch.no_grad()`` and ``flush_to_zero()`` do, as plain calls: see fpmode).
-    mode = tensor_table.step_mode()  # (both at once in C++ where it is built)
-    if mode is not None:
-        enter, leave = mode
-        token = enter()
-        try:
-            return _step(opt, grads_and_vars, **options)
-        finally:
-            leave(token)
-    grad_enabled = torch.is_grad_enabled()
-    torch._C._set_grad_enabled(False)
-    previous_mode = fpmode.enter_flush_to_zero()
+    # without autograd (what ``torch.no_grad()`` and ``flush_to_zero()`` do, as plain calls: see fpmode), both at
+    # once in C++ where it is built.
+    enter, leave = tensor_table.step_mode() or _STEP_MODE
+    token = enter()
     try:
         return _step(opt, grads_and_vars, **options)
     finally:
-        fpmode.leave_flush_to_zero(previous_mode)
-        torch._C._set_grad_enabled(grad_enabled)
+        leave(token)
+
+
+def _enter_step_mode() -> tuple[bool, Any]:
+    """Autograd off and subnormals flushed on this thread; returns what ``_leave_step_mode`` puts back."""
+    grad_enabled = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    return grad_enabled, fpmode.enter_flush_to_zero()
+
+
+def _leave_step_mode(token: tuple[bool, Any]) -> None:
+    grad_enabled, previous_mode = token
+    fpmode.leave_flush_to_zero(previous_mode)
+    torch._C._set_grad_enabled(grad_enabled)
+
+
+#: ``tensor_table.step_mode()``'s pair, in Python: where the C++ table is off or was built without it.
+_STEP_MODE = (_enter_step_mode, _leave_step_mode)
 
 
 def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
