@@ -159,10 +159,9 @@ def measure_keras3_sparse(rows: int, dim: int = 64, touched: int = 1024, steps: 
 
         for _ in range(warmup):
             step()
-        tables = 1 + sum(1 for v in opt.variables if tuple(v.shape) == (rows, dim))  # the variable and its state
-        # What one pass must move, reads plus writes of the variable and every table-sized state tensor.
+        # What one pass must move: reads plus writes of the variable and every table-sized state tensor.
         state = [table, *[v for v in opt.variables if tuple(v.shape) == (rows, dim)]]
-        contenders = {"step": step, "table": _table_in_place(state), "rows": _copy(2 * tables * touched * dim),
+        contenders = {"step": step, "table": _table_in_place(state), "rows": _copy(2 * len(state) * touched * dim),
                       "in place": _rows_in_place(state, [g.indices for g in grads])}
         medians = _interleaved(contenders, steps)
         out.append({"optimizer": label, "ms": medians["step"] * 1e3, "table_floor_ms": medians["table"] * 1e3,
