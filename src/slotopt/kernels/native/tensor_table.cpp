@@ -302,6 +302,30 @@ int64_t first_outside(const Index* x, int64_t n, long long rows) {
   return -1;
 }
 
+// first_outside over the indices in ``t`` (contiguous, on the CPU); -2 when they are neither int64 nor int32.
+int64_t first_index_outside(const at::Tensor& t, long long rows) {
+  if (t.scalar_type() == c10::kLong) return first_outside(t.const_data_ptr<int64_t>(), t.numel(), rows);
+  if (t.scalar_type() == c10::kInt) return first_outside(t.const_data_ptr<int32_t>(), t.numel(), rows);
+  return -2;
+}
+
+// Whether ``shape`` (a tuple or list of Python ints, e.g. torch.Size) equals ``sizes``: 1 yes, 0 no, -1 when this
+// cannot tell (another kind of sequence or number: the caller compares in Python).
+int same_shape(PyObject* shape, c10::IntArrayRef sizes) {
+  if (!PyTuple_Check(shape) && !PyList_Check(shape)) return -1;
+  const Py_ssize_t dims = PySequence_Fast_GET_SIZE(shape);
+  if (dims != static_cast<Py_ssize_t>(sizes.size())) return 0;
+  PyObject** items = PySequence_Fast_ITEMS(shape);
+  for (Py_ssize_t d = 0; d < dims; ++d) {
+    if (!PyLong_CheckExact(items[d])) return -1;
+    int overflow = 0;
+    const long long size = PyLong_AsLongLongAndOverflow(items[d], &overflow);
+    if (overflow != 0) return -1;
+    if (size != sizes[d]) return 0;
+  }
+  return 1;
+}
+
 // first_out_of_range(indices, rows) -> -1 when every element of ``indices`` (a dense contiguous CPU int64 or
 // int32 tensor of any shape) is in [0, rows), else the flat position of the first that is not; None when the
 // tensor is of another kind (the caller checks with torch). One read of the indices, no tensor made: the
@@ -312,10 +336,9 @@ PyObject* first_out_of_range(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "OL", &object, &rows)) return nullptr;
   const at::Tensor* t = dense(object);
   if (t == nullptr || !t->is_cpu() || !t->is_contiguous()) Py_RETURN_NONE;
-  const int64_t n = t->numel();
-  if (t->scalar_type() == c10::kLong) return PyLong_FromLongLong(first_outside(t->const_data_ptr<int64_t>(), n, rows));
-  if (t->scalar_type() == c10::kInt) return PyLong_FromLongLong(first_outside(t->const_data_ptr<int32_t>(), n, rows));
-  Py_RETURN_NONE;
+  const int64_t bad = first_index_outside(*t, rows);
+  if (bad == -2) Py_RETURN_NONE;
+  return PyLong_FromLongLong(bad);
 }
 
 // slices_fit(values, indices, dense_shape, variable) -> True when slices with these parts fit ``variable`` as
@@ -332,8 +355,7 @@ PyObject* slices_fit(PyObject*, PyObject* args) {
   const at::Tensor* indices = dense(indices_object);
   if (variable == nullptr || values == nullptr || indices == nullptr) Py_RETURN_NONE;
   try {
-    const int64_t dims = variable->dim();
-    if (dims == 0 || values->dim() == 0 || values->sizes().slice(1) != variable->sizes().slice(1)) Py_RETURN_NONE;
+    if (variable->dim() == 0 || values->dim() == 0 || values->sizes().slice(1) != variable->sizes().slice(1)) Py_RETURN_NONE;
     // Real variables take floating values (of any float dtype: cast later), complex ones values of their dtype.
     auto real = [](c10::ScalarType t) {
       return t == c10::kHalf || t == c10::kBFloat16 || t == c10::kFloat || t == c10::kDouble;
@@ -343,29 +365,9 @@ PyObject* slices_fit(PyObject*, PyObject* args) {
     if (!(complex ? values->scalar_type() == type : real(type) && real(values->scalar_type()))) Py_RETURN_NONE;
     if (values->device() != variable->device()) Py_RETURN_NONE;
     if (!indices->is_cpu() || !indices->is_contiguous()) Py_RETURN_NONE;
-    const long long rows = variable->size(0);
-    const int64_t n = indices->numel();
-    if (values->size(0) != n) Py_RETURN_NONE;  // one row of values per index
-    int64_t bad;
-    if (indices->scalar_type() == c10::kLong) {
-      bad = first_outside(indices->const_data_ptr<int64_t>(), n, rows);
-    } else if (indices->scalar_type() == c10::kInt) {
-      bad = first_outside(indices->const_data_ptr<int32_t>(), n, rows);
-    } else {
-      Py_RETURN_NONE;
-    }
-    if (bad != -1) Py_RETURN_NONE;
-    if (shape_object != Py_None) {
-      if (!PyTuple_Check(shape_object) && !PyList_Check(shape_object)) Py_RETURN_NONE;
-      if (PySequence_Fast_GET_SIZE(shape_object) != dims) Py_RETURN_NONE;
-      PyObject** items = PySequence_Fast_ITEMS(shape_object);
-      for (int64_t d = 0; d < dims; ++d) {
-        if (!PyLong_CheckExact(items[d])) Py_RETURN_NONE;
-        int overflow = 0;
-        const long long size = PyLong_AsLongLongAndOverflow(items[d], &overflow);
-        if (overflow != 0 || size != variable->size(d)) Py_RETURN_NONE;
-      }
-    }
+    if (values->size(0) != indices->numel()) Py_RETURN_NONE;  // one row of values per index
+    if (first_index_outside(*indices, variable->size(0)) != -1) Py_RETURN_NONE;
+    if (shape_object != Py_None && same_shape(shape_object, variable->sizes()) != 1) Py_RETURN_NONE;
   } catch (const std::exception&) {
     Py_RETURN_NONE;
   }
@@ -381,7 +383,7 @@ PyObject* same_kind(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "OOOO", &variable_object, &dtype_object, &device_object, &shape_object))
     return nullptr;
   if (!THPVariable_Check(variable_object) || !THPDtype_Check(dtype_object) || !THPDevice_Check(device_object) ||
-      !PyTuple_Check(shape_object))
+      !PyTuple_Check(shape_object))  // (the recorded torch.Size)
     Py_RETURN_NONE;
   try {
     const at::Tensor& t = THPVariable_Unpack(variable_object);
@@ -389,21 +391,12 @@ PyObject* same_kind(PyObject*, PyObject* args) {
     if (t.scalar_type() != reinterpret_cast<THPDtype*>(dtype_object)->scalar_type ||
         t.device() != reinterpret_cast<THPDevice*>(device_object)->device)
       Py_RETURN_FALSE;
-    const auto sizes = t.sizes();
-    const Py_ssize_t dims = PyTuple_GET_SIZE(shape_object);
-    if (dims != static_cast<Py_ssize_t>(sizes.size())) Py_RETURN_FALSE;
-    for (Py_ssize_t d = 0; d < dims; ++d) {
-      PyObject* item = PyTuple_GET_ITEM(shape_object, d);
-      if (!PyLong_CheckExact(item)) Py_RETURN_NONE;
-      int overflow = 0;
-      const long long size = PyLong_AsLongLongAndOverflow(item, &overflow);
-      if (overflow != 0) Py_RETURN_NONE;
-      if (size != sizes[d]) Py_RETURN_FALSE;
-    }
+    const int same = same_shape(shape_object, t.sizes());
+    if (same == -1) Py_RETURN_NONE;
+    return PyBool_FromLong(same);
   } catch (const std::exception&) {
     Py_RETURN_NONE;
   }
-  Py_RETURN_TRUE;
 }
 
 // scalar(tensor) -> the value of a one-element float32 or float64 CPU tensor as a Python float (exact), or None
