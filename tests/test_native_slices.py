@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _slice_rules import run_rule, same_bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,26 +20,11 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 def _run(mode: str, rule: str, table: torch.Tensor, accumulator: torch.Tensor, indices: torch.Tensor,
          values: torch.Tensor, lr: float, epsilon: float) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The rule under ``SLOTOPT_KERNELS=mode`` on copies; returns them and how many compiled calls ran."""
+    """The rule (``sgd`` or ``adagrad``) under ``SLOTOPT_KERNELS=mode`` on copies; returns them and how many
+    compiled calls ran."""
     w, acc = table.clone(), accumulator.clone()
-    previous = native.use(mode)
-    before = native.calls()
-    try:
-        with torch.no_grad():
-            if rule == "sgd":
-                sgd.scatter_sgd(w, indices, values, lr=lr)
-            else:
-                adagrad.adagrad_slices(w, indices, values, acc, lr=lr, epsilon=epsilon)
-    finally:
-        native.use(previous)
-    return w, acc, native.calls() - before
-
-
-_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and torch.equal(a.view(_BITS[a.element_size()]), b.view(_BITS[b.element_size()]))
+    calls = run_rule(f"{rule}_slices", mode, w, indices, values, acc, lr, epsilon)
+    return w, acc, calls
 
 
 @settings(max_examples=60, deadline=None)
@@ -58,7 +44,7 @@ def test_compiled_rules_on_slices_give_the_torch_rule_bits(dtype, rule, rows, wi
     w_ref, acc_ref, ref_calls = _run("foreach", rule, table, accumulator, indices, values, lr, epsilon)
     w, acc, calls = _run("native", rule, table, accumulator, indices, values, lr, epsilon)
     assert ref_calls == 0 and calls == 1  # the compiled rule really ran (and the reference did not)
-    assert _same_bits(w, w_ref) and _same_bits(acc, acc_ref)
+    assert same_bits(w, w_ref) and same_bits(acc, acc_ref)
     if k and dtype in (torch.float32, torch.float64):  # (a half step of 1e-3 may round away)
         assert not torch.equal(w, table)  # a test that can fail: the rows did move
 
@@ -135,7 +121,7 @@ def test_keras3_adagrad_and_sgd_steps_on_slices_take_the_compiled_rules_with_the
             native.use(previous)
 
     for name in ("Adagrad", "SGD"):
-        assert all(_same_bits(a, b) for a, b in zip(train("native", name), train("foreach", name), strict=True))
+        assert all(same_bits(a, b) for a, b in zip(train("native", name), train("foreach", name), strict=True))
 
 
 @settings(max_examples=40, deadline=None)
@@ -178,7 +164,7 @@ def test_the_cpp_call_and_the_ctypes_call_of_a_rule_on_slices_agree_bit_for_bit(
             tensor_table.use(previous)
     (taken_a, calls_a, w_a, acc_a, vw_a, vacc_a), (taken_b, calls_b, w_b, acc_b, vw_b, vacc_b) = results
     assert taken_a == taken_b and calls_a == calls_b == int(taken_a)
-    assert _same_bits(w_a, w_b) and _same_bits(acc_a, acc_b)
+    assert same_bits(w_a, w_b) and same_bits(acc_a, acc_b)
     assert (vw_a > 0) == (vw_b > 0) == taken_a and (vacc_a > 0) == (vacc_b > 0) == (taken_a and rule == "adagrad")
 
 

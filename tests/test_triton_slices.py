@@ -6,41 +6,20 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _slice_rules import run_rule, same_bits
 
-from slotopt.kernels import adagrad, native, sgd
+from slotopt.kernels import native
 from slotopt.kernels import triton as triton_kernels
 
 pytest.importorskip("triton")
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # masked lanes hold whatever they hold
 
-_BITS = {4: torch.int32, 8: torch.int64}
-
-
 @pytest.fixture
 def interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(triton_kernels, "_kernels", None)  # define the kernels under the interpreter
     yield
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and torch.equal(a.view(_BITS[a.element_size()]), b.view(_BITS[b.element_size()]))
-
-
-def _rule(rule: str, mode: str, w: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, acc: torch.Tensor,
-          lr: float, epsilon: float) -> int:
-    """The rule under ``SLOTOPT_KERNELS=mode`` in place; returns how many compiled calls ran."""
-    previous, before = native.use(mode), native.calls()
-    try:
-        with torch.no_grad():
-            if rule == "sgd_slices":
-                sgd.scatter_sgd(w, indices, values, lr=lr)
-            else:
-                adagrad.adagrad_slices(w, indices, values, acc, lr=lr, epsilon=epsilon)
-    finally:
-        native.use(previous)
-    return native.calls() - before
 
 
 def _scalars(rule: str, lr: float, epsilon: float) -> tuple[float, ...]:
@@ -72,11 +51,11 @@ def test_triton_rule_on_slices_gives_the_torch_and_compiled_bits(dtype, rule, sh
                                                    acc if rule == "adagrad_slices" else None, _scalars(rule, lr, epsilon))
             assert w._version > version  # written in place, as torch's ops would record it
         else:
-            calls = _rule(rule, path, w, indices, values, acc, lr, epsilon)
+            calls = run_rule(rule, path, w, indices, values, acc, lr, epsilon)
             assert calls == (0 if path == "foreach" or not native.active() else 1)
         outputs[path] = (w, acc)
     for path in ("native", "triton"):
-        assert all(_same_bits(a, b) for a, b in zip(outputs[path], outputs["foreach"])), path
+        assert all(same_bits(a, b) for a, b in zip(outputs[path], outputs["foreach"])), path
     if k:
         assert not torch.equal(outputs["triton"][0], table)  # a test that can fail: the rows did move
     else:
