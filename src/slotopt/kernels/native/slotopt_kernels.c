@@ -336,6 +336,20 @@ static inline float f16_float_(uint32_t h) {
 #define R(x) f16_round_(x)
 #include "rules.inc"
 
+/* Whether an element of the len elements at p (unsigned integers of type T: the bits of floats) has every bit of
+ * m set; one function per element size, each a loop the compiler vectorizes. */
+#define ANY_ALL_ONES_(T)                                                                                       \
+    static inline int any_all_ones_##T(const void *p, int64_t len, T m) {                                    \
+        const T *x = (const T *)p;                                                                         \
+        T any = 0;                                                                                         \
+        for (int64_t i = 0; i < len; ++i) any |= (T)((x[i] & m) == m);                                     \
+        return any != 0;                                                                                   \
+    }
+ANY_ALL_ONES_(uint16_t)
+ANY_ALL_ONES_(uint32_t)
+ANY_ALL_ONES_(uint64_t)
+#undef ANY_ALL_ONES_
+
 /* Loss scaling (slotopt/engine/loss_scaling.py): the index of the first tensor of a group holding an inf or a
  * NaN, or -1. It reads bits only (an exponent field of all ones: `(x & mask) == mask`), so no floating-point
  * operation runs and the answer is exact under any rounding or denormal mode; no write, one read of each
@@ -343,29 +357,12 @@ static inline float f16_float_(uint32_t h) {
  * size (2, 4 or 8) and `mask` the dtype's exponent field. */
 int64_t slotopt_first_nonfinite(int64_t n, const void *const *ptr, const int64_t *off, int64_t bytes,
                                 uint64_t mask) {
+    if (bytes != 2 && bytes != 4 && bytes != 8) return -2; /* not an element size this check knows */
     for (int64_t k = 0; k < n; ++k) {
         const int64_t len = off[k + 1] - off[k];
-        int found = 0;
-        if (bytes == 4) {
-            const uint32_t *x = (const uint32_t *)ptr[k];
-            const uint32_t m = (uint32_t)mask;
-            uint32_t any = 0;
-            for (int64_t i = 0; i < len; ++i) any |= (uint32_t)((x[i] & m) == m);
-            found = any != 0;
-        } else if (bytes == 8) {
-            const uint64_t *x = (const uint64_t *)ptr[k];
-            uint64_t any = 0;
-            for (int64_t i = 0; i < len; ++i) any |= (uint64_t)((x[i] & mask) == mask);
-            found = any != 0;
-        } else if (bytes == 2) {
-            const uint16_t *x = (const uint16_t *)ptr[k];
-            const uint16_t m = (uint16_t)mask;
-            uint16_t any = 0;
-            for (int64_t i = 0; i < len; ++i) any |= (uint16_t)((x[i] & m) == m);
-            found = any != 0;
-        } else {
-            return -2;  /* not an element size this check knows */
-        }
+        const int found = bytes == 4   ? any_all_ones_uint32_t(ptr[k], len, (uint32_t)mask)
+                          : bytes == 8 ? any_all_ones_uint64_t(ptr[k], len, mask)
+                                       : any_all_ones_uint16_t(ptr[k], len, (uint16_t)mask);
         if (found) return k;
     }
     return -1;
@@ -397,7 +394,6 @@ int64_t slotopt_first_nonfinite(int64_t n, const void *const *ptr, const int64_t
         if (any_) __atomic_store_n(&found, 1, __ATOMIC_RELAXED);                                           \
     )
 
-static inline float f32_load_bits_(uint32_t bits) { return f32_from_bits_(bits); }
 static inline double f64_from_bits_(uint64_t bits) {
     double x;
     memcpy(&x, &bits, sizeof x);
@@ -409,7 +405,7 @@ int64_t slotopt_unscale(int64_t n, const void *const *ptr, const int64_t *off, i
     int found = 0;
     const float scale_f32 = (float)scale;
     switch (dtype) {
-    case 0: UNSCALE_PASS_(uint32_t, 0x7f800000u, f32_load_bits_, float, scale_f32); break;
+    case 0: UNSCALE_PASS_(uint32_t, 0x7f800000u, f32_from_bits_, float, scale_f32); break;
     case 1: UNSCALE_PASS_(uint64_t, 0x7ff0000000000000ull, f64_from_bits_, double, scale); break;
     case 2: UNSCALE_PASS_(uint16_t, 0x7c00u, f16_float_, float, scale_f32); break;
     case 3: UNSCALE_PASS_(uint16_t, 0x7f80u, bf16_float_, float, scale_f32); break;
