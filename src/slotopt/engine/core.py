@@ -445,10 +445,15 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return groups
 
     # ----------------------------------------------------------------------------------------- gradients
+    def _current_plan(self) -> Optional[StepPlan]:
+        """The last step's plan while it still holds for this optimizer (engine/plan.py), else None."""
+        plan = self.__dict__.get("_plan")  # (a wrapper that forwards to its inner optimizer has none)
+        return plan if plan is not None and plan.valid_for(self) else None
+
     def _planned_step(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         """``pairs`` as an ``Ordinary`` step of the last step's plan, or None (engine/plan.py)."""
-        plan = self._plan
-        if plan is None or not plan.valid_for(self):
+        plan = self._current_plan()
+        if plan is None:
             return None
         if type(pairs) is Ordinary and pairs.plan is plan:
             return pairs  # checked by this plan in this very step (a composite validates its groups first)
@@ -456,10 +461,8 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
 
     def _planned_params_step(self, params: list[torch.Tensor]) -> Optional[Ordinary]:
         """``step()``'s parameters with their ``.grad`` as an ``Ordinary`` step of the last step's plan, or None."""
-        plan = self.__dict__.get("_plan")  # (a wrapper that forwards to its inner optimizer has none)
-        if plan is None or not plan.valid_for(self):
-            return None
-        return plan.fits_params(params)
+        plan = self._current_plan()
+        return None if plan is None else plan.fits_params(params)
 
     def _checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
         """``_check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
