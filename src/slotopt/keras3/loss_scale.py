@@ -238,7 +238,11 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
                                                  keep=loss_scaling.keeps_no_gradients(inner))
             finite = grads is not None
             if grads is not None:
-                inner.apply_gradients(list(zip(grads, step.plan.variables)), skip_gradients_aggregation=True)
+                unscaled = list(zip(grads, step.plan.variables))  # (2-tuples of a tensor and a variable)
+                if type(inner).apply_gradients is Optimizer.apply_gradients:
+                    inner._apply_pairs(unscaled, skip_gradients_aggregation=True)  # (no check of them again)
+                else:  # a subclass's own ``apply_gradients`` sees the call
+                    inner.apply_gradients(unscaled, skip_gradients_aggregation=True)
             self._update_scale(finite)
             return
         # Keras's `isfinite` on slices sees only the last repeat of each row (keras3_sparse.md §3.8).

@@ -294,12 +294,17 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         """Applies ``(gradient, variable)`` pairs and returns ``iterations`` (see ``apply``)."""
         # (an ``Ordinary`` group is one a composite had this optimizer check in this very step, engine/routing.py)
         pairs = grads_and_vars if type(grads_and_vars) is Ordinary else checks.check_pairs(grads_and_vars)
+        self._apply_pairs(pairs, skip_gradients_aggregation)
+        return self._iterations
+
+    def _apply_pairs(self, pairs: list[Pair], skip_gradients_aggregation: bool = False) -> None:
+        """What ``apply_gradients`` does with ``pairs`` once they are known to be 2-tuples of a gradient and a
+        tensor (``checks.check_pairs``): the step, through a subclass's own ``apply`` where it has one."""
         if type(self).apply is Optimizer.apply:  # what ``apply`` comes to for checked pairs, without re-pairing
             run_step(self, pairs, skip_gradients_aggregation=skip_gradients_aggregation)
         else:  # a subclass's own ``apply`` sees the call
             self.apply([g for g, _ in pairs], [v for _, v in pairs],
                        skip_gradients_aggregation=skip_gradients_aggregation)
-        return self._iterations
 
     def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> torch.Tensor:
         """Computes the gradients of ``loss`` (callable or tensor with a graph) for ``var_list`` and applies them."""
