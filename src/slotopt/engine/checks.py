@@ -33,7 +33,7 @@ import torch
 
 __all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "OPTIONAL", "SCHEDULED", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
            "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of",
-           "check_pairs", "check_variable", "check_config_dict", "NOT_CALLABLE", "check_callable_allowed",
+           "check_pairs", "two_tuples", "check_variable", "check_config_dict", "NOT_CALLABLE", "check_callable_allowed",
            "check_tensor_list", "check_regex_list", "check_step_count", "check_name", "check_no_argument_callable",
            "check_argument_types"]
 
@@ -232,8 +232,7 @@ def check_pairs(grads_and_vars: Any, argument: str = "grads_and_vars") -> list[t
                         f"Received: {argument}={grads_and_vars!r}")
     items = list(grads_and_vars)
     # The common case in one C-level pass per property: 2-tuples whose second element is a tensor.
-    if all(map(operator.is_, map(type, items), repeat(tuple))) and all(map(operator.eq, map(len, items), repeat(2))) \
-            and all(map(isinstance, map(operator.itemgetter(1), items), repeat(torch.Tensor))):
+    if two_tuples(items) and all(map(isinstance, map(operator.itemgetter(1), items), repeat(torch.Tensor))):
         return items
     pairs = []
     for i, item in enumerate(items):
@@ -243,6 +242,13 @@ def check_pairs(grads_and_vars: Any, argument: str = "grads_and_vars") -> list[t
         check_variable(item[1], f"{argument}[{i}]")
         pairs.append((item[0], item[1]))
     return pairs
+
+
+def two_tuples(items: Any) -> bool:
+    """Whether ``items`` is a list of 2-tuples (one C-level pass per property): what a step's plan takes as its
+    pairs without a copy (``check_pairs`` also checks that each variable is a tensor)."""
+    return type(items) is list and all(map(operator.is_, map(type, items), repeat(tuple))) \
+        and all(map(operator.eq, map(len, items), repeat(2)))
 
 
 def check_variable(variable: Any, where: str) -> torch.Tensor:

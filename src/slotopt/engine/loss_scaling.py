@@ -41,7 +41,7 @@ import torch
 from ..kernels import native
 from .plan import Ordinary
 
-__all__ = ["ordinary_step", "all_finite", "finite_unscaled", "gradients_finite", "keeps_no_gradients", "KEPT_BYTES"]
+__all__ = ["ordinary_step", "all_finite", "finite_unscaled", "handed_on", "kept_views", "gradients_finite", "keeps_no_gradients", "KEPT_BYTES"]
 
 #: The largest unscale buffer kept between steps (bytes). Above it the per-tensor bookkeeping is small next to the
 #: arithmetic, and the memory is not held between steps.
@@ -204,6 +204,46 @@ def finite_unscaled(step: Ordinary, scale: torch.Tensor, keep: bool) -> Optional
             return list(views)
         parts.extend(views)
     return list(_reorder(plan, kinds)(parts))
+
+
+def handed_on(step: Ordinary, grads: list[torch.Tensor], inner: Any) -> list[tuple[torch.Tensor, Any]]:
+    """The ``(unscaled gradient, variable)`` pairs ``finite_unscaled`` gives the inner optimizer, as an
+    ``Ordinary`` step of its current plan when nothing in them needs checking again: the gradients are the kept
+    buffer's views (made here, of the variables' dtypes and shapes, held by nothing else), the variables are the
+    ones ``step``'s plan checked in this step, in the inner plan's order. The pairs, the views' addresses and that
+    verdict are kept with both plans: a step then makes no tuple and reads no tensor per gradient. Otherwise plain
+    2-tuples, which the inner optimizer checks as any step's."""
+    plan = step.plan
+    current = getattr(inner, "_current_plan", None)
+    inner_plan = current() if current is not None else None
+    kept = plan.memo.get(("loss_scaling", "handed on"))
+    if kept is not None and kept[0] is inner_plan and len(grads) == len(kept[1]) \
+            and all(map(operator.is_, grads, kept[1])):
+        ordinary = Ordinary(kept[2])
+        ordinary.plan, ordinary.grads, ordinary.grad_addresses = inner_plan, kept[1], kept[3]
+        return ordinary
+    pairs = list(zip(grads, plan.variables))
+    views = kept_views(step)
+    if inner_plan is not None and views is not None and len(views) == len(grads) \
+            and all(map(operator.is_, grads, views)) and len(inner_plan.variables) == len(plan.variables) \
+            and all(map(operator.is_, inner_plan.variables, plan.variables)) \
+            and [g.dtype for g in grads] == plan.dtypes:  # (float16 gradients are unscaled into float32)
+        addresses = np.array([g.data_ptr() for g in grads], dtype=np.uint64)
+        plan.memo[("loss_scaling", "handed on")] = (inner_plan, list(grads), pairs, addresses)
+    return pairs
+
+
+def kept_views(step: Ordinary) -> Optional[list[torch.Tensor]]:
+    """The views of the kept unscale buffers in pair order (what ``finite_unscaled`` returns when it keeps them),
+    or None when a kind has no kept buffer."""
+    plan = step.plan
+    kinds = _kinds(step)
+    buffers = [plan.memo.get(("loss_scaling", "buffer", k)) for k in range(len(kinds))]
+    if not all(buffers):
+        return None
+    if len(kinds) == 1:
+        return list(buffers[0][1])  # type: ignore[index]
+    return list(_reorder(plan, kinds)([view for buffer in buffers for view in buffer[1]]))  # type: ignore[index]
 
 
 def _unscaled_in_one_pass(step: Ordinary, kept: Sequence[Optional[tuple[torch.Tensor, list[Any]]]],

@@ -65,16 +65,18 @@ def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     if pairs is None:
         return opt._empty_step_result()
     pairs = opt._ordinary(pairs)  # a step like the last one: its plan serves the stages (engine/plan.py)
-    undo = constrained_step(opt, pairs)  # with constraints, the values to put back if the step fails
-    if undo is None:
-        return _update(opt, pairs, undo, **options)
+    # With constraints, the values to put back if the step fails; marked for the steps a wrapper runs inside this
+    # one (their variables are among these), which then need not look again (None inside such a step).
+    guard = constrained_step(opt, pairs)
+    if guard is None:
+        return _update(opt, pairs, None, **options)
     try:
-        return _update(opt, pairs, undo, **options)
+        return _update(opt, pairs, guard.values, **options)
     except BaseException:
-        undo.restore()  # a constraint raised or returned a bad value: the whole step is undone
+        guard.restore()  # a constraint raised or returned a bad value: the whole step is undone
         raise
     finally:
-        undo.release()
+        guard.release()
 
 
 def _update(opt: OptimizerCore, pairs: Pairs, undo: Optional[StepValues], **options: Any) -> Any:

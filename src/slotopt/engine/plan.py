@@ -32,7 +32,7 @@ import torch
 from ..kernels import native
 from ..kernels.native import tensor_table
 
-__all__ = ["StepPlan", "Ordinary", "Planner"]
+__all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "part_of"]
 
 Pair = tuple[Any, torch.Tensor]
 
@@ -71,6 +71,23 @@ class Ordinary(list):  # type: ignore[type-arg]
             addresses = np.asarray(self.grad_addresses, dtype=np.uint64)
             grads.addresses = addresses if order is None else addresses[order]
         return grads
+
+
+class GradientsByPosition(Mapping[int, torch.Tensor]):
+    """An ordinary step's gradients keyed by variable position, looked up through its plan: no dict of every
+    gradient is built per step (the compiled path reads them from the step itself)."""
+
+    def __init__(self, step: Ordinary) -> None:
+        self._grads, self._index = step.grads, step.plan.index_of
+
+    def __getitem__(self, position: int) -> torch.Tensor:
+        return self._grads[self._index[position]]
+
+    def __iter__(self) -> Any:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
 
 
 class StepPlan:
@@ -239,6 +256,37 @@ class StepPlan:
         ordinary.grads = grads
         ordinary.grad_addresses = list(map(_address, grads)) if contiguous else None
         return ordinary
+
+
+def part_of(step: Ordinary, group: Sequence[Pair], plan: Optional[StepPlan]) -> Optional[Ordinary]:
+    """``group``, pairs of ``step`` taken in an order of their own (a composite's share for one of its optimizers),
+    as an ``Ordinary`` step of ``plan`` (that optimizer's) without checking them a second time, or None.
+
+    ``step``'s plan checked every pair of it in this step; ``plan`` would check the same things of the same pairs:
+    so when ``plan`` records exactly the group's variables, in order, and the group's pairs are ``step``'s own
+    (the same tuple objects: one pass comparing references), the gradients and their addresses are taken from
+    ``step``. Which pairs of ``step`` ``plan`` covers is worked out once and kept with ``step``'s plan."""
+    if plan is None or len(group) != len(plan.variables) or not group:
+        return None
+    memo = step.plan.memo
+    kept = memo.get(("part", id(plan)))
+    if kept is None or kept[0] is not plan:
+        where = {id(pair): i for i, pair in enumerate(step)}
+        indices = [where.get(id(pair), -1) for pair in group]
+        if -1 in indices or not all(map(_is, [step.plan.variables[i] for i in indices], plan.variables)):
+            return None
+        kept = (plan, indices, operator.itemgetter(*indices) if len(indices) > 1 else _one(indices[0]),
+                np.asarray(indices, dtype=np.int64))
+        memo[("part", id(plan))] = kept
+    _, indices, take, index_array = kept
+    if not all(map(_is, group, take(step))):
+        return None
+    ordinary = Ordinary(group)
+    ordinary.plan = plan
+    ordinary.grads = list(take(step.grads))
+    addresses = step.grad_addresses
+    ordinary.grad_addresses = None if addresses is None else np.asarray(addresses, dtype=np.uint64)[index_array]
+    return ordinary
 
 
 def _one(position: int) -> Callable[[Mapping[int, Any]], tuple[Any]]:

@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 import torch
@@ -28,7 +28,7 @@ from . import checks, sparse_pass
 from . import constants as K
 from . import sparse as sparse_rows
 from .core import OptimizerCore, Pair
-from .plan import Ordinary
+from .plan import GradientsByPosition, Ordinary
 
 __all__ = ["rounds", "GradientAccumulation", "OverwriteWithGradient", "overwrites_with_gradient", "DecoupledWeightDecay", "GroupedUpdates", "MovingAverages"]
 
@@ -223,7 +223,7 @@ class GroupedUpdates(OptimizerCore):
         custom = self._has_custom_update()
         if type(pairs) is Ordinary and not custom:
             plan = pairs.plan
-            self._update_groups(plan.groups, dict(zip(plan.positions, pairs.grads)), learning_rate, fused, pairs)
+            self._update_groups(plan.groups, GradientsByPosition(pairs), learning_rate, fused, pairs)
             return
         dense: list[Pair] = []
         for pair in pairs:
@@ -242,7 +242,7 @@ class GroupedUpdates(OptimizerCore):
         by_pos = {index[id(v)]: g for g, v in dense}
         self._update_groups(self._groups(list(by_pos)), by_pos, learning_rate, fused)
 
-    def _update_groups(self, groups: list[list[int]], by_pos: dict[int, Any], learning_rate: Any, fused: set[int],
+    def _update_groups(self, groups: list[list[int]], by_pos: Mapping[int, Any], learning_rate: Any, fused: set[int],
                        step: Optional[Ordinary] = None) -> None:
         """The rule over each (device, dtype) group of positions (``by_pos``: their dense gradients), the
         variables in ``fused`` decayed by the rule's own pass; an ordinary ``step``'s plan keeps the split."""

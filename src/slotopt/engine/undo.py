@@ -26,19 +26,40 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any, Optional
 
+from .plan import Ordinary
 from .routing import optimizer_weights
 from .transaction import copy_values, put_values
 
-__all__ = ["StepValues", "constrained_step", "guarded"]
+__all__ = ["StepGuard", "StepValues", "constrained_step", "guarded"]
 
 _variable = itemgetter(1)
 
 
-# Set while an outer step holds a ``StepValues`` (a wrapper's): the steps of the optimizers it wraps need none.
-_GUARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("slotopt_step_guarded", default=False)
+# What the step of a wrapper (a loss-scale, composite or multi-optimizer) found of its variables, for the steps
+# of the optimizers it wraps, whose variables are among its own: ``GUARDED`` while it holds a ``StepValues``,
+# ``UNCONSTRAINED`` when none of them has a constraint. Either way those steps need not look again (a pass over
+# every variable per nested step); outside any step, None.
+GUARDED, UNCONSTRAINED = "guarded", "unconstrained"
+_OUTER: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("slotopt_outer_step", default=None)
 
 
-class StepValues:
+class StepGuard:
+    """What a step found of its variables' constraints, marked for the steps nested in it until ``release``."""
+
+    #: The values to put back when the step fails (``StepValues``), or None: it cannot fail after its first write.
+    values: Optional[StepValues] = None
+
+    def __init__(self, found: str) -> None:
+        self._token = _OUTER.set(found)
+
+    def restore(self) -> None:
+        """Puts back the values taken before the step (nothing to do without constraints)."""
+
+    def release(self) -> None:
+        _OUTER.reset(self._token)
+
+
+class StepValues(StepGuard):
     """The values of every tensor a step may write (its variables and all the optimizer's own variables: slots,
     ``iterations``, moving averages, accumulators, a wrapper's counters and its inner optimizers' variables),
     taken before the step's first write so that a step that fails part-way (a constraint that raises or returns
@@ -52,26 +73,27 @@ class StepValues:
                 seen.add(id(t))
                 self._tensors.append(t)
         self._values = copy_values(self._tensors)
-        self._token = _GUARDED.set(True)
+        self.values = self
+        super().__init__(GUARDED)
 
     def restore(self) -> None:
         put_values(self._tensors, self._values)
 
-    def release(self) -> None:
-        _GUARDED.reset(self._token)
 
-
-def constrained_step(opt: Any, pairs: Any) -> Optional[StepValues]:
-    """A ``StepValues`` for a step whose variables have a constraint (one C-level pass over them), else None:
-    a step without constraints cannot fail after its first write, so it copies nothing. None too inside an
-    outer step that holds one already."""
-    if not any(map(getattr, map(_variable, pairs), repeat("constraint"), repeat(None))):
+def constrained_step(opt: Any, pairs: Any) -> Optional[StepGuard]:
+    """A ``StepValues`` for a step whose variables have a constraint (one C-level pass over them), else a
+    ``StepGuard`` marking that none has: a step without constraints cannot fail after its first write, so it
+    copies nothing. None inside an outer step that looked already (its variables include these)."""
+    if _OUTER.get() is not None:
         return None
-    if _GUARDED.get():
-        return None
+    # (An ordinary step's variables are its plan's, checked in this step: read from the plan's list, no pair is
+    # touched.)
+    variables = pairs.plan.variables if type(pairs) is Ordinary else map(_variable, pairs)
+    if not any(map(getattr, variables, repeat("constraint"), repeat(None))):
+        return StepGuard(UNCONSTRAINED)
     return StepValues(opt, [pair[1] for pair in pairs])
 
 
 def guarded() -> bool:
     """Whether an outer step (a wrapper's) holds a ``StepValues`` for the step running now."""
-    return _GUARDED.get()
+    return _OUTER.get() is GUARDED

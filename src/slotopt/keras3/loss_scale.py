@@ -238,7 +238,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
                                                  keep=loss_scaling.keeps_no_gradients(inner))
             finite = grads is not None
             if grads is not None:
-                unscaled = list(zip(grads, step.plan.variables))  # (2-tuples of a tensor and a variable)
+                unscaled = loss_scaling.handed_on(step, grads, inner)  # (2-tuples of a tensor and a variable)
                 if type(inner).apply_gradients is Optimizer.apply_gradients:
                     inner._apply_pairs(unscaled, skip_gradients_aggregation=True)  # (no check of them again)
                 else:  # a subclass's own ``apply_gradients`` sees the call

@@ -17,7 +17,7 @@ import torch
 
 from ..engine import registry
 from ..engine.core import OptimizerCore, Pair
-from ..engine.plan import Ordinary
+from ..engine.plan import Ordinary, part_of
 from ..engine.routing import (
     AGGREGATED,
     Routes,
@@ -359,7 +359,13 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
                 for pair in self._inner_optimizers[i]._aggregate_across_processes(group, **options)]
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
-        dispatch(self._inner_optimizers, self._by_owner(pairs), AGGREGATED, validate_first=True,
+        groups = self._by_owner(pairs)
+        if type(pairs) is Ordinary:  # checked in this step: each group handed on as checked, where it can be
+            for i, group in groups.items():
+                planned = part_of(pairs, group, self._inner_optimizers[i]._current_plan())
+                if planned is not None:
+                    groups[i] = planned
+        dispatch(self._inner_optimizers, groups, AGGREGATED, validate_first=True,
                  all_present=type(pairs) is Ordinary)
 
     def _apply_constraints(self, pairs: Sequence[Pair]) -> None:

@@ -15,6 +15,7 @@ from .. import schedules as schedules_module
 from ..engine import checks, clipping, gradients, transaction
 from ..engine import constants as K
 from ..engine.core import Pair, Pairs, count_step
+from ..engine.eager import outside_dynamo
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
@@ -290,10 +291,15 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
                 )
         run_step(self, list(zip(grads, trainable_variables)), skip_gradients_aggregation=skip_gradients_aggregation)
 
+    @outside_dynamo  # eager under torch.compile, whole: the plan's check of the pairs included (one break)
     def apply_gradients(self, grads_and_vars: Pairs, *, skip_gradients_aggregation: bool = False) -> torch.Tensor:
         """Applies ``(gradient, variable)`` pairs and returns ``iterations`` (see ``apply``)."""
-        # (an ``Ordinary`` group is one a composite had this optimizer check in this very step, engine/routing.py)
-        pairs = grads_and_vars if type(grads_and_vars) is Ordinary else checks.check_pairs(grads_and_vars)
+        # (an ``Ordinary`` group is one a composite had this optimizer check in this very step, engine/routing.py;
+        # a list like the last step's is recognised by its plan, which checks every pair, in one pass)
+        pairs: Optional[list[Pair]] = grads_and_vars if type(grads_and_vars) is Ordinary else (
+            self._planned_step(grads_and_vars) if type(grads_and_vars) is list else None)
+        if pairs is None:
+            pairs = checks.check_pairs(grads_and_vars)
         self._apply_pairs(pairs, skip_gradients_aggregation)
         return self._iterations
 

@@ -220,18 +220,20 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                         experimental_aggregate_gradients: bool = True,
                         skip_gradients_aggregation: Optional[bool] = None) -> None:
         """Sends each pair to its optimizer (groups ordered by first appearance) after validating all of them."""
-        pairs = checks.check_pairs(grads_and_vars)
         options = {"name": name, **aggregation_options(experimental_aggregate_gradients, skip_gradients_aggregation)}
         spec_lists = self._spec_lists()
-        # A step like the last one: the same variables, owned as before, each group an ordinary step of its
-        # optimizer's last plan (every gradient checked there, in one pass, before any optimizer steps).
+        # A step like the last one: a list of 2-tuples with the same variables, owned as before, each group an
+        # ordinary step of its optimizer's last plan (every pair checked there, in one pass, before any
+        # optimizer steps; the variables are the kept ones, so tensors). Anything else is checked in full.
         pending = self._pending_weights is not None or "_pending_torch_state" in self.__dict__
-        groups = None if pending else self._routes.lookup(pairs, spec_lists)
+        ordinary = not pending and checks.two_tuples(grads_and_vars)
+        groups = self._routes.lookup(grads_and_vars, spec_lists) if ordinary else None
         if groups is not None:
             checked = {index: self._ordinary_for(index, group) for index, group in groups.items()}
             if all(group is not None for group in checked.values()):
                 dispatch(self.optimizers, checked, options)  # (each optimizer takes its checked group as it is)
                 return
+        pairs = checks.check_pairs(grads_and_vars)
         owners = self._owner_map([v for _, v in pairs], spec_lists)
         groups = group_by_owner(
             pairs, lambda var: owners.get(id(var)),

@@ -60,14 +60,25 @@ struct Plan {
 
 const char* kPlanCapsule = "slotopt.tensor_table.Plan";
 
+const at::Tensor kUndefined;  // (the gradient of a tensor without autograd metadata)
+
 void free_plan(PyObject* capsule) {
   delete static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
 }
 
 // A tensor object slotopt may read directly: torch.Tensor or a subclass (Parameter, slotopt.Variable) whose
 // storage holds its elements (no wrapper, functional or meta tensor, no lazy negation or conjugation).
+// (Its type is checked as a C type, without Python's ``isinstance`` protocol: no ``__instancecheck__`` or
+// ``__class__`` of another object can make a non-tensor pass, and a subclass such as slotopt.Variable is not
+// sent through ``isinstance`` on every step.)
+inline bool is_tensor_object(PyObject* object) {
+  return THPVariableClass != nullptr &&
+         (THPVariable_CheckExact(object) ||
+          PyType_IsSubtype(Py_TYPE(object), reinterpret_cast<PyTypeObject*>(THPVariableClass)));
+}
+
 inline const at::Tensor* dense(PyObject* object) {
-  if (!THPVariable_Check(object)) return nullptr;
+  if (!is_tensor_object(object)) return nullptr;
   const at::Tensor& t = THPVariable_Unpack(object);
   if (!t.defined() || t.layout() != c10::kStrided || t.is_nested() || !t.has_storage() || t.is_neg() ||
       t.is_conj() || t.unsafeGetTensorImpl()->is_python_dispatch())
@@ -148,7 +159,10 @@ PyObject* check_step(Plan* plan, PyObject* sequence, bool from_params) {
         break;
       }
       if (from_params) {
-        const at::Tensor& grad = v->grad();
+        // The ``.grad`` autograd keeps for a leaf, read from its metadata (what ``Tensor::grad()`` returns, without
+        // its warning checks for non-leaf tensors: a parameter of a plan is a leaf, or has no gradient here).
+        auto meta = static_cast<torch::autograd::AutogradMeta*>(v->unsafeGetTensorImpl()->autograd_meta());
+        const at::Tensor& grad = meta != nullptr ? meta->grad_ : kUndefined;
         if (!grad.defined()) {
           ok = false;
           break;
@@ -271,7 +285,7 @@ PyObject* bump_versions(PyObject*, PyObject* tensors) {
   Py_ssize_t n = PySequence_Fast_GET_SIZE(tensors);
   PyObject** items = PySequence_Fast_ITEMS(tensors);
   for (Py_ssize_t i = 0; i < n; ++i) {
-    if (!THPVariable_Check(items[i])) {
+    if (!is_tensor_object(items[i])) {
       PyErr_Format(PyExc_TypeError, "bump_versions: entry %zd is not a tensor", i);
       return nullptr;
     }
@@ -382,7 +396,7 @@ PyObject* same_kind(PyObject*, PyObject* args) {
   PyObject *variable_object, *dtype_object, *device_object, *shape_object;
   if (!PyArg_ParseTuple(args, "OOOO", &variable_object, &dtype_object, &device_object, &shape_object))
     return nullptr;
-  if (!THPVariable_Check(variable_object) || !THPDtype_Check(dtype_object) || !THPDevice_Check(device_object) ||
+  if (!is_tensor_object(variable_object) || !THPDtype_Check(dtype_object) || !THPDevice_Check(device_object) ||
       !PyTuple_Check(shape_object))  // (the recorded torch.Size)
     Py_RETURN_NONE;
   try {
