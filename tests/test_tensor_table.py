@@ -295,6 +295,63 @@ def test_a_step_reads_and_checks_the_parameters_grads_in_one_pass_with_the_pytho
             return
 
 
+def test_the_pairs_of_a_step_are_recycled_only_when_nothing_else_holds_them():
+    import gc
+    import weakref
+
+    params = [torch.nn.Parameter(torch.randn(3)) for _ in range(4)]
+    plan = StepPlan(_Opt(params), [(torch.randn(3), p) for p in params])
+    for p in params:
+        p.grad = torch.randn(3)
+    held = plan.fits_params(params)
+    first = list(held)
+    assert [g for g, _ in held] == [p.grad for p in params] and [p for _, p in held] == params
+    # Held by the caller: the next step gets tuples of its own, and the held ones keep their gradients.
+    old_grads = [p.grad for p in params]
+    for p in params:
+        p.grad = torch.randn(3)
+    second = plan.fits_params(params)
+    assert all(a is not b for a, b in zip(first, second))
+    assert [g for g, _ in first] == old_grads and [g for g, _ in second] == [p.grad for p in params]
+    # Released: the same tuples come back with the new gradients, and the replaced gradients are let go.
+    ids = [id(pair) for pair in second]
+    del held, first, second
+    gone = [weakref.ref(p.grad) for p in params]
+    for p in params:
+        p.grad = torch.randn(3)
+    gc.collect()
+    third = plan.fits_params(params)
+    assert [id(pair) for pair in third] == ids
+    assert [g for g, _ in third] == [p.grad for p in params] and [p for _, p in third] == params
+    assert all(ref() is None for ref in gone)  # (no reference kept to a gradient of an earlier step)
+    assert all(gc.is_tracked(pair) for pair in third)
+
+
+def test_a_step_of_many_parameters_allocates_no_tuple_per_parameter():
+    import gc
+
+    params = [torch.nn.Parameter(torch.randn(4)) for _ in range(2000)]
+    for p in params:
+        p.grad = torch.randn(4)
+    opt = slotopt.Adam(learning_rate=0.01, params=params)
+    for _ in range(3):
+        opt.step()
+    collections = []
+
+    def count(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        for _ in range(5):  # 10,000 pairs: 14 collections of the youngest generation if each were a new tuple
+            opt.step()
+    finally:
+        gc.callbacks.remove(count)
+    assert collections == []
+
+
 def test_a_subclass_whose_grad_is_a_property_is_not_read_in_cpp():
     class Odd(torch.nn.Parameter):
         @property
