@@ -207,3 +207,23 @@ def test_a_slot_moved_or_restrided_after_planned_steps_is_read_again(face):
         opt.apply_gradients(zip(grads_for(variables, 6), variables))
         runs.append([v.detach().clone() for v in variables] + [slot.detach().clone()])
     assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_a_slot_table_is_read_in_one_pass_only_while_its_keys_are_the_groups_positions():
+    variables = make(n=4)
+    opt = slotopt.Adam(learning_rate=0.01)
+    opt.apply(grads_for(variables, 0), variables)
+    plan = opt._plan
+    group = plan.groups[0]
+    assert group == [0, 1, 2, 3]
+    a, b, c, d, e = (torch.zeros(1) for _ in range(5))
+    in_order = {0: a, 1: b, 2: c, 3: d}
+    assert plan.entries(in_order, group) == (a, b, c, d)
+    in_order[2] = e  # a slot replaced in place: the values read it
+    assert plan.entries(in_order, group) == (a, b, e, d)
+    shuffled = {1: b, 0: a, 3: d, 2: c}
+    assert plan.entries(shuffled, group) == (a, b, c, d)  # looked up per position
+    grown = {0: a, 1: b, 2: c, 3: d}
+    assert plan.entries(grown, group) == (a, b, c, d)
+    grown[7] = e  # another variable's slot: no longer the group's keys alone
+    assert plan.entries(grown, group) == (a, b, c, d)

@@ -420,8 +420,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     def _slot_lists(self, names: Sequence[str], positions: Sequence[int]) -> dict[str, list[torch.Tensor]]:
         plan = self.__dict__.get("_updating_plan")  # an ordinary step's group (engine/plan.py): addresses kept
         if plan is not None and positions and type(positions) is list:
-            take = plan.taker(positions)
-            return {n: plan.state_operands(n, positions, take(self._slots[n])) for n in names}
+            return {n: plan.state_operands(n, positions, plan.entries(self._slots[n], positions)) for n in names}
         return {n: [self._slots[n][p] for p in positions] for n in names}
 
     # ----------------------------------------------------------------------------------------- grouping

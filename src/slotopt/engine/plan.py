@@ -149,6 +149,21 @@ class StepPlan:
             self.memo[key] = take
         return take
 
+    def entries(self, table: Mapping[int, Any], group: list[int]) -> Sequence[Any]:
+        """The entries of ``group`` (one of ``groups``) in ``table`` (a slot table keyed by position), in order.
+        Where the table's keys are the group's positions in the group's order (a slot table made for these
+        variables: checked once per table object), its values are that, read in one linear pass instead of a
+        lookup per position; the table only ever grows (slots are replaced in place, never removed), so the same
+        table object of the same length still has those keys."""
+        key = ("entries", id(table), id(group))
+        kept = self.memo.get(key)
+        if kept is None or kept[0] is not table or kept[1] is not group:
+            kept = (table, group, type(table) is dict and list(table) == group)
+            self.memo[key] = kept
+        if kept[2] and len(table) == len(group):
+            return tuple(table.values())
+        return self.taker(group)(table)
+
     def state_operands(self, name: str, group: list[int], tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """``tensors`` (slot ``name`` of ``group``, one of ``groups``) for a compiled call: once they were seen as
         contiguous CPU tensors of their variables' dtype and sizes, a ``Matched`` list with their addresses
