@@ -216,6 +216,17 @@ static inline void prefetch_row_(const void *row, int64_t bytes) {
     __builtin_prefetch(p + bytes - 1, 1, 3); /* a row not aligned to a line ends in one line more */
 }
 
+/* Tensor k + 1's first ``ops`` operands (rows of the pointer table), prefetched for writing as tensor k's piece
+ * begins: the first lines of a small tensor's streams are read before the hardware prefetcher has found them, so
+ * on many small tensors each stream start was a miss the pass waited for. Prefetching changes no result. */
+#define PREFETCH_NEXT(ops)                                                                                  \
+    do {                                                                                                    \
+        if (k + 1 < n && s == 0) {                                                                         \
+            const int64_t bytes_ = (off[k + 2] - off[k + 1]) * (int64_t)sizeof(E);                          \
+            for (int j_ = 0; j_ < (ops); j_++) prefetch_row_(ptr[(size_t)j_ * (size_t)n + (size_t)k + 1], bytes_); \
+        }                                                                                                   \
+    } while (0)
+
 /* float32 and float64: every operator is one torch op, rounded in the dtype itself. */
 #define LD(x) (x)
 #define ST(x) (x)
@@ -360,6 +371,11 @@ int64_t slotopt_first_nonfinite(int64_t n, const void *const *ptr, const int64_t
     if (bytes != 2 && bytes != 4 && bytes != 8) return -2; /* not an element size this check knows */
     for (int64_t k = 0; k < n; ++k) {
         const int64_t len = off[k + 1] - off[k];
+        if (k + 1 < n) { /* the next tensor's first lines, read while this one is (see PREFETCH_NEXT) */
+            const char *next = (const char *)ptr[k + 1];
+            const int64_t next_bytes = (off[k + 2] - off[k + 1]) * bytes;
+            for (int64_t b = 0; b < next_bytes && b < 1024; b += 64) __builtin_prefetch(next + b, 0, 3);
+        }
         const int found = bytes == 4   ? any_all_ones_uint32_t(ptr[k], len, (uint32_t)mask)
                           : bytes == 8 ? any_all_ones_uint64_t(ptr[k], len, mask)
                                        : any_all_ones_uint16_t(ptr[k], len, (uint16_t)mask);
