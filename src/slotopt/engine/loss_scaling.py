@@ -41,7 +41,8 @@ import torch
 from ..kernels import native
 from .plan import Ordinary
 
-__all__ = ["ordinary_step", "all_finite", "finite_unscaled", "handed_on", "kept_views", "gradients_finite", "keeps_no_gradients", "KEPT_BYTES"]
+__all__ = ["ordinary_step", "all_finite", "finite_unscaled", "handed_on", "kept_views", "gradients_finite",
+           "keeps_no_gradients", "KEPT_BYTES"]
 
 #: The largest unscale buffer kept between steps (bytes). Above it the per-tensor bookkeeping is small next to the
 #: arithmetic, and the memory is not held between steps.
