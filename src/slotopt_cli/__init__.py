@@ -19,6 +19,10 @@ EXIT_INTERRUPTED = 130
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs ``slotopt.cli.main`` (importing it first); a Ctrl-C at any point prints ``interrupted``."""
     try:
+        # numpy first, on its own: torch imports it under ``except ImportError`` and carries on without it, so a
+        # Ctrl-C landing in numpy's import (which an extension module turns into an ImportError) was swallowed
+        # there and the command ran to the end with exit code 0.
+        import numpy  # noqa: F401
         from slotopt.cli import main as run
 
         return run(argv)
