@@ -23,6 +23,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # Ctrl-C landing in numpy's import (which an extension module turns into an ImportError) was swallowed
         # there and the command ran to the end with exit code 0.
         import numpy  # noqa: F401
+
         from slotopt.cli import main as run
 
         return run(argv)
