@@ -220,9 +220,7 @@ def handed_on(step: Ordinary, grads: list[torch.Tensor], inner: Any) -> list[tup
     kept = plan.memo.get(("loss_scaling", "handed on"))
     if kept is not None and kept[0] is inner_plan and len(grads) == len(kept[1]) \
             and all(map(operator.is_, grads, kept[1])):
-        ordinary = Ordinary(kept[2])
-        ordinary.plan, ordinary.grads, ordinary.grad_addresses = inner_plan, kept[1], kept[3]
-        return ordinary
+        return Ordinary.of(kept[2], inner_plan, kept[1], kept[3])
     pairs = list(zip(grads, plan.variables))
     views = kept_views(step)
     if inner_plan is not None and views is not None and len(views) == len(grads) \

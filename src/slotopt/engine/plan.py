@@ -63,6 +63,15 @@ class Ordinary(list):  # type: ignore[type-arg]
     grads: list[torch.Tensor]
     grad_addresses: Optional[Sequence[int]]  # None when a gradient is not contiguous
 
+    @classmethod
+    def of(cls, pairs: Sequence[Pair], plan: StepPlan, grads: list[torch.Tensor],
+           grad_addresses: Optional[Sequence[int]]) -> Ordinary:
+        """``pairs`` as an ordinary step of ``plan``, with their gradients and those gradients' addresses (None
+        when one is not contiguous), as whoever checked them in this step read them."""
+        ordinary = cls(pairs)
+        ordinary.plan, ordinary.grads, ordinary.grad_addresses = plan, grads, grad_addresses
+        return ordinary
+
     def gradients(self, positions: tuple[int, ...]) -> native.Matched:
         """The gradients of ``positions`` for a compiled call, with their addresses when all are contiguous."""
         order = self.plan.order(positions)
@@ -228,11 +237,7 @@ class StepPlan:
         if checked is None:
             return None
         grads, addresses, pairs = checked
-        ordinary = Ordinary(pairs)
-        ordinary.plan = self
-        ordinary.grads = grads
-        ordinary.grad_addresses = None if addresses is None else np.frombuffer(addresses, dtype=np.uint64)
-        return ordinary
+        return Ordinary.of(pairs, self, grads, _from_table(addresses))
 
     def fits(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         """``pairs`` as an ``Ordinary`` step of this plan, or None (see the module docstring)."""
@@ -240,11 +245,8 @@ class StepPlan:
             checked = tensor_table.fits(self.table, pairs)
             if checked is None:
                 return None
-            ordinary = Ordinary(pairs)
-            ordinary.plan = self
-            ordinary.grads, addresses = checked
-            ordinary.grad_addresses = None if addresses is None else np.frombuffer(addresses, dtype=np.uint64)
-            return ordinary
+            grads, addresses = checked
+            return Ordinary.of(pairs, self, grads, _from_table(addresses))
         if len(pairs) != len(self.variables) or not all(map(_is, map(type, pairs), repeat(tuple))) \
                 or not all(map(operator.eq, map(len, pairs), repeat(2))):
             return None  # (a face's own pairs are 2-tuples; anything else is checked in full)
@@ -266,11 +268,7 @@ class StepPlan:
                 and list(map(_shape, grads)) == self.shapes):
             return None
         contiguous = all(map(_contiguous, grads))  # strided, not nested: contiguity is defined
-        ordinary = Ordinary(pairs)
-        ordinary.plan = self
-        ordinary.grads = grads
-        ordinary.grad_addresses = list(map(_address, grads)) if contiguous else None
-        return ordinary
+        return Ordinary.of(pairs, self, grads, list(map(_address, grads)) if contiguous else None)
 
 
 def part_of(step: Ordinary, group: Sequence[Pair], plan: Optional[StepPlan]) -> Optional[Ordinary]:
@@ -290,18 +288,20 @@ def part_of(step: Ordinary, group: Sequence[Pair], plan: Optional[StepPlan]) -> 
         indices = [where.get(id(pair), -1) for pair in group]
         if -1 in indices or not all(map(_is, [step.plan.variables[i] for i in indices], plan.variables)):
             return None
-        kept = (plan, indices, operator.itemgetter(*indices) if len(indices) > 1 else _one(indices[0]),
+        kept = (plan, operator.itemgetter(*indices) if len(indices) > 1 else _one(indices[0]),
                 np.asarray(indices, dtype=np.int64))
         memo[("part", id(plan))] = kept
-    _, indices, take, index_array = kept
+    _, take, indices = kept
     if not all(map(_is, group, take(step))):
         return None
-    ordinary = Ordinary(group)
-    ordinary.plan = plan
-    ordinary.grads = list(take(step.grads))
     addresses = step.grad_addresses
-    ordinary.grad_addresses = None if addresses is None else np.asarray(addresses, dtype=np.uint64)[index_array]
-    return ordinary
+    return Ordinary.of(group, plan, list(take(step.grads)),
+                       None if addresses is None else np.asarray(addresses, dtype=np.uint64)[indices])
+
+
+def _from_table(addresses: Optional[bytes]) -> Optional[np.ndarray]:
+    """The gradients' addresses as the C++ checks return them (bytes of uint64, or None) as an array."""
+    return None if addresses is None else np.frombuffer(addresses, dtype=np.uint64)
 
 
 def _one(position: int) -> Callable[[Mapping[int, Any]], tuple[Any]]:
