@@ -588,3 +588,91 @@ def test_the_kind_check_reads_the_device():
     assert tensor_table.same_kind(var, torch.float32, torch.device("cpu"), (2,)) is True
     assert tensor_table.same_kind(var, torch.float64, torch.device("cpu"), (2,)) is False
     assert tensor_table.same_kind(var, torch.float32, torch.device("cpu"), (2, 1)) is False
+
+
+def test_the_checks_pass_says_whether_a_variable_has_a_constraint():
+    # The C++ pass reads ``getattr(v, "constraint", None)`` of every variable (engine/undo.py then copies nothing
+    # when none has one); the Python path leaves it to the step (None).
+    variables = [torch.nn.Parameter(torch.randn(3)) for _ in range(40)]
+    plan = StepPlan(_Opt(variables), [(torch.randn(3), v) for v in variables])
+    for v in variables:
+        v.grad = torch.randn(3)
+    assert plan.fits_params(variables).constrained is False
+    variables[37].constraint = lambda t: t.clamp(max=0.0)
+    assert plan.fits_params(variables).constrained is True
+    assert plan.fits([(v.grad, v) for v in variables]).constrained is True
+    variables[37].constraint = None
+    assert plan.fits([(v.grad, v) for v in variables]).constrained is False
+    previous = tensor_table.use(False)
+    try:
+        assert plan.fits([(v.grad, v) for v in variables]).constrained is None
+    finally:
+        tensor_table.use(previous)
+
+
+def test_a_constraint_that_cannot_be_read_leaves_the_verdict_to_the_python_scan():
+    class Unreadable(slotopt.Variable):
+        @property
+        def constraint(self):
+            raise RuntimeError("no constraint today")
+
+        @constraint.setter
+        def constraint(self, value):
+            pass
+
+    variables = [torch.nn.Parameter(torch.randn(3)), Unreadable(torch.randn(3), name="u")]
+    plan = StepPlan(_Opt(variables), [(torch.randn(3), v) for v in variables])
+    step = plan.fits([(torch.randn(3), v) for v in variables])
+    assert step is not None and step.constrained is None
+    opt = slotopt.SGD(learning_rate=0.1)
+    pairs = [(torch.ones(3), v) for v in variables]
+    with pytest.raises(RuntimeError, match="no constraint today"):  # (what ``getattr`` raises, on both paths)
+        opt.apply_gradients(pairs)
+
+
+def test_a_constraint_read_that_changes_the_step_under_the_pass_is_refused_not_trusted():
+    # Reading an attribute may run Python code; the C++ pass reads every constraint before it checks any tensor,
+    # holds each variable while reading it and reads the sequence again after: a read that empties the list or
+    # moves a variable's storage makes the step not ordinary (the full checks then run), and nothing crashes.
+    victims = [torch.nn.Parameter(torch.randn(4)) for _ in range(3)]
+
+    class Meddling(torch.nn.Parameter):
+        action = None
+
+        @property
+        def constraint(self):
+            Meddling.action()
+            return None
+
+    meddler = Meddling(torch.randn(4))
+    params = [*victims, meddler, *[torch.nn.Parameter(torch.randn(4)) for _ in range(20)]]
+    plan = StepPlan(_Opt(params), [(torch.randn(4), v) for v in params])
+    pairs = [(torch.randn(4), v) for v in params]
+    Meddling.action = lambda: None
+    assert plan.fits(pairs) is not None
+    Meddling.action = lambda: pairs.clear()
+    assert plan.fits(pairs) is None
+    pairs = [(torch.randn(4), v) for v in params]
+    Meddling.action = lambda: setattr(victims[0], "data", victims[0].data.clone())
+    assert plan.fits(pairs) is None  # (victims[0] was checked after the read: its new address is seen)
+
+
+@pytest.mark.parametrize("face", ["keras3", "legacy", "v1"])
+def test_a_constraint_set_after_planned_steps_is_applied_and_undone_with_its_step(face):
+    params = [torch.nn.Parameter(torch.zeros(4)) for _ in range(6)]
+    make = {"keras3": lambda: slotopt.SGD(learning_rate=1.0, params=params),
+            "legacy": lambda: legacy.SGD(learning_rate=1.0, params=params),
+            "v1": lambda: v1.GradientDescentOptimizer(learning_rate=1.0, params=params)}[face]
+    opt = make()
+    for p in params:
+        p.grad = torch.full((4,), -1.0)
+    for _ in range(3):
+        opt.step()  # planned steps, no constraint
+    params[4].constraint = lambda t: t.clamp(max=3.5)
+    opt.step()
+    assert params[4].tolist() == [3.5] * 4 and params[3].tolist() == [4.0] * 4
+    params[2].constraint = lambda t: t.sum()  # a scalar: refused, the whole step undone
+    before = [p.detach().clone() for p in params]
+    with pytest.raises(ValueError, match="shape"):
+        opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, params))

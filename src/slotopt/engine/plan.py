@@ -62,14 +62,18 @@ class Ordinary(list):  # type: ignore[type-arg]
     plan: StepPlan
     grads: list[torch.Tensor]
     grad_addresses: Optional[Sequence[int]]  # None when a gradient is not contiguous
+    #: Whether a variable of the step has a ``constraint`` (``engine/undo.py``), read in the C++ checks' pass over
+    #: the variables; None when not read (the step then looks itself).
+    constrained: Optional[bool]
 
     @classmethod
     def of(cls, pairs: Sequence[Pair], plan: StepPlan, grads: list[torch.Tensor],
-           grad_addresses: Optional[Sequence[int]]) -> Ordinary:
+           grad_addresses: Optional[Sequence[int]], constrained: Optional[bool] = None) -> Ordinary:
         """``pairs`` as an ordinary step of ``plan``, with their gradients and those gradients' addresses (None
         when one is not contiguous), as whoever checked them in this step read them."""
         ordinary = cls(pairs)
         ordinary.plan, ordinary.grads, ordinary.grad_addresses = plan, grads, grad_addresses
+        ordinary.constrained = constrained
         return ordinary
 
     def gradients(self, positions: tuple[int, ...]) -> native.Matched:
@@ -236,8 +240,8 @@ class StepPlan:
         checked = tensor_table.fits_params(self.table, params)
         if checked is None:
             return None
-        grads, addresses, pairs = checked
-        return Ordinary.of(pairs, self, grads, _from_table(addresses))
+        grads, addresses, constrained, pairs = checked
+        return Ordinary.of(pairs, self, grads, _from_table(addresses), constrained)
 
     def fits(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         """``pairs`` as an ``Ordinary`` step of this plan, or None (see the module docstring)."""
@@ -245,8 +249,8 @@ class StepPlan:
             checked = tensor_table.fits(self.table, pairs)
             if checked is None:
                 return None
-            grads, addresses = checked
-            return Ordinary.of(pairs, self, grads, _from_table(addresses))
+            grads, addresses, constrained = checked
+            return Ordinary.of(pairs, self, grads, _from_table(addresses), constrained)
         if len(pairs) != len(self.variables) or not all(map(_is, map(type, pairs), repeat(tuple))) \
                 or not all(map(operator.eq, map(len, pairs), repeat(2))):
             return None  # (a face's own pairs are 2-tuples; anything else is checked in full)

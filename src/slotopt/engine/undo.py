@@ -86,10 +86,15 @@ def constrained_step(opt: Any, pairs: Any) -> Optional[StepGuard]:
     copies nothing. None inside an outer step that looked already (its variables include these)."""
     if _OUTER.get() is not None:
         return None
-    # (An ordinary step's variables are its plan's, checked in this step: read from the plan's list, no pair is
-    # touched.)
-    variables = pairs.plan.variables if type(pairs) is Ordinary else map(_variable, pairs)
-    if not any(map(getattr, variables, repeat("constraint"), repeat(None))):
+    if type(pairs) is Ordinary:
+        # The C++ checks read each variable's constraint in their pass over the step (its objects in cache then);
+        # else the variables are the plan's, checked in this step: read from its list, no pair is touched.
+        constrained = pairs.constrained
+        if constrained is None:
+            constrained = any(map(getattr, pairs.plan.variables, repeat("constraint"), repeat(None)))
+    else:
+        constrained = any(map(getattr, map(_variable, pairs), repeat("constraint"), repeat(None)))
+    if not constrained:
         return StepGuard(UNCONSTRAINED)
     return StepValues(opt, [pair[1] for pair in pairs])
 

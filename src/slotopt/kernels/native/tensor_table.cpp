@@ -13,6 +13,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -121,6 +122,58 @@ inline const at::Tensor* dense(PyObject* object) {
   return &t;
 }
 
+// Reading a tensor's properties chases pointers: the Python object, its TensorImpl, its StorageImpl, its version
+// counter, its autograd metadata. Over thousands of small tensors out of cache each link is a miss, and a loop that
+// checks one tensor after another waits for them one by one (measured: ~110 ns per tensor). The checks therefore
+// run in blocks of ``kBlock`` tensors whose links are requested first, one level at a time for the whole block: the
+// loads of a level are independent, so their misses overlap, and the checks then read from cache. (Prefetches are
+// hints: they never fault and change no value, so a link that is not what it seems costs nothing but time.)
+constexpr Py_ssize_t kBlock = 16;  // (8 and 32 measured no better)
+
+inline void prefetch_bytes(const void* address, size_t bytes, bool write = false) {
+  auto p = static_cast<const char*>(address);
+  for (size_t offset = 0; offset < bytes; offset += 64) {
+    if (write)
+      __builtin_prefetch(p + offset, 1);
+    else
+      __builtin_prefetch(p + offset);
+  }
+}
+
+// The TensorImpl of a tensor object, or null (not a tensor object; nothing else is read).
+inline const c10::TensorImpl* impl_of(PyObject* object);
+
+// What ``warm`` requests of each tensor besides its object and TensorImpl.
+enum Links : unsigned { kStorage = 1, kVersion = 2 };
+
+// The version counter's shared block of a tensor (a hint's address only: the first word of ``VariableVersion``
+// is its pointer to that block).
+inline const void* version_block(const c10::TensorImpl* impl) {
+  return *reinterpret_cast<const void* const*>(&impl->version_counter());
+}
+
+// Requests, level by level, the memory the checks will read of ``m`` (<= kBlock) tensor objects (the k-th is
+// ``object_of(k)``): the objects, their TensorImpls, then the ``links`` of each.
+template <typename ObjectOf>
+void warm(Py_ssize_t m, ObjectOf object_of, unsigned links) {
+  const c10::TensorImpl* impls[kBlock];
+  for (Py_ssize_t i = 0; i < m; ++i) prefetch_bytes(object_of(i), sizeof(THPVariable));
+  for (Py_ssize_t i = 0; i < m; ++i) {
+    impls[i] = impl_of(object_of(i));
+    if (impls[i] != nullptr) prefetch_bytes(impls[i], sizeof(c10::TensorImpl));
+  }
+  for (Py_ssize_t i = 0; i < m; ++i) {
+    const c10::TensorImpl* impl = impls[i];
+    if (impl == nullptr) continue;
+    if (links & kStorage) prefetch_bytes(impl->unsafe_storage().unsafeGetStorageImpl(), 64);
+    if (links & kVersion) prefetch_bytes(version_block(impl), 64, true);
+  }
+}
+
+inline const c10::TensorImpl* impl_of(PyObject* object) {
+  return is_tensor_object(object) ? THPVariable_Unpack(object).unsafeGetTensorImpl() : nullptr;
+}
+
 // make_plan(variables) -> capsule, or None when a variable cannot be read directly (the Python path then runs).
 PyObject* make_plan(PyObject*, PyObject* variables) {
   if (!PyList_CheckExact(variables)) {
@@ -149,12 +202,105 @@ PyObject* make_plan(PyObject*, PyObject* variables) {
   return PyCapsule_New(plan, kPlanCapsule, free_plan);
 }
 
+// Whether ``variable`` has a ``constraint`` attribute that is not None, as ``getattr(variable, "constraint",
+// None)`` sees it: 1 or 0, or -1 when reading it raised (the Python scan then reports the error).
+int has_constraint(PyObject* variable) {
+  static PyObject* name = PyUnicode_InternFromString("constraint");
+  if (name == nullptr) return -1;
+  PyObject* value = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  int found = PyObject_GetOptionalAttr(variable, name, &value);
+#else
+  int found = _PyObject_LookupAttr(variable, name, &value);
+#endif
+  if (found < 0) {
+    PyErr_Clear();
+    return -1;
+  }
+  int constrained = found == 1 && value != Py_None;
+  Py_XDECREF(value);
+  return constrained;
+}
+
+// ``warm`` for reading the attributes of the variables of the block of a plan starting at ``begin`` (m <= kBlock):
+// each object with what precedes it (CPython keeps an object's instance dictionary, or its inline attribute
+// values, just before it), then that dictionary or those values.
+void warm_attributes(const Plan* plan, Py_ssize_t begin, Py_ssize_t m) {
+  constexpr size_t kBefore = 4 * sizeof(PyObject*);
+  for (Py_ssize_t k = 0; k < m; ++k)
+    prefetch_bytes(reinterpret_cast<const char*>(plan->variables[begin + k].variable) - kBefore, kBefore + 64);
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+  for (Py_ssize_t k = 0; k < m; ++k) {
+    PyObject* object = plan->variables[begin + k].variable;
+    if (!PyType_HasFeature(Py_TYPE(object), Py_TPFLAGS_MANAGED_DICT)) continue;
+    auto before = reinterpret_cast<const void* const*>(object);
+    prefetch_bytes(before[-4], 64);  // the inline values
+    prefetch_bytes(before[-3], 64);  // the dictionary, once one was made
+  }
+#endif
+}
+
+// ``warm`` for the block of a step starting at ``begin`` (m <= kBlock items): the variables (known from the plan)
+// and their storages, the gradients (read from each variable's autograd metadata, or from each pair) and their
+// storages and Python objects, and the pair tuples the step will reuse.
+void warm_step(const Plan* plan, PyObject** items, Py_ssize_t begin, Py_ssize_t m, bool from_params) {
+  const c10::TensorImpl* variables[kBlock];
+  const c10::TensorImpl* grads[kBlock];
+  PyObject* grad_objects[kBlock];
+  for (Py_ssize_t k = 0; k < m; ++k) {
+    prefetch_bytes(plan->variables[begin + k].variable, sizeof(THPVariable));
+    if (!from_params) prefetch_bytes(items[begin + k], 48);
+  }
+  for (Py_ssize_t k = 0; k < m; ++k) {
+    variables[k] = impl_of(plan->variables[begin + k].variable);
+    if (variables[k] != nullptr) prefetch_bytes(variables[k], sizeof(c10::TensorImpl));
+    grad_objects[k] = nullptr;
+    if (!from_params && PyTuple_CheckExact(items[begin + k]) && PyTuple_GET_SIZE(items[begin + k]) == 2) {
+      grad_objects[k] = PyTuple_GET_ITEM(items[begin + k], 0);
+      prefetch_bytes(grad_objects[k], sizeof(THPVariable));
+    }
+  }
+  for (Py_ssize_t k = 0; k < m; ++k) {
+    const c10::TensorImpl* v = variables[k];
+    grads[k] = nullptr;
+    if (v != nullptr) {
+      prefetch_bytes(v->unsafe_storage().unsafeGetStorageImpl(), 64);
+      if (from_params) {
+        auto meta = static_cast<const torch::autograd::AutogradMeta*>(v->autograd_meta());
+        if (meta != nullptr) prefetch_bytes(&meta->grad_, 8);
+      }
+    }
+    if (grad_objects[k] != nullptr) {
+      grads[k] = impl_of(grad_objects[k]);
+      if (grads[k] != nullptr) prefetch_bytes(grads[k], sizeof(c10::TensorImpl));
+    }
+  }
+  if (from_params) {
+    for (Py_ssize_t k = 0; k < m; ++k) {
+      const c10::TensorImpl* v = variables[k];
+      auto meta = v != nullptr ? static_cast<const torch::autograd::AutogradMeta*>(v->autograd_meta()) : nullptr;
+      grads[k] = meta != nullptr && meta->grad_.defined() ? meta->grad_.unsafeGetTensorImpl() : nullptr;
+      if (grads[k] != nullptr) prefetch_bytes(grads[k], sizeof(c10::TensorImpl));
+      if (static_cast<size_t>(begin + k) < plan->pairs.size() && plan->pairs[begin + k] != nullptr)
+        prefetch_bytes(plan->pairs[begin + k], 48, true);
+    }
+  }
+  for (Py_ssize_t k = 0; k < m; ++k) {
+    const c10::TensorImpl* g = grads[k];
+    if (g == nullptr) continue;
+    prefetch_bytes(g->unsafe_storage().unsafeGetStorageImpl(), 64);
+    if (from_params) prefetch_bytes(g->pyobj_slot()->load_pyobj(), 32, true);
+  }
+}
+
 // The checks of StepPlan.fits over ``items``: the pairs of a step (2-tuples ``(gradient, variable)``), or, with
 // ``from_params``, the parameters of a torch ``step()`` whose ``.grad`` are the gradients (read here, in the same
 // pass; then the pairs are built too). Each item must hold exactly the plan's variable, in order, still
 // contiguous at its recorded address; each gradient a dense torch.Tensor (exactly) with the recorded dtype,
 // sizes and device. Returns None (not ordinary), or ``(gradients, their addresses as bytes of uint64 or None
-// when one is not contiguous[, pairs])``.
+// when one is not contiguous, constrained[, pairs])``, where ``constrained`` says whether a variable has a
+// constraint (``engine/undo.py``; read in the same pass, its objects in cache): True, False, or None when
+// reading one raised.
 PyObject* check_step(Plan* plan, PyObject* sequence, bool from_params) {
   if (!PyList_Check(sequence) && !PyTuple_Check(sequence)) Py_RETURN_NONE;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
@@ -172,9 +318,27 @@ PyObject* check_step(Plan* plan, PyObject* sequence, bool from_params) {
   }
   auto out = reinterpret_cast<uint64_t*>(PyBytes_AS_STRING(addresses));
   bool contiguous = true, ok = true;
+  // First whether a variable has a constraint: reading an attribute may run Python code (a property, a
+  // ``__getattr__``), which might change the tensors or the sequence, so it runs before any of them is checked;
+  // each variable is held while it is read, and the sequence is read again after each one.
+  int constrained = 0;  // 1: a variable has a constraint; -1: undecided (reading one raised, or the step changed)
+  for (Py_ssize_t i = 0; i < n && constrained == 0; ++i) {
+    if (i % kBlock == 0) warm_attributes(plan, i, std::min(kBlock, n - i));
+    PyObject* item = items[i];
+    PyObject* variable = from_params ? item
+                         : PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2 ? PyTuple_GET_ITEM(item, 1)
+                                                                                   : nullptr;
+    if (variable != plan->variables[i].variable) break;  // (not this plan's step: refused below)
+    Py_INCREF(variable);
+    constrained = has_constraint(variable);
+    Py_DECREF(variable);
+    if (PySequence_Fast_GET_SIZE(sequence) != n) constrained = -1, ok = false;
+    items = PySequence_Fast_ITEMS(sequence);
+  }
   std::vector<PyObject*> released;  // references to drop after the pass (recycled_pair)
   try {
     for (Py_ssize_t i = 0; i < n && ok; ++i) {
+      if (i % kBlock == 0) warm_step(plan, items, i, std::min(kBlock, n - i), from_params);
       const Recorded& r = plan->variables[i];
       PyObject* item = items[i];
       PyObject* object;  // the gradient (a new reference when read from the parameter)
@@ -247,14 +411,16 @@ PyObject* check_step(Plan* plan, PyObject* sequence, bool from_params) {
     addresses = Py_None;
     Py_INCREF(Py_None);
   }
-  PyObject* result = from_params ? PyTuple_Pack(3, grads, addresses, pairs) : PyTuple_Pack(2, grads, addresses);
+  PyObject* verdict = constrained < 0 ? Py_None : constrained ? Py_True : Py_False;  // (borrowed; Pack takes its own)
+  PyObject* result = from_params ? PyTuple_Pack(4, grads, addresses, verdict, pairs)
+                                 : PyTuple_Pack(3, grads, addresses, verdict);
   Py_DECREF(grads);
   Py_DECREF(addresses);
   Py_XDECREF(pairs);
   return result;
 }
 
-// fits(plan, pairs) -> None or (gradients, addresses): check_step over the pairs of a step.
+// fits(plan, pairs) -> None or (gradients, addresses, constrained): check_step over the pairs of a step.
 PyObject* fits(PyObject*, PyObject* args) {
   PyObject *capsule, *pairs;
   if (!PyArg_ParseTuple(args, "OO", &capsule, &pairs)) return nullptr;
@@ -263,7 +429,7 @@ PyObject* fits(PyObject*, PyObject* args) {
   return check_step(plan, pairs, false);
 }
 
-// fits_params(plan, params) -> None or (gradients, addresses, pairs): check_step over the parameters of a
+// fits_params(plan, params) -> None or (gradients, addresses, constrained, pairs): check_step over the parameters of a
 // torch ``step()``, reading their ``.grad`` in the same pass.
 PyObject* fits_params(PyObject*, PyObject* args) {
   PyObject *capsule, *params;
@@ -272,6 +438,16 @@ PyObject* fits_params(PyObject*, PyObject* args) {
   if (plan == nullptr) return nullptr;
   if (parameter_type() == nullptr) return nullptr;
   return check_step(plan, params, true);
+}
+
+// Moves the version counter of each of the ``n`` tensor objects at ``items`` (all tensors), in blocks whose
+// counters are requested first (``warm``). Throws where torch would refuse the in-place write (an inference
+// tensor outside inference mode).
+void bump_all(PyObject** items, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (i % kBlock == 0) warm(std::min(kBlock, n - i), [&](Py_ssize_t k) { return items[i + k]; }, kVersion);
+    torch::autograd::impl::bump_version(THPVariable_Unpack(items[i]));
+  }
 }
 
 // same_addresses(tensors, expected, addresses, bump=False) -> bool: ``tensors`` (a list or tuple) are the
@@ -291,13 +467,14 @@ PyObject* same_addresses(PyObject*, PyObject* args) {
     auto recorded = static_cast<const uint64_t*>(addresses.buf);
     PyObject** items = ok ? PySequence_Fast_ITEMS(tensors) : nullptr;
     for (Py_ssize_t i = 0; i < n && ok; ++i) {
+      if (i % kBlock == 0)
+        warm(std::min(kBlock, n - i), [&](Py_ssize_t k) { return items[i + k]; }, kStorage | (bump ? kVersion : 0));
       PyObject* object = items[i];
       const at::Tensor* t = object == PyList_GET_ITEM(expected, i) ? dense(object) : nullptr;
       ok = t != nullptr && reinterpret_cast<uint64_t>(t->const_data_ptr()) == recorded[i] && t->is_contiguous();
     }
     if (ok && bump) {  // (all checked first: a refused list bumps nothing)
-      PyObject** items = PySequence_Fast_ITEMS(tensors);
-      for (Py_ssize_t i = 0; i < n; ++i) torch::autograd::impl::bump_version(THPVariable_Unpack(items[i]));
+      bump_all(PySequence_Fast_ITEMS(tensors), n);
     }
   } catch (const std::exception& error) {
     if (bump && ok) {  // an inference tensor outside inference mode, as torch's in-place op would report it
@@ -328,7 +505,7 @@ PyObject* bump_versions(PyObject*, PyObject* tensors) {
     }
   }
   try {
-    for (Py_ssize_t i = 0; i < n; ++i) torch::autograd::impl::bump_version(THPVariable_Unpack(items[i]));
+    bump_all(items, n);
   } catch (const std::exception& error) {
     PyErr_SetString(PyExc_RuntimeError, error.what());
     return nullptr;

@@ -81,14 +81,15 @@ def make_plan(variables: list[torch.Tensor]) -> Any:
     return _module.make_plan(variables) if active() else None
 
 
-def fits(table: Any, pairs: Any) -> Optional[tuple[list[torch.Tensor], Optional[bytes]]]:
-    """``(gradients, their addresses)`` of an ordinary step of ``table``'s plan (addresses None when one is not
-    contiguous), or None: exactly ``StepPlan.fits``'s checks."""
+def fits(table: Any, pairs: Any) -> Optional[tuple[list[torch.Tensor], Optional[bytes], Optional[bool]]]:
+    """``(gradients, their addresses, constrained)`` of an ordinary step of ``table``'s plan (addresses None when
+    one is not contiguous; ``constrained``: whether a variable has a ``constraint``, None when reading one raised),
+    or None: exactly ``StepPlan.fits``'s checks."""
     return _module.fits(table, pairs)
 
 
-def fits_params(table: Any, params: list[torch.Tensor]) -> Optional[tuple[list[torch.Tensor], Optional[bytes],
-                                                                       list[tuple[torch.Tensor, torch.Tensor]]]]:
+def fits_params(table: Any, params: list[torch.Tensor]) -> Optional[tuple[
+        list[torch.Tensor], Optional[bytes], Optional[bool], list[tuple[torch.Tensor, torch.Tensor]]]]:
     """``fits`` for a torch ``step()``: the gradients are the ``.grad`` of ``params`` (plain tensors or
     parameters), read in the same pass; also returns the ``(p.grad, p)`` pairs. None when not ordinary."""
     return _module.fits_params(table, params)
