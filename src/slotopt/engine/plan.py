@@ -76,7 +76,7 @@ class Ordinary(list):  # type: ignore[type-arg]
         ordinary.constrained = constrained
         return ordinary
 
-    def gradients(self, positions: tuple[int, ...]) -> native.Matched:
+    def gradients(self, positions: Sequence[int]) -> native.Matched:
         """The gradients of ``positions`` for a compiled call, with their addresses when all are contiguous."""
         order = self.plan.order(positions)
         grads = native.Matched(self.grads if order is None else [self.grads[i] for i in order])
@@ -124,13 +124,17 @@ class StepPlan:
         #: exclusion list); dropped with the plan.
         self.memo: dict[Any, Any] = {}
 
-    def order(self, positions: tuple[int, ...]) -> Optional[list[int]]:
-        """The pair indices of ``positions``, or None when they are the pairs' own order."""
-        key = ("order", positions)
-        if key not in self.memo:
+    def order(self, positions: Sequence[int]) -> Optional[list[int]]:
+        """The pair indices of ``positions`` (a sequence the caller keeps and never changes: one of ``groups``, or
+        a packed state's positions), or None when they are the pairs' own order; worked out once per sequence
+        object (no hash of thousands of positions per step)."""
+        key = ("order", id(positions))
+        kept = self.memo.get(key)
+        if kept is None or kept[0] is not positions:
             order = [self.index_of[p] for p in positions]
-            self.memo[key] = None if order == list(range(len(self.positions))) else order
-        return self.memo[key]
+            kept = (positions, None if order == list(range(len(self.positions))) else order)
+            self.memo[key] = kept
+        return kept[1]
 
     def verified(self, positions: tuple[int, ...], params: list[torch.Tensor]) -> native.Verified:
         """``params`` (the variables of ``positions``) for a compiled call: their element counts and addresses

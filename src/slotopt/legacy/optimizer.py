@@ -572,7 +572,7 @@ class Optimizer(SlotWeights, HyperparameterStore):
                     params = plan.group_params(group, self._vars)
                     key = (params[0].device, params[0].dtype)
                     coefficients = (apply_state or {}).get(key) or self._fallback_apply_state(*key)
-                    self._apply_dense_group(params, pairs.gradients(tuple(group)), group, coefficients)
+                    self._apply_dense_group(params, pairs.gradients(group), group, coefficients)
             finally:
                 self.__dict__["_updating_plan"] = None
             return

@@ -372,7 +372,7 @@ class Optimizer(NamedState):
             self.__dict__["_updating_plan"] = plan  # and the slots' (``_slot_lists``)
             try:
                 for group in plan.groups:
-                    self._dense_update(plan.group_params(group, self._vars), pairs.gradients(tuple(group)),
+                    self._dense_update(plan.group_params(group, self._vars), pairs.gradients(group),
                                        self._slot_lists(self._kernel_slots, group))
             finally:
                 self.__dict__["_updating_plan"] = None

@@ -130,13 +130,15 @@ inline const at::Tensor* dense(PyObject* object) {
 // hints: they never fault and change no value, so a link that is not what it seems costs nothing but time.)
 constexpr Py_ssize_t kBlock = 16;  // (8 and 32 measured no better)
 
+// Requests every 64-byte line that holds a byte of [address, address + bytes).
 inline void prefetch_bytes(const void* address, size_t bytes, bool write = false) {
-  auto p = static_cast<const char*>(address);
-  for (size_t offset = 0; offset < bytes; offset += 64) {
+  const auto first = reinterpret_cast<uintptr_t>(address) & ~static_cast<uintptr_t>(63);
+  const auto end = reinterpret_cast<uintptr_t>(address) + bytes;
+  for (uintptr_t line = first; line < end; line += 64) {
     if (write)
-      __builtin_prefetch(p + offset, 1);
+      __builtin_prefetch(reinterpret_cast<const void*>(line), 1);
     else
-      __builtin_prefetch(p + offset);
+      __builtin_prefetch(reinterpret_cast<const void*>(line));
   }
 }
 
@@ -165,7 +167,7 @@ void warm(Py_ssize_t m, ObjectOf object_of, unsigned links) {
   for (Py_ssize_t i = 0; i < m; ++i) {
     const c10::TensorImpl* impl = impls[i];
     if (impl == nullptr) continue;
-    if (links & kStorage) prefetch_bytes(impl->unsafe_storage().unsafeGetStorageImpl(), 64);
+    if (links & kStorage) prefetch_bytes(impl->unsafe_storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
     if (links & kVersion) prefetch_bytes(version_block(impl), 64, true);
   }
 }
@@ -264,7 +266,7 @@ void warm_step(const Plan* plan, PyObject** items, Py_ssize_t begin, Py_ssize_t 
     const c10::TensorImpl* v = variables[k];
     grads[k] = nullptr;
     if (v != nullptr) {
-      prefetch_bytes(v->unsafe_storage().unsafeGetStorageImpl(), 64);
+      prefetch_bytes(v->unsafe_storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
       if (from_params) {
         auto meta = static_cast<const torch::autograd::AutogradMeta*>(v->autograd_meta());
         if (meta != nullptr) prefetch_bytes(&meta->grad_, 8);
@@ -288,7 +290,7 @@ void warm_step(const Plan* plan, PyObject** items, Py_ssize_t begin, Py_ssize_t 
   for (Py_ssize_t k = 0; k < m; ++k) {
     const c10::TensorImpl* g = grads[k];
     if (g == nullptr) continue;
-    prefetch_bytes(g->unsafe_storage().unsafeGetStorageImpl(), 64);
+    prefetch_bytes(g->unsafe_storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
     if (from_params) prefetch_bytes(g->pyobj_slot()->load_pyobj(), 32, true);
   }
 }
