@@ -1,5 +1,5 @@
 """A step checked once is handed on checked: what a wrapper or composite gives the optimizers inside it, after its
-own plan checked every pair in this step (engine/plan.py ``part_of``, engine/loss_scaling.py ``handed_on``), and
+own plan checked every pair in this step (engine/plan.py ``split``, engine/loss_scaling.py ``handed_on``), and
 what an outer step found of the constraints (engine/undo.py). The numbers are those of the optimizers stepped
 on their own; anything that is not the checked pairs themselves is checked in full."""
 
@@ -8,7 +8,7 @@ import torch
 
 import slotopt
 from slotopt.engine import loss_scaling
-from slotopt.engine.plan import Ordinary, part_of
+from slotopt.engine.plan import Ordinary, split
 
 
 def variables(n=8, shape=(5,), dtype=torch.float32, prefix="v"):
@@ -22,24 +22,41 @@ def gradients(vs, step):
 
 
 # ------------------------------------------------------------------------------------------ the plan's part
-def test_part_of_hands_a_group_of_the_step_to_the_plan_that_records_its_variables():
+def test_split_hands_each_group_of_the_step_to_the_plan_that_records_its_variables():
     vs = variables()
     whole, odd = slotopt.Adam(learning_rate=0.1), slotopt.Adam(learning_rate=0.1)
     for step in range(2):
         pairs = list(zip(gradients(vs, step), vs))
         whole.apply_gradients(pairs)
         odd.apply_gradients(pairs[1::2])
-    pairs = list(zip(gradients(vs, 2), vs))
-    step = whole._planned_step(pairs)
-    assert type(step) is Ordinary
-    part = part_of(step, pairs[1::2], odd._current_plan())
-    assert type(part) is Ordinary and part.plan is odd._current_plan()
-    assert part.grads == [g for g, _ in pairs[1::2]]
-    assert list(part.grad_addresses) == [g.data_ptr() for g, _ in pairs[1::2]]
-    # Pairs that are not the step's own (new tuples, even of the same tensors), or another plan's variables: no.
-    assert part_of(step, [(g, v) for g, v in pairs[1::2]], odd._current_plan()) is None
-    assert part_of(step, pairs[0::2], odd._current_plan()) is None
-    assert part_of(step, pairs[1::2], None) is None
+    owners = {id(v): i % 2 for i, v in enumerate(vs)}
+    routed = []
+
+    def route(pairs):
+        routed.append(1)
+        return {0: pairs[0::2], 1: pairs[1::2]}
+
+    for step in range(2, 5):
+        pairs = list(zip(gradients(vs, step), vs))
+        planned = whole._planned_step(pairs)
+        assert type(planned) is Ordinary
+        shares = split(planned, owners, lambda step=planned: route(step), [None, odd._current_plan()])
+        assert list(shares) == [0, 1]
+        assert type(shares[0]) is list and all(a is b for a, b in zip(shares[0], pairs[0::2]))
+        part = shares[1]
+        assert type(part) is Ordinary and part.plan is odd._current_plan()
+        assert all(a is b for a, b in zip(part, pairs[1::2]))
+        assert part.grads == [g for g, _ in pairs[1::2]]
+        assert list(part.grad_addresses) == [g.data_ptr() for g, _ in pairs[1::2]]
+    assert len(routed) == 1  # routed once, then taken by the kept indices
+    # Another ownership object, or other plans: routed again. A plan of other variables takes no group.
+    split(planned, dict(owners), lambda: route(planned), [None, odd._current_plan()])
+    assert len(routed) == 2
+    shares = split(planned, owners, lambda: route(planned), [odd._current_plan(), None])
+    assert len(routed) == 3 and type(shares[0]) is list and type(shares[1]) is list
+    # Groups that are not the step's own tuples (new tuples, even of the same tensors): handed on as routed.
+    fresh = {0: [(g, v) for g, v in pairs[0::2]], 1: [(g, v) for g, v in pairs[1::2]]}
+    assert split(planned, object(), lambda: fresh, [None, odd._current_plan()]) is fresh
 
 
 def test_multi_optimizer_steps_give_the_bits_of_its_optimizers_stepped_alone():

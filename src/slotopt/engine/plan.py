@@ -32,7 +32,7 @@ import torch
 from ..kernels import native
 from ..kernels.native import tensor_table
 
-__all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "part_of"]
+__all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "split"]
 
 Pair = tuple[Any, torch.Tensor]
 
@@ -279,32 +279,43 @@ class StepPlan:
         return Ordinary.of(pairs, self, grads, list(map(_address, grads)) if contiguous else None)
 
 
-def part_of(step: Ordinary, group: Sequence[Pair], plan: Optional[StepPlan]) -> Optional[Ordinary]:
-    """``group``, pairs of ``step`` taken in an order of their own (a composite's share for one of its optimizers),
-    as an ``Ordinary`` step of ``plan`` (that optimizer's) without checking them a second time, or None.
+def split(step: Ordinary, key: Any, route: Callable[[], dict[int, list[Pair]]],
+          plans: Sequence[Optional[StepPlan]]) -> dict[int, list[Pair]]:
+    """The pairs of ``step`` grouped by owner, each group handed on as checked where it can be: a composite's shares
+    for its optimizers.
 
-    ``step``'s plan checked every pair of it in this step; ``plan`` would check the same things of the same pairs:
-    so when ``plan`` records exactly the group's variables, in order, and the group's pairs are ``step``'s own
-    (the same tuple objects: one pass comparing references), the gradients and their addresses are taken from
-    ``step``. Which pairs of ``step`` ``plan`` covers is worked out once and kept with ``step``'s plan."""
-    if plan is None or len(group) != len(plan.variables) or not group:
-        return None
+    ``route()`` is the full routing (it may raise for a variable no optimizer owns); its groups are ``step``'s own
+    pair tuples. The grouping depends only on ``step``'s variables (its plan) and on ``key``, what ownership depends
+    on (an object replaced, never edited, when ownership changes): it is worked out once and kept with ``step``'s
+    plan, with the pair indices of each group, so a later step is split with one C-level take per group and no pair
+    compared again. ``step``'s plan checked every pair in this step, and ``plans[owner]`` (that optimizer's plan, if
+    any) would check the same things of the same pairs: where it records exactly the group's variables in order, the
+    group is an ``Ordinary`` step of it, with the gradients and their addresses taken from ``step``; else a list."""
     memo = step.plan.memo
-    kept = memo.get(("part", id(plan)))
-    if kept is None or kept[0] is not plan:
+    kept = memo.get(("split", id(key)))
+    if kept is None or kept[0] is not key or len(kept[1]) != len(plans) or not all(map(_is, kept[1], plans)):
+        groups = route()
         where = {id(pair): i for i, pair in enumerate(step)}
-        indices = [where.get(id(pair), -1) for pair in group]
-        if -1 in indices or not all(map(_is, [step.plan.variables[i] for i in indices], plan.variables)):
-            return None
-        kept = (plan, operator.itemgetter(*indices) if len(indices) > 1 else _one(indices[0]),
-                np.asarray(indices, dtype=np.int64))
-        memo[("part", id(plan))] = kept
-    _, take, indices = kept
-    if not all(map(_is, group, take(step))):
-        return None
+        parts = []
+        for owner, group in groups.items():
+            indices = [where.get(id(pair), -1) for pair in group]
+            if -1 in indices or not indices:  # (not the step's own tuples: nothing to keep)
+                return groups
+            plan = plans[owner]
+            if plan is not None and not (len(indices) == len(plan.variables) and all(
+                    map(_is, [step.plan.variables[i] for i in indices], plan.variables))):
+                plan = None
+            take = operator.itemgetter(*indices) if len(indices) > 1 else _one(indices[0])
+            parts.append((owner, take, np.asarray(indices, dtype=np.int64), plan))
+        kept = (key, list(plans), parts)
+        memo[("split", id(key))] = kept
     addresses = step.grad_addresses
-    return Ordinary.of(group, plan, list(take(step.grads)),
-                       None if addresses is None else np.asarray(addresses, dtype=np.uint64)[indices])
+    shares: dict[int, list[Pair]] = {}
+    for owner, take, indices, plan in kept[2]:
+        group = list(take(step))
+        shares[owner] = group if plan is None else Ordinary.of(
+            group, plan, list(take(step.grads)), None if addresses is None else np.asarray(addresses)[indices])
+    return shares
 
 
 def _from_table(addresses: Optional[bytes]) -> Optional[np.ndarray]:

@@ -17,7 +17,7 @@ import torch
 
 from ..engine import registry
 from ..engine.core import OptimizerCore, Pair
-from ..engine.plan import Ordinary, part_of
+from ..engine.plan import Ordinary, split
 from ..engine.routing import (
     AGGREGATED,
     Routes,
@@ -359,12 +359,11 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
                 for pair in self._inner_optimizers[i]._aggregate_across_processes(group, **options)]
 
     def _apply_updates(self, pairs: list[Pair]) -> None:
-        groups = self._by_owner(pairs)
         if type(pairs) is Ordinary:  # checked in this step: each group handed on as checked, where it can be
-            for i, group in groups.items():
-                planned = part_of(pairs, group, self._inner_optimizers[i]._current_plan())
-                if planned is not None:
-                    groups[i] = planned
+            groups = split(pairs, self._owner, lambda: self._by_owner(pairs),
+                           [o._current_plan() for o in self._inner_optimizers])
+        else:
+            groups = self._by_owner(pairs)
         dispatch(self._inner_optimizers, groups, AGGREGATED, validate_first=True,
                  all_present=type(pairs) is Ordinary)
 
