@@ -390,3 +390,27 @@ def test_wrapper_steps_pass_the_bounds_check_with_the_same_bits(unscaled_record,
         assert set(one_list_tables) == {2}  # each kind of the mix: two gradients
     finally:
         native.check_bounds(previous)
+
+
+@needs_compiled
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_threaded_finite_check_finds_the_first_tensor_with_an_inf_or_nan(kernels, threads):
+    # Over 32,768 elements the tensors are shared between threads, each stopping at the first it finds; the answer
+    # must still be the first tensor of the whole group, wherever the others lie (and -1 when there is none).
+    generator = torch.Generator().manual_seed(7)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for trial in range(40):
+            sizes = [int(s) for s in torch.randint(0, 700, (400,), generator=generator)]
+            tensors = [torch.randn(s, generator=generator) for s in sizes]
+            addresses = np.array([t.data_ptr() for t in tensors], dtype=np.uint64)
+            offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            assert native.first_nonfinite(addresses, offsets, torch.float32) == -1
+            hosts = sorted({int(h) for h in torch.randint(0, 400, (1 + trial % 4,), generator=generator)
+                            if sizes[int(h)]})
+            for host in hosts:
+                tensors[host].view(-1)[sizes[host] - 1] = (INF, -INF, float("nan"))[host % 3]
+            assert native.first_nonfinite(addresses, offsets, torch.float32) == (hosts[0] if hosts else -1)
+    finally:
+        torch.set_num_threads(previous)

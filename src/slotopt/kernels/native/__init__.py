@@ -527,11 +527,12 @@ def first_nonfinite(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dty
     checks another way). The caller vouches for the addresses (an ordinary step's, read this step)."""
     if not active() or dtype not in _EXPONENT_MASKS:
         return None
-    fn = _library_function("slotopt_first_nonfinite",
-                           [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64])
+    fn = _library_function("slotopt_first_nonfinite", [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                                                       ctypes.c_int64, ctypes.c_uint64, ctypes.c_int])
     if fn is None:
         return None
-    index = fn(len(addresses), addresses.ctypes.data, offsets.ctypes.data, dtype.itemsize, _EXPONENT_MASKS[dtype])
+    index = fn(len(addresses), addresses.ctypes.data, offsets.ctypes.data, dtype.itemsize, _EXPONENT_MASKS[dtype],
+               torch.get_num_threads())
     return None if index < -1 else int(index)
 
 

@@ -365,23 +365,44 @@ ANY_ALL_ONES_(uint64_t)
  * NaN, or -1. It reads bits only (an exponent field of all ones: `(x & mask) == mask`), so no floating-point
  * operation runs and the answer is exact under any rounding or denormal mode; no write, one read of each
  * element. `ptr[k]` is tensor k's data, `off` the n + 1 prefix sums of the element counts, `bytes` the element
- * size (2, 4 or 8) and `mask` the dtype's exponent field. */
+ * size (2, 4 or 8) and `mask` the dtype's exponent field; over MIN_PARALLEL_ELEMENTS elements, `threads` threads
+ * share the tensors. */
 int64_t slotopt_first_nonfinite(int64_t n, const void *const *ptr, const int64_t *off, int64_t bytes,
-                                uint64_t mask) {
+                                uint64_t mask, int threads) {
     if (bytes != 2 && bytes != 4 && bytes != 8) return -2; /* not an element size this check knows */
-    for (int64_t k = 0; k < n; ++k) {
-        const int64_t len = off[k + 1] - off[k];
-        if (k + 1 < n) { /* the next tensor's first lines, read while this one is (see PREFETCH_NEXT) */
-            const char *next = (const char *)ptr[k + 1];
-            const int64_t next_bytes = (off[k + 2] - off[k + 1]) * bytes;
-            for (int64_t b = 0; b < next_bytes && b < 1024; b += 64) __builtin_prefetch(next + b, 0, 3);
+    const int64_t total = off[n];
+    const int threads_ = (total < MIN_PARALLEL_ELEMENTS || threads < 1) ? 1 : threads;
+    int64_t first = n; /* the first tensor found so far (n: none) */
+    /* Each thread takes the tensors whose first element falls in its share of the elements, and stops at the first
+     * it finds; the answer is the least index any thread found. */
+    _Pragma("omp parallel num_threads(threads_)")
+    {
+        const int64_t nth = THREAD_COUNT(), tid = THREAD_ID();
+        const int64_t lo = total * tid / nth, hi = total * (tid + 1) / nth;
+        int64_t k = 0, end = n;
+        while (k < n && off[k] < lo) ++k;
+        if (tid + 1 < nth) {
+            end = k;
+            while (end < n && off[end] < hi) ++end;
         }
-        const int found = bytes == 4   ? any_all_ones_uint32_t(ptr[k], len, (uint32_t)mask)
-                          : bytes == 8 ? any_all_ones_uint64_t(ptr[k], len, mask)
-                                       : any_all_ones_uint16_t(ptr[k], len, (uint16_t)mask);
-        if (found) return k;
+        for (; k < end; ++k) {
+            const int64_t len = off[k + 1] - off[k];
+            if (k + 1 < end) { /* the next tensor's first lines, read while this one is (see PREFETCH_NEXT) */
+                const char *next = (const char *)ptr[k + 1];
+                const int64_t next_bytes = (off[k + 2] - off[k + 1]) * bytes;
+                for (int64_t b = 0; b < next_bytes && b < 1024; b += 64) __builtin_prefetch(next + b, 0, 3);
+            }
+            const int found = bytes == 4   ? any_all_ones_uint32_t(ptr[k], len, (uint32_t)mask)
+                              : bytes == 8 ? any_all_ones_uint64_t(ptr[k], len, mask)
+                                           : any_all_ones_uint16_t(ptr[k], len, (uint16_t)mask);
+            if (found) {
+                _Pragma("omp critical(slotopt_first_nonfinite)")
+                if (k < first) first = k;
+                break;
+            }
+        }
     }
-    return -1;
+    return first == n ? -1 : first;
 }
 
 /* Loss scaling's unscale on an ordinary step (slotopt/engine/loss_scaling.py), in one pass over a group: element i
