@@ -127,6 +127,16 @@ int slotopt_denormal_mode(int bits) {
 #define THREAD_COUNT() 1
 #endif
 
+/* The first k in [0, n] with sorted[k] >= x (n when there is none), for nondecreasing prefix sums. */
+static inline int64_t first_at_least_(const int64_t *sorted, int64_t n, int64_t x) {
+    int64_t a = 0, b = n;
+    while (a < b) {
+        const int64_t mid = (a + b) / 2;
+        if (sorted[mid] >= x) b = mid; else a = mid + 1;
+    }
+    return a;
+}
+
 /* Runs the statements in __VA_ARGS__ for every piece [s, e) of tensor k that falls in this thread's range.
  * The body declares its pointers with P(j) and loops over i in [s, e). */
 #define GROUP_LOOP(...)                                                                                      \
@@ -140,12 +150,7 @@ int slotopt_denormal_mode(int bits) {
             const int64_t nth_ = THREAD_COUNT(), tid_ = THREAD_ID();                                        \
             int64_t lo_ = total_ * tid_ / nth_;                                                            \
             const int64_t hi_ = total_ * (tid_ + 1) / nth_;                                                \
-            int64_t a_ = 0, b_ = n; /* first k with off[k + 1] > lo_ */                                   \
-            while (a_ < b_) {                                                                              \
-                int64_t mid_ = (a_ + b_) / 2;                                                              \
-                if (off[mid_ + 1] > lo_) b_ = mid_; else a_ = mid_ + 1;                                    \
-            }                                                                                              \
-            int64_t k = a_;                                                                                \
+            int64_t k = first_at_least_(off + 1, n, lo_ + 1); /* the first tensor ending past lo_ */        \
             while (lo_ < hi_ && k < n) {                                                                   \
                 const int64_t end_ = hi_ < off[k + 1] ? hi_ : off[k + 1];                                  \
                 const int64_t s = lo_ - off[k], e = end_ - off[k];                                         \
@@ -379,12 +384,8 @@ int64_t slotopt_first_nonfinite(int64_t n, const void *const *ptr, const int64_t
     {
         const int64_t nth = THREAD_COUNT(), tid = THREAD_ID();
         const int64_t lo = total * tid / nth, hi = total * (tid + 1) / nth;
-        int64_t k = 0, end = n;
-        while (k < n && off[k] < lo) ++k;
-        if (tid + 1 < nth) {
-            end = k;
-            while (end < n && off[end] < hi) ++end;
-        }
+        int64_t k = first_at_least_(off, n, lo);
+        const int64_t end = tid + 1 < nth ? first_at_least_(off, n, hi) : n;
         for (; k < end; ++k) {
             const int64_t len = off[k + 1] - off[k];
             if (k + 1 < end) { /* the next tensor's first lines, read while this one is (see PREFETCH_NEXT) */

@@ -143,7 +143,9 @@ inline void prefetch_bytes(const void* address, size_t bytes, bool write = false
 }
 
 // The TensorImpl of a tensor object, or null (not a tensor object; nothing else is read).
-inline const c10::TensorImpl* impl_of(PyObject* object);
+inline const c10::TensorImpl* impl_of(PyObject* object) {
+  return is_tensor_object(object) ? THPVariable_Unpack(object).unsafeGetTensorImpl() : nullptr;
+}
 
 // What ``warm`` requests of each tensor besides its object and TensorImpl.
 enum Links : unsigned { kStorage = 1, kVersion = 2 };
@@ -170,10 +172,6 @@ void warm(Py_ssize_t m, ObjectOf object_of, unsigned links) {
     if (links & kStorage) prefetch_bytes(impl->unsafe_storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
     if (links & kVersion) prefetch_bytes(version_block(impl), 64, true);
   }
-}
-
-inline const c10::TensorImpl* impl_of(PyObject* object) {
-  return is_tensor_object(object) ? THPVariable_Unpack(object).unsafeGetTensorImpl() : nullptr;
 }
 
 // make_plan(variables) -> capsule, or None when a variable cannot be read directly (the Python path then runs).
