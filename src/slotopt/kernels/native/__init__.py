@@ -461,10 +461,10 @@ def calls() -> int:
     return _calls
 
 
-def _triton_apply(rule: str, lists: Sequence[Any], values: Sequence[float]) -> bool:
+def _triton_apply(rule: str, lists: Sequence[Any], values: Sequence[float], read_only: Sequence[int]) -> bool:
     from .. import triton
 
-    return rule in triton.RULES and triton.apply(rule, lists, values)
+    return rule in triton.RULES and triton.apply(rule, lists, values, read_only)
 
 
 def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[float]]],
@@ -487,7 +487,7 @@ def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[
                 if (_library is not None or on_cuda) and (values := scalars(*lists, **kwargs)) is not None \
                         and all([isinstance(v, (float, int)) for v in values]):
                     # Python numbers only: a tensor-valued hyperparameter is a different foreach op.
-                    if apply(rule, lists, values, read_only) if not on_cuda else _triton_apply(rule, lists, values):
+                    if apply(rule, lists, values, read_only) if not on_cuda else _triton_apply(rule, lists, values, read_only):
                         return None
             if getattr(lists[0], "chunked", False):
                 raise NotCompiled(rule)  # pieces of one tensor: the foreach kernel must not see them

@@ -1,0 +1,324 @@
+"""The Triton kernels themselves: every rule of ``RULES`` in multi-tensor form, and the rules on slices.
+
+A dense rule's kernel runs one launch over a whole group (``table.py`` builds its launch table): program ``p``
+reads its row of the table (which tensor, where its chunk starts and ends), loads that tensor's operand addresses
+from the address table, casts them to pointers of the variables' dtype (the scalar vector's pointer type), and
+updates its chunk in exactly the foreach kernel's evaluation order. A single large tensor is the table of one.
+With ``ALIGNED`` (every address 16-byte aligned, every chunk bound a multiple of 16 elements, checked on the
+host) the kernel is told so, which lets the compiler use vector loads and stores; the arithmetic is the same.
+
+Three things that would break bit-exactness on a GPU are turned off or replaced: fused multiply-adds (launched
+with ``enable_fp_fusion=False``), the approximate division and the approximate square root (Triton's ``/`` and
+``tl.sqrt`` on float32 are not correctly rounded; ``div_rn`` and ``sqrt_rn`` are).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The dense rules, each in multi-tensor form. For each: how many operand lists, and its compile-time flags as
+#: (name, position in the scalar vector). The scalar vector of each is the compiled CPU rule's
+#: (``kernels/native/rules.inc``).
+LAYOUT: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
+    "sgd": (2, (("DECAY", 1),)),
+    "keras_momentum": (3, (("NESTEROV", 2), ("DECAY", 3))),
+    "momentum": (3, (("NESTEROV", 2), ("FUSED_PRODUCT", 3))),
+    "decoupled_weight_decay": (1, ()),
+    "adam": (5, (("AMSGRAD", 4), ("DECAY", 5))),
+    "rmsprop": (5, (("INSIDE", 5), ("MOMENTUM", 6), ("CENTERED", 7))),
+    "apply_rmsprop": (5, (("CENTERED", 4),)),
+    "adagrad": (3, (("INSIDE", 2),)),
+    "apply_adagrad": (3, (("SCALAR_ROWS", 1),)),
+}
+RULES = tuple(LAYOUT)
+#: The rules on slices (``apply_slices``): name -> whether the rule has a state tensor.
+SLICE_RULES = {"sgd_slices": False, "adagrad_slices": True}
+
+
+def build() -> dict[str, Any]:
+    """Defines the kernels (called on first use, after ``TRITON_INTERPRET`` is read)."""
+    import triton
+    import triton.language as tl
+
+    # Correctly rounded division and root: float32 needs the _rn forms (the defaults are approximate); float64
+    # division and root are IEEE-rounded already (and the _rn forms take float32 only). The dtype test is
+    # resolved at compile time. The kernels find these helpers among the module's globals, as Triton resolves
+    # names.
+    @triton.jit
+    def _div_rn(a, b):
+        if a.dtype == tl.float32:
+            return tl.math.div_rn(a, b)
+        else:
+            return a / b
+
+    @triton.jit
+    def _sqrt_rn(x):
+        if x.dtype == tl.float32:
+            return tl.math.sqrt_rn(x)
+        else:
+            return tl.sqrt(x)
+
+    # The program's chunk: its tensor's index in the group and its elements' offsets (int64: a tensor may hold
+    # more than 2**31 elements) with their mask.
+    @triton.jit
+    def _chunk(meta_ptr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        row = meta_ptr + 3 * tl.program_id(0).to(tl.int64)
+        t = tl.load(row)
+        start = tl.load(row + 1)
+        end = tl.load(row + 2)
+        if ALIGNED:
+            start = tl.multiple_of(start, 16)
+            end = tl.multiple_of(end, 16)
+        offs = start + tl.arange(0, BLOCK)
+        return t, offs, offs < end
+
+    # Operand ``k`` of tensor ``t``: its address from the table, as a pointer of the scalar vector's dtype.
+    @triton.jit
+    def _operand(tab_ptr, k: tl.constexpr, T, t, s_ptr, ALIGNED: tl.constexpr):
+        address = tl.load(tab_ptr + k * T + t)
+        if ALIGNED:
+            address = tl.multiple_of(address, 16)
+        return address.to(s_ptr.dtype)
+
+    globals().update(_div_rn=_div_rn, _sqrt_rn=_sqrt_rn, _chunk=_chunk, _operand=_operand)
+
+    @triton.jit
+    def sgd(tab_ptr, meta_ptr, s_ptr, T, DECAY: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
+        lr = tl.load(s_ptr)
+        w = tl.load(w_ptr + offs, mask=mask)
+        if DECAY:  # Keras 3's decoupled weight decay first, in the same pass
+            w = w - (w * tl.load(s_ptr + 2)) * tl.load(s_ptr + 3)
+        g = tl.load(g_ptr + offs, mask=mask)
+        tl.store(w_ptr + offs, w - g * lr, mask=mask)
+
+    @triton.jit
+    def keras_momentum(tab_ptr, meta_ptr, s_ptr, T, NESTEROV: tl.constexpr, DECAY: tl.constexpr,
+                       ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
+        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        lr = tl.load(s_ptr)
+        mu = tl.load(s_ptr + 1)
+        g = tl.load(g_ptr + offs, mask=mask)
+        step = g * lr
+        m = tl.load(m_ptr + offs, mask=mask) * mu - step
+        tl.store(m_ptr + offs, m, mask=mask)
+        w = tl.load(w_ptr + offs, mask=mask)
+        if DECAY:
+            w = w - (w * tl.load(s_ptr + 4)) * tl.load(s_ptr + 5)
+        if NESTEROV:
+            w = w + (m * mu - step)
+        else:
+            w = w + m
+        tl.store(w_ptr + offs, w, mask=mask)
+
+    @triton.jit
+    def momentum(tab_ptr, meta_ptr, s_ptr, T, NESTEROV: tl.constexpr, FUSED_PRODUCT: tl.constexpr,
+                 ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
+        a_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        lr = tl.load(s_ptr)
+        mu = tl.load(s_ptr + 1)
+        lr_mu = tl.load(s_ptr + 4)
+        g = tl.load(g_ptr + offs, mask=mask)
+        a = tl.load(a_ptr + offs, mask=mask) * mu + g
+        tl.store(a_ptr + offs, a, mask=mask)
+        w = tl.load(w_ptr + offs, mask=mask)
+        if NESTEROV:
+            if FUSED_PRODUCT:
+                look = a * lr_mu
+            else:
+                look = (a * mu) * lr
+            w = w - (g * lr + look)
+        else:
+            w = w - a * lr
+        tl.store(w_ptr + offs, w, mask=mask)
+
+    @triton.jit
+    def decoupled_weight_decay(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
+        wd = tl.load(s_ptr)
+        lr = tl.load(s_ptr + 1)
+        w = tl.load(w_ptr + offs, mask=mask)
+        tl.store(w_ptr + offs, w - (w * wd) * lr, mask=mask)
+
+    @triton.jit
+    def adam(tab_ptr, meta_ptr, s_ptr, T, AMSGRAD: tl.constexpr, DECAY: tl.constexpr, ALIGNED: tl.constexpr,
+             BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
+        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, ALIGNED)
+        alpha = tl.load(s_ptr)
+        omb1 = tl.load(s_ptr + 1)
+        omb2 = tl.load(s_ptr + 2)
+        eps = tl.load(s_ptr + 3)
+        g = tl.load(g_ptr + offs, mask=mask)
+        m = tl.load(m_ptr + offs, mask=mask)
+        v = tl.load(v_ptr + offs, mask=mask)
+        m = m + (g - m) * omb1
+        v = v + (g * g - v) * omb2
+        tl.store(m_ptr + offs, m, mask=mask)
+        tl.store(v_ptr + offs, v, mask=mask)
+        if AMSGRAD:
+            vh_ptr = _operand(tab_ptr, 4, T, t, s_ptr, ALIGNED)
+            v = tl.maximum(tl.load(vh_ptr + offs, mask=mask), v, propagate_nan=tl.PropagateNan.ALL)
+            tl.store(vh_ptr + offs, v, mask=mask)
+        w = tl.load(w_ptr + offs, mask=mask)
+        if DECAY:  # AdamW: the decoupled weight decay first, in the same pass
+            w = w - (w * tl.load(s_ptr + 6)) * tl.load(s_ptr + 7)
+        tl.store(w_ptr + offs, w - _div_rn(m * alpha, _sqrt_rn(v) + eps), mask=mask)
+
+    @triton.jit
+    def rmsprop(tab_ptr, meta_ptr, s_ptr, T, INSIDE: tl.constexpr, MOMENTUM: tl.constexpr, CENTERED: tl.constexpr,
+                ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
+        vel_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        lr = tl.load(s_ptr)
+        rho = tl.load(s_ptr + 1)
+        omr = tl.load(s_ptr + 2)
+        mu = tl.load(s_ptr + 3)
+        eps = tl.load(s_ptr + 4)
+        g = tl.load(g_ptr + offs, mask=mask)
+        vel = tl.load(vel_ptr + offs, mask=mask) * rho + (g * g) * omr
+        tl.store(vel_ptr + offs, vel, mask=mask)
+        if CENTERED:
+            avg_ptr = _operand(tab_ptr, 4, T, t, s_ptr, ALIGNED)
+            avg = tl.load(avg_ptr + offs, mask=mask) * rho + g * omr
+            tl.store(avg_ptr + offs, avg, mask=mask)
+            d = vel - avg * avg
+            if INSIDE:
+                d = d + eps
+            d = _sqrt_rn(d)
+        elif INSIDE:
+            d = _sqrt_rn(vel + eps)
+        else:
+            d = _sqrt_rn(vel)
+        if not INSIDE:
+            d = d + eps
+        inc = _div_rn(g * lr, d)
+        w = tl.load(w_ptr + offs, mask=mask)
+        if MOMENTUM:
+            mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, ALIGNED)
+            mom = tl.load(mom_ptr + offs, mask=mask) * mu + inc
+            tl.store(mom_ptr + offs, mom, mask=mask)
+            w = w - mom
+        else:
+            w = w - inc
+        tl.store(w_ptr + offs, w, mask=mask)
+
+    @triton.jit
+    def apply_rmsprop(tab_ptr, meta_ptr, s_ptr, T, CENTERED: tl.constexpr, ALIGNED: tl.constexpr,
+                      BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
+        ms_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, ALIGNED)
+        lr = tl.load(s_ptr)
+        omr = tl.load(s_ptr + 1)
+        mu = tl.load(s_ptr + 2)
+        eps = tl.load(s_ptr + 3)
+        g = tl.load(g_ptr + offs, mask=mask)
+        ms = tl.load(ms_ptr + offs, mask=mask)
+        ms = ms + (g * g - ms) * omr
+        tl.store(ms_ptr + offs, ms, mask=mask)
+        if CENTERED:
+            mg_ptr = _operand(tab_ptr, 4, T, t, s_ptr, ALIGNED)
+            mg = tl.load(mg_ptr + offs, mask=mask)
+            mg = mg + (g - mg) * omr
+            tl.store(mg_ptr + offs, mg, mask=mask)
+            d = (ms - mg * mg) + eps
+        else:
+            d = ms + eps
+        mom = tl.load(mom_ptr + offs, mask=mask) * mu + _div_rn(g * lr, _sqrt_rn(d))
+        tl.store(mom_ptr + offs, mom, mask=mask)
+        w = tl.load(w_ptr + offs, mask=mask)
+        tl.store(w_ptr + offs, w - mom, mask=mask)
+
+    @triton.jit
+    def adagrad(tab_ptr, meta_ptr, s_ptr, T, INSIDE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
+        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        lr = tl.load(s_ptr)
+        eps = tl.load(s_ptr + 1)
+        g = tl.load(g_ptr + offs, mask=mask)
+        acc = tl.load(acc_ptr + offs, mask=mask) + g * g
+        tl.store(acc_ptr + offs, acc, mask=mask)
+        if INSIDE:
+            d = _sqrt_rn(acc + eps)
+        else:
+            d = _sqrt_rn(acc) + eps
+        w = tl.load(w_ptr + offs, mask=mask)
+        tl.store(w_ptr + offs, w - _div_rn(g * lr, d), mask=mask)
+
+    @triton.jit
+    def apply_adagrad(tab_ptr, meta_ptr, s_ptr, T, SCALAR_ROWS: tl.constexpr, ALIGNED: tl.constexpr,
+                      BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
+        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        lr = tl.load(s_ptr)
+        g = tl.load(g_ptr + offs, mask=mask)
+        acc = tl.load(acc_ptr + offs, mask=mask) + g * g
+        tl.store(acc_ptr + offs, acc, mask=mask)
+        step = g * lr
+        if SCALAR_ROWS:
+            step = _div_rn(step, _sqrt_rn(acc))
+        else:
+            step = step * _div_rn(tl.full(acc.shape, 1.0, acc.dtype), _sqrt_rn(acc))
+        w = tl.load(w_ptr + offs, mask=mask)
+        tl.store(w_ptr + offs, w - step, mask=mask)
+
+    # Rules on slices: each program owns a block of columns and walks the k slices serially in slice order, so a
+    # repeated row takes each slice's update in turn (the compiled rules' order) and no two programs share an
+    # element. Row offsets are int64 (``row`` is loaded from int64 indices); the slices' pointers advance by a row
+    # per slice (a 64-bit pointer: no ``j * width`` that could overflow 32 bits).
+    @triton.jit
+    def sgd_slices(w_ptr, g_ptr, idx_ptr, s_ptr, k, width, BLOCK: tl.constexpr):
+        cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < width
+        lr = tl.load(s_ptr)
+        g_row = g_ptr + cols
+        for j in range(0, k):
+            at = tl.load(idx_ptr + j) * width + cols
+            g = tl.load(g_row, mask=mask)
+            g_row += width
+            w = tl.load(w_ptr + at, mask=mask)
+            tl.store(w_ptr + at, w - g * lr, mask=mask)
+
+    @triton.jit
+    def adagrad_slices(w_ptr, g_ptr, acc_ptr, idx_ptr, s_ptr, k, width, BLOCK: tl.constexpr):
+        cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < width
+        lr = tl.load(s_ptr)
+        eps = tl.load(s_ptr + 1)
+        g_row = g_ptr + cols
+        for j in range(0, k):  # every slice's square first ...
+            at = tl.load(idx_ptr + j) * width + cols
+            g = tl.load(g_row, mask=mask)
+            g_row += width
+            tl.store(acc_ptr + at, tl.load(acc_ptr + at, mask=mask) + g * g, mask=mask)
+        g_row = g_ptr + cols
+        for j in range(0, k):  # ... then the steps, with the accumulator after all of them
+            at = tl.load(idx_ptr + j) * width + cols
+            g = tl.load(g_row, mask=mask)
+            g_row += width
+            d = _sqrt_rn(tl.load(acc_ptr + at, mask=mask) + eps)
+            w = tl.load(w_ptr + at, mask=mask)
+            tl.store(w_ptr + at, w - _div_rn(g * lr, d), mask=mask)
+
+    return {name: fn for name, fn in locals().items() if name in LAYOUT or name in SLICE_RULES}
