@@ -59,77 +59,78 @@ def build() -> dict[str, Any]:
             return tl.sqrt(x)
 
     # The program's chunk: its tensor's index in the group and its elements' offsets (int64: a tensor may hold
-    # more than 2**31 elements) with their mask.
+    # more than 2**31 elements) with their mask. ALIGNED: runs of 16 elements share their mask (every bound is a
+    # multiple of 16), which lets the compiler vectorise the masked loads and stores.
     @triton.jit
     def _chunk(meta_ptr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         row = meta_ptr + 3 * tl.program_id(0).to(tl.int64)
         t = tl.load(row)
-        start = tl.load(row + 1)
-        end = tl.load(row + 2)
+        offs = tl.load(row + 1) + tl.arange(0, BLOCK)
+        mask = offs < tl.load(row + 2)
         if ALIGNED:
-            start = tl.multiple_of(start, 16)
-            end = tl.multiple_of(end, 16)
-        offs = start + tl.arange(0, BLOCK)
-        return t, offs, offs < end
+            mask = tl.max_constancy(mask, 16)
+        return t, offs, mask
 
-    # Operand ``k`` of tensor ``t``: its address from the table, as a pointer of the scalar vector's dtype.
+    # Operand ``k`` of tensor ``t`` at ``offs``: its address from the table, cast to a pointer of the scalar
+    # vector's dtype. ALIGNED: the address is 16-byte aligned and the chunk starts at a multiple of 16 elements,
+    # so each run of 16 pointers is contiguous and starts on 16 bytes.
     @triton.jit
-    def _operand(tab_ptr, k: tl.constexpr, T, t, s_ptr, ALIGNED: tl.constexpr):
-        address = tl.load(tab_ptr + k * T + t)
+    def _operand(tab_ptr, k: tl.constexpr, T, t, s_ptr, offs, ALIGNED: tl.constexpr):
+        pointers = tl.load(tab_ptr + k * T + t).to(s_ptr.dtype) + offs
         if ALIGNED:
-            address = tl.multiple_of(address, 16)
-        return address.to(s_ptr.dtype)
+            pointers = tl.max_contiguous(tl.multiple_of(pointers, 16), 16)
+        return pointers
 
     globals().update(_div_rn=_div_rn, _sqrt_rn=_sqrt_rn, _chunk=_chunk, _operand=_operand)
 
     @triton.jit
     def sgd(tab_ptr, meta_ptr, s_ptr, T, DECAY: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         lr = tl.load(s_ptr)
-        w = tl.load(w_ptr + offs, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
         if DECAY:  # Keras 3's decoupled weight decay first, in the same pass
             w = w - (w * tl.load(s_ptr + 2)) * tl.load(s_ptr + 3)
-        g = tl.load(g_ptr + offs, mask=mask)
-        tl.store(w_ptr + offs, w - g * lr, mask=mask)
+        g = tl.load(g_ptr, mask=mask)
+        tl.store(w_ptr, w - g * lr, mask=mask)
 
     @triton.jit
     def keras_momentum(tab_ptr, meta_ptr, s_ptr, T, NESTEROV: tl.constexpr, DECAY: tl.constexpr,
                        ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
-        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         lr = tl.load(s_ptr)
         mu = tl.load(s_ptr + 1)
-        g = tl.load(g_ptr + offs, mask=mask)
+        g = tl.load(g_ptr, mask=mask)
         step = g * lr
-        m = tl.load(m_ptr + offs, mask=mask) * mu - step
-        tl.store(m_ptr + offs, m, mask=mask)
-        w = tl.load(w_ptr + offs, mask=mask)
+        m = tl.load(m_ptr, mask=mask) * mu - step
+        tl.store(m_ptr, m, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
         if DECAY:
             w = w - (w * tl.load(s_ptr + 4)) * tl.load(s_ptr + 5)
         if NESTEROV:
             w = w + (m * mu - step)
         else:
             w = w + m
-        tl.store(w_ptr + offs, w, mask=mask)
+        tl.store(w_ptr, w, mask=mask)
 
     @triton.jit
     def momentum(tab_ptr, meta_ptr, s_ptr, T, NESTEROV: tl.constexpr, FUSED_PRODUCT: tl.constexpr,
                  ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
-        a_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        a_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         lr = tl.load(s_ptr)
         mu = tl.load(s_ptr + 1)
         lr_mu = tl.load(s_ptr + 4)
-        g = tl.load(g_ptr + offs, mask=mask)
-        a = tl.load(a_ptr + offs, mask=mask) * mu + g
-        tl.store(a_ptr + offs, a, mask=mask)
-        w = tl.load(w_ptr + offs, mask=mask)
+        g = tl.load(g_ptr, mask=mask)
+        a = tl.load(a_ptr, mask=mask) * mu + g
+        tl.store(a_ptr, a, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
         if NESTEROV:
             if FUSED_PRODUCT:
                 look = a * lr_mu
@@ -138,64 +139,64 @@ def build() -> dict[str, Any]:
             w = w - (g * lr + look)
         else:
             w = w - a * lr
-        tl.store(w_ptr + offs, w, mask=mask)
+        tl.store(w_ptr, w, mask=mask)
 
     @triton.jit
     def decoupled_weight_decay(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         wd = tl.load(s_ptr)
         lr = tl.load(s_ptr + 1)
-        w = tl.load(w_ptr + offs, mask=mask)
-        tl.store(w_ptr + offs, w - (w * wd) * lr, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
+        tl.store(w_ptr, w - (w * wd) * lr, mask=mask)
 
     @triton.jit
     def adam(tab_ptr, meta_ptr, s_ptr, T, AMSGRAD: tl.constexpr, DECAY: tl.constexpr, ALIGNED: tl.constexpr,
              BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
-        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
-        v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, ALIGNED)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
+        v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
         alpha = tl.load(s_ptr)
         omb1 = tl.load(s_ptr + 1)
         omb2 = tl.load(s_ptr + 2)
         eps = tl.load(s_ptr + 3)
-        g = tl.load(g_ptr + offs, mask=mask)
-        m = tl.load(m_ptr + offs, mask=mask)
-        v = tl.load(v_ptr + offs, mask=mask)
+        g = tl.load(g_ptr, mask=mask)
+        m = tl.load(m_ptr, mask=mask)
+        v = tl.load(v_ptr, mask=mask)
         m = m + (g - m) * omb1
         v = v + (g * g - v) * omb2
-        tl.store(m_ptr + offs, m, mask=mask)
-        tl.store(v_ptr + offs, v, mask=mask)
+        tl.store(m_ptr, m, mask=mask)
+        tl.store(v_ptr, v, mask=mask)
         if AMSGRAD:
-            vh_ptr = _operand(tab_ptr, 4, T, t, s_ptr, ALIGNED)
-            v = tl.maximum(tl.load(vh_ptr + offs, mask=mask), v, propagate_nan=tl.PropagateNan.ALL)
-            tl.store(vh_ptr + offs, v, mask=mask)
-        w = tl.load(w_ptr + offs, mask=mask)
+            vh_ptr = _operand(tab_ptr, 4, T, t, s_ptr, offs, ALIGNED)
+            v = tl.maximum(tl.load(vh_ptr, mask=mask), v, propagate_nan=tl.PropagateNan.ALL)
+            tl.store(vh_ptr, v, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
         if DECAY:  # AdamW: the decoupled weight decay first, in the same pass
             w = w - (w * tl.load(s_ptr + 6)) * tl.load(s_ptr + 7)
-        tl.store(w_ptr + offs, w - _div_rn(m * alpha, _sqrt_rn(v) + eps), mask=mask)
+        tl.store(w_ptr, w - _div_rn(m * alpha, _sqrt_rn(v) + eps), mask=mask)
 
     @triton.jit
     def rmsprop(tab_ptr, meta_ptr, s_ptr, T, INSIDE: tl.constexpr, MOMENTUM: tl.constexpr, CENTERED: tl.constexpr,
                 ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
-        vel_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        vel_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         lr = tl.load(s_ptr)
         rho = tl.load(s_ptr + 1)
         omr = tl.load(s_ptr + 2)
         mu = tl.load(s_ptr + 3)
         eps = tl.load(s_ptr + 4)
-        g = tl.load(g_ptr + offs, mask=mask)
-        vel = tl.load(vel_ptr + offs, mask=mask) * rho + (g * g) * omr
-        tl.store(vel_ptr + offs, vel, mask=mask)
+        g = tl.load(g_ptr, mask=mask)
+        vel = tl.load(vel_ptr, mask=mask) * rho + (g * g) * omr
+        tl.store(vel_ptr, vel, mask=mask)
         if CENTERED:
-            avg_ptr = _operand(tab_ptr, 4, T, t, s_ptr, ALIGNED)
-            avg = tl.load(avg_ptr + offs, mask=mask) * rho + g * omr
-            tl.store(avg_ptr + offs, avg, mask=mask)
+            avg_ptr = _operand(tab_ptr, 4, T, t, s_ptr, offs, ALIGNED)
+            avg = tl.load(avg_ptr, mask=mask) * rho + g * omr
+            tl.store(avg_ptr, avg, mask=mask)
             d = vel - avg * avg
             if INSIDE:
                 d = d + eps
@@ -207,81 +208,81 @@ def build() -> dict[str, Any]:
         if not INSIDE:
             d = d + eps
         inc = _div_rn(g * lr, d)
-        w = tl.load(w_ptr + offs, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
         if MOMENTUM:
-            mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, ALIGNED)
-            mom = tl.load(mom_ptr + offs, mask=mask) * mu + inc
-            tl.store(mom_ptr + offs, mom, mask=mask)
+            mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
+            mom = tl.load(mom_ptr, mask=mask) * mu + inc
+            tl.store(mom_ptr, mom, mask=mask)
             w = w - mom
         else:
             w = w - inc
-        tl.store(w_ptr + offs, w, mask=mask)
+        tl.store(w_ptr, w, mask=mask)
 
     @triton.jit
     def apply_rmsprop(tab_ptr, meta_ptr, s_ptr, T, CENTERED: tl.constexpr, ALIGNED: tl.constexpr,
                       BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
-        ms_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
-        mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, ALIGNED)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        ms_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
+        mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
         lr = tl.load(s_ptr)
         omr = tl.load(s_ptr + 1)
         mu = tl.load(s_ptr + 2)
         eps = tl.load(s_ptr + 3)
-        g = tl.load(g_ptr + offs, mask=mask)
-        ms = tl.load(ms_ptr + offs, mask=mask)
+        g = tl.load(g_ptr, mask=mask)
+        ms = tl.load(ms_ptr, mask=mask)
         ms = ms + (g * g - ms) * omr
-        tl.store(ms_ptr + offs, ms, mask=mask)
+        tl.store(ms_ptr, ms, mask=mask)
         if CENTERED:
-            mg_ptr = _operand(tab_ptr, 4, T, t, s_ptr, ALIGNED)
-            mg = tl.load(mg_ptr + offs, mask=mask)
+            mg_ptr = _operand(tab_ptr, 4, T, t, s_ptr, offs, ALIGNED)
+            mg = tl.load(mg_ptr, mask=mask)
             mg = mg + (g - mg) * omr
-            tl.store(mg_ptr + offs, mg, mask=mask)
+            tl.store(mg_ptr, mg, mask=mask)
             d = (ms - mg * mg) + eps
         else:
             d = ms + eps
-        mom = tl.load(mom_ptr + offs, mask=mask) * mu + _div_rn(g * lr, _sqrt_rn(d))
-        tl.store(mom_ptr + offs, mom, mask=mask)
-        w = tl.load(w_ptr + offs, mask=mask)
-        tl.store(w_ptr + offs, w - mom, mask=mask)
+        mom = tl.load(mom_ptr, mask=mask) * mu + _div_rn(g * lr, _sqrt_rn(d))
+        tl.store(mom_ptr, mom, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
+        tl.store(w_ptr, w - mom, mask=mask)
 
     @triton.jit
     def adagrad(tab_ptr, meta_ptr, s_ptr, T, INSIDE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
-        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         lr = tl.load(s_ptr)
         eps = tl.load(s_ptr + 1)
-        g = tl.load(g_ptr + offs, mask=mask)
-        acc = tl.load(acc_ptr + offs, mask=mask) + g * g
-        tl.store(acc_ptr + offs, acc, mask=mask)
+        g = tl.load(g_ptr, mask=mask)
+        acc = tl.load(acc_ptr, mask=mask) + g * g
+        tl.store(acc_ptr, acc, mask=mask)
         if INSIDE:
             d = _sqrt_rn(acc + eps)
         else:
             d = _sqrt_rn(acc) + eps
-        w = tl.load(w_ptr + offs, mask=mask)
-        tl.store(w_ptr + offs, w - _div_rn(g * lr, d), mask=mask)
+        w = tl.load(w_ptr, mask=mask)
+        tl.store(w_ptr, w - _div_rn(g * lr, d), mask=mask)
 
     @triton.jit
     def apply_adagrad(tab_ptr, meta_ptr, s_ptr, T, SCALAR_ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                       BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, ALIGNED)
-        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, ALIGNED)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         lr = tl.load(s_ptr)
-        g = tl.load(g_ptr + offs, mask=mask)
-        acc = tl.load(acc_ptr + offs, mask=mask) + g * g
-        tl.store(acc_ptr + offs, acc, mask=mask)
+        g = tl.load(g_ptr, mask=mask)
+        acc = tl.load(acc_ptr, mask=mask) + g * g
+        tl.store(acc_ptr, acc, mask=mask)
         step = g * lr
         if SCALAR_ROWS:
             step = _div_rn(step, _sqrt_rn(acc))
         else:
             step = step * _div_rn(tl.full(acc.shape, 1.0, acc.dtype), _sqrt_rn(acc))
-        w = tl.load(w_ptr + offs, mask=mask)
-        tl.store(w_ptr + offs, w - step, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
+        tl.store(w_ptr, w - step, mask=mask)
 
     # Rules on slices: each program owns a block of columns and walks the k slices serially in slice order, so a
     # repeated row takes each slice's update in turn (the compiled rules' order) and no two programs share an
