@@ -14,7 +14,7 @@ from slotopt import numerics
 from slotopt.kernels import native
 from slotopt.kernels import triton as triton_kernels
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN of sqrt(v - a*a) < 0, masked lanes
 
@@ -68,3 +68,97 @@ def test_triton_path_declines_what_it_cannot_take(interpreter):
 def test_without_the_interpreter_cpu_tensors_stay_on_the_other_paths(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert not triton_kernels.apply("sgd", [[torch.randn(8)], [torch.randn(8)]], [0.1])
+
+
+def _sgd_group(sizes, dtype=torch.float32):
+    generator = torch.Generator().manual_seed(len(sizes))
+    params = [torch.randn(n, generator=generator, dtype=dtype) for n in sizes]
+    grads = [torch.randn(n, generator=generator, dtype=dtype) for n in sizes]
+    return params, grads, [p - g * 0.25 for p, g in zip(params, grads)]
+
+
+def test_a_group_of_many_tensors_is_one_launch_with_the_foreach_bits(interpreter):
+    from slotopt.kernels.triton import table
+
+    sizes = [0, 1, 7, 16, 1024, 1025, 3000, 0, 5]  # empty tensors, ragged tails, a chunk boundary
+    params, grads, expected = _sgd_group(sizes)
+    before = triton_kernels.launches()
+    assert triton_kernels.apply("sgd", [params, grads], [0.25, 0.0])
+    assert triton_kernels.launches() == before + 1
+    assert all(torch.equal(p, e) for p, e in zip(params, expected))
+    launch = table.launch_table([params, grads])
+    assert (launch.tensors, launch.programs, launch.aligned) == (9, 1 + 1 + 1 + 1 + 2 + 3 + 1, False)
+
+
+def test_the_launch_table_is_kept_for_the_same_addresses_and_remade_for_others(interpreter):
+    from slotopt.kernels.triton import table
+
+    params, grads, _ = _sgd_group([16, 2048, 4096])
+    first = table.launch_table([params, grads])
+    assert first.aligned  # torch's allocations are 16-byte aligned and every size a multiple of 16
+    assert table.launch_table([params, grads]) is first
+    other = [g.clone() for g in grads]
+    remade = table.launch_table([params, other])
+    assert remade is not first
+    assert remade.addresses.view(2, 3)[1].tolist() == [g.data_ptr() for g in other]
+    assert remade.meta.view(-1, 3).tolist() == [[0, 0, 16], [1, 0, 2048], [1, 1024, 2048], [2, 0, 4096],
+                                                [2, 1024, 4096], [2, 2048, 4096], [2, 3072, 4096]]
+
+
+def test_a_flat_state_buffer_serves_as_one_operand_for_the_whole_group(interpreter):
+    sizes = [3, 1024, 40]
+    generator = torch.Generator().manual_seed(1)
+    params = [torch.randn(n, generator=generator) for n in sizes]
+    grads = [torch.randn(n, generator=generator) for n in sizes]
+    flat = torch.randn(sum(sizes), generator=generator)
+    momenta = list(flat.clone().split(sizes))
+    reference = [[p.clone() for p in params], grads, momenta]
+    previous = native.use("foreach")
+    try:
+        from slotopt.kernels import sgd as sgd_kernels
+
+        sgd_kernels.keras_momentum(*reference, lr=0.1, momentum=0.9, nesterov=False)
+    finally:
+        native.use(previous)
+    assert triton_kernels.apply("keras_momentum", [params, grads, [flat]], [0.1, 0.9, 0.0, 0.0, 0.0, 0.0])
+    _assert_same_bits(reference, [params, grads, list(flat.split(sizes))], "keras_momentum, flat state")
+
+
+def test_a_launch_moves_the_version_counters_of_what_it_writes_only(interpreter):
+    params, grads, _ = _sgd_group([8, 8])
+    before = [t._version for t in params + grads]
+    assert triton_kernels.apply("sgd", [params, grads], [0.25, 0.0])
+    after = [t._version for t in params + grads]
+    assert after == [before[0] + 1, before[1] + 1, before[2], before[3]]
+
+
+def test_a_tensor_that_does_not_fit_leaves_the_whole_group_to_foreach(interpreter):
+    params, grads, _ = _sgd_group([8, 16])
+    untouched = [p.clone() for p in params]
+    for bad in ([grads[0], grads[1].double()], [grads[0], torch.randn(32)[::2]], [grads[0], torch.randn(15)]):
+        assert not triton_kernels.apply("sgd", [params, bad], [0.25, 0.0])
+        assert all(torch.equal(p, u) for p, u in zip(params, untouched))
+
+
+def test_the_kernels_compile_for_a_hopper_gpu_without_contraction_or_approximations():
+    """Triton's compiler runs without a GPU: each kernel's PTX for sm_90 has no fused multiply-add, only correctly
+    rounded division and root, and vector loads where the group is aligned."""
+    import re
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from slotopt.kernels.triton import rules
+
+    kernels = rules.build()
+    for name, dtype, aligned in (("adam", "fp32", True), ("rmsprop", "fp64", False)):
+        flags = {flag: 1 for flag, _ in rules.LAYOUT[name][1]}
+        constants = {**flags, "ALIGNED": aligned, "BLOCK": 1024}
+        signature = {"tab_ptr": "*i64", "meta_ptr": "*i64", "s_ptr": f"*{dtype}", "T": "i32",
+                     **{k: "constexpr" for k in constants}}
+        compiled = triton.compile(ASTSource(kernels[name], signature, constexprs=constants),
+                                  target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False})
+        ptx = compiled.asm["ptx"]
+        assert not re.search(r"\bfma\.", ptx) and "approx" not in ptx, name
+        assert re.search(r"div\.rn\.f" + dtype[2:], ptx) and re.search(r"sqrt\.rn\.f" + dtype[2:], ptx), name
+        assert bool(re.search(r"ld\.global(\.\w+)*\.v[24]\.", ptx)) == aligned, name

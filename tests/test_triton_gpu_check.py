@@ -1,0 +1,48 @@
+"""``benchmarks/gpu_check.py``, the device check of the CUDA path, run the way the test suite can: on the CPU
+(``--device cpu --dry``: Triton's interpreter, tiny sizes), so that a bug in any of its sections shows here and
+not in the few minutes of a GPU machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path), "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--dry",
+                           "--skip", "cuda-tests"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert set(results) == {"info", "kernels", "parity", "sync", "timing"}
+    assert all(r["ok"] for r in results.values())
+    assert results["kernels"]["summary"].startswith("64/64 ")
+    parity = results["parity"]["rows"]
+    assert len(parity) >= 60 and all(r["differing"] == 0 for r in parity)
+    timing = results["timing"]["rows"]
+    assert {(r["workload"], r["rule"]) for r in timing} == {
+        (w, r) for w in ("large", "model", "small") for r in ("Adam", "AdamW", "SGD momentum", "RMSprop", "Adagrad")}
+    assert all(r["slotopt_ms"] > 0 and r["copy_ms"] > 0 for r in timing)
+    report = (tmp_path / "gpu_check.md").read_text()
+    assert "| timing | yes |" in report and "vs floor" in report
+
+
+def test_the_cuda_tests_are_reported_as_skipped_with_a_reason_without_a_device():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the cuda tests run for real")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "cuda",
+                           "tests/test_triton_cuda.py", "-k", "two_thousand"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "SKIPPED [1]" in done.stdout and "no CUDA device here" in done.stdout
