@@ -29,6 +29,16 @@ LAYOUT: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     "apply_rmsprop": (5, (("CENTERED", 4),)),
     "adagrad": (3, (("INSIDE", 2),)),
     "apply_adagrad": (3, (("SCALAR_ROWS", 1),)),
+    "proximal_gradient_descent": (2, (("L1_POSITIVE", 3),)),
+    "moving_average": (2, ()),
+    "adam_variable_update": (4, (("AMSGRAD", 2),)),
+    "adamax": (4, (("SCALED", 5),)),
+    "nadam": (4, ()),
+    "nadam_cached": (4, ()),
+    "lion": (3, ()),
+    "adadelta": (4, ()),
+    "apply_adadelta": (4, ()),
+    "ftrl_root": (4, (("SCALAR_ROWS", 4),)),
 }
 RULES = tuple(LAYOUT)
 #: The rules on slices (``apply_slices``): name -> whether the rule has a state tensor.
@@ -283,6 +293,230 @@ def build() -> dict[str, Any]:
             step = step * _div_rn(tl.full(acc.shape, 1.0, acc.dtype), _sqrt_rn(acc))
         w = tl.load(w_ptr, mask=mask)
         tl.store(w_ptr, w - step, mask=mask)
+
+    # The rules below follow kernels/native/rules.inc operation for operation (float32/float64: every operator
+    # there is one rounded operation here).
+    @triton.jit
+    def _sign(x):  # torch.sign as the compiled rules take it: -1, 0 or 1, and 0 for NaN
+        return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+
+    globals().update(_sign=_sign)
+
+    @triton.jit
+    def proximal_gradient_descent(tab_ptr, meta_ptr, s_ptr, T, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
+                                  BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        lr = tl.load(s_ptr)
+        lr_l1 = tl.load(s_ptr + 1)
+        den = tl.load(s_ptr + 2)
+        prox = tl.load(w_ptr, mask=mask) - tl.load(g_ptr, mask=mask) * lr
+        if L1_POSITIVE:
+            mag = tl.abs(prox) - lr_l1
+            mag = tl.where(mag < 0, 0.0, mag)
+            w = _div_rn(_sign(prox) * mag, den)
+        else:
+            w = _div_rn(prox, den)
+        tl.store(w_ptr, w, mask=mask)
+
+    @triton.jit
+    def moving_average(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        avg_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        mu = tl.load(s_ptr)
+        omm = tl.load(s_ptr + 1)
+        avg = tl.load(avg_ptr, mask=mask) * mu + tl.load(w_ptr, mask=mask) * omm
+        tl.store(avg_ptr, avg, mask=mask)
+
+    @triton.jit
+    def adam_variable_update(tab_ptr, meta_ptr, s_ptr, T, AMSGRAD: tl.constexpr, ALIGNED: tl.constexpr,
+                             BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        m_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        v_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
+        alpha = tl.load(s_ptr)
+        eps = tl.load(s_ptr + 1)
+        v = tl.load(v_ptr, mask=mask)
+        if AMSGRAD:
+            vh_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
+            v = tl.maximum(tl.load(vh_ptr, mask=mask), v, propagate_nan=tl.PropagateNan.ALL)
+            tl.store(vh_ptr, v, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
+        tl.store(w_ptr, w - _div_rn(tl.load(m_ptr, mask=mask) * alpha, _sqrt_rn(v) + eps), mask=mask)
+
+    @triton.jit
+    def adamax(tab_ptr, meta_ptr, s_ptr, T, SCALED: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
+        u_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
+        lr = tl.load(s_ptr)
+        omb1 = tl.load(s_ptr + 1)
+        b2 = tl.load(s_ptr + 2)
+        eps = tl.load(s_ptr + 3)
+        omb1p = tl.load(s_ptr + 4)
+        scaled_lr = tl.load(s_ptr + 6)
+        g = tl.load(g_ptr, mask=mask)
+        m = tl.load(m_ptr, mask=mask)
+        m = m + (g - m) * omb1
+        u = tl.maximum(tl.load(u_ptr, mask=mask) * b2, tl.abs(g), propagate_nan=tl.PropagateNan.ALL)
+        tl.store(m_ptr, m, mask=mask)
+        tl.store(u_ptr, u, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
+        if SCALED:
+            w = w - _div_rn(m, u + eps) * scaled_lr
+        else:
+            w = w - _div_rn(m * lr, (u + eps) * omb1p)
+        tl.store(w_ptr, w, mask=mask)
+
+    @triton.jit
+    def nadam(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
+        v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
+        lr = tl.load(s_ptr)
+        omb1 = tl.load(s_ptr + 1)
+        omb2 = tl.load(s_ptr + 2)
+        mu_next = tl.load(s_ptr + 3)
+        omu = tl.load(s_ptr + 4)
+        omp = tl.load(s_ptr + 5)
+        ompn = tl.load(s_ptr + 6)
+        omb2p = tl.load(s_ptr + 7)
+        eps = tl.load(s_ptr + 8)
+        g = tl.load(g_ptr, mask=mask)
+        m = tl.load(m_ptr, mask=mask)
+        v = tl.load(v_ptr, mask=mask)
+        m = m + (g - m) * omb1
+        v = v + (g * g - v) * omb2
+        tl.store(m_ptr, m, mask=mask)
+        tl.store(v_ptr, v, mask=mask)
+        m_hat = _div_rn(m * mu_next, ompn) + _div_rn(g * omu, omp)
+        w = tl.load(w_ptr, mask=mask)
+        tl.store(w_ptr, w - _div_rn(m_hat * lr, _sqrt_rn(_div_rn(v, omb2p)) + eps), mask=mask)
+
+    @triton.jit
+    def nadam_cached(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
+        v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
+        lr = tl.load(s_ptr)
+        b1 = tl.load(s_ptr + 1)
+        b2 = tl.load(s_ptr + 2)
+        omb1 = tl.load(s_ptr + 3)
+        omb2 = tl.load(s_ptr + 4)
+        omu = tl.load(s_ptr + 5)
+        mu_next = tl.load(s_ptr + 6)
+        omp = tl.load(s_ptr + 7)
+        ompn = tl.load(s_ptr + 8)
+        omb2p = tl.load(s_ptr + 9)
+        eps = tl.load(s_ptr + 10)
+        g = tl.load(g_ptr, mask=mask)
+        m = tl.load(m_ptr, mask=mask) * b1 + g * omb1
+        v = tl.load(v_ptr, mask=mask) * b2 + (g * g) * omb2
+        tl.store(m_ptr, m, mask=mask)
+        tl.store(v_ptr, v, mask=mask)
+        m_bar = _div_rn(g, omp) * omu + _div_rn(m, ompn) * mu_next
+        w = tl.load(w_ptr, mask=mask)
+        tl.store(w_ptr, w - _div_rn(m_bar * lr, _sqrt_rn(_div_rn(v, omb2p)) + eps), mask=mask)
+
+    @triton.jit
+    def lion(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
+        lr = tl.load(s_ptr)
+        b1 = tl.load(s_ptr + 1)
+        omb1 = tl.load(s_ptr + 2)
+        b2 = tl.load(s_ptr + 3)
+        omb2 = tl.load(s_ptr + 4)
+        g = tl.load(g_ptr, mask=mask)
+        m = tl.load(m_ptr, mask=mask)
+        direction = m * b1 + g * omb1
+        w = tl.load(w_ptr, mask=mask)
+        tl.store(w_ptr, w - _sign(direction) * lr, mask=mask)
+        tl.store(m_ptr, m * b2 + g * omb2, mask=mask)
+
+    @triton.jit
+    def adadelta(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        eg_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
+        ed_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
+        lr = tl.load(s_ptr)
+        rho = tl.load(s_ptr + 1)
+        omr = tl.load(s_ptr + 2)
+        eps = tl.load(s_ptr + 3)
+        g = tl.load(g_ptr, mask=mask)
+        eg = tl.load(eg_ptr, mask=mask) * rho + (g * g) * omr
+        tl.store(eg_ptr, eg, mask=mask)
+        ed = tl.load(ed_ptr, mask=mask)
+        delta = -_div_rn(_sqrt_rn(ed + eps) * g, _sqrt_rn(eg + eps))
+        tl.store(ed_ptr, ed * rho + (delta * delta) * omr, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
+        tl.store(w_ptr, w + delta * lr, mask=mask)
+
+    @triton.jit
+    def apply_adadelta(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+        # TensorFlow's rsqrt as its GPU kernel takes it: 1 / sqrt(x), two roundings (no CPU packet estimate)
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
+        au_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
+        lr = tl.load(s_ptr)
+        rho = tl.load(s_ptr + 1)
+        omr = tl.load(s_ptr + 2)
+        eps = tl.load(s_ptr + 3)
+        g = tl.load(g_ptr, mask=mask)
+        acc = tl.load(acc_ptr, mask=mask) * rho + (g * g) * omr
+        tl.store(acc_ptr, acc, mask=mask)
+        au = tl.load(au_ptr, mask=mask)
+        rsqrt = _div_rn(tl.full(acc.shape, 1.0, acc.dtype), _sqrt_rn(acc + eps))
+        update = (_sqrt_rn(au + eps) * rsqrt) * g
+        w = tl.load(w_ptr, mask=mask)
+        tl.store(w_ptr, w - update * lr, mask=mask)
+        tl.store(au_ptr, au * rho + (update * update) * omr, mask=mask)
+
+    @triton.jit
+    def ftrl_root(tab_ptr, meta_ptr, s_ptr, T, SCALAR_ROWS: tl.constexpr, ALIGNED: tl.constexpr,
+                  BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
+        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
+        lin_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
+        lr = tl.load(s_ptr)
+        l1 = tl.load(s_ptr + 1)
+        two_l2 = tl.load(s_ptr + 2)
+        shrinkage = tl.load(s_ptr + 3)
+        g = tl.load(g_ptr, mask=mask)
+        w = tl.load(w_ptr, mask=mask)
+        acc = tl.load(acc_ptr, mask=mask)
+        adjusted = w * shrinkage + g
+        new_acc = g * g + acc
+        new_power = _sqrt_rn(new_acc)
+        sigma = _div_rn(new_power - _sqrt_rn(acc), lr) * w
+        if SCALAR_ROWS:
+            z = (tl.load(lin_ptr, mask=mask) + adjusted) - sigma
+        else:
+            adjusted = adjusted - sigma
+            z = tl.load(lin_ptr, mask=mask) + adjusted
+        tl.store(lin_ptr, z, mask=mask)
+        q = _div_rn(new_power, lr) + two_l2
+        clipped = tl.where(z < -l1, -l1, z)
+        clipped = tl.where(clipped > l1, l1, clipped)
+        tl.store(w_ptr, _div_rn(clipped - z, q), mask=mask)
+        tl.store(acc_ptr, new_acc, mask=mask)
 
     # Rules on slices: each program owns a block of columns and walks the k slices serially in slice order, so a
     # repeated row takes each slice's update in turn (the compiled rules' order) and no two programs share an
