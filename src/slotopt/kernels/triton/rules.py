@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import rules_tf
+
 #: The dense rules, each in multi-tensor form. For each: how many operand lists, and its compile-time flags as
 #: (name, position in the scalar vector). The scalar vector of each is the compiled CPU rule's
 #: (``kernels/native/rules.inc``).
@@ -39,6 +41,7 @@ LAYOUT: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     "adadelta": (4, ()),
     "apply_adadelta": (4, ()),
     "ftrl_root": (4, (("SCALAR_ROWS", 4),)),
+    **rules_tf.LAYOUT,
 }
 RULES = tuple(LAYOUT)
 #: The rules on slices (``apply_slices``): name -> whether the rule has a state tensor.
@@ -556,4 +559,7 @@ def build() -> dict[str, Any]:
             w = tl.load(w_ptr + at, mask=mask)
             tl.store(w_ptr + at, w - _div_rn(g * lr, d), mask=mask)
 
-    return {name: fn for name, fn in locals().items() if name in LAYOUT or name in SLICE_RULES}
+    kernels = {name: fn for name, fn in locals().items() if name in LAYOUT or name in SLICE_RULES}
+    kernels.update(rules_tf.build({"_div_rn": _div_rn, "_sqrt_rn": _sqrt_rn, "_chunk": _chunk, "_operand": _operand,
+                                   "_sign": _sign}))
+    return kernels

@@ -1,0 +1,130 @@
+"""TensorFlow's own fused rules as multi-tensor Triton kernels (the TF1 proximal and dual-averaging Adagrad rules
+and ``SparseApplyRMSProp``'s dense form), beside ``rules.py``'s, in the same form and under the same rules: each
+follows ``kernels/native/rules.inc`` operation for operation, and TensorFlow's ``rsqrt`` is taken as its GPU
+kernels take it, ``1 / sqrt(x)`` with two roundings (the CPU's packet estimate is a CPU thing).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: As ``rules.LAYOUT``: operand lists, and compile-time flags with their place in the scalar vector.
+LAYOUT: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
+    "sparse_apply_rmsprop": (5, (("CENTERED", 5),)),
+    "apply_proximal_adagrad": (3, (("L1_POSITIVE", 3),)),
+    "apply_adagrad_da": (4, (("L1_POSITIVE", 3),)),
+    "apply_adagrad_da_rows": (4, (("L1_POSITIVE", 4),)),
+}
+
+
+def build(helpers: dict[str, Any]) -> dict[str, Any]:
+    """Defines the kernels; ``helpers``: ``rules.build``'s jit helpers, which the kernels find among this module's
+    globals (Triton resolves names there)."""
+    import triton
+    import triton.language as tl
+
+    globals().update(helpers)
+
+    @triton.jit
+    def sparse_apply_rmsprop(tab_ptr, meta_ptr, s_ptr, T, CENTERED: tl.constexpr, ALIGNED: tl.constexpr,
+                             BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        ms_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        lr = tl.load(s_ptr)
+        rho = tl.load(s_ptr + 1)
+        omr = tl.load(s_ptr + 2)
+        mu = tl.load(s_ptr + 3)
+        eps = tl.load(s_ptr + 4)
+        g = tl.load(g_ptr, mask=mask)
+        ms = tl.load(ms_ptr, mask=mask) * rho + (g * g) * omr
+        tl.store(ms_ptr, ms, mask=mask)
+        d = ms + eps
+        if CENTERED:
+            mg_ptr = _operand(tab_ptr, 4, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+            mg = tl.load(mg_ptr, mask=mask) * rho + g * omr
+            tl.store(mg_ptr, mg, mask=mask)
+            d = d - mg * mg
+        d = _div_rn(tl.full(d.shape, 1.0, d.dtype), _sqrt_rn(d))  # noqa: F821
+        mom = tl.load(mom_ptr, mask=mask) * mu + (d * lr) * g
+        tl.store(mom_ptr, mom, mask=mask)
+        tl.store(w_ptr, tl.load(w_ptr, mask=mask) - mom, mask=mask)
+
+    @triton.jit
+    def apply_proximal_adagrad(tab_ptr, meta_ptr, s_ptr, T, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
+                               BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        lr = tl.load(s_ptr)
+        l1 = tl.load(s_ptr + 1)
+        l2 = tl.load(s_ptr + 2)
+        g = tl.load(g_ptr, mask=mask)
+        acc = tl.load(acc_ptr, mask=mask) + g * g
+        tl.store(acc_ptr, acc, mask=mask)
+        eta = _div_rn(tl.full(acc.shape, 1.0, acc.dtype), _sqrt_rn(acc)) * lr  # noqa: F821
+        prox = tl.load(w_ptr, mask=mask) - g * eta
+        den = eta * l2 + 1.0
+        if L1_POSITIVE:
+            mag = tl.abs(prox) - eta * l1
+            mag = tl.where(mag < 0, 0.0, mag)
+            w = _div_rn(_sign(prox) * mag, den)  # noqa: F821
+        else:
+            w = _div_rn(prox, den)  # noqa: F821
+        tl.store(w_ptr, w, mask=mask)
+
+    @triton.jit
+    def apply_adagrad_da(tab_ptr, meta_ptr, s_ptr, T, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
+                         BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        ga_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        gg_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        lr = tl.load(s_ptr)
+        t_l1 = tl.load(s_ptr + 1)
+        l2_t_lr = tl.load(s_ptr + 2)
+        g = tl.load(g_ptr, mask=mask)
+        ga = tl.load(ga_ptr, mask=mask) + g
+        gg = tl.load(gg_ptr, mask=mask) + g * g
+        tl.store(ga_ptr, ga, mask=mask)
+        tl.store(gg_ptr, gg, mask=mask)
+        den = _sqrt_rn(gg) + l2_t_lr  # noqa: F821
+        if L1_POSITIVE:
+            mag = tl.abs(ga) - t_l1
+            mag = tl.where(mag < 0, 0.0, mag)
+            num = (_sign(ga) * -lr) * mag  # noqa: F821
+        else:
+            num = -(ga * lr)
+        tl.store(w_ptr, _div_rn(num, den), mask=mask)  # noqa: F821
+
+    @triton.jit
+    def apply_adagrad_da_rows(tab_ptr, meta_ptr, s_ptr, T, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
+                              BLOCK: tl.constexpr):
+        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
+        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        ga_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        gg_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
+        steps = tl.load(s_ptr)
+        l1 = tl.load(s_ptr + 1)
+        l2 = tl.load(s_ptr + 2)
+        t_lr = tl.load(s_ptr + 3)
+        g = tl.load(g_ptr, mask=mask)
+        ga = tl.load(ga_ptr, mask=mask) + g
+        gg = tl.load(gg_ptr, mask=mask) + g * g
+        tl.store(ga_ptr, ga, mask=mask)
+        tl.store(gg_ptr, gg, mask=mask)
+        den = _div_rn(_sqrt_rn(gg), t_lr) + l2  # noqa: F821
+        if L1_POSITIVE:
+            mag = _div_rn(tl.abs(ga), steps) - l1  # noqa: F821
+            mag = tl.where(mag < 0, 0.0, mag)
+            num = (-_sign(ga)) * mag  # noqa: F821
+        else:
+            num = -_div_rn(ga, steps)  # noqa: F821
+        tl.store(w_ptr, _div_rn(num, den), mask=mask)  # noqa: F821
+
+    return {name: fn for name, fn in locals().items() if name in LAYOUT}
