@@ -162,3 +162,22 @@ def test_the_kernels_compile_for_a_hopper_gpu_without_contraction_or_approximati
         assert not re.search(r"\bfma\.", ptx) and "approx" not in ptx, name
         assert re.search(r"div\.rn\.f" + dtype[2:], ptx) and re.search(r"sqrt\.rn\.f" + dtype[2:], ptx), name
         assert bool(re.search(r"ld\.global(\.\w+)*\.v[24]\.", ptx)) == aligned, name
+
+
+def test_the_gradients_are_checked_on_every_call_even_at_known_addresses(interpreter):
+    params, grads, _ = _sgd_group([16, 32])
+    assert triton_kernels.apply("sgd", [params, grads], [0.25, 0.0])
+    strided = torch.randn(64)
+    strided[::2] = grads[1]
+    before = [p.clone() for p in params]
+    # The same addresses as the last call, but the second gradient is now a strided view: refused, nothing changed.
+    assert grads[1].data_ptr() != strided.data_ptr()
+    view = torch.as_strided(strided, (32,), (2,))
+    assert not triton_kernels.apply("sgd", [params, [grads[0], view]], [0.25, 0.0])
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+
+
+def test_a_gradient_that_is_its_variable_leaves_a_decayed_step_to_foreach(interpreter):
+    params, _, _ = _sgd_group([16])
+    assert not triton_kernels.apply("sgd", [params, params], [0.25, 1.0, 0.1, 0.25])  # decay first, then read g
+    assert triton_kernels.apply("sgd", [params, params], [0.25, 0.0, 0.0, 0.0])  # no decay: one read serves

@@ -101,12 +101,14 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     operands, flag_positions = LAYOUT[rule]
     if len(lists) != operands:
         return False
-    launch = table.launch_table(lists)
+    launch = table.launch_table(lists, read_only)
     if launch is None:
         return False
+    flags = {name: bool(scalars[i]) for name, i in flag_positions}
+    if flags.get("DECAY") and launch.aliased:
+        return False  # a gradient that IS its variable must be read after the decay: the separate ops do that
     if launch.programs:
         kernel = _kernel(rule)
-        flags = {name: bool(scalars[i]) for name, i in flag_positions}
         values = table.scalar_vector(scalars, dtype, device)
         with torch.cuda.device(device) if device.type == "cuda" else _nothing():
             kernel[(launch.programs,)](launch.addresses, launch.meta, values, launch.tensors, **flags,

@@ -23,7 +23,7 @@ __all__ = ["BLOCK", "Launch", "launch_table", "scalar_vector", "clear"]
 BLOCK = 1024
 #: Tables kept (by addresses and sizes): a few optimizers, each with a few groups, share it.
 _CACHE_SIZE = 64
-_cache: OrderedDict[tuple[object, ...], Launch] = OrderedDict()
+_cache: OrderedDict[tuple[object, ...], _Entry] = OrderedDict()
 
 
 class Launch(NamedTuple):
@@ -35,6 +35,9 @@ class Launch(NamedTuple):
     tensors: int
     programs: int
     aligned: bool
+    elements: int
+    #: Whether a tensor of the second list is its counterpart of the first (a gradient that IS its variable).
+    aliased: bool
 
 
 def clear() -> None:
@@ -58,48 +61,72 @@ def scalar_vector(values: Sequence[float], dtype: torch.dtype, device: torch.dev
     return _upload(host, device)
 
 
-def _addresses(tensors: Sequence[torch.Tensor], sizes: Sequence[int], offsets: np.ndarray,
-               dtype: torch.dtype, device: torch.device) -> Optional[list[int]]:
-    """Each tensor's data address, or None when one is not a contiguous tensor of ``dtype`` on ``device`` of its
-    counterpart's size. One flat tensor for a group of several (slotopt's packed state) gives per-tensor
-    addresses inside it."""
-    if len(tensors) == len(sizes):
-        for t, n in zip(tensors, sizes):
-            if t.dtype != dtype or t.device != device or t.numel() != n or not t.is_contiguous():
-                return None
-        return [t.data_ptr() for t in tensors]
+def _fits(tensors: Sequence[torch.Tensor], sizes: Sequence[int], total: int, dtype: torch.dtype,
+          device: torch.device) -> bool:
+    """Whether each tensor is a contiguous tensor of ``dtype`` on ``device`` of its counterpart's size (or the one
+    flat tensor of a group of several: slotopt's packed state, ``total`` elements)."""
     if len(tensors) == 1 and len(sizes) > 1:
         flat = tensors[0]
-        if flat.dtype != dtype or flat.device != device or flat.numel() != int(offsets[-1]) \
-                or not flat.is_contiguous():
-            return None
-        return (flat.data_ptr() + offsets[:-1] * flat.element_size()).tolist()
-    return None
+        return flat.dtype == dtype and flat.device == device and flat.numel() == total and flat.is_contiguous()
+    for t, n in zip(tensors, sizes):
+        if t.dtype != dtype or t.device != device or t.numel() != n or not t.is_contiguous():
+            return False
+    return True
 
 
-def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]]) -> Optional[Launch]:
+class _Entry(NamedTuple):
+    launch: Launch
+    sizes: list[int]
+    ids: list[tuple[int, ...]]  # the tensor objects checked for each list (see launch_table)
+
+
+_data_ptr = torch.Tensor.data_ptr
+
+
+def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]], read_only: Sequence[int] = (1,)
+                 ) -> Optional[Launch]:
     """The launch of a group (the first list gives the tensors; an absent optional list reads as the first, its
-    row is never read), or None when a tensor does not fit (see ``_addresses``)."""
+    row is never read), or None when a tensor does not fit (see ``_fits``).
+
+    The lists at ``read_only`` positions (this step's gradients: new objects each step, whose ids Python may
+    reuse) are checked on every call. A written list (the variables, the state) of the very objects already
+    checked, at the very same addresses, is not checked again: a tensor's dtype and device never change, and its
+    size and layout do not change in place without moving its data."""
     first = lists[0]
     assert first is not None
+    n = len(first)
+    operands = [first if tensors is None else tensors for tensors in lists]
+    if any(len(tensors) != n and not (len(tensors) == 1 and n > 1) for tensors in operands):
+        return None
+    rows = [tuple(map(_data_ptr, tensors)) for tensors in operands]
+    ids = [tuple(map(id, tensors)) for tensors in operands]
     dtype, device = first[0].dtype, first[0].device
-    sizes = [t.numel() for t in first]
-    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    rows = []
-    for tensors in lists:
-        row = _addresses(first if tensors is None else tensors, sizes, offsets, dtype, device)
-        if row is None:
-            return None
-        rows.append(row)
-    key = (device, dtype, tuple(sizes), *map(tuple, rows))
-    launch = _cache.get(key)
-    if launch is not None:
+    key = (dtype, n, *rows)
+    entry = _cache.get(key)
+    if entry is not None:
         _cache.move_to_end(key)
-        return launch
-    table = np.array(rows, dtype=np.uint64).view(np.int64)
+        total = entry.launch.elements
+        for i, tensors in enumerate(operands):
+            if ids[i] != entry.ids[i] or i in read_only:
+                if not _fits(tensors, entry.sizes, total, dtype, device):
+                    return None
+                entry.ids[i] = ids[i]
+        return entry.launch
+    sizes = [t.numel() for t in first]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    total = int(offsets[-1])
+    if not all(_fits(tensors, sizes, total, dtype, device) for tensors in operands):
+        return None
+    table = np.empty((len(rows), n), dtype=np.uint64)
+    for i, (tensors, row) in enumerate(zip(operands, rows)):
+        if len(tensors) == n:
+            table[i] = row
+        else:  # one flat tensor: each tensor's place in it
+            table[i] = row[0] + offsets[:-1].astype(np.uint64) * tensors[0].element_size()
+    table = table.view(np.int64)
     counts = -(-np.asarray(sizes, dtype=np.int64) // BLOCK)  # empty tensors take no program
-    which = np.repeat(np.arange(len(sizes), dtype=np.int64), counts)
+    which = np.repeat(np.arange(n, dtype=np.int64), counts)
     first_program = np.cumsum(counts) - counts
     meta = np.empty((len(which), 3), dtype=np.int64)
     meta[:, 0] = which
@@ -111,8 +138,9 @@ def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]]) -> Optional[
     host = np.concatenate([table.ravel(), meta.ravel()])
     buffer = _upload(host, device)
     cut = table.size
-    launch = Launch(buffer, buffer[:cut], buffer[cut:], len(sizes), len(which), aligned)
-    _cache[key] = launch
+    launch = Launch(buffer, buffer[:cut], buffer[cut:], n, len(which), aligned, total,
+                    bool(np.any(table[0] == table[1])) if len(table) > 1 else False)
+    _cache[key] = _Entry(launch, sizes, ids)
     if len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
     return launch
