@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("install", "info", "cuda-tests", "kernels", "parity", "sync", "timing")
+#: In the order they run: the cheapest answers first, so that a run cut short still says the most.
+SECTIONS = ("install", "info", "kernels", "sync", "timing", "parity", "cuda-tests")
 
 
 def _log(message: str) -> None:
@@ -364,7 +365,8 @@ def _timer(device: str) -> Callable[[Callable[[], Any], int], float]:
     return time_it
 
 
-def _launches_per_step(fn: Callable[[], Any], device: str, steps: int = 3) -> float:
+def _launches_per_step(fn: Callable[[], Any], device: str, steps: int = 3) -> tuple[float, float]:
+    """Kernels and copies on the device per step, as the profiler counts them."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -375,10 +377,10 @@ def _launches_per_step(fn: Callable[[], Any], device: str, steps: int = 3) -> fl
         if device == "cuda":
             torch.cuda.synchronize()
     if device != "cuda":
-        return 0.0
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and not e.name.lower().startswith(("memcpy", "memset"))]
-    return len(kernels) / steps
+        return 0.0, 0.0
+    on_device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    copies = [e for e in on_device if e.name.lower().startswith(("memcpy", "memset"))]
+    return (len(on_device) - len(copies)) / steps, len(copies) / steps
 
 
 def section_timing(args: argparse.Namespace) -> dict[str, Any]:
@@ -419,12 +421,12 @@ def section_timing(args: argparse.Namespace) -> dict[str, Any]:
                     for k, fn in contenders.items():
                         times[k].append(time_it(fn, steps))
                 ms = {k: statistics.median(v) for k, v in times.items()}
-                launches = _launches_per_step(contenders["slotopt"], device)
-                torch_launches = _launches_per_step(contenders["torch"], device)
+                launches, copies = _launches_per_step(contenders["slotopt"], device)
+                torch_launches, _ = _launches_per_step(contenders["torch"], device)
                 rows.append({"workload": workload, "tensors": len(shapes), "elements": elements, "rule": rule,
                              "slotopt_ms": ms["slotopt"], "torch_ms": ms["torch"], "torch_kind": torch_kind,
                              "copy_ms": ms["copy"], "vs_torch": ms["slotopt"] / ms["torch"],
-                             "vs_copy": ms["slotopt"] / ms["copy"], "launches": launches,
+                             "vs_copy": ms["slotopt"] / ms["copy"], "launches": launches, "copies": copies,
                              "torch_launches": torch_launches})
                 _log(f"  {workload:6} {rule:13} slotopt {ms['slotopt']:.4f} ms, torch {torch_kind} "
                      f"{ms['torch']:.4f} ms, copy {ms['copy']:.4f} ms, launches {launches:g}/{torch_launches:g}")
@@ -446,15 +448,22 @@ def _markdown(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> s
     timing = results.get("timing", {}).get("rows", [])
     if timing:
         lines += ["", "| workload | rule | slotopt ms | torch ms (kind) | copy floor ms | vs torch | vs floor | "
-                  "launches/step (slotopt / torch) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "kernels/step slotopt (+ copies) / torch |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in timing:
             lines.append(f"| {r['workload']} ({r['tensors']} tensors, {r['elements']:,}) | {r['rule']} | "
                          f"{r['slotopt_ms']:.4f} | {r['torch_ms']:.4f} ({r['torch_kind']}) | {r['copy_ms']:.4f} | "
-                         f"{r['vs_torch']:.2f}x | {r['vs_copy']:.2f}x | {r['launches']:g} / {r['torch_launches']:g} |")
+                         f"{r['vs_torch']:.2f}x | {r['vs_copy']:.2f}x | {r['launches']:g} (+{r['copies']:g}) / "
+                         f"{r['torch_launches']:g} |")
     for name, result in results.items():
         for failure in result.get("failures", [])[:40]:
             lines.append(f"- {name}: {failure}")
     return "\n".join(lines) + "\n"
+
+
+def _write(out: Path, results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_check.md").write_text(_markdown(results, args))
+    (out / "gpu_check.json").write_text(json.dumps(results, indent=1, default=str))
 
 
 def main(argv: list[str]) -> int:
@@ -469,6 +478,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timed-steps", type=int, default=20)
     parser.add_argument("--install-timeout", type=int, default=300)
     parser.add_argument("--tests-timeout", type=int, default=240)
+    parser.add_argument("--budget", type=float, default=480, help="seconds; later sections are skipped past it")
     args = parser.parse_args(argv)
     if args.quick:
         args.parity_steps = min(args.parity_steps, 20)
@@ -481,9 +491,15 @@ def main(argv: list[str]) -> int:
     runners = {"install": section_install, "info": section_info, "cuda-tests": section_cuda_tests,
                "kernels": section_kernels, "parity": section_parity, "sync": section_sync, "timing": section_timing}
     results: dict[str, dict[str, Any]] = {}
+    out = os.environ.get("OUT")
+    started = time.perf_counter()
     for name in sections:
         _log(f"== {name}")
         began = time.perf_counter()
+        if began - started > args.budget:
+            results[name] = {"ok": False, "summary": f"skipped: past the {args.budget:g} s budget", "seconds": 0}
+            _log(f"   {results[name]['summary']}")
+            continue
         try:
             result = runners[name](args)
         except Exception as error:  # one failing section must not stop the others
@@ -494,13 +510,12 @@ def main(argv: list[str]) -> int:
         _log(f"   {'ok' if result.get('ok') else 'FAILED'} in {result['seconds']} s: {result.get('summary', '')}")
         for failure in result.get("failures", [])[:40]:
             _log(f"   - {failure}")
+        if out:  # after every section: a run cut short keeps what it found
+            _write(Path(out), results, args)
     report = _markdown(results, args)
     _log("\n" + report)
-    out = os.environ.get("OUT")
     if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "gpu_check.md").write_text(report)
-        (Path(out) / "gpu_check.json").write_text(json.dumps(results, indent=1, default=str))
+        _write(Path(out), results, args)
     return 0 if all(r.get("ok") for r in results.values()) else 1
 
 

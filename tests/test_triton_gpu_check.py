@@ -25,7 +25,8 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
     results = json.loads((tmp_path / "gpu_check.json").read_text())
     assert set(results) == {"info", "kernels", "parity", "sync", "timing"}
     assert all(r["ok"] for r in results.values())
-    assert results["kernels"]["summary"].startswith("64/64 ")
+    passed, total = results["kernels"]["summary"].split()[0].split("/")
+    assert passed == total and int(total) >= 100  # every variant of every Triton rule, float32 and float64
     parity = results["parity"]["rows"]
     assert len(parity) >= 60 and all(r["differing"] == 0 for r in parity)
     timing = results["timing"]["rows"]
