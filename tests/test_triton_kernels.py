@@ -181,3 +181,14 @@ def test_a_gradient_that_is_its_variable_leaves_a_decayed_step_to_foreach(interp
     params, _, _ = _sgd_group([16])
     assert not triton_kernels.apply("sgd", [params, params], [0.25, 1.0, 0.1, 0.25])  # decay first, then read g
     assert triton_kernels.apply("sgd", [params, params], [0.25, 0.0, 0.0, 0.0])  # no decay: one read serves
+
+
+def test_a_scalar_vector_is_sent_once_per_value_and_told_apart_by_its_bits():
+    from slotopt.kernels.triton import table
+
+    first = table.scalar_vector([0.5, 0.0], torch.float32, torch.device("cpu"))
+    assert table.scalar_vector([0.5, 0.0], torch.float32, torch.device("cpu")) is first
+    negative_zero = table.scalar_vector([0.5, -0.0], torch.float32, torch.device("cpu"))
+    assert negative_zero is not first and torch.signbit(negative_zero[1])
+    wide = table.scalar_vector([0.1], torch.float64, torch.device("cpu"))
+    assert wide.dtype == torch.float64 and wide.item() == 0.1

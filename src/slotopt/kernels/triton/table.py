@@ -41,8 +41,9 @@ class Launch(NamedTuple):
 
 
 def clear() -> None:
-    """Forgets every table (tests; a table holds no tensor of the caller's)."""
+    """Forgets every table and scalar vector (tests; neither holds a tensor of the caller's)."""
     _cache.clear()
+    _scalars.clear()
 
 
 def _upload(host: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -54,11 +55,25 @@ def _upload(host: np.ndarray, device: torch.device) -> torch.Tensor:
     return values.pin_memory().to(device, non_blocking=True)
 
 
+#: Scalar vectors already on a device, by value: a rule whose scalars do not change from step to step (SGD or
+#: Adagrad at a constant rate) sends them once.
+_scalars: OrderedDict[tuple[object, ...], torch.Tensor] = OrderedDict()
+
+
 def scalar_vector(values: Sequence[float], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The rule's scalars as a tensor of the variables' dtype on their device (float64 rules keep float64
-    scalars: a Python float kernel argument would be a float32 parameter)."""
+    scalars: a Python float kernel argument would be a float32 parameter). Never written by a kernel."""
     host = np.asarray(values, dtype=np.float64 if dtype == torch.float64 else np.float32)
-    return _upload(host, device)
+    key = (device, host.tobytes())  # by bits: -0.0 is not 0.0 here
+    kept = _scalars.get(key)
+    if kept is not None:
+        _scalars.move_to_end(key)
+        return kept
+    vector = _upload(host, device)
+    _scalars[key] = vector
+    if len(_scalars) > 4 * _CACHE_SIZE:
+        _scalars.popitem(last=False)
+    return vector
 
 
 def _fits(tensors: Sequence[torch.Tensor], sizes: Sequence[int], total: int, dtype: torch.dtype,
