@@ -74,10 +74,13 @@ def section_info(args: argparse.Namespace) -> dict[str, Any]:
 
 def section_cuda_tests(args: argparse.Namespace) -> dict[str, Any]:
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_triton_*.py"))
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", *files]
+    command = [sys.executable, "-m", "pytest", "-rfEs", "-p", "no:cacheprovider", "-m", "cuda", *files]
     if args.dry:  # no device: the marker's own behaviour (reported as skipped with a reason) is what runs
         command += ["-k", "launch_table or every_rule"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=args.tests_timeout)
+    # The tree's src first: the tests run on this tree even where the install failed.
+    path = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=args.tests_timeout,
+                          env={**os.environ, "PYTHONPATH": path})
     lines = (done.stdout + done.stderr).strip().splitlines()
     failures = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
     return {"ok": done.returncode in (0, 5), "summary": f"pytest rc={done.returncode}: {lines[-1] if lines else ''}",
