@@ -156,7 +156,10 @@ def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
         print(f"library: {state['library']}", file=out)
     table = tensor_table.status()
     print(f"step checks: {'C++' if table['active'] else 'Python'} ({table['reason']})", file=out)
-    print(f"cuda: {triton.status()}", file=out)
+    cuda = triton.status()
+    if state["mode"] == "foreach":  # the switch covers the CUDA path too (kernels/native: compiled())
+        cuda = f"foreach kernels (SLOTOPT_KERNELS=foreach; otherwise: {cuda})"
+    print(f"cuda: {cuda}", file=out)
     return EXIT_FAILURE if state["error"] else EXIT_OK
 
 
