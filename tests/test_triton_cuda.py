@@ -69,10 +69,13 @@ def test_a_group_of_two_thousand_tensors_is_one_launch_without_a_sync(gpu_form):
     before = triton_kernels.launches()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        assert triton_kernels.apply("keras_momentum", [params, grads, momenta], scalars)
+        assert triton_kernels.apply("keras_momentum", [params, grads, momenta], scalars)  # the kept table
+        assert triton_kernels.apply("keras_momentum", [params, grads, momenta], [0.02, *scalars[1:]])  # new scalars
+        new_grads = [g.clone() for g in grads]
+        assert triton_kernels.apply("keras_momentum", [params, new_grads, momenta], scalars)  # a new table
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert triton_kernels.launches() == before + 1
+    assert triton_kernels.launches() == before + 3
 
 
 def test_a_keras3_adam_step_on_cuda_equals_the_cpu_foreach_step(gpu_form):
