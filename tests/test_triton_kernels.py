@@ -192,3 +192,12 @@ def test_a_scalar_vector_is_sent_once_per_value_and_told_apart_by_its_bits():
     assert negative_zero is not first and torch.signbit(negative_zero[1])
     wide = table.scalar_vector([0.1], torch.float64, torch.device("cpu"))
     assert wide.dtype == torch.float64 and wide.item() == 0.1
+
+
+def test_other_sizes_at_the_same_addresses_get_their_own_table(interpreter):
+    storage = torch.randn(64)
+    grads = torch.randn(64)
+    expected = storage[:48] - grads[:48] * 0.25
+    assert triton_kernels.apply("sgd", [[storage[:32]], [grads[:32]]], [0.0, 0.0])  # a step of 0: nothing moves
+    assert triton_kernels.apply("sgd", [[storage[:48]], [grads[:48]]], [0.25, 0.0])  # the same addresses, 48 now
+    assert torch.equal(storage[:48], expected)

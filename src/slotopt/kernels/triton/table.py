@@ -119,14 +119,13 @@ def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]], read_only: S
     key = (dtype, n, *rows)
     entry = _cache.get(key)
     if entry is not None:
-        _cache.move_to_end(key)
-        total = entry.launch.elements
-        for i, tensors in enumerate(operands):
-            if ids[i] != entry.ids[i] or i in read_only:
-                if not _fits(tensors, entry.sizes, total, dtype, device):
-                    return None
+        stale = [i for i in range(len(operands)) if ids[i] != entry.ids[i] or i in read_only]
+        if all(_fits(operands[i], entry.sizes, entry.launch.elements, dtype, device) for i in stale):
+            _cache.move_to_end(key)
+            for i in stale:
                 entry.ids[i] = ids[i]
-        return entry.launch
+            return entry.launch
+        # (other tensors at the same addresses: views of other sizes, say; the table is made anew below)
     sizes = [t.numel() for t in first]
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
