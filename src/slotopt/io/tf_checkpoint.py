@@ -316,12 +316,15 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
             skipped[key] = "is a string tensor (not training state an optimizer continues)"
             notes.append(f"string tensor {key!r} skipped")
             continue
-        if entry.dtype_code not in DTYPES:
-            # An iterator's position (variant), a resource...: listed in ``skipped`` and left; refused only if
-            # the optimizer or a trainable variable needs it.
-            skipped[key] = f"has dtype {entry.dtype}, which is not a variable dtype slotopt reads (an iterator's " \
-                           "position, a resource...): not restored"
+        if entry.dtype == "variant":
+            # A tf.data iterator's position (``.../ITERATOR_STATE``): listed in ``skipped`` and left; refused
+            # only if the optimizer or a trainable variable needs it.
+            skipped[key] = "is a variant tensor (a tf.data iterator's position): not training state a torch " \
+                           "optimizer continues; not restored"
             continue
+        if entry.dtype_code not in DTYPES:
+            raise TFCheckpointError(f"{bundle.index_path}: entry {key!r} has dtype {entry.dtype}, which is not a "
+                                    "variable dtype slotopt reads")
         numeric.append(key)
     if OBJECT_GRAPH_KEY in bundle.entries:
         strings = bundle.read_strings(OBJECT_GRAPH_KEY)
