@@ -16,6 +16,7 @@ weights, BatchNorm statistics and optimizer state into an ``nn.Module`` with the
 
 from __future__ import annotations
 
+import json
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +28,7 @@ import torch
 from . import _h5safe
 from .keras_layers import CONTAINER_CLASSES, SUPPORTED_LAYERS, TORCH_COUNTERPARTS
 from .keras_result import KerasCheckpoint
+from .keras_subclassed import find_blocks, order_blocks
 from .keras_walk import (
     KERAS3_OPTIMIZERS,
     LEGACY_OPTIMIZERS,
@@ -82,8 +84,8 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
     h5names = _h5_names(snap)
     where.entry = "config.json"
     class_name = config.get("class_name")
-    if class_name not in CONTAINER_CLASSES:
-        raise where.fail(f"the model is a {class_name!r}; only Sequential and Functional models are supported.")
+    if not isinstance(class_name, str):
+        raise where.fail(f"the model's `class_name` must be a string; found {class_name!r}.")
     inner = _mapping(where, config.get("config") or {}, "config.json")
     compile_config = config.get("compile_config") or {}
     opt_config = _optimizer_config(where, _mapping(where, compile_config, "compile_config").get("optimizer"))
@@ -91,17 +93,17 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
     model = _Model()
     _note_layer(model, class_name, str(inner.get("name", "")), inner)
     walk = _Keras3Walk(where, datasets, model)
-    walk.container("layers", class_name, inner, "", f"{inner.get('name', '')}/" if class_name == "Sequential" else "",
-                   bool(inner.get("trainable", True)), h5names)
-    _check_unique(where, model)
-    claimed = {v.entry for v in model.variables}
+    if class_name in CONTAINER_CLASSES:
+        walk.container("layers", class_name, inner, "",
+                       f"{inner.get('name', '')}/" if class_name == "Sequential" else "",
+                       bool(inner.get("trainable", True)), h5names)
     where.entry = "optimizer/vars"
     count = walk.own_count("optimizer") if "optimizer/vars/0" in datasets else 0
     if count == 0:
         raise where.fail("has no optimizer state (`optimizer/vars` is missing or empty).")
     state_entries = [f"optimizer/vars/{i}" for i in range(count)]
     state = [datasets[e] for e in state_entries]
-    claimed.update(state_entries)
+    claimed = set(state_entries)
     if cls.__name__ == "LossScaleOptimizer":  # Keras also saves the wrapped optimizer's own list apart
         n_inner = walk.own_count("optimizer/inner_optimizer") if "optimizer/inner_optimizer/vars/0" in datasets else 0
         for i in range(n_inner):
@@ -111,6 +113,17 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
             if tail is None or tail.shape != value.shape or not np.array_equal(tail, value, equal_nan=True):
                 raise where.fail("differs from the LossScaleOptimizer's copy of its inner optimizer's variables.", e)
             claimed.add(e)
+    if class_name not in CONTAINER_CLASSES:  # a subclassed model: its layers found in the file (keras_subclassed)
+        blocks = find_blocks(where, walk, h5names, str(inner.get("name", "")))
+        shapes = {v.entry: tuple(datasets[v.entry].shape) for b in blocks for v in b.variables}
+        opt_copy = _mapping(where, opt_config.get("config") or {}, "compile_config.optimizer.config")
+        ordered = order_blocks(where, blocks, state, shapes, lambda: cls.from_config(json.loads(json.dumps(opt_copy))))
+        model.variables = [v for b in ordered for v in b.variables]
+        model.notes.append(f"{class_name} is a subclassed model: its variables were found in the file and ordered "
+                           "by the saved optimizer state; a layer of unknown class comes in the file's layout "
+                           "(`<layer>/vars/<i>`, `as_is`): map it yourself.")
+    _check_unique(where, model)
+    claimed.update(v.entry for v in model.variables)
     unplaced = sorted(e for e in datasets if e not in claimed)
     if unplaced:
         raise where.fail("cannot be placed: no layer of the model's config stores a variable there, so the file "

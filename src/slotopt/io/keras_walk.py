@@ -207,6 +207,13 @@ class _Keras3Walk:
                                   f"{group}/vars")
         return len(keys)
 
+    def own_count_root(self) -> int:
+        """The model's own variables (``vars/<i>`` at the top of the file)."""
+        keys = [e[5:] for e in self.datasets if e.startswith("vars/") and "/" not in e[5:]]
+        if sorted(keys, key=lambda k: (len(k), k)) != [str(i) for i in range(len(keys))]:
+            raise self.where.fail(f"variables must be named 0..{len(keys) - 1}; found {sorted(keys)}.", "vars")
+        return len(keys)
+
     def layer(self, group: str, cls: str, config: dict, name: str, name_prefix: str, path_prefix: str,
               trainable: bool, h5names: Mapping[str, str], sub_layer: bool = False) -> None:
         if sub_layer:  # a sub-layer's name is not in the config: Keras writes it in the file
