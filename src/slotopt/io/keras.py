@@ -104,6 +104,7 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
     state_entries = [f"optimizer/vars/{i}" for i in range(count)]
     state = [datasets[e] for e in state_entries]
     claimed = set(state_entries)
+    skipped: dict[str, str] = {}
     if cls.__name__ == "LossScaleOptimizer":  # Keras also saves the wrapped optimizer's own list apart
         n_inner = walk.own_count("optimizer/inner_optimizer") if "optimizer/inner_optimizer/vars/0" in datasets else 0
         for i in range(n_inner):
@@ -113,6 +114,7 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
             if tail is None or tail.shape != value.shape or not np.array_equal(tail, value, equal_nan=True):
                 raise where.fail("differs from the LossScaleOptimizer's copy of its inner optimizer's variables.", e)
             claimed.add(e)
+            skipped[e] = f"the inner optimizer's copy of optimizer/vars/{len(state) - n_inner + i} (equal)"
     if class_name not in CONTAINER_CLASSES:  # a subclassed model: its layers found in the file (keras_subclassed)
         blocks = find_blocks(where, walk, h5names, str(inner.get("name", "")))
         shapes = {v.entry: tuple(datasets[v.entry].shape) for b in blocks for v in b.variables}
@@ -146,6 +148,7 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
         entries={v.name: v.entry for v in model.variables},
         optimizer_config={"class_name": cls.__name__, "config": opt_inner}, optimizer_class=cls,
         optimizer_state=state, floatx=floatx, _keras_paths={v.name: v.keras_path for v in model.variables},
+        optimizer_entries=state_entries, skipped=skipped,
     )
     return _finish(ckpt, model, where)
 
@@ -249,6 +252,7 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
             entries={v.name: v.entry for v in model.variables},
             optimizer_config={"class_name": cls.__name__, "config": inner}, optimizer_class=cls,
             optimizer_state=state, _keras_paths={v.name: v.keras_path for v in model.variables},
+            optimizer_entries=[f"optimizer_weights/{n}" for n in opt_names],
         )
         if kind == "keras3" and not isinstance(inner.get("learning_rate"), Mapping) and len(state) > 1:
             ckpt.floatx = torch.from_numpy(state[1]).dtype
@@ -269,6 +273,7 @@ def _order_state_by_name(ckpt: KerasCheckpoint, where: _Where, file_names: list[
     if paths != file_names and sorted(paths) == sorted(file_names):
         index = {n: i for i, n in enumerate(file_names)}
         ckpt.optimizer_state = [ckpt.optimizer_state[index[p]] for p in paths]
+        ckpt.optimizer_entries = [ckpt.optimizer_entries[index[p]] for p in paths]
 
 
 def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, None] = None,

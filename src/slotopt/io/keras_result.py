@@ -107,6 +107,8 @@ class KerasCheckpoint(_NamedWeights):
         constraints: ``"<layer>/<kernel|bias|...>"`` → the saved constraint config (not applied by slotopt).
         torch_options: layer name → the torch arguments that reproduce its options (BatchNormalization
             ``momentum`` ``1-m`` and ``eps``; LayerNormalization ``eps``).
+        optimizer_entries: where each of ``optimizer_state`` is in the file.
+        skipped: file entry → why it was left (a LossScaleOptimizer's copy of its inner optimizer's variables).
         notes: everything in the file that changes the loss or the update and is not part of the optimizer
             (regularizers, constraints, BatchNorm conversions, the dtype policy): read them.
 
@@ -139,6 +141,8 @@ class KerasCheckpoint(_NamedWeights):
     constraints: dict[str, Any] = field(default_factory=dict)
     torch_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    optimizer_entries: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
     _owners: list[Optional[int]] = field(default_factory=list, repr=False)
     _keras_paths: dict[str, str] = field(default_factory=dict, repr=False)
 

@@ -103,12 +103,17 @@ def latest_checkpoint(directory: Union[str, Path]) -> Optional[str]:
 
 def _resolve(prefix_or_directory: Union[str, Path]) -> str:
     path = str(prefix_or_directory)
+    saved_model = os.path.join(path, "variables", "variables")
+    if os.path.isdir(path) and os.path.isfile(saved_model + ".index") and not os.path.isfile(
+            os.path.join(path, "checkpoint")):
+        return saved_model  # a SavedModel directory: its variables are a checkpoint (object graph included)
     if os.path.isdir(path):
         found = latest_checkpoint(path)
         if found is None:
             raise FileNotFoundError(
                 f"Argument `prefix_or_directory` is a directory without a checkpoint (no `checkpoint` state file "
-                f"naming an existing `.index`). Received: {path!r}")
+                f"naming an existing `.index`, and not a SavedModel directory with `variables/variables.index`). "
+                f"Received: {path!r}")
         return found
     if path.endswith(".index"):
         path = path[: -len(".index")]
