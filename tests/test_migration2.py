@@ -46,12 +46,11 @@ def _load(case: dict):
         return ck, ck.entries, lambda params: ck.optimizer(params)
     ck = slotopt.load_tf_checkpoint(path, **case["load_kwargs"])
     built = case["optimizer"]["constructed_with"]
-    if case["optimizer"]["api"] == "v1":  # the .meta graph names the class and its hyperparameters
+    if case["optimizer"]["api"].startswith("v1"):
+        # The .meta graph names each optimizer's class and hyperparameters (several: a CompositeOptimizer).
         return ck, ck.keys, lambda params: ck.optimizer(params)
-    if case["optimizer"]["api"] == "v1_composite":  # TF1 graph with several optimizers: one per part
-        optimizer: Any = [_constructed(p, slotopt.v1) for p in built]
-    elif case["optimizer"]["api"] == "composite":  # TFRS: tf.keras legacy parts
-        optimizer = [_constructed(p, slotopt.legacy) for p in built["parts"]]
+    if case["optimizer"]["api"] == "composite":  # TFRS: tf.keras legacy parts
+        optimizer: Any = [_constructed(p, slotopt.legacy) for p in built["parts"]]
     else:  # a Keras 3 optimizer, or tf-keras 2.11+'s, which slotopt continues with the Keras 3 class
         optimizer = _constructed(built, slotopt)
     return ck, ck.keys, lambda params: ck.optimizer(params, optimizer=optimizer)
@@ -124,7 +123,10 @@ def test_run_loads_everything_and_continues_bit_for_bit(run):
             else:
                 grads.append(None if kind is None else torch.from_numpy(arrays[f"step{s}/g/{i}"]))
         pairs = [(g, p) for g, p in zip(grads, params) if g is not None]
-        if v1:
+        if v1 and parts:  # the graph's one global_step: counted by the caller (a composite has no global_step)
+            opt.apply_gradients(pairs)
+            global_step.add_(1)
+        elif v1:
             opt.apply_gradients(pairs, global_step=global_step)
         else:
             opt.apply_gradients(pairs)

@@ -254,29 +254,57 @@ def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
     weights = {k: bundle.read(k) for k in numeric if k not in used}
     # Variables the optimizer holds state for, in the graph's order when the .meta says it.
     trainable = [n for n in trainable if n in weights]
-    optimizer_class = optimizer_config = None
-    if optimizer_name in _V1_OPTIMIZERS:
-        import slotopt
-
-        class_name, arguments = _V1_OPTIMIZERS[optimizer_name]
-        optimizer_class = getattr(slotopt.v1, class_name)
-        config = {arg: consts[f"{optimizer_name}/{const}"] for const, arg in arguments.items()
-                  if f"{optimizer_name}/{const}" in consts}
-        if config.keys() == set(arguments.values()):
-            optimizer_config = config
-            if optimizer_name == "RMSProp" and any(op == "RMSProp_2" for _, op in slot_of.values()):
-                optimizer_config["centered"] = True
-        elif consts or order:
-            notes.append(f"the .meta graph has no scalar Const for every {class_name} hyperparameter")
+    optimizer_class, optimizer_config = _v1_class(optimizer_name, consts, order, slot_of, notes)
     global_step = weights.get("global_step")
     iterations = int(global_step.item()) if global_step is not None and global_step.numel() == 1 \
         and not global_step.is_floating_point() else None
     kind = "v1" if slot_of or non_slot else "none"
+    layouts = {n: _guess_layout(n, w.shape) for n, w in weights.items()}
+    parts = []
+    if len(ops) > 1:  # several optimizers in one graph (wide & deep): one part each, the variables it has slots for
+        power_parts = [op for op in ops if op == "Adam"]  # ``beta1_power``/``beta2_power`` are Adam's
+        for op in ops:
+            mine = {k for k, (_, o) in slot_of.items() if _op_base(o) == op}
+            owners = {slot_of[k][0] for k in mine}
+            part_class, part_config = _v1_class(op, consts, order, slot_of, [])
+            part_vars = [v for v in optimizer_variables if v.key in mine
+                         or (v.owner is None and len(power_parts) == 1 and op == "Adam")]
+            parts.append(TFCheckpoint(
+                path=bundle.prefix, kind="v1", variable_names=[n for n in trainable if n in owners],
+                weights=weights, layouts=layouts, keys={n: n for n in weights}, optimizer_variables=part_vars,
+                optimizer_name=op, optimizer_class=part_class, optimizer_config=part_config, iterations=iterations))
+        notes[-1] = (f"slots of several TF1 optimizers: {ops}; `parts` holds each with its variables: "
+                     "`optimizer(params)` builds a slotopt.CompositeOptimizer of them (or pass `optimizer=[...]`, one "
+                     "per part; one optimizer continues only its own slots)")
     return TFCheckpoint(
         path=bundle.prefix, kind=kind, variable_names=trainable if kind == "v1" else [], weights=weights,
-        layouts={n: _guess_layout(n, w.shape) for n, w in weights.items()}, keys={n: n for n in weights},
+        layouts=layouts, keys={n: n for n in weights},
         optimizer_variables=optimizer_variables, optimizer_name=optimizer_name,
-        optimizer_class=optimizer_class, optimizer_config=optimizer_config, iterations=iterations, notes=notes)
+        optimizer_class=optimizer_class, optimizer_config=optimizer_config, iterations=iterations, notes=notes,
+        parts=parts)
+
+
+def _v1_class(optimizer_name: Optional[str], consts: dict[str, float], order: list[str],
+              slot_of: dict[str, tuple[str, str]], notes: list[str]) -> tuple[Optional[type], Optional[dict]]:
+    """The slotopt.v1 class a TF1 optimizer's default name means, and its hyperparameters from the ``.meta``
+    graph's constants (``<name>/learning_rate``...) when every one is there."""
+    if optimizer_name not in _V1_OPTIMIZERS:
+        return None, None
+    import slotopt
+
+    class_name, arguments = _V1_OPTIMIZERS[optimizer_name]
+    optimizer_class = getattr(slotopt.v1, class_name)
+    config: dict[str, Any] = {arg: consts[f"{optimizer_name}/{const}"] for const, arg in arguments.items()
+                              if f"{optimizer_name}/{const}" in consts}
+    if config.keys() != set(arguments.values()):
+        if consts or order:
+            notes.append(f"the .meta graph has no scalar Const for every {class_name} hyperparameter")
+        return optimizer_class, None
+    if optimizer_name == "RMSProp" and any(op == "RMSProp_2" for _, op in slot_of.values()):
+        config["centered"] = True
+    if optimizer_name == "Adam":  # a .meta graph ran in a Session: Grappler's order of the sparse update
+        config["graph_mode_sparse"] = True
+    return optimizer_class, config
 
 
 def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:

@@ -291,7 +291,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         step count loaded; every part is checked before any is built.
         """
         ordered = self._params_in_order(params)
-        if self.kind == "composite":
+        if self.kind == "composite" or (self.parts and (optimizer is None or isinstance(optimizer, (list, tuple)))):
             return self._composite(ordered, optimizer)
         opt = self._optimizer_for(optimizer)
         probe = self._probe(opt)
@@ -302,6 +302,8 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
     def _composite(self, ordered: list[torch.Tensor], optimizers: Any) -> Any:
         import slotopt
 
+        if optimizers is None and all(p.optimizer_config is not None for p in self.parts):
+            optimizers = [None] * len(self.parts)  # each part's class and hyperparameters from the .meta graph
         if not isinstance(optimizers, (list, tuple)) or len(optimizers) != len(self.parts):
             raise ValueError(
                 f"{self.path} holds {len(self.parts)} optimizers ({[p.optimizer_name for p in self.parts]}, a "
