@@ -90,6 +90,13 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
     compile_config = config.get("compile_config") or {}
     opt_config = _optimizer_config(where, _mapping(where, compile_config, "compile_config").get("optimizer"))
     cls = _optimizer_class(where, opt_config.get("class_name"), "keras3")
+    wrapped = cls.__name__ != "LossScaleOptimizer" and "optimizer/inner_optimizer/vars/0" in datasets
+    if wrapped:
+        # ``compile`` under a mixed_float16 policy wraps the optimizer in a LossScaleOptimizer (its defaults) but
+        # saves the optimizer the user gave: the file's variables are the wrapper's, the inner ones apart.
+        opt_config = {"class_name": "LossScaleOptimizer", "config": {"name": "loss_scale_optimizer",
+                                                                     "inner_optimizer": opt_config}}
+        cls = _optimizer_class(where, "LossScaleOptimizer", "keras3")
     model = _Model()
     _note_layer(model, class_name, str(inner.get("name", "")), inner)
     walk = _Keras3Walk(where, datasets, model)
@@ -115,6 +122,9 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
                 raise where.fail("differs from the LossScaleOptimizer's copy of its inner optimizer's variables.", e)
             claimed.add(e)
             skipped[e] = f"the inner optimizer's copy of optimizer/vars/{len(state) - n_inner + i} (equal)"
+    if wrapped:
+        model.notes.append("the optimizer was wrapped in a LossScaleOptimizer by `compile` (mixed precision): "
+                           "continued as one, with Keras's defaults (dynamic_growth_steps=2000).")
     if class_name not in CONTAINER_CLASSES:  # a subclassed model: its layers found in the file (keras_subclassed)
         blocks = find_blocks(where, walk, h5names, str(inner.get("name", "")))
         shapes = {v.entry: tuple(datasets[v.entry].shape) for b in blocks for v in b.variables}
