@@ -228,9 +228,21 @@ class _Keras3Walk:
         spec = layer_spec(cls, config)
         if not spec.known:
             under = sorted(self.groups.get(group, []))
+            nested = [e for e in under if not e.startswith(f"{group}/vars/")]
+            if nested:
+                raise self.where.fail(
+                    f"layer {full!r} of class {cls} (not one the reader knows: {sorted(SUPPORTED_LAYERS)}) holds "
+                    "sub-layers with variables, whose order the file does not record: refused rather than "
+                    "guessed.", nested[0])
+            # A custom layer's own variables (``add_weight``): in creation order, in the file's layout, trainable
+            # unless the layer is frozen (a custom non-trainable weight is not told apart: the optimizer state's
+            # count and shapes are checked against the result).
+            for i in range(self.own_count(group) if under else 0):
+                self.model.variables.append(_Var(f"{full}/vars/{i}", f"{path_prefix}{name}/vars/{i}", "as_is",
+                                                 trainable, f"{group}/vars/{i}", cls))
             if under:
-                raise self.where.fail(f"layer {full!r} of class {cls} holds variables, and the reader does not know "
-                                      f"its layout. Supported layers: {sorted(SUPPORTED_LAYERS)}.", under[0])
+                self.model.notes.append(f"{full}: layer class {cls} is not one slotopt knows: its variables come "
+                                        f"as '{full}/vars/<i>' in the file's layout; map them yourself.")
             return
         count = self.own_count(group)
         if count != len(spec.own):
