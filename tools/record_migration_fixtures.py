@@ -318,7 +318,68 @@ def case_tf1_sparse_adam() -> None:
                build, 5)
 
 
-CASES = {"f1": case_k3_functional_custom_layer, "f2": case_k3_mixed_float16, "f3": case_savedmodel,
+def _tfkeras_new_continue(case: dict, arrays: dict, model, optimizer, seed: int) -> None:
+    """tf-keras 2.11+: the optimizer's ``variables`` are [iterations, slots...], a slot named
+    ``<optimizer>/<slot>/<variable name>``."""
+    import tensorflow as tf
+
+    variables = model.trainable_variables
+    names = [v.name.split(":")[0] for v in variables]
+    case["trainable"] = [{"name": n, "shape": v.shape.as_list(), "dtype": v.dtype.name} for n, v in zip(names, variables)]
+    case["non_trainable"] = []
+    opt_vars = list(optimizer.variables)
+    case["optimizer_variables"] = []
+    for v in opt_vars:
+        full = v.name.split(":")[0]
+        owner = next((i for i, n in sorted(enumerate(names), key=lambda x: -len(x[1])) if full.endswith("/" + n)), None)
+        local = full[: -len(names[owner]) - 1].rpartition("/")[2] if owner is not None else "iteration"
+        case["optimizer_variables"].append({"name": full, "owner": owner, "local": local, "part": None})
+    for i, v in enumerate(variables):
+        arrays[f"saved/w/{i}"] = v.numpy()
+    for j, v in enumerate(opt_vars):
+        arrays[f"saved/opt/{j}"] = np.asarray(v.numpy())
+    rng = _rng(seed)
+    case["steps"] = []
+    for s in range(STEPS):
+        grads = [rng.standard_normal(v.shape.as_list()).astype(np.float32) * 0.1 for v in variables]
+        for i, g in enumerate(grads):
+            arrays[f"step{s}/g/{i}"] = g
+        optimizer.apply_gradients(zip([tf.constant(g) for g in grads], variables))
+        for i, v in enumerate(variables):
+            arrays[f"step{s}/w/{i}"] = v.numpy()
+        for j, v in enumerate(opt_vars):
+            arrays[f"step{s}/opt/{j}"] = np.asarray(v.numpy())
+        case["steps"].append({"grads": ["dense"] * len(variables), "iterations": int(optimizer.iterations.numpy())})
+    case["iterations_after"] = case["steps"][-1]["iterations"]
+
+
+def _case_tfkeras_new(case_id: str, filename: str) -> None:
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(6)
+    model = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(4, name="fc"),
+                                 tf_keras.layers.Dense(2, name="logits")])
+    model.compile(optimizer=tf_keras.optimizers.Adam(0.01), loss="mse")
+    _fit(model, (3,), 2, 6)
+    folder = _fresh(case_id)
+    model.save(folder / filename)
+    restored = tf_keras.models.load_model(folder / filename)
+    case = {"title": f"tf-keras 2.21 model.save('{filename}') with tf.keras.optimizers.Adam (the 2.11+ Optimizer)",
+            "format": "tfkeras_file", "load": filename, "optimizer": {"api": "tfkeras_new", "class_name": "Adam"}}
+    arrays: dict = {}
+    _tfkeras_new_continue(case, arrays, restored, restored.optimizer, 16)
+    _write(case_id, case, arrays)
+
+
+def case_tfkeras_new_h5() -> None:
+    _case_tfkeras_new("f6_tfkeras_new_adam_h5", "model.h5")
+
+
+def case_tfkeras_new_keras() -> None:
+    _case_tfkeras_new("f7_tfkeras_new_adam_keras", "model.keras")
+
+
+CASES = {"f6": case_tfkeras_new_h5, "f7": case_tfkeras_new_keras, "f1": case_k3_functional_custom_layer, "f2": case_k3_mixed_float16, "f3": case_savedmodel,
          "f4": case_tf1_wide_deep, "f5": case_tf1_sparse_adam}
 
 

@@ -89,6 +89,7 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
     inner = _mapping(where, config.get("config") or {}, "config.json")
     compile_config = config.get("compile_config") or {}
     opt_config = _optimizer_config(where, _mapping(where, compile_config, "compile_config").get("optimizer"))
+    opt_config, tfkeras_new = _tfkeras_new(where, opt_config)
     cls = _optimizer_class(where, opt_config.get("class_name"), "keras3")
     wrapped = cls.__name__ != "LossScaleOptimizer" and "optimizer/inner_optimizer/vars/0" in datasets
     if wrapped:
@@ -112,6 +113,12 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
     state = [datasets[e] for e in state_entries]
     claimed = set(state_entries)
     skipped: dict[str, str] = {}
+    for e in datasets:  # compiled metrics' running totals (tf-keras): not training state
+        if e.startswith("metrics/"):
+            claimed.add(e)
+            skipped[e] = "a compiled metric's running total (not training state an optimizer continues)"
+    if tfkeras_new:
+        state, state_entries = _with_learning_rate(opt_config, state, state_entries)
     if cls.__name__ == "LossScaleOptimizer":  # Keras also saves the wrapped optimizer's own list apart
         n_inner = walk.own_count("optimizer/inner_optimizer") if "optimizer/inner_optimizer/vars/0" in datasets else 0
         for i in range(n_inner):
@@ -179,10 +186,15 @@ def _read_keras3(path: str, max_bytes: int, isolate: Optional[bool]) -> KerasChe
             metadata = (_mapping(where, _json(where, archive.read("metadata.json"), "metadata.json"), "metadata.json")
                         if "metadata.json" in names else {})
             version = str(metadata.get("keras_version", ""))
-            if version.startswith(("1.", "2.")):
+            opt = ((config.get("compile_config") or {}) if isinstance(config.get("compile_config"), Mapping) else {}
+                   ).get("optimizer")
+            tfkeras_new = isinstance(opt, Mapping) and isinstance(opt.get("config"), Mapping) and \
+                opt["config"].get("is_legacy_optimizer") is False
+            if version.startswith(("1.", "2.")) and not tfkeras_new:
                 raise where.fail(
-                    f"was written by Keras {version}: only `.keras` files of Keras 3 are supported (a tf.keras 2.x "
-                    "model with a legacy optimizer can be read from its `.h5` file).", "metadata.json")
+                    f"was written by Keras {version} with a legacy optimizer: only `.keras` files of Keras 3 or with "
+                    "tf-keras 2.11+'s optimizer are supported (a tf.keras 2.x model with a legacy optimizer can be "
+                    "read from its `.h5` file).", "metadata.json")
             where.entry = "model.weights.h5"
             with _h5safe.zip_member_to_tempfile(path, archive, "model.weights.h5", max_bytes) as blob:
                 snap = _h5safe.snapshot(path, blob.name, max_bytes, isolate)
@@ -216,11 +228,11 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
                             "training_config")
         opt_config = _optimizer_config(where, training.get("optimizer_config"))
         inner = _mapping(where, opt_config.get("config") or {}, "training_config.optimizer_config")
-        if kind == "legacy" and inner.pop("is_legacy_optimizer", True) is False:
-            raise where.fail(
-                f"holds a tf.keras 2.11+ optimizer ({opt_config.get('class_name')!r}, is_legacy_optimizer=False)"
-                "; only the legacy optimizers (tf.keras.optimizers.legacy) are supported in `.h5` files. Save a "
-                "Keras 3 model as `.keras` instead.")
+        opt_config, tfkeras_new = _tfkeras_new(where, opt_config)
+        inner = _mapping(where, opt_config.get("config") or {}, "training_config.optimizer_config")
+        inner.pop("is_legacy_optimizer", None)
+        if tfkeras_new:
+            kind = "keras3"  # its state is Keras 3's, continued by the Keras 3 class
         cls = _optimizer_class(where, opt_config.get("class_name"), kind)
         where.entry = "optimizer_weights"
         if "weight_names" not in snap.attrs.get("optimizer_weights", {}):
@@ -264,10 +276,40 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
             optimizer_state=state, _keras_paths={v.name: v.keras_path for v in model.variables},
             optimizer_entries=[f"optimizer_weights/{n}" for n in opt_names],
         )
+        if tfkeras_new:
+            ckpt.optimizer_state, ckpt.optimizer_entries = _with_learning_rate(opt_config, state,
+                                                                              ckpt.optimizer_entries)
+            model.notes.append(_TFKERAS_NOTE)
+            opt_names = [opt_names[0], "learning_rate (config)"] + opt_names[1:]
         if kind == "keras3" and not isinstance(inner.get("learning_rate"), Mapping) and len(state) > 1:
-            ckpt.floatx = torch.from_numpy(state[1]).dtype
+            ckpt.floatx = torch.from_numpy(np.asarray(ckpt.optimizer_state[1])).dtype
         _order_state_by_name(ckpt, where, [n.split(":")[0] for n in opt_names])
         return _finish(ckpt, model, where)
+
+
+_TFKERAS_NOTE = ("the optimizer is tf-keras 2.11+'s (is_legacy_optimizer=False): continued by the Keras 3 class, "
+                 "whose arithmetic it shares; its learning rate comes from the config.")
+
+
+def _tfkeras_new(where: _Where, opt_config: dict) -> tuple[dict, bool]:
+    """tf-keras 2.11+'s Optimizer (``is_legacy_optimizer: False``; ``.h5`` files name it ``Custom>Adam``) → the
+    Keras 3 class's config (its tf-keras-only keys dropped), and whether it was one."""
+    inner = opt_config.get("config")
+    if not isinstance(inner, Mapping) or inner.get("is_legacy_optimizer") is not False:
+        return opt_config, False
+    inner = {k: v for k, v in inner.items() if k not in ("is_legacy_optimizer", "jit_compile")}
+    name = opt_config.get("class_name")
+    name = name.removeprefix("Custom>") if isinstance(name, str) else name
+    return {"class_name": name, "config": inner}, True
+
+
+def _with_learning_rate(opt_config: dict, state: list, entries: list[str]) -> tuple[list, list[str]]:
+    """tf-keras 2.11+ saves ``[iterations, slots...]``; the Keras 3 class holds ``[iteration, learning_rate,
+    slots...]``: the learning rate (not saved) is the config's, in float32 (a schedule has no variable)."""
+    lr = (opt_config.get("config") or {}).get("learning_rate")
+    if isinstance(lr, Mapping) or not state:
+        return state, entries
+    return [state[0], np.array(lr, dtype=np.float32)] + list(state[1:]), [entries[0], "learning_rate (config)"] + list(entries[1:])
 
 
 def _order_state_by_name(ckpt: KerasCheckpoint, where: _Where, file_names: list[str]) -> None:
