@@ -7,6 +7,7 @@ the iteration count.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +146,84 @@ def test_run_loads_everything_and_continues_bit_for_bit(run):
             assert [int(o.iterations) for o in opt.optimizers] == iterations
         else:
             assert int(opt.iterations) == iterations
+
+
+# ------------------------------------------------------------------------------------------- beyond the replays
+def _subclassed(path: Path, groups: dict[str, list[np.ndarray]], names: dict[str, str]) -> Path:
+    """A Keras 3 ``.keras`` file of a subclassed model (config without layers) holding ``groups`` (HDF5 group →
+    its variables), trained one step of Adam on those variables in ``names`` order (the model's)."""
+    import io
+    import zipfile
+
+    import h5py
+
+    order = list(names)
+    opt = slotopt.Adam(0.01)
+    tensors = [torch.tensor(a) for g in order for a in groups[g]]  # copies: the file keeps the values before
+    opt.build(tensors)
+    opt.apply_gradients(zip([torch.full_like(t, float(i + 1)) for i, t in enumerate(tensors)], tensors))
+    blob = io.BytesIO()
+    with h5py.File(blob, "w") as f:
+        for group, arrays in groups.items():
+            f.create_group(f"{group}/vars").attrs["name"] = names[group]
+            for i, a in enumerate(arrays):
+                f[f"{group}/vars/{i}"] = a
+        f.create_group("vars").attrs["name"] = "net"
+        for i, value in enumerate(opt.get_weights()):
+            f[f"optimizer/vars/{i}"] = value
+    config = {"module": "mine", "class_name": "Net", "registered_name": "mine>Net", "config": {"name": "net"},
+              "compile_config": {"optimizer": slotopt.serialize(opt)}}
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("config.json", json.dumps(config))
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.15.1"}))
+        z.writestr("model.weights.h5", blob.getvalue())
+    return path
+
+
+def test_a_subclassed_models_order_comes_from_the_optimizer_state_and_the_files_numbering(tmp_path):
+    w = np.ones((3, 2), np.float32)
+    # Attribute ``zeta`` (written first, sorted by name) is the model's second layer: its slots say so.
+    path = _subclassed(tmp_path / "a.keras", {"zeta": [np.ones((4,), np.float32)], "layers/dense": [w, w[0]]},
+                       {"layers/dense": "first", "zeta": "second"})
+    ck = slotopt.load_keras_checkpoint(path)
+    assert ck.variable_names == ["first/kernel", "first/bias", "second/vars/0"]
+    assert ck.layouts["first/kernel"] == "dense_kernel" and ck.layouts["second/vars/0"] == "as_is"
+    # Two Dense layers of one shape: ``dense`` comes before ``dense_1`` in the model's layers list.
+    path = _subclassed(tmp_path / "b.keras", {"layers/dense": [w, w[0]], "layers/dense_1": [w * 2, w[0] * 2]},
+                       {"layers/dense": "a", "layers/dense_1": "b"})
+    ck = slotopt.load_keras_checkpoint(path)
+    assert ck.variable_names == ["a/kernel", "a/bias", "b/kernel", "b/bias"]
+    assert torch.equal(ck.weights["b/kernel"], torch.full((3, 2), 2.0))
+    # Adam's first moment after one step of gradient j + 1: the slots of ``b`` are those of gradients 3 and 4.
+    assert np.array_equal(ck.optimizer_state[6], np.full((3, 2), np.float32(0.1) * 3, np.float32))
+
+
+def test_a_subclassed_model_whose_layer_order_is_ambiguous_is_refused_naming_the_layers(tmp_path):
+    v = np.ones((3,), np.float32)
+    path = _subclassed(tmp_path / "c.keras", {"left": [v], "right": [v * 2]}, {"left": "left", "right": "right"})
+    with pytest.raises(slotopt.io.CheckpointFormatError, match=r"layers \['left', 'right'\] fit the saved "
+                                                                r"optimizer state in more than one order"):
+        slotopt.load_keras_checkpoint(path)
+
+
+def test_what_is_not_training_state_is_listed_and_the_composite_checks_every_part_first(capsys):
+    from slotopt.cli import command as cli
+
+    folder = DATA / "migration2" / "c09a_tfckpt_keras3_guide_step_iterator" / "ckpts"
+    ck = slotopt.load_tf_checkpoint(folder)
+    assert "variant" in ck.skipped["iterator/.ATTRIBUTES/ITERATOR_STATE"]
+    assert "save count" in ck.skipped["save_counter/.ATTRIBUTES/VARIABLE_VALUE"]
+    assert int(ck.weights["step"]) == 7 and ck.iterations == 6  # the guide's step counter: a variable like any
+    assert cli.main(["inspect", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped (2):" in out and "iterator/.ATTRIBUTES/ITERATOR_STATE" in out
+    assert re.search(r"optimizer/_variables/2/\S+ +-> +adam/enc_kernel_momentum +slot momentum of enc/kernel", out)
+
+    tfrs = slotopt.load_tf_checkpoint(DATA / "migration2" / "c11_tfrs_ranking_composite" / "ckpts")
+    params = tfrs.parameters()
+    adagrad, wrong = slotopt.legacy.Adagrad(0.1), slotopt.legacy.SGD(0.01)
+    with pytest.raises(ValueError, match="holds 2 optimizers"):
+        tfrs.optimizer(params, optimizer=[adagrad])
+    with pytest.raises(ValueError, match="holds 8 slots, a SGD has 0"):
+        tfrs.optimizer(params, optimizer=[adagrad, wrong])
+    assert not adagrad.weights  # the first part was checked, not built
