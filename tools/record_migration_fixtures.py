@@ -371,6 +371,69 @@ def _case_tfkeras_new(case_id: str, filename: str) -> None:
     _write(case_id, case, arrays)
 
 
+def case_tfkeras_h5_custom_layer_legacy() -> None:
+    """tf-keras Functional model with a registered custom layer, legacy Adam, ``.h5``."""
+    import tensorflow as tf
+    import tf_keras
+
+    @tf_keras.utils.register_keras_serializable(package="fixtures")
+    class Gain(tf_keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(name="w", shape=(input_shape[-1],), initializer="ones")
+
+        def call(self, x):
+            return x * self.w
+
+    tf_keras.utils.set_random_seed(8)
+    inputs = tf_keras.Input((3,))
+    h = tf_keras.layers.Dense(4, name="fc")(inputs)
+    outputs = tf_keras.layers.Dense(2, name="out")(Gain(name="gain")(h))
+    model = tf_keras.Model(inputs, outputs)
+    model.compile(optimizer=tf_keras.optimizers.legacy.Adam(0.01), loss="mse")
+    _fit(model, (3,), 2, 8)
+    case_id = "f8_tfkeras_h5_custom_layer_legacy_adam"
+    folder = _fresh(case_id)
+    model.save(folder / "model.h5")
+    restored = tf_keras.models.load_model(folder / "model.h5")
+    optimizer = restored.optimizer
+    variables = restored.trainable_variables
+    names = [v.name.split(":")[0] for v in variables]
+    case = {"title": "tf-keras Functional model with a registered custom layer, legacy Adam, .h5",
+            "format": "tfkeras_file", "load": "model.h5", "optimizer": {"api": "legacy", "class_name": "Adam"},
+            "trainable": [{"name": n, "shape": v.shape.as_list(), "dtype": v.dtype.name}
+                          for n, v in zip(names, variables)], "non_trainable": []}
+    arrays: dict = {}
+
+    def legacy_variables(opt) -> list:
+        return list(opt.weights)  # [iter, slots in creation order]
+
+    case["optimizer_variables"] = []
+    for v in legacy_variables(model.optimizer):  # the state at the save, from the model that was saved
+        full = v.name.split(":")[0]
+        owner = next((i for i, n in sorted(enumerate(names), key=lambda x: -len(x[1])) if f"/{n}/" in f"/{full}"),
+                     None)
+        case["optimizer_variables"].append({"name": full, "owner": owner, "local": full.rpartition("/")[2],
+                                            "part": None})
+    for i, v in enumerate(model.trainable_variables):
+        arrays[f"saved/w/{i}"] = v.numpy()
+    for j, v in enumerate(legacy_variables(model.optimizer)):
+        arrays[f"saved/opt/{j}"] = np.asarray(v.numpy())
+    rng = _rng(18)
+    case["steps"] = []
+    for s in range(STEPS):  # the restored optimizer creates its slots and sets the saved values at its first step
+        grads = [rng.standard_normal(v.shape.as_list()).astype(np.float32) * 0.1 for v in variables]
+        for i, g in enumerate(grads):
+            arrays[f"step{s}/g/{i}"] = g
+        optimizer.apply_gradients(zip([tf.constant(g) for g in grads], variables))
+        for i, v in enumerate(variables):
+            arrays[f"step{s}/w/{i}"] = v.numpy()
+        for j, v in enumerate(legacy_variables(optimizer)):
+            arrays[f"step{s}/opt/{j}"] = np.asarray(v.numpy())
+        case["steps"].append({"grads": ["dense"] * len(variables), "iterations": int(optimizer.iterations.numpy())})
+    case["iterations_after"] = case["steps"][-1]["iterations"]
+    _write(case_id, case, arrays)
+
+
 def case_tfkeras_new_h5() -> None:
     _case_tfkeras_new("f6_tfkeras_new_adam_h5", "model.h5")
 
@@ -379,7 +442,7 @@ def case_tfkeras_new_keras() -> None:
     _case_tfkeras_new("f7_tfkeras_new_adam_keras", "model.keras")
 
 
-CASES = {"f6": case_tfkeras_new_h5, "f7": case_tfkeras_new_keras, "f1": case_k3_functional_custom_layer, "f2": case_k3_mixed_float16, "f3": case_savedmodel,
+CASES = {"f8": case_tfkeras_h5_custom_layer_legacy, "f6": case_tfkeras_new_h5, "f7": case_tfkeras_new_keras, "f1": case_k3_functional_custom_layer, "f2": case_k3_mixed_float16, "f3": case_savedmodel,
          "f4": case_tf1_wide_deep, "f5": case_tf1_sparse_adam}
 
 

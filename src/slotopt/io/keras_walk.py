@@ -304,8 +304,14 @@ def _legacy_layer(where: _Where, model: _Model, cls: str, name: str, config: dic
         spec = layer_spec(c_cls, c_config)
         if not spec.known:
             if stored and not expected and owner == name:
-                raise where.fail(f"layer {name!r} of class {c_cls} holds variables {stored}, and the reader does "
-                                 f"not know its layout. Supported layers: {sorted(SUPPORTED_LAYERS)}.", group_entry)
+                # A custom layer: each stored weight by its name, in the file's layout, trainable (its order is
+                # ``layer.weights``'; the optimizer state is checked against the result).
+                for n in stored:
+                    base = n.split(":")[0]
+                    rel = base[len(name) + 1:] if base.startswith(f"{name}/") else base
+                    expected.append((rel, "as_is", True, c_cls))
+                model.notes.append(f"{name}: layer class {c_cls} is not one slotopt knows: its weights come by their "
+                                   "names in the file's layout; map them yourself.")
             return
         for var, kind, var_trainable in spec.own:
             expected.append((f"{rel}{var}", kind, var_trainable, c_cls))
