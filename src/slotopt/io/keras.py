@@ -5,8 +5,9 @@ saved state (iteration count, learning rate, slots, a LossScaleOptimizer's scale
 ``.keras`` file is a zip holding ``config.json`` and ``model.weights.h5``; an ``.h5`` model file (tf.keras, or
 Keras 3's ``model.save("x.h5")``) is HDF5; a Keras 3 ``.weights.h5`` file is read with its config (JSON) given
 apart. Files are read as untrusted data with ``zipfile`` and ``h5py`` (the optional extra ``slotopt[keras]``): the
-model is walked structurally (sub-layers, RNN cells, wrappers, nested models) so every variable of the file is
-placed or the file is refused; HDF5 links, external storage and virtual datasets are refused; sizes are bounded;
+model is walked structurally (sub-layers, RNN cells, wrappers, nested models; a subclassed model through its file,
+``keras_subclassed.py``; a layer of unknown class in the file's layout) so every variable of the file is placed
+or the file is refused; HDF5 links, external storage and virtual datasets are refused; sizes are bounded;
 anything malformed raises :class:`~slotopt.io.CheckpointFormatError` naming the file and the entry.
 
 The result builds the saved optimizer as a slotopt optimizer of the matching generation on your tensors, or loads
@@ -334,10 +335,14 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
     ``model.save("x.h5")``), or a Keras 3 ``.weights.h5`` file with its model config given as ``config`` (a JSON
     file holding what a ``.keras`` file's ``config.json`` holds, ``compile_config`` included).
 
-    No TensorFlow or Keras needed; h5py is (``pip install 'slotopt[keras]'``). The model must be a Sequential or
-    Functional model (nested ones too) of the layers in :data:`SUPPORTED_LAYERS` (layers without variables of any
-    class), compiled with a built-in optimizer (Keras 3: ``slotopt.<Class>``, ``LossScaleOptimizer`` included;
-    tf.keras legacy: ``slotopt.legacy.<Class>``) and saved with its state. Every variable of the file is placed
+    No TensorFlow or Keras needed; h5py is (``pip install 'slotopt[keras]'``). The model is a Sequential or
+    Functional model (nested ones too), or a subclassed ``keras.Model`` (its layers found in the file and ordered
+    by the saved optimizer state; refused, naming the layers, where that order is ambiguous). The layers in
+    :data:`SUPPORTED_LAYERS` keep their names and layouts; any other layer's variables come in the file's layout
+    (``<layer>/vars/<i>``, or their names in an ``.h5`` file). The model is compiled with a built-in optimizer
+    (Keras 3: ``slotopt.<Class>``, ``LossScaleOptimizer`` included, also where ``compile`` wrapped it; tf-keras
+    2.11+'s optimizer, continued by the Keras 3 class; tf.keras legacy: ``slotopt.legacy.<Class>``) and saved with
+    its state. Every variable of the file is placed
     or the file is refused. ``max_bytes`` bounds what the file may make the reader allocate. ``isolate`` (default:
     where the platform can ``fork``) runs the HDF5 library in a child process with a memory and time limit, so a
     corrupted or hostile file that would crash or hang it is refused instead.

@@ -9,11 +9,17 @@ tensor is:
   ``_variables``, ``_trainable_variables``) keeps its iteration count, learning rate and slots; its class and
   hyperparameters are not in the file, so the caller passes the optimizer: ``ck.optimizer(params,
   optimizer=slotopt.Adam(0.01))``. A **tf.keras legacy** optimizer (children ``iter`` and its hyperparameter
-  variables, slots in ``slot_variables``) → ``slotopt.legacy.<Class>``, also passed by the caller.
+  variables, slots in ``slot_variables``) → ``slotopt.legacy.<Class>``, also passed by the caller. tf-keras
+  2.11+'s optimizer (``_iterations`` and ``_variables`` without ``_trainable_variables``; slots
+  ``<optimizer>/<slot>/<variable>``) is continued by the Keras 3 class. Several optimizers (a TFRS
+  ``CompositeOptimizer``) give one part each, continued together as a ``slotopt.CompositeOptimizer``.
 * a TF1 ``Saver`` checkpoint names each tensor after its variable: slots are ``<variable>/<optimizer name>`` (made
   unique with ``_1``, ``_2``), non-slot state ``beta1_power``... → ``slotopt.v1.<Class>Optimizer``. The class and
   hyperparameters come from the ``.meta`` graph when it is there (the optimizer's scalar ``Const`` nodes), or
-  from the caller.
+  from the caller; a graph with several optimizers gives one part each.
+
+What is not training state (an iterator's position, strings, the save counter) is listed in ``skipped`` and left;
+only a value the continuation needs that cannot be read refuses the file.
 
 Whatever the generation, the optimizer is checked against the file first (every optimizer variable's name,
 shape and dtype, built on placeholders), and only then built on your tensors and filled, so a refused call
@@ -313,9 +319,10 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
 
     ``prefix_or_directory``: the checkpoint prefix (``.../ckpt-3``, as ``CheckpointManager.save`` returns it; the
     ``.index`` file's name is accepted too) or a directory, whose latest checkpoint is read as
-    ``tf.train.latest_checkpoint`` finds it (its ``checkpoint`` state file). Every dtype TF stores variables in
-    is read (float16/32/64, bfloat16, int8/16/32/64, uint8/16/32/64, bool, complex64/128); string tensors are
-    skipped (noted in ``notes``), partitioned variables refused. A malformed checkpoint raises
+    ``tf.train.latest_checkpoint`` finds it (its ``checkpoint`` state file), or a SavedModel directory (its
+    ``variables/variables``). Every dtype TF stores variables in is read (float16/32/64, bfloat16,
+    int8/16/32/64, uint8/16/32/64, bool, complex64/128); string and variant tensors (an iterator's position) are
+    skipped (listed in ``skipped``), partitioned variables refused. A malformed checkpoint raises
     :class:`TFCheckpointError` (a ``ValueError``).
 
     Example:
