@@ -30,7 +30,7 @@ __all__ = ["find_blocks", "order_blocks"]
 
 _CLASS_BY_KEY = {snake_case(c): c for c in SUPPORTED_LAYERS}
 _OWNER = re.compile(r"^p(\d+)(?:[_/]|$)")
-_SEARCH_LIMIT = 200_000  # nodes of the order search before the file is refused as ambiguous
+_SEARCH_LIMIT = 5_000_000  # candidates the order search weighs before the file is refused as ambiguous
 
 
 @dataclass
@@ -140,31 +140,67 @@ def order_blocks(where: _Where, blocks: list[_Block], state: Sequence[np.ndarray
             position += 1
         return True
 
-    def allowed(block: _Block, placed: set[int]) -> bool:
-        for k, other in enumerate(blocks):
-            if k in placed or other is block:
-                continue
-            if other.group and block.group.startswith(other.group + "/"):
-                return False  # a layer's own variables come before its sub-layers'
-            if block.rank and other.rank and block.rank[:2] == other.rank[:2] and other.rank[2] < block.rank[2]:
-                return False  # ``dense`` before ``dense_1`` in one ``layers`` list
-        return True
+    # What must be placed before each block: its ancestors' own variables (a layer's come before its sub-layers'),
+    # and the previous layer of its class in the same ``layers`` list (``dense`` before ``dense_1``).
+    by_group = {b.group: k for k, b in enumerate(blocks)}
+    runs: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for k, b in enumerate(blocks):
+        if b.rank:
+            runs.setdefault(b.rank[:2], []).append((b.rank[2], k))
+    before: list[list[int]] = []
+    for k, b in enumerate(blocks):
+        parts = b.group.split("/")
+        needs = [by_group[g] for g in ("/".join(parts[:i]) for i in range(1, len(parts))) if g in by_group]
+        if b.rank:
+            run = sorted(runs[b.rank[:2]])
+            at = run.index((b.rank[2], k))
+            needs += [run[at - 1][1]] if at else []
+        before.append(needs)
+
+    # The blocks that can start at a slot position: those whose first trainable variable has slots of the saved
+    # shapes there (indexed once per list of slot names), and those without trainable variables.
+    groups_by_names: dict[tuple[str, ...], dict[Any, list[int]]] = {}
+
+    def candidates(position: int) -> list[int]:
+        names = tuple(slot for _, slot in by_position.get(position, []))
+        if names not in groups_by_names:
+            groups: dict[Any, list[int]] = {}
+            for k, block in enumerate(blocks):
+                first = next((v for v in block.variables if v.trainable), None)
+                key = None if first is None else tuple(slot_shape.get((index[id(first)], n)) for n in names)
+                groups.setdefault(key, []).append(k)
+            groups_by_names[names] = groups
+        groups = groups_by_names[names]
+        want = tuple(tuple(np.shape(state[t])) for t, _ in by_position.get(position, []))
+        return groups.get(want, []) + (groups.get(None, []) if want is not None else [])
 
     def search(order: list[int], placed: set[int], position: int) -> None:
-        visited[0] += 1
-        if len(solutions) > 1 or visited[0] > _SEARCH_LIMIT:
-            return
-        if len(order) == len(blocks):
-            solutions.append(list(order))
-            return
-        for k, block in enumerate(blocks):
-            if k in placed or not allowed(block, placed) or not fits(block, position):
+        """Depth first, without recursion (a model may have thousands of layers): stops at a second order."""
+        base = len(order)
+        # per depth: the candidates, the next one to weigh, the slot position reached
+        lists, starts, positions = [candidates(position)], [0], [position]
+        while starts and len(solutions) < 2 and visited[0] <= _SEARCH_LIMIT:
+            i = starts[-1]
+            if len(order) == len(blocks) or i == len(lists[-1]):
+                if len(order) == len(blocks):
+                    solutions.append(list(order))
+                lists.pop()
+                starts.pop()
+                positions.pop()
+                if len(order) > base:
+                    placed.discard(order.pop())
+                continue
+            starts[-1] = i + 1
+            k = lists[-1][i]
+            visited[0] += 1  # every candidate counts: the work is bounded whatever the file
+            if k in placed or any(n not in placed for n in before[k]) or not fits(blocks[k], positions[-1]):
                 continue
             order.append(k)
             placed.add(k)
-            search(order, placed, position + sum(v.trainable for v in block.variables))
-            order.pop()
-            placed.discard(k)
+            reached = positions[-1] + sum(v.trainable for v in blocks[k].variables)
+            lists.append(candidates(reached) if len(order) < len(blocks) else [])
+            starts.append(0)
+            positions.append(reached)
 
     fixed = [k for k, b in enumerate(blocks) if b.group == ""]  # the model's own variables come first
     if fixed and not fits(blocks[fixed[0]], 0):
@@ -181,7 +217,7 @@ def order_blocks(where: _Where, blocks: list[_Block], state: Sequence[np.ndarray
         ambiguous = sorted({blocks[a].name for a, b in zip(first, second) if a != b}) or [b.name for b in blocks]
         raise where.fail(
             f"a subclassed model's file does not record the order of its layers, and layers {ambiguous} fit the "
-            "saved optimizer state in more than one order (their variables have the same shapes): refused rather "
-            "than guessed. Save the model as a Functional or Sequential model, or load the weights with "
-            "`keras` once and re-save.", "optimizer/vars")
+            "saved optimizer state in more than one order (their variables have the same shapes), or no single "
+            f"order was found within {_SEARCH_LIMIT} candidates: refused rather than guessed. Save the model as a "
+            "Functional or Sequential model.", "optimizer/vars")
     return [blocks[k] for k in solutions[0]]
