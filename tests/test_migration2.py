@@ -227,3 +227,14 @@ def test_what_is_not_training_state_is_listed_and_the_composite_checks_every_par
     with pytest.raises(ValueError, match="holds 8 slots, a SGD has 0"):
         tfrs.optimizer(params, optimizer=[adagrad, wrong])
     assert not adagrad.weights  # the first part was checked, not built
+
+
+def test_inspect_names_every_part_of_a_graph_with_several_optimizers(capsys):
+    from slotopt.cli import command as cli
+
+    assert cli.main(["inspect", str(DATA / "migration3" / "f4_tf1_wide_deep_adagrad_adam")]) == 0
+    out = capsys.readouterr().out
+    assert "2 optimizers, the parts below" in out
+    assert "part 0: TF1 train.Optimizer, name 'Adagrad' (slotopt.v1.AdagradOptimizer" in out
+    assert "part 1: TF1 train.Optimizer, name 'Adam' (slotopt.v1.AdamOptimizer" in out
+    assert re.search(r"deep/w1/Adam_1 +-> +deep/w1/Adam_1 +slot Adam_1 of deep/w1", out)

@@ -42,10 +42,12 @@ def _inspect_tf(path: str, out: TextIO) -> None:
     ck = load_tf_checkpoint(path)
     print(f"TensorFlow checkpoint {ck.path}", file=out)
     _print_tf_optimizer(ck, out)
-    if ck.kind == "composite":
-        for i, part in enumerate(ck.parts):
-            print(f"part {i}: {_GENERATIONS[part.kind]}, name {part.optimizer_name!r}, iterations "
-                  f"{part.iterations}, variables {part.variable_names}", file=out)
+    for i, part in enumerate(ck.parts):  # several optimizers: each with its variables
+        named = f"{part.optimizer_class.__module__.rsplit('.', 1)[0]}.{part.optimizer_class.__name__}" \
+            if part.optimizer_class else "pass it"
+        print(f"part {i}: {_GENERATIONS[part.kind]}, name {part.optimizer_name!r} ({named}"
+              + (f", {part.optimizer_config}" if part.optimizer_config else "") + f"), iterations "
+              f"{part.iterations}, variables {part.variable_names}", file=out)
     order = _print_variables(ck, out)
     slots = ck.slots
     if slots:
@@ -67,6 +69,8 @@ def _inspect_tf(path: str, out: TextIO) -> None:
 def _print_tf_optimizer(ck: Any, out: TextIO) -> None:
     named = ck.optimizer_class.__module__.rsplit(".", 1)[0] + "." + ck.optimizer_class.__name__ \
         if ck.optimizer_class else "not stored (pass it: optimizer(params, optimizer=...))"
+    if ck.parts:
+        named = f"{len(ck.parts)} optimizers, the parts below (continued together as a slotopt.CompositeOptimizer)"
     print(f"optimizer: {_GENERATIONS[ck.kind]}" + (f", name {ck.optimizer_name!r}" if ck.optimizer_name else "")
           + (f"; class: {named}" if ck.kind != "none" else ""), file=out)
     if ck.optimizer_config:
