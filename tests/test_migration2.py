@@ -36,7 +36,10 @@ def _case(run: str) -> tuple[dict, Any]:
 
 
 def _constructed(spec: dict, generation: Any) -> Any:
-    return getattr(generation, spec["class_name"])(**spec["kwargs"])
+    kwargs = dict(spec["kwargs"])
+    if isinstance(kwargs.get("inner_optimizer"), dict):  # a LossScaleOptimizer around a constructed optimizer
+        kwargs["inner_optimizer"] = _constructed(kwargs["inner_optimizer"], generation)
+    return getattr(generation, spec["class_name"])(**kwargs)
 
 
 def _load(case: dict):

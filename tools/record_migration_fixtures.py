@@ -49,7 +49,7 @@ def _fresh(case_id: str) -> Path:
 
 # ------------------------------------------------------------------------------------------------ Keras 3
 def _keras3_owner(path: str, names: list[str]) -> tuple:
-    scope, _, rest = path.partition("/")
+    rest = path.rpartition("/")[2]  # a LossScaleOptimizer's inner slots have a longer scope
     for flat, i in sorted(((n.replace("/", "_"), i) for i, n in enumerate(names)), key=lambda x: -len(x[0])):
         if rest.startswith(flat + "_"):
             return i, rest[len(flat) + 1:]
@@ -190,6 +190,37 @@ def case_savedmodel() -> None:
     arrays: dict = {}
     _keras3_continue(case, arrays, model, optimizer, 13)
     _write("f3_savedmodel_directory_keras3_adam", case, arrays)
+
+
+def case_tfckpt_mixed_float16() -> None:
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(9)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="d1"),
+                              keras.layers.Dense(2, name="d2", dtype="float32")])
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.01), dynamic_growth_steps=3)
+    model.compile(optimizer=optimizer, loss="mse")
+    _fit(model, (4,), 2, 9)
+    case_id = "f9_tfckpt_keras3_loss_scale"
+    folder = _fresh(case_id)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, optimizer=optimizer), folder / "ckpts", 2)
+    manager.save()
+    state = folder / "ckpts" / "checkpoint"
+    state.write_text(state.read_text().replace(f"{folder / 'ckpts'}/", ""))
+    case = {"title": "tf.train.Checkpoint of a Keras 3 mixed_float16 model: LossScaleOptimizer(Adam)",
+            "format": "tf_checkpoint_keras3", "load": "ckpts", "gradient_scale": True,
+            "optimizer": {"api": "keras3", "class_name": "LossScaleOptimizer",
+                          "constructed_with": {"class_name": "LossScaleOptimizer", "kwargs": {
+                              "inner_optimizer": {"class_name": "Adam", "kwargs": {"learning_rate": 0.01}},
+                              "dynamic_growth_steps": 3}}}}
+    arrays: dict = {}
+    _keras3_continue(case, arrays, model, optimizer, 19)
+    for v in case["optimizer_variables"]:
+        if v["owner"] is None:
+            v["local"] = v["name"]
+    _write(case_id, case, arrays)
 
 
 # ------------------------------------------------------------------------------------------------ TF1
@@ -442,7 +473,7 @@ def case_tfkeras_new_keras() -> None:
     _case_tfkeras_new("f7_tfkeras_new_adam_keras", "model.keras")
 
 
-CASES = {"f8": case_tfkeras_h5_custom_layer_legacy, "f6": case_tfkeras_new_h5, "f7": case_tfkeras_new_keras, "f1": case_k3_functional_custom_layer, "f2": case_k3_mixed_float16, "f3": case_savedmodel,
+CASES = {"f9": case_tfckpt_mixed_float16, "f8": case_tfkeras_h5_custom_layer_legacy, "f6": case_tfkeras_new_h5, "f7": case_tfkeras_new_keras, "f1": case_k3_functional_custom_layer, "f2": case_k3_mixed_float16, "f3": case_savedmodel,
          "f4": case_tf1_wide_deep, "f5": case_tf1_sparse_adam}
 
 

@@ -98,8 +98,20 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node], skipped: dict[s
         return None
 
     found = [(i, k) for i, k in ((i, kind_of(n)) for i, n in enumerate(nodes)) if k is not None]
+    ids = {i for i, _ in found}
+    kinds = dict(found)
+    wrapped: dict[int, int] = {}  # a Keras 3 LossScaleOptimizer → the optimizer it wraps: one optimizer, not two
+    for i, _ in found:
+        for child, name in nodes[i].children:
+            if child in ids and name == "inner_optimizer" and kinds[i] == kinds[child] == "keras3":
+                wrapped[i] = child
+            elif child in ids:
+                raise TFCheckpointError(f"{where}: an optimizer in the checkpoint holds another as {name!r}, which "
+                                        "slotopt does not read")
+    found = [(i, k) for i, k in found if i not in wrapped.values()]
     model_names = [v[0] for v in (n.value_key() for n in nodes) if v is not None]
-    parts = [_optimizer_part(nodes[i], kind, variable, numbered, model_names, bundle) for i, kind in found]
+    parts = [_optimizer_part(nodes[i], kind, variable, numbered, model_names, bundle,
+                             nodes[wrapped[i]] if i in wrapped else None) for i, kind in found]
     optimizer_ids = {i for part in parts for i in part["ids"]}
     weights: dict[str, torch.Tensor] = {}
     keys: dict[str, str] = {}
@@ -145,9 +157,10 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node], skipped: dict[s
 
 
 def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_names: list[str],
-                    bundle: TensorBundle) -> dict[str, Any]:
+                    bundle: TensorBundle, inner: Optional[_Node] = None) -> dict[str, Any]:
     """One optimizer of the object graph: its variables (with the model variable each slot belongs to), the
-    variables it optimizes in its own order, its name and its step count."""
+    variables it optimizes in its own order, its name and its step count. ``inner``: the optimizer a Keras 3
+    LossScaleOptimizer wraps, whose variables follow the wrapper's (as its ``variables`` list them)."""
     ids: set[int] = set()
     out: list[OptimizerVariable] = []
     variable_names: list[str] = []
@@ -164,7 +177,8 @@ def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_
     if kind == "keras3":
         variable_names = [variable(i)[0] for i in numbered(node.child("_trainable_variables"))]
         flat = {n.replace("/", "_"): n for n in variable_names}
-        for node_id in numbered(node.child("_variables")):
+        listed = numbered(node.child("_variables")) + (numbered(inner.child("_variables")) if inner else [])
+        for node_id in listed:
             full_name, _ = variable(node_id)
             name, _, local = full_name.rpartition("/")
             owner = slot = None

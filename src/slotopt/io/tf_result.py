@@ -128,8 +128,9 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         file_vars = self.optimizer_variables
         if self.kind == "keras3":
             built = list(probe.variables)
-            own = [str(v.path).split("/", 1)[-1] for v in built]
-            saved = [v.name.split("/", 1)[-1] for v in file_vars]
+            # The last component: a LossScaleOptimizer's inner variables are scoped differently in the file.
+            own = [str(v.path).rsplit("/", 1)[-1] for v in built]
+            saved = [v.name.rsplit("/", 1)[-1] for v in file_vars]
             if own != saved:
                 raise ValueError(
                     f"{where}: a {type(probe).__name__} built on the checkpoint's variables has optimizer variables "
