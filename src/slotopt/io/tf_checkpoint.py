@@ -210,13 +210,13 @@ def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_
             add(node_id, owner, slot)
         for own in ("_iterations", "_learning_rate"):  # tracked apart when not in ``_variables``
             child = node.child(own)
-            if child is not None and child not in ids and nodes_value(node, own, variable):
+            if child is not None and child not in ids and _holds_value(node, own, variable):
                 value = add(child, None, "iteration" if own == "_iterations" else "learning_rate")
                 if own == "_iterations" and value.numel() == 1:
                     iterations = int(value.reshape(()).item())
     else:  # legacy OptimizerV2: hyperparameters and ``iter`` as children, slots in ``slot_variables``
         for child, local_name in node.children:
-            if nodes_value(node, local_name, variable):
+            if _holds_value(node, local_name, variable):
                 value = add(child, None, local_name)
                 if local_name == "iter" and value.numel() == 1:
                     iterations = int(value.reshape(()).item())
@@ -230,7 +230,7 @@ def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_
             "iterations": iterations}
 
 
-def nodes_value(node: _Node, child_name: str, variable: Any) -> bool:
+def _holds_value(node: _Node, child_name: str, variable: Any) -> bool:
     """Whether ``node``'s child ``child_name`` is a variable (holds a value)."""
     child = node.child(child_name)
     if child is None:
