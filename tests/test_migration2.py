@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import slotopt
+from slotopt.engine.naming import snake_case
 
 pytest.importorskip("h5py", reason="the `keras` extra (h5py) is not installed")
 
@@ -39,6 +40,10 @@ def _constructed(spec: dict, generation: Any) -> Any:
     kwargs = dict(spec["kwargs"])
     if isinstance(kwargs.get("inner_optimizer"), dict):  # a LossScaleOptimizer around a constructed optimizer
         kwargs["inner_optimizer"] = _constructed(kwargs["inner_optimizer"], generation)
+    if generation is slotopt:
+        # Named as in the recorded run's fresh process (an unnamed Keras 3 optimizer is ``adam_<n>`` once others
+        # exist): a LossScaleOptimizer's and its inner optimizer's own variables are told apart by these names.
+        kwargs.setdefault("name", snake_case(spec["class_name"]))
     return getattr(generation, spec["class_name"])(**kwargs)
 
 

@@ -60,10 +60,10 @@ def _known(group: str, count: int) -> Optional[tuple[str, list[tuple[str, str, b
 
 
 def find_blocks(where: _Where, walk: _Keras3Walk, h5names: Mapping[str, str], model_name: str) -> list[_Block]:
-    """Every group of the weights file that holds variables (``<group>/vars/<i>``), outside the optimizer, in the
-    file's order (the model's own variables first)."""
+    """Every group of the weights file that holds variables (``<group>/vars/<i>``), outside the optimizer and the
+    compiled metrics (listed as skipped by the reader), in the file's order (the model's own variables first)."""
     groups = sorted({e.rsplit("/vars/", 1)[0] if "/vars/" in e else "" for e in walk.datasets
-                     if (e.startswith("vars/") or "/vars/" in e) and not e.startswith("optimizer/")})
+                     if (e.startswith("vars/") or "/vars/" in e) and not e.startswith(("optimizer/", "metrics/"))})
     names = {g: h5names.get(f"{g}/vars" if g else "vars") or g or model_name for g in groups}
     counts: dict[str, int] = {}
     for name in names.values():
