@@ -199,12 +199,13 @@ def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_
                 value = add(node_id, None, "iteration")
                 iterations = int(value.reshape(()).item()) if value.numel() == 1 else None
                 continue
-            owner = next((m for m in models if full_name.endswith("/" + m)
-                          and "/" in full_name[: -len(m) - 1]), None)
+            # ``<optimizer>/<slot>/<variable>``, or ``<slot>/<variable>`` where the optimizer had no name scope.
+            owner = next((m for m in models if full_name.endswith("/" + m) and len(full_name) > len(m) + 1), None)
             if owner is None:
                 add(node_id, None, full_name.rpartition("/")[2])
                 continue
             name, _, slot = full_name[: -len(owner) - 1].rpartition("/")
+            name = name or None
             if owner not in variable_names:
                 variable_names.append(owner)
             add(node_id, owner, slot)
