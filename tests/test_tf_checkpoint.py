@@ -538,7 +538,7 @@ def test_every_code_block_of_the_guide_runs_on_its_own(capsys, monkeypatch):
     monkeypatch.chdir(root)  # the guide's paths are relative to the repository
     text = (root / "docs" / "tf_checkpoints.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     for block in blocks:
         exec(compile(block, "docs/tf_checkpoints.md", "exec"), {})
     out = capsys.readouterr().out

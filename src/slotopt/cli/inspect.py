@@ -14,7 +14,8 @@ import torch
 __all__ = ["inspect_checkpoint"]
 
 _GENERATIONS = {"keras3": "Keras 3", "legacy": "tf.keras legacy (OptimizerV2)", "v1": "TF1 train.Optimizer",
-                "none": "none"}
+                "tfkeras_new": "tf-keras 2.11+ Optimizer (continued by the Keras 3 class)",
+                "composite": "several optimizers (a composite)", "none": "none"}
 
 
 def _dtype(dtype: torch.dtype) -> str:
@@ -40,13 +41,13 @@ def _inspect_tf(path: str, out: TextIO) -> None:
 
     ck = load_tf_checkpoint(path)
     print(f"TensorFlow checkpoint {ck.path}", file=out)
-    named = ck.optimizer_class.__module__.rsplit(".", 1)[0] + "." + ck.optimizer_class.__name__ \
-        if ck.optimizer_class else "not stored (pass it: optimizer(params, optimizer=...))"
-    print(f"optimizer: {_GENERATIONS[ck.kind]}" + (f", name {ck.optimizer_name!r}" if ck.optimizer_name else "")
-          + (f"; class: {named}" if ck.kind != "none" else ""), file=out)
-    if ck.optimizer_config:
-        print(f"hyperparameters (.meta graph): {ck.optimizer_config}", file=out)
-    print(f"iterations: {ck.iterations if ck.iterations is not None else 'unknown'}", file=out)
+    _print_tf_optimizer(ck, out)
+    for i, part in enumerate(ck.parts):  # several optimizers: each with its variables
+        named = f"{part.optimizer_class.__module__.rsplit('.', 1)[0]}.{part.optimizer_class.__name__}" \
+            if part.optimizer_class else "pass it"
+        print(f"part {i}: {_GENERATIONS[part.kind]}, name {part.optimizer_name!r} ({named}"
+              + (f", {part.optimizer_config}" if part.optimizer_config else "") + f"), iterations "
+              f"{part.iterations}, variables {part.variable_names}", file=out)
     order = _print_variables(ck, out)
     slots = ck.slots
     if slots:
@@ -57,8 +58,33 @@ def _inspect_tf(path: str, out: TextIO) -> None:
     if own:
         print("optimizer variables:", file=out)
         _print_table([(v.name, _shape(v.value.shape), _dtype(v.value.dtype) + _scalar(v.value)) for v in own], out)
+    placed = [(ck.keys[n], n, "optimized" if n in ck.variable_names else "variable") for n in order]
+    placed += [(v.key, v.name, f"slot {v.slot} of {v.owner}" if v.owner else "optimizer")
+               for v in ck.optimizer_variables]
+    _print_placed(placed, ck.skipped, out)
     for note in ck.notes:
         print(f"note: {note}", file=out)
+
+
+def _print_tf_optimizer(ck: Any, out: TextIO) -> None:
+    named = ck.optimizer_class.__module__.rsplit(".", 1)[0] + "." + ck.optimizer_class.__name__ \
+        if ck.optimizer_class else "not stored (pass it: optimizer(params, optimizer=...))"
+    if ck.parts:
+        named = f"{len(ck.parts)} optimizers, the parts below (continued together as a slotopt.CompositeOptimizer)"
+    print(f"optimizer: {_GENERATIONS[ck.kind]}" + (f", name {ck.optimizer_name!r}" if ck.optimizer_name else "")
+          + (f"; class: {named}" if ck.kind != "none" else ""), file=out)
+    if ck.optimizer_config:
+        print(f"hyperparameters (.meta graph): {ck.optimizer_config}", file=out)
+    print(f"iterations: {ck.iterations if ck.iterations is not None else 'unknown'}", file=out)
+
+
+def _print_placed(placed: list[tuple[str, str, str]], skipped: dict[str, str], out: TextIO) -> None:
+    """What each entry of the file became (entry → name, role), then what was left and why."""
+    print(f"placed ({len(placed)} entries of the file):", file=out)
+    _print_table([(key, "->", name, role) for key, name, role in placed], out)
+    print(f"skipped ({len(skipped)}):" if skipped else "skipped: nothing", file=out)
+    if skipped:
+        _print_table([(key, reason) for key, reason in skipped.items()], out)
 
 
 def _print_variables(ck: Any, out: TextIO) -> list[str]:
@@ -99,6 +125,11 @@ def _inspect_keras(path: str, out: TextIO) -> None:
     if own:
         print("optimizer variables:", file=out)
         _print_table(own, out)
+    placed = [(ck.entries[n], n, "optimized" if n in ck.variable_names else "variable")
+              for n in ck.variable_names + ck.non_trainable_names]
+    placed += [(entry, str(getattr(var, "path", "")), "optimizer")
+               for entry, var in zip(ck.optimizer_entries, variables)]
+    _print_placed(placed, ck.skipped, out)
 
 
 def inspect_checkpoint(path: str, out: TextIO) -> None:
@@ -109,6 +140,6 @@ def inspect_checkpoint(path: str, out: TextIO) -> None:
     elif os.path.isfile(path):
         _inspect_keras(path, out)
     else:
-        raise FileNotFoundError(f"no checkpoint at {path!r} (a .keras or .h5 file, a TensorFlow checkpoint prefix "
-                                "or a directory with a `checkpoint` state file)")
+        raise FileNotFoundError(f"no checkpoint at {path!r} (a .keras or .h5 file, a TensorFlow checkpoint prefix, "
+                                "a directory with a `checkpoint` state file, or a SavedModel directory)")
 

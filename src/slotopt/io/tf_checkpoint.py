@@ -9,11 +9,17 @@ tensor is:
   ``_variables``, ``_trainable_variables``) keeps its iteration count, learning rate and slots; its class and
   hyperparameters are not in the file, so the caller passes the optimizer: ``ck.optimizer(params,
   optimizer=slotopt.Adam(0.01))``. A **tf.keras legacy** optimizer (children ``iter`` and its hyperparameter
-  variables, slots in ``slot_variables``) → ``slotopt.legacy.<Class>``, also passed by the caller.
+  variables, slots in ``slot_variables``) → ``slotopt.legacy.<Class>``, also passed by the caller. tf-keras
+  2.11+'s optimizer (``_iterations`` and ``_variables`` without ``_trainable_variables``; slots
+  ``<optimizer>/<slot>/<variable>``) is continued by the Keras 3 class. Several optimizers (a TFRS
+  ``CompositeOptimizer``) give one part each, continued together as a ``slotopt.CompositeOptimizer``.
 * a TF1 ``Saver`` checkpoint names each tensor after its variable: slots are ``<variable>/<optimizer name>`` (made
   unique with ``_1``, ``_2``), non-slot state ``beta1_power``... → ``slotopt.v1.<Class>Optimizer``. The class and
   hyperparameters come from the ``.meta`` graph when it is there (the optimizer's scalar ``Const`` nodes), or
-  from the caller.
+  from the caller; a graph with several optimizers gives one part each.
+
+What is not training state (an iterator's position, strings, the save counter) is listed in ``skipped`` and left;
+only a value the continuation needs that cannot be read refuses the file.
 
 Whatever the generation, the optimizer is checked against the file first (every optimizer variable's name,
 shape and dtype, built on placeholders), and only then built on your tensors and filled, so a refused call
@@ -23,60 +29,31 @@ and the entry.
 
 from __future__ import annotations
 
-import copy
 import os
-import re
-import struct
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import torch
 
-from . import protowire as pw
-from .keras import _NamedWeights
-from .keras_layers import to_torch, torch_shape
 from .tensor_bundle import DTYPES, TensorBundle, TFCheckpointError
+from .tf_files import (
+    _SLOT_OP,
+    _V1_NON_SLOT,
+    _V1_OPTIMIZERS,
+    _VALUE_SUFFIX,
+    OBJECT_GRAPH_KEY,
+    OptimizerVariable,
+    _Node,
+    _object_graph,
+    _op_base,
+    _read_meta_graph,
+    _resolve,
+    latest_checkpoint,
+)
+from .tf_result import TFCheckpoint
 
 __all__ = ["TFCheckpoint", "TFCheckpointError", "OptimizerVariable", "load_tf_checkpoint", "latest_checkpoint"]
-
-OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
-_VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
-
-#: TF1 optimizers slotopt can name from a checkpoint alone: default name (the slots' op name) → (slotopt.v1
-#: class, ``Const`` node name in the optimizer's scope → constructor argument).
-_V1_OPTIMIZERS: dict[str, tuple[str, dict[str, str]]] = {
-    "Adam": ("AdamOptimizer", {"learning_rate": "learning_rate", "beta1": "beta1", "beta2": "beta2",
-                               "epsilon": "epsilon"}),
-    "Momentum": ("MomentumOptimizer", {"learning_rate": "learning_rate", "momentum": "momentum"}),
-    "RMSProp": ("RMSPropOptimizer", {"learning_rate": "learning_rate", "decay": "decay", "momentum": "momentum",
-                                     "epsilon": "epsilon"}),
-    "Adagrad": ("AdagradOptimizer", {"learning_rate": "learning_rate"}),
-}
-#: TF1 non-slot variables (shared by all variables of one optimizer).
-_V1_NON_SLOT = ("beta1_power", "beta2_power")
-_SLOT_OP = re.compile(r"^(?P<op>[A-Za-z][\w.\-]*?)(?:_(?P<n>\d+))?$")
-
-
-@dataclass(frozen=True)
-class OptimizerVariable:
-    """One optimizer variable of the checkpoint: ``name`` (Keras 3 / tf.keras: the object graph's ``full_name``;
-    TF1: the key), ``key`` (the checkpoint key), ``owner`` (the trainable variable it is a slot of, or ``None``
-    for the optimizer's own: iterations, learning rate, ``beta1_power``...), ``slot`` (the slot's name when known:
-    ``"momentum"``, ``"m"``, ``"Adam_1"``...), ``value``."""
-
-    name: str
-    key: str
-    owner: Optional[str]
-    slot: Optional[str]
-    value: torch.Tensor
-
-
-def _op_base(slot: Optional[str]) -> Optional[str]:
-    """A TF1 slot's op name without its ``_<n>`` uniquifier (``Adam_1`` → ``Adam``)."""
-    match = _SLOT_OP.match(slot or "")
-    return match.group("op") if match else None
 
 
 def _guess_layout(name: str, shape: Sequence[int]) -> str:
@@ -87,417 +64,8 @@ def _guess_layout(name: str, shape: Sequence[int]) -> str:
     return "as_is"
 
 
-# ------------------------------------------------------------------------------------------------ files
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\"}
-
-
-def _unescape(text: str) -> str:
-    def one(m: re.Match) -> str:
-        body = m.group(1)
-        if body[0] in _ESCAPES:
-            return _ESCAPES[body[0]]
-        if body[0] == "x":
-            return chr(int(body[1:], 16))
-        return chr(int(body, 8))
-    return re.sub(r"\\([ntr\"'\\]|x[0-9a-fA-F]{1,2}|[0-7]{1,3})", one, text)
-
-
-def latest_checkpoint(directory: Union[str, Path]) -> Optional[str]:
-    """The prefix of the latest checkpoint in ``directory``, as ``tf.train.latest_checkpoint`` finds it: the
-    ``model_checkpoint_path`` of the ``checkpoint`` state file (a text ``CheckpointState``), relative to the
-    directory or absolute. A path that leads outside the directory is not followed: an absolute path from a
-    moved directory is looked up by its file name inside it. ``None`` without a state file or an index."""
-    directory = os.path.realpath(str(directory))
-    state = os.path.join(directory, "checkpoint")
-    if not os.path.isfile(state):
-        return None
-    with open(state, "rb") as f:
-        raw = f.read(1 << 20)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise TFCheckpointError(f"{state}: the checkpoint state file is not UTF-8 text") from None
-    found = re.findall(r'^\s*model_checkpoint_path\s*:\s*"((?:[^"\\]|\\.)*)"\s*$', text, flags=re.MULTILINE)
-    if not found:
-        raise TFCheckpointError(f"{state}: no `model_checkpoint_path` in the checkpoint state file")
-    named = _unescape(found[-1])
-    if "\x00" in named or not named:
-        raise TFCheckpointError(f"{state}: invalid model_checkpoint_path {named!r}")
-    candidate = os.path.realpath(named if os.path.isabs(named) else os.path.join(directory, named))
-    if os.path.dirname(candidate) != directory and not candidate.startswith(directory + os.sep):
-        if os.path.isabs(named):  # written with absolute paths, then the directory moved
-            candidate = os.path.join(directory, os.path.basename(named))
-        else:
-            raise TFCheckpointError(
-                f"{state}: model_checkpoint_path {named!r} leads outside {directory}; it is not followed")
-    return candidate if os.path.isfile(candidate + ".index") else None
-
-
-def _resolve(prefix_or_directory: Union[str, Path]) -> str:
-    path = str(prefix_or_directory)
-    if os.path.isdir(path):
-        found = latest_checkpoint(path)
-        if found is None:
-            raise FileNotFoundError(
-                f"Argument `prefix_or_directory` is a directory without a checkpoint (no `checkpoint` state file "
-                f"naming an existing `.index`). Received: {path!r}")
-        return found
-    if path.endswith(".index"):
-        path = path[: -len(".index")]
-    elif re.search(r"\.data-\d{5}-of-\d{5}$", path):
-        path = path.rsplit(".data-", 1)[0]
-    if not os.path.isfile(path + ".index"):
-        raise FileNotFoundError(
-            f"Argument `prefix_or_directory` must be a checkpoint prefix (with `<prefix>.index` next to it) or a "
-            f"directory holding a `checkpoint` state file. Received: {str(prefix_or_directory)!r}")
-    return path
-
-
-@dataclass
-class _Node:
-    children: list[tuple[int, str]]
-    attributes: list[tuple[str, str, str]]  # name, full_name, checkpoint_key
-    slots: list[tuple[int, str, int]]  # original variable node, slot name, slot node
-
-    def child(self, name: str) -> Optional[int]:
-        return next((i for i, n in self.children if n == name), None)
-
-    def value_key(self) -> Optional[tuple[str, str]]:
-        return next(((full, key) for name, full, key in self.attributes if name == "VARIABLE_VALUE"), None)
-
-
-def _object_graph(data: bytes, where: str) -> list[_Node]:
-    try:
-        nodes = []
-        for node in pw.get_messages(pw.decode(data), 1):
-            nodes.append(_Node(
-                children=[(pw.get_int(c, 1, bits=32), pw.get_str(c, 2)) for c in pw.get_messages(node, 1)],
-                attributes=[(pw.get_str(a, 1), pw.get_str(a, 2), pw.get_str(a, 3)) for a in pw.get_messages(node, 2)],
-                slots=[(pw.get_int(s, 1, bits=32), pw.get_str(s, 2), pw.get_int(s, 3, bits=32))
-                       for s in pw.get_messages(node, 3)]))
-    except pw.WireFormatError as err:
-        raise TFCheckpointError(f"{where}: entry {OBJECT_GRAPH_KEY!r} is not a TrackableObjectGraph: {err}") from None
-    for i, node in enumerate(nodes):
-        ids = [c for c, _ in node.children] + [x for a, _, b in node.slots for x in (a, b)]
-        if any(not 0 <= c < len(nodes) for c in ids):
-            raise TFCheckpointError(f"{where}: object graph node {i} refers to a node outside the graph")
-    return nodes
-
-
-def _read_meta_graph(path: str) -> tuple[dict[str, float], list[str]]:
-    """From a ``.meta`` MetaGraphDef, read as data: the scalar float ``Const`` nodes (name → value) and the
-    ``trainable_variables`` collection (variable names, in creation order)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    consts: dict[str, float] = {}
-    trainable: list[str] = []
-    try:
-        meta = pw.decode(data)
-        for node in pw.get_messages(pw.get_message(meta, 2), 1):
-            if pw.get_str(node, 2) != "Const":
-                continue
-            for attr in pw.get_messages(node, 5):
-                if pw.get_str(attr, 1) != "value":
-                    continue
-                tensor = pw.get_message(pw.get_message(attr, 2), 8)
-                dtype = pw.get_int(tensor, 1)
-                dims = pw.get_messages(pw.get_message(tensor, 2), 2)
-                if dims or dtype not in (1, 2):  # scalar float32 / float64 only
-                    continue
-                values = pw.get_floats(tensor, 5 if dtype == 1 else 6, double=dtype == 2)
-                content = pw.get_bytes(tensor, 4)
-                if not values and len(content) == (4 if dtype == 1 else 8):
-                    values = [struct.unpack("<f" if dtype == 1 else "<d", content)[0]]
-                if values:
-                    consts[pw.get_str(node, 1)] = values[-1]
-        for entry in pw.get_messages(meta, 4):  # collection_def: map<string, CollectionDef>
-            if pw.get_str(entry, 1) != "trainable_variables":
-                continue
-            bytes_list = pw.get_message(pw.get_message(entry, 2), 2)  # CollectionDef.bytes_list
-            for variable_def in pw.get_bytes_list(bytes_list, 1):  # serialized VariableDef
-                trainable.append(pw.get_str(pw.decode(variable_def), 1).split(":")[0])
-    except pw.WireFormatError as err:
-        raise TFCheckpointError(f"{path}: not a MetaGraphDef: {err}") from None
-    return consts, trainable
-
-
-# ------------------------------------------------------------------------------------------------ the result
-@dataclass
-class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint: ``io/keras.py``)
-    """The training state read from a TensorFlow checkpoint by :func:`load_tf_checkpoint`; the same interface as
-    :class:`~slotopt.io.keras.KerasCheckpoint` (``variable_names``, ``weights``, ``parameters()``,
-    ``optimizer(params, optimizer=None)``, ``load_module(module, mapping)``).
-
-    Attributes:
-        path: the checkpoint prefix read (``.../ckpt-1``).
-        kind: the optimizer's generation: ``"keras3"`` (``tf.train.Checkpoint`` of a Keras 3 optimizer),
-            ``"legacy"`` (of a tf.keras ``OptimizerV2``), ``"v1"`` (a TF1 ``Saver`` checkpoint), or ``"none"``
-            (variables only).
-        variable_names: the trainable variables the optimizer holds state for, in the optimizer's order (TF1:
-            the ``.meta`` graph's order, or sorted). Keras 3: ``variable.path``; TF1: the variable's op name.
-        weights: name → tensor of every model variable (trainable or not; TF1: ``global_step`` too), stored dtype.
-        layouts: name → layout kind for :meth:`load_module` (guessed from names: ``.../kernel`` of rank 2, 3, 4
-            is a Dense/Conv1D/Conv2D kernel; set an entry to ``"as_is"`` or another kind to correct it).
-        keys: name → checkpoint key of each model variable.
-        optimizer_variables: the optimizer's variables (:class:`OptimizerVariable`), in the optimizer's order.
-        optimizer_name: the saved optimizer's name (Keras: ``"adam"``; TF1: the slots' op name, ``"Adam"``).
-        optimizer_class: the slotopt class the file names, when it does (TF1 with its default names); else None.
-        optimizer_config: constructor arguments read from the ``.meta`` graph (TF1), else None.
-        iterations: the saved step count (Keras ``iterations``; TF1 ``global_step``), or None.
-        notes: what the reader skipped and why.
-
-    Example:
-        >>> import slotopt
-        >>> ck = slotopt.load_tf_checkpoint("tests/data/migration/m_tf1_saver_adam")
-        >>> ck.kind, ck.variable_names, ck.iterations
-        ('v1', ['layer1/w', 'layer1/b', 'layer2/w', 'layer2/b'], 5)
-        >>> opt = ck.optimizer(params := ck.parameters())
-        >>> type(opt).__name__, round(float(opt.variables()[0]), 6)
-        ('AdamOptimizer', 0.531441)
-    """
-
-    path: str
-    kind: str
-    variable_names: list[str]
-    weights: dict[str, torch.Tensor]
-    layouts: dict[str, str]
-    keys: dict[str, str]
-    optimizer_variables: list[OptimizerVariable]
-    optimizer_name: Optional[str] = None
-    optimizer_class: Optional[type] = None
-    optimizer_config: Optional[dict[str, Any]] = None
-    iterations: Optional[int] = None
-    notes: list[str] = field(default_factory=list)
-
-    # ---------------------------------------------------------------------------------------------- views
-    @property
-    def slots(self) -> dict[str, dict[str, torch.Tensor]]:
-        """Variable name → {slot name: value}, for the optimizer variables that belong to a variable."""
-        out: dict[str, dict[str, torch.Tensor]] = {}
-        for var in self.optimizer_variables:
-            if var.owner is not None:
-                out.setdefault(var.owner, {})[var.slot or var.name] = var.value
-        return out
-
-    def parameters(self, device: Any = None) -> list[torch.Tensor]:
-        """Fresh leaf tensors (``requires_grad=True``) holding the saved weights, in ``variable_names`` order."""
-        return [self.weights[n].detach().clone().to(device).requires_grad_(True) for n in self.variable_names]
-
-    # ---------------------------------------------------------------------------------------------- checks
-    def _optimizer_for(self, optimizer: Any) -> Any:
-        """The caller's optimizer, or one built from what the file names; checked for its generation."""
-        import slotopt
-
-        if self.kind == "none":
-            raise ValueError(f"{self.path} holds no optimizer state: only variables ({sorted(self.weights)[:8]}...).")
-        if optimizer is None:
-            if self.optimizer_class is None or self.optimizer_config is None:
-                hint = {"keras3": "slotopt.Adam(0.01)", "legacy": "slotopt.legacy.Adam(0.01)",
-                        "v1": "slotopt.v1.AdamOptimizer(0.01)"}[self.kind]
-                raise ValueError(
-                    f"{self.path} does not hold the optimizer's class and hyperparameters (a {self.kind} optimizer "
-                    f"named {self.optimizer_name!r}): pass the optimizer you trained with, e.g. "
-                    f"`optimizer={hint}`.")
-            return self.optimizer_class(**self.optimizer_config)
-        expected = {"keras3": slotopt.keras3.Optimizer, "legacy": slotopt.legacy.Optimizer,
-                    "v1": slotopt.v1.Optimizer}[self.kind]
-        if not isinstance(optimizer, expected):
-            raise TypeError(
-                f"Argument `optimizer` must be a {expected.__module__}.{expected.__name__} for this checkpoint (its "
-                f"optimizer state is of generation {self.kind!r}). Received: optimizer={optimizer!r}")
-        built = optimizer.built if self.kind == "keras3" else bool(
-            optimizer.weights if self.kind == "legacy" else optimizer.variables())
-        if built:
-            raise ValueError(
-                "Argument `optimizer` must be a new optimizer (not built yet): the checkpoint's state is loaded into "
-                f"it as it is built. Received: optimizer={optimizer!r}")
-        return optimizer
-
-    def _planned_state(self, probe: Any) -> list[tuple[str, Optional[str], torch.Tensor]]:
-        """Matches the file's optimizer variables with those of ``probe`` (built on the checkpoint's names, in Keras
-        layout) and returns, in the probe's order, ``(what, owner, value)`` to assign; raises when they differ."""
-        where = f"optimizer({self.path})"
-        file_vars = self.optimizer_variables
-        if self.kind == "keras3":
-            built = list(probe.variables)
-            own = [str(v.path).split("/", 1)[-1] for v in built]
-            saved = [v.name.split("/", 1)[-1] for v in file_vars]
-            if own != saved:
-                raise ValueError(
-                    f"{where}: a {type(probe).__name__} built on the checkpoint's variables has optimizer variables "
-                    f"{own}, but the checkpoint holds {saved} (optimizer {self.optimizer_name!r}): pass the optimizer "
-                    "class (and options such as amsgrad, use_ema) the run was trained with.")
-            plan = [(str(v.path), fv.owner, fv.value, v) for v, fv in zip(built, file_vars)]
-        elif self.kind == "legacy":
-            built = list(probe.weights)
-            by_slot = {(v.owner, v.slot): v for v in file_vars if v.owner is not None}
-            iters = [v for v in file_vars if v.owner is None and v.slot == "iter"]
-            plan = []
-            for i, v in enumerate(built):
-                if i == 0:
-                    if not iters:
-                        raise ValueError(f"{where}: the checkpoint holds no `iter` for the optimizer")
-                    plan.append(("iter", None, iters[0].value, v))
-                    continue
-                owner, slot = str(v.path).split("/", 1)[-1].rsplit("/", 1)
-                if (owner, slot) not in by_slot:
-                    raise ValueError(
-                        f"{where}: a {type(probe).__name__} has slot {slot!r} of {owner!r}, which the checkpoint does "
-                        f"not hold (it holds {sorted(set(s for _, s in by_slot))}): pass the optimizer class (and "
-                        "options) the run was trained with.")
-                plan.append((f"{owner}/{slot}", owner, by_slot[(owner, slot)].value, v))
-            if len(plan) - 1 != len(by_slot):
-                raise ValueError(
-                    f"{where}: the checkpoint holds {len(by_slot)} slots, a {type(probe).__name__} has {len(plan) - 1}.")
-        else:
-            by_name = {v.name: v for v in file_vars}
-            built = list(probe.variables())
-            plan = []
-            for v in built:
-                saved = by_name.get(v.name)
-                if saved is None:
-                    raise ValueError(
-                        f"{where}: a {type(probe).__name__} named {probe.get_name()!r} has optimizer variable "
-                        f"{v.name!r}, which the checkpoint does not hold (its optimizer variables: "
-                        f"{sorted(by_name)}): pass the optimizer class, name and options the run was trained with.")
-                plan.append((v.name, saved.owner, saved.value, v))
-            built_names = {v.name for v in built}
-            # Slots of this optimizer (its name is their op name) must all be used; another optimizer's state
-            # (a TF1 graph may keep an earlier optimizer's variables) is left out.
-            missing = sorted(v.name for v in file_vars if v.name not in built_names and v.owner is not None
-                             and _op_base(v.slot) == probe.get_name())
-            if missing:
-                raise ValueError(
-                    f"{where}: the checkpoint holds optimizer variables {missing} that a {type(probe).__name__} named "
-                    f"{probe.get_name()!r} does not have: pass the optimizer class and options the run was trained "
-                    "with.")
-        for name, _, value, var in plan:
-            if tuple(var.shape) != tuple(value.shape) or var.dtype != value.dtype:
-                raise ValueError(
-                    f"{where}: optimizer variable {name!r} has shape {tuple(value.shape)} and dtype {value.dtype} in "
-                    f"the checkpoint; the optimizer's has shape {tuple(var.shape)} and dtype {var.dtype}.")
-        return [(name, owner, value) for name, owner, value, _ in plan]
-
-    def _legacy_hypers(self, probe: Any) -> dict[str, float]:
-        """The saved hyperparameter variables (``learning_rate``, ``beta_1``...) the optimizer has."""
-        config = probe.get_config()
-        return {v.slot: float(v.value) for v in self.optimizer_variables
-                if v.owner is None and v.slot not in (None, "iter") and v.slot in config and v.value.dim() == 0}
-
-    def _probe(self, optimizer: Any) -> tuple[Any, list[torch.Tensor], list[tuple[str, Optional[str], torch.Tensor]]]:
-        """A copy of ``optimizer`` built on placeholders named and shaped like ``variable_names``, the
-        placeholders, and the checked plan of the state to load."""
-        probe = copy.deepcopy(optimizer)
-        placeholders = [torch.zeros(self.weights[n].shape, dtype=self.weights[n].dtype) for n in self.variable_names]
-        probe.build(list(zip(self.variable_names, placeholders)))
-        return probe, placeholders, self._planned_state(probe)
-
-    def _load_state(self, opt: Any, probe: tuple[Any, list[torch.Tensor], Any], targets: list[torch.Tensor],
-                    layout: bool) -> None:
-        """Writes the checked plan into ``opt``, built on ``targets`` (``variable_names`` order); with ``layout``,
-        slots shaped like their variable are converted to torch's layout."""
-        probe_opt, placeholders, plan = probe
-
-        def converted(owner: Optional[str], value: torch.Tensor) -> torch.Tensor:
-            if layout and owner is not None and tuple(value.shape) == tuple(self.weights[owner].shape):
-                return to_torch(value, self.layouts.get(owner, "as_is"))
-            return value.clone()
-        if self.kind in ("keras3", "legacy"):
-            opt.set_weights([converted(owner, value) for _, owner, value in plan])
-            if self.kind == "legacy":  # tf.keras restores its hyperparameter variables too
-                for name, value in self._legacy_hypers(probe_opt).items():
-                    setattr(opt, name, value)
-            return
-        # TF1: slots by (variable, slot name), non-slot variables by name; the probe tells which file entry is which.
-        values = {name: (owner, value) for name, owner, value in plan}
-        with torch.no_grad():
-            for slot_name in probe_opt.get_slot_names():
-                for placeholder, target in zip(placeholders, targets):
-                    slot = probe_opt.get_slot(placeholder, slot_name)
-                    if slot is not None:
-                        opt.get_slot(target, slot_name).copy_(converted(*values[slot.name]))
-            own = {v.name: v for v in opt._non_slot_variables()}
-            for var in probe_opt._non_slot_variables():
-                own[var.name].copy_(values[var.name][1])
-
-    # ---------------------------------------------------------------------------------------------- public
-    def optimizer(self, params: Union[Sequence[torch.Tensor], Mapping[str, torch.Tensor]], optimizer: Any = None) -> Any:
-        """The checkpoint's optimizer built on ``params`` (tensors in Keras/TF layout: a list in ``variable_names``
-        order or a dict name → tensor), with its saved state and step count loaded.
-
-        ``optimizer``: a new (unbuilt) slotopt optimizer of the checkpoint's generation, configured as the run was
-        (``slotopt.Adam(0.01)`` for a Keras 3 Adam; ``slotopt.v1.AdamOptimizer(0.01)``). It is needed when the
-        file does not name the class (Keras 3, tf.keras, TF1 without ``.meta``); its variables must be the
-        checkpoint's, name for name, shape and dtype, or nothing is changed and ``ValueError`` says which
-        differ. The values of ``params`` are not touched: start them from ``weights`` (or :meth:`parameters`).
-        """
-        ordered = self._params_in_order(params)
-        opt = self._optimizer_for(optimizer)
-        probe = self._probe(opt)
-        opt.build(list(zip(self.variable_names, ordered)))
-        self._load_state(opt, probe, ordered, layout=False)
-        return opt
-
-    def load_module(self, module: torch.nn.Module, mapping: Optional[Mapping[str, str]] = None,
-                    optimizer: Any = None) -> Any:
-        """Loads the weights into ``module`` and returns the checkpoint's optimizer built on its parameters (see
-        :meth:`optimizer` for ``optimizer``).
-
-        ``mapping`` maps each variable name (``variable_names``; others of ``weights`` may be added: they are
-        copied, not trained) to a parameter name of ``module``; without it the module's parameters are taken in
-        order. Tensors and slots are converted with ``layouts`` (``dense_kernel``: transposed for
-        ``nn.Linear``...). Everything is checked before the module is written.
-        """
-        named = dict(module.named_parameters())
-        if mapping is None:
-            if len(named) != len(self.variable_names):
-                raise ValueError(
-                    f"Argument `mapping` is None, so the module's parameters are taken in order, but the module has "
-                    f"{len(named)} parameters ({list(named)}) and the checkpoint {len(self.variable_names)} "
-                    f"trainable variables ({self.variable_names}). Pass `mapping` (checkpoint name → parameter name).")
-            mapping = dict(zip(self.variable_names, named))
-        if not isinstance(mapping, Mapping):
-            raise TypeError(f"Argument `mapping` must be a dict checkpoint name → parameter name. Received: {mapping!r}")
-        self._check_names("mapping", mapping)
-        targets = {}
-        for name, pname in mapping.items():
-            if pname not in named:
-                raise ValueError(f"Argument `mapping` maps {name!r} to {pname!r}, which is not a parameter of the "
-                                 f"module. Parameters: {list(named)}.")
-            kind = self.layouts.get(name, "as_is")
-            shape = torch_shape(tuple(self.weights[name].shape), kind)
-            if shape is None:
-                raise ValueError(f"`layouts[{name!r}]` is {kind!r}, which has no torch layout for a tensor of shape "
-                                 f"{tuple(self.weights[name].shape)}.")
-            param = named[pname]
-            if tuple(param.shape) != shape or param.dtype != self.weights[name].dtype:
-                raise ValueError(
-                    f"Argument `mapping` maps {name!r} ({kind}, checkpoint shape {tuple(self.weights[name].shape)}) "
-                    f"to {pname!r} of shape {tuple(param.shape)} and dtype {param.dtype}; expected shape {shape} and "
-                    f"dtype {self.weights[name].dtype}.")
-            targets[name] = param
-        if len({id(p) for p in targets.values()}) != len(targets):
-            raise ValueError(f"Argument `mapping` maps two variables to the same parameter. Received: {dict(mapping)}")
-        opt = self._optimizer_for(optimizer)
-        probe = self._probe(opt)
-        for name, owner, value in probe[2]:
-            if owner is not None and tuple(value.shape) != tuple(self.weights[owner].shape) \
-                    and self.layouts.get(owner, "as_is") != "as_is":
-                raise ValueError(
-                    f"Optimizer variable {name!r} of {owner!r} has shape {tuple(value.shape)}, not the variable's: it "
-                    "cannot be converted to torch's layout. Use `optimizer(params)` with checkpoint-layout tensors.")
-        with torch.no_grad():
-            for name, param in targets.items():
-                param.copy_(to_torch(self.weights[name], self.layouts.get(name, "as_is")))
-        ordered = [targets[n] for n in self.variable_names]
-        opt.build([(mapping[n], targets[n]) for n in self.variable_names] if self.kind != "v1"
-                  else list(zip(self.variable_names, ordered)))
-        self._load_state(opt, probe, ordered, layout=True)
-        return opt
-
-
 # ------------------------------------------------------------------------------------------------ readers
-def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint:
+def _from_object_graph(bundle: TensorBundle, nodes: list[_Node], skipped: dict[str, str]) -> TFCheckpoint:
     where = bundle.index_path
 
     def variable(node_id: int) -> tuple[str, str]:
@@ -507,6 +75,9 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint
         full_name, key = found
         if key not in bundle.entries:
             raise TFCheckpointError(f"{where}: the object graph names key {key!r}, which the index does not hold")
+        if key in skipped:  # training state in a form slotopt does not read: refused, never dropped
+            raise TFCheckpointError(f"{where}: entry {key!r} is training state ({full_name or key!r}) but "
+                                    f"{skipped[key]}")
         return full_name or key, key
 
     def numbered(node_id: Optional[int]) -> list[int]:
@@ -517,72 +88,161 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint
             raise TFCheckpointError(f"{where}: object graph list node {node_id} has non-numeric children")
         return [c for c, _ in sorted(children, key=lambda item: int(item[1]))]
 
-    keras3 = [i for i, n in enumerate(nodes) if n.child("_iterations") is not None and n.child("_variables") is not None]
-    legacy = [i for i, n in enumerate(nodes) if n.child("iter") is not None and (n.slots or n.child("learning_rate"))]
-    if len(keras3) + len(legacy) > 1:
-        raise TFCheckpointError(
-            f"{where}: the checkpoint holds {len(keras3) + len(legacy)} optimizers; slotopt reads checkpoints with one "
-            "(restore a TFRS CompositeOptimizer's parts one by one)")
-    kind = "keras3" if keras3 else "legacy" if legacy else "none"
-    optimizer_ids: set[int] = set()
-    optimizer_variables: list[OptimizerVariable] = []
+    def kind_of(node: _Node) -> Optional[str]:
+        if node.child("_iterations") is not None and node.child("_variables") is not None:
+            # Keras 3 tracks the variables it optimizes; tf-keras 2.11+'s Optimizer does not (its slots are
+            # named ``<optimizer>/<slot>/<variable>``).
+            return "keras3" if node.child("_trainable_variables") is not None else "tfkeras_new"
+        if node.child("iter") is not None and (node.slots or node.child("learning_rate") is not None):
+            return "legacy"
+        return None
+
+    found = [(i, k) for i, k in ((i, kind_of(n)) for i, n in enumerate(nodes)) if k is not None]
+    ids = {i for i, _ in found}
+    kinds = dict(found)
+    wrapped: dict[int, int] = {}  # a Keras 3 LossScaleOptimizer → the optimizer it wraps: one optimizer, not two
+    for i, _ in found:
+        for child, name in nodes[i].children:
+            if child in ids and name == "inner_optimizer" and kinds[i] == kinds[child] == "keras3":
+                wrapped[i] = child
+            elif child in ids:
+                raise TFCheckpointError(f"{where}: an optimizer in the checkpoint holds another as {name!r}, which "
+                                        "slotopt does not read")
+    found = [(i, k) for i, k in found if i not in wrapped.values()]
+    model_names = [v[0] for v in (n.value_key() for n in nodes) if v is not None]
+    parts = [_optimizer_part(nodes[i], kind, variable, numbered, model_names, bundle,
+                             nodes[wrapped[i]] if i in wrapped else None) for i, kind in found]
+    optimizer_ids = {i for part in parts for i in part["ids"]}
+    weights: dict[str, torch.Tensor] = {}
+    keys: dict[str, str] = {}
+    for i, node in enumerate(nodes):
+        value = node.value_key()
+        if value is None or i in optimizer_ids:
+            continue
+        if value[1] == "save_counter" + _VALUE_SUFFIX:
+            skipped[value[1]] = "the tf.train.Checkpoint's own save count (not training state)"
+            continue
+        if value[1] in skipped:  # a string or variant of the model: listed, left
+            continue
+        full_name, key = variable(i)
+        if full_name in weights:
+            continue
+        weights[full_name], keys[full_name] = bundle.read(key), key
+    results = []
+    for part in parts:
+        for name in part["variable_names"]:
+            if name not in weights:
+                raise TFCheckpointError(f"{where}: trainable variable {name!r} has no value in the checkpoint")
+        results.append(TFCheckpoint(
+            path=bundle.prefix, kind=part["kind"], variable_names=part["variable_names"], weights=weights,
+            layouts={n: _guess_layout(n, w.shape) for n, w in weights.items()}, keys=keys,
+            optimizer_variables=part["variables"], optimizer_name=part["name"], iterations=part["iterations"]))
+    if len(results) == 1:
+        return results[0]
+    if not results:
+        return TFCheckpoint(path=bundle.prefix, kind="none", variable_names=[], weights=weights,
+                            layouts={n: _guess_layout(n, w.shape) for n, w in weights.items()}, keys=keys,
+                            optimizer_variables=[])
+    # Several optimizers (TFRS ``CompositeOptimizer``: ``Optimizer0``, ``Optimizer1``... in its order): each part
+    # keeps its own variables, slots and step count; together they are one composite.
+    names = [n for r in results for n in r.variable_names]
+    if len(set(names)) != len(names):
+        raise TFCheckpointError(f"{where}: a variable has slots in two of the checkpoint's {len(results)} "
+                                "optimizers; each variable must belong to one")
+    return TFCheckpoint(
+        path=bundle.prefix, kind="composite", variable_names=names, weights=weights,
+        layouts=results[0].layouts, keys=keys,
+        optimizer_variables=[v for r in results for v in r.optimizer_variables],
+        optimizer_name=None, iterations=None, parts=results)
+
+
+def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_names: list[str],
+                    bundle: TensorBundle, inner: Optional[_Node] = None) -> dict[str, Any]:
+    """One optimizer of the object graph: its variables (with the model variable each slot belongs to), the
+    variables it optimizes in its own order, its name and its step count. ``inner``: the optimizer a Keras 3
+    LossScaleOptimizer wraps, whose variables follow the wrapper's (as its ``variables`` list them)."""
+    ids: set[int] = set()
+    out: list[OptimizerVariable] = []
     variable_names: list[str] = []
     iterations: Optional[int] = None
-    optimizer_name: Optional[str] = None
+    name: Optional[str] = None
+
+    def add(node_id: int, owner: Optional[str], slot: Optional[str]) -> torch.Tensor:
+        full_name, key = variable(node_id)
+        ids.add(node_id)
+        value = bundle.read(key)
+        out.append(OptimizerVariable(full_name, key, owner, slot, value))
+        return value
+
     if kind == "keras3":
-        opt = nodes[keras3[0]]
-        variable_ids = numbered(opt.child("_trainable_variables"))
-        variable_names = [variable(i)[0] for i in variable_ids]
+        variable_names = [variable(i)[0] for i in numbered(node.child("_trainable_variables"))]
         flat = {n.replace("/", "_"): n for n in variable_names}
-        for node_id in numbered(opt.child("_variables")):
-            full_name, key = variable(node_id)
-            optimizer_ids.add(node_id)
-            optimizer_name, _, local = full_name.rpartition("/")
+        listed = numbered(node.child("_variables")) + (numbered(inner.child("_variables")) if inner else [])
+        for node_id in listed:
+            full_name, _ = variable(node_id)
+            name, _, local = full_name.rpartition("/")
             owner = slot = None
             # Keras 3 names a slot ``<optimizer>/<variable path with _>_<slot>``: the longest variable that fits.
             for flat_name in sorted(flat, key=len, reverse=True):
                 if local.startswith(flat_name + "_"):
                     owner, slot = flat[flat_name], local[len(flat_name) + 1:]
                     break
-            value = bundle.read(key)
-            if node_id == opt.child("_iterations"):
+            value = add(node_id, owner, slot if owner else local)
+            if node_id == node.child("_iterations") and value.numel() == 1:
+                iterations = int(value.reshape(()).item())
+    elif kind == "tfkeras_new":
+        # ``_variables`` is [iterations, slots...]; a slot is named ``<optimizer>/<slot>/<variable name>``.
+        models = sorted(set(model_names), key=len, reverse=True)
+        for node_id in numbered(node.child("_variables")):
+            full_name, _ = variable(node_id)
+            if node_id == node.child("_iterations"):
+                value = add(node_id, None, "iteration")
                 iterations = int(value.reshape(()).item()) if value.numel() == 1 else None
-            optimizer_variables.append(OptimizerVariable(full_name, key, owner, slot, value))
-    elif kind == "legacy":
-        opt = nodes[legacy[0]]
-        for local_name, child in [(n, c) for c, n in opt.children]:
-            if nodes[child].value_key() is not None:
-                full_name, key = variable(child)
-                optimizer_ids.add(child)
-                value = bundle.read(key)
-                if local_name == "iter":
-                    iterations = int(value.reshape(()).item()) if value.numel() == 1 else None
-                optimizer_variables.append(OptimizerVariable(full_name, key, None, local_name, value))
-        for original, slot_name, slot_node in opt.slots:
+                continue
+            # ``<optimizer>/<slot>/<variable>``, or ``<slot>/<variable>`` where the optimizer had no name scope.
+            owner = next((m for m in models if full_name.endswith("/" + m) and len(full_name) > len(m) + 1), None)
+            if owner is None:
+                add(node_id, None, full_name.rpartition("/")[2])
+                continue
+            name, _, slot = full_name[: -len(owner) - 1].rpartition("/")
+            name = name or None
+            if owner not in variable_names:
+                variable_names.append(owner)
+            add(node_id, owner, slot)
+        for own in ("_iterations", "_learning_rate"):  # tracked apart when not in ``_variables``
+            child = node.child(own)
+            if child is not None and child not in ids and _holds_value(node, own, variable):
+                value = add(child, None, "iteration" if own == "_iterations" else "learning_rate")
+                if own == "_iterations" and value.numel() == 1:
+                    iterations = int(value.reshape(()).item())
+    else:  # legacy OptimizerV2: hyperparameters and ``iter`` as children, slots in ``slot_variables``
+        for child, local_name in node.children:
+            if _holds_value(node, local_name, variable):
+                value = add(child, None, local_name)
+                if local_name == "iter" and value.numel() == 1:
+                    iterations = int(value.reshape(()).item())
+        for original, slot_name, slot_node in node.slots:
             owner, _ = variable(original)
             if owner not in variable_names:
                 variable_names.append(owner)
-            full_name, key = variable(slot_node)
-            optimizer_ids.add(slot_node)
-            optimizer_variables.append(OptimizerVariable(full_name, key, owner, slot_name, bundle.read(key)))
-        optimizer_name = next((v.name.split("/")[0] for v in optimizer_variables if v.slot == "iter"), None)
-    weights: dict[str, torch.Tensor] = {}
-    keys: dict[str, str] = {}
-    for i, node in enumerate(nodes):
-        found = node.value_key()
-        if found is None or i in optimizer_ids or found[1] == "save_counter" + _VALUE_SUFFIX:
-            continue
-        full_name, key = variable(i)
-        if full_name in weights:
-            continue
-        weights[full_name], keys[full_name] = bundle.read(key), key
-    for name in variable_names:
-        if name not in weights:
-            raise TFCheckpointError(f"{where}: trainable variable {name!r} has no value in the checkpoint")
-    return TFCheckpoint(
-        path=bundle.prefix, kind=kind, variable_names=variable_names, weights=weights,
-        layouts={n: _guess_layout(n, w.shape) for n, w in weights.items()}, keys=keys,
-        optimizer_variables=optimizer_variables, optimizer_name=optimizer_name, iterations=iterations)
+            add(slot_node, owner, slot_name)
+        name = next((v.name.split("/")[0] for v in out if v.slot == "iter"), None)
+    return {"kind": kind, "ids": ids, "variables": out, "variable_names": variable_names, "name": name,
+            "iterations": iterations}
+
+
+def _holds_value(node: _Node, child_name: str, variable: Any) -> bool:
+    """Whether ``node``'s child ``child_name`` is a variable (holds a value)."""
+    child = node.child(child_name)
+    if child is None:
+        return False
+    try:
+        variable(child)
+    except TFCheckpointError as err:
+        if "holds no value" in str(err):
+            return False
+        raise
+    return True
 
 
 def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
@@ -615,29 +275,57 @@ def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
     weights = {k: bundle.read(k) for k in numeric if k not in used}
     # Variables the optimizer holds state for, in the graph's order when the .meta says it.
     trainable = [n for n in trainable if n in weights]
-    optimizer_class = optimizer_config = None
-    if optimizer_name in _V1_OPTIMIZERS:
-        import slotopt
-
-        class_name, arguments = _V1_OPTIMIZERS[optimizer_name]
-        optimizer_class = getattr(slotopt.v1, class_name)
-        config = {arg: consts[f"{optimizer_name}/{const}"] for const, arg in arguments.items()
-                  if f"{optimizer_name}/{const}" in consts}
-        if config.keys() == set(arguments.values()):
-            optimizer_config = config
-            if optimizer_name == "RMSProp" and any(op == "RMSProp_2" for _, op in slot_of.values()):
-                optimizer_config["centered"] = True
-        elif consts or order:
-            notes.append(f"the .meta graph has no scalar Const for every {class_name} hyperparameter")
+    optimizer_class, optimizer_config = _v1_class(optimizer_name, consts, order, slot_of, notes)
     global_step = weights.get("global_step")
     iterations = int(global_step.item()) if global_step is not None and global_step.numel() == 1 \
         and not global_step.is_floating_point() else None
     kind = "v1" if slot_of or non_slot else "none"
+    layouts = {n: _guess_layout(n, w.shape) for n, w in weights.items()}
+    parts = []
+    if len(ops) > 1:  # several optimizers in one graph (wide & deep): one part each, the variables it has slots for
+        power_parts = [op for op in ops if op == "Adam"]  # ``beta1_power``/``beta2_power`` are Adam's
+        for op in ops:
+            mine = {k for k, (_, o) in slot_of.items() if _op_base(o) == op}
+            owners = {slot_of[k][0] for k in mine}
+            part_class, part_config = _v1_class(op, consts, order, slot_of, [])
+            part_vars = [v for v in optimizer_variables if v.key in mine
+                         or (v.owner is None and len(power_parts) == 1 and op == "Adam")]
+            parts.append(TFCheckpoint(
+                path=bundle.prefix, kind="v1", variable_names=[n for n in trainable if n in owners],
+                weights=weights, layouts=layouts, keys={n: n for n in weights}, optimizer_variables=part_vars,
+                optimizer_name=op, optimizer_class=part_class, optimizer_config=part_config, iterations=iterations))
+        notes[-1] = (f"slots of several TF1 optimizers: {ops}; `parts` holds each with its variables: "
+                     "`optimizer(params)` builds a slotopt.CompositeOptimizer of them (or pass `optimizer=[...]`, one "
+                     "per part; one optimizer continues only its own slots)")
     return TFCheckpoint(
         path=bundle.prefix, kind=kind, variable_names=trainable if kind == "v1" else [], weights=weights,
-        layouts={n: _guess_layout(n, w.shape) for n, w in weights.items()}, keys={n: n for n in weights},
+        layouts=layouts, keys={n: n for n in weights},
         optimizer_variables=optimizer_variables, optimizer_name=optimizer_name,
-        optimizer_class=optimizer_class, optimizer_config=optimizer_config, iterations=iterations, notes=notes)
+        optimizer_class=optimizer_class, optimizer_config=optimizer_config, iterations=iterations, notes=notes,
+        parts=parts)
+
+
+def _v1_class(optimizer_name: Optional[str], consts: dict[str, float], order: list[str],
+              slot_of: dict[str, tuple[str, str]], notes: list[str]) -> tuple[Optional[type], Optional[dict]]:
+    """The slotopt.v1 class a TF1 optimizer's default name means, and its hyperparameters from the ``.meta``
+    graph's constants (``<name>/learning_rate``...) when every one is there."""
+    if optimizer_name not in _V1_OPTIMIZERS:
+        return None, None
+    import slotopt
+
+    class_name, arguments = _V1_OPTIMIZERS[optimizer_name]
+    optimizer_class = getattr(slotopt.v1, class_name)
+    config: dict[str, Any] = {arg: consts[f"{optimizer_name}/{const}"] for const, arg in arguments.items()
+                              if f"{optimizer_name}/{const}" in consts}
+    if config.keys() != set(arguments.values()):
+        if consts or order:
+            notes.append(f"the .meta graph has no scalar Const for every {class_name} hyperparameter")
+        return optimizer_class, None
+    if optimizer_name == "RMSProp" and any(op == "RMSProp_2" for _, op in slot_of.values()):
+        config["centered"] = True
+    if optimizer_name == "Adam":  # a .meta graph ran in a Session: Grappler's order of the sparse update
+        config["graph_mode_sparse"] = True
+    return optimizer_class, config
 
 
 def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
@@ -646,9 +334,10 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
 
     ``prefix_or_directory``: the checkpoint prefix (``.../ckpt-3``, as ``CheckpointManager.save`` returns it; the
     ``.index`` file's name is accepted too) or a directory, whose latest checkpoint is read as
-    ``tf.train.latest_checkpoint`` finds it (its ``checkpoint`` state file). Every dtype TF stores variables in
-    is read (float16/32/64, bfloat16, int8/16/32/64, uint8/16/32/64, bool, complex64/128); string tensors are
-    skipped (noted in ``notes``), partitioned variables refused. A malformed checkpoint raises
+    ``tf.train.latest_checkpoint`` finds it (its ``checkpoint`` state file), or a SavedModel directory (its
+    ``variables/variables``). Every dtype TF stores variables in is read (float16/32/64, bfloat16,
+    int8/16/32/64, uint8/16/32/64, bool, complex64/128); string and variant tensors (an iterator's position) are
+    skipped (listed in ``skipped``), partitioned variables refused. A malformed checkpoint raises
     :class:`TFCheckpointError` (a ``ValueError``).
 
     Example:
@@ -663,6 +352,7 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
     prefix = _resolve(prefix_or_directory)
     bundle = TensorBundle(prefix)
     numeric, notes = [], []
+    skipped: dict[str, str] = {}
     for key, entry in bundle.entries.items():
         if key == OBJECT_GRAPH_KEY:
             continue
@@ -673,7 +363,14 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
         if key.startswith("\x00"):
             continue  # the data of a slice, keyed by TensorFlow's binary slice name
         if entry.dtype == "string":
+            skipped[key] = "is a string tensor (not training state an optimizer continues)"
             notes.append(f"string tensor {key!r} skipped")
+            continue
+        if entry.dtype == "variant":
+            # A tf.data iterator's position (``.../ITERATOR_STATE``): listed in ``skipped`` and left; refused
+            # only if the optimizer or a trainable variable needs it.
+            skipped[key] = "is a variant tensor (a tf.data iterator's position): not training state a torch " \
+                           "optimizer continues; not restored"
             continue
         if entry.dtype_code not in DTYPES:
             raise TFCheckpointError(f"{bundle.index_path}: entry {key!r} has dtype {entry.dtype}, which is not a "
@@ -683,8 +380,11 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
         strings = bundle.read_strings(OBJECT_GRAPH_KEY)
         if len(strings) != 1:
             raise TFCheckpointError(f"{bundle.index_path}: entry {OBJECT_GRAPH_KEY!r} must be one string")
-        checkpoint = _from_object_graph(bundle, _object_graph(strings[0], bundle.index_path))
+        checkpoint = _from_object_graph(bundle, _object_graph(strings[0], bundle.index_path), skipped)
     else:
         checkpoint = _from_tf1_names(bundle, numeric)
     checkpoint.notes = notes + checkpoint.notes
+    checkpoint.skipped = skipped
+    for part in checkpoint.parts:
+        part.skipped = skipped
     return checkpoint

@@ -1,0 +1,383 @@
+"""The training state read from a Keras file (:class:`KerasCheckpoint`): the model's variables in Keras layout,
+the saved optimizer's class, config and state, and the ways to continue: the optimizer built on your tensors, or
+weights and state loaded into an ``nn.Module`` in torch's layout. Every check runs before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+
+from .errors import CheckpointFormatError
+from .keras_layers import to_torch, torch_shape
+
+# Optimizer variables built on placeholder names ``p0, p1, ...`` are named after them (Keras 3: ``p0_momentum``,
+# tf.keras: ``p0/m``): this finds which model variable an optimizer variable belongs to.
+_OWNER = re.compile(r"^p(\d+)(?:[_/]|$)")
+# Torch names of a Keras variable's counterpart, to propose a mapping by name.
+_TORCH_NAMES = {"kernel": ("weight", "weight_ih"), "bias": ("bias", "bias_ih"), "gamma": ("weight",),
+                "beta": ("bias",), "moving_mean": ("running_mean",), "moving_variance": ("running_var",),
+                "embeddings": ("weight",), "alpha": ("weight",), "recurrent_kernel": ("weight_hh",),
+                "depthwise_kernel": ("weight",), "pointwise_kernel": ("weight",)}
+
+# -------------------------------------------------------------------------------------------------- checkpoint
+class _NamedWeights:
+    """The argument checks of a checkpoint read into memory (Keras files here, TensorFlow checkpoints in
+    ``tf_checkpoint.py``): parameters given by the caller against its trainable ``variable_names`` and
+    ``weights``, the only attributes they read."""
+
+    variable_names: list[str]
+    weights: dict[str, torch.Tensor]
+
+    def _check_names(self, argument: str, given: Mapping[str, Any]) -> None:
+        """``given`` (keyed by Keras name) names every trainable variable of the checkpoint and nothing else."""
+        missing = [n for n in self.variable_names if n not in given]
+        unknown = [n for n in given if n not in self.weights]
+        if missing or unknown:
+            raise ValueError(
+                f"Argument `{argument}` must name every trainable variable of the checkpoint: missing {missing}, "
+                f"unknown {unknown}. Expected names: {self.variable_names}."
+            )
+
+    def _params_in_order(self, params: Any) -> list[torch.Tensor]:
+        if isinstance(params, Mapping):
+            self._check_names("params", params)
+            ordered = [params[n] for n in self.variable_names]
+        elif isinstance(params, (list, tuple)):
+            if len(params) != len(self.variable_names):
+                raise ValueError(
+                    f"Argument `params` must hold {len(self.variable_names)} tensors, one per name in "
+                    f"`variable_names` ({self.variable_names}). Received {len(params)} tensors."
+                )
+            ordered = list(params)
+        else:
+            raise TypeError(
+                "Argument `params` must be a list of tensors in `variable_names` order or a dict name → tensor. "
+                f"Received: params={params!r}"
+            )
+        for name, p in zip(self.variable_names, ordered):
+            expected = self.weights[name]
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"Argument `params` entry {name!r} must be a tensor. Received: {p!r}")
+            if tuple(p.shape) != tuple(expected.shape) or p.dtype != expected.dtype:
+                raise ValueError(
+                    f"Argument `params` entry {name!r} has shape {tuple(p.shape)} and dtype {p.dtype}; the checkpoint "
+                    f"has shape {tuple(expected.shape)} and dtype {expected.dtype} (Keras layout)."
+                )
+        return ordered
+
+
+@dataclass
+class KerasCheckpoint(_NamedWeights):
+    """The training state read from a Keras checkpoint by :func:`load_keras_checkpoint`.
+
+    Attributes:
+        path: the file read.
+        kind: ``"keras3"`` (Keras 3: ``.keras``, ``.weights.h5``, or ``.h5`` written by Keras 3) or ``"legacy"``
+            (a tf.keras ``.h5`` file).
+        keras_version: the Keras version that wrote the file.
+        variable_names: the model's trainable variables, ``"<layer>/<sub-layer>/.../<variable>"`` (the Keras
+            variable path without a Sequential model's name), in ``model.trainable_variables`` order.
+        non_trainable_names: the model's other variables (BatchNormalization ``moving_mean``/``moving_variance``,
+            frozen layers' variables), in model order.
+        weights: name → tensor, in Keras layout and the stored dtype (trainable and non-trainable).
+        layouts: name → layout kind (``"dense_kernel"``, ``"conv2d_kernel"``, ``"einsum_kernel:1"``, ``"as_is"``...:
+            :data:`TORCH_COUNTERPARTS` says how each maps onto torch).
+        entries: name → where the value is in the file (an HDF5 dataset path).
+        optimizer_config: ``{"class_name", "config"}`` of the saved optimizer (a schedule stays serialized).
+        optimizer_class: the slotopt class it maps to (``slotopt.Adam``, ``slotopt.LossScaleOptimizer``,
+            ``slotopt.legacy.Adam``, ...).
+        optimizer_state: the saved optimizer variables, in the order of the optimizer's ``set_weights``.
+        optimizer_variable_names: the Keras name of each (``adam/convnet_conv_kernel_momentum``).
+        floatx: the stored dtype of the learning-rate variable (Keras 3's ``floatx``; ``None`` with a schedule
+            and for tf.keras, whose hyperparameters are always float32).
+        dtype_policy: the Keras dtype policy the model computed in (``"float32"``, ``"mixed_float16"``,
+            ``"mixed_bfloat16"``...): variables are stored in float32 under a mixed policy; run the torch side
+            under ``torch.autocast`` with the policy's compute dtype to continue the same computation.
+        loss_scale: a ``LossScaleOptimizer``'s saved dynamic scale (``None`` without one).
+        regularizers: variable name → ``{"l1": ..., "l2": ...}`` (the layers' weight regularizers, which add to
+            the loss: :meth:`regularization_loss`).
+        constraints: ``"<layer>/<kernel|bias|...>"`` → the saved constraint config (not applied by slotopt).
+        torch_options: layer name → the torch arguments that reproduce its options (BatchNormalization
+            ``momentum`` ``1-m`` and ``eps``; LayerNormalization ``eps``).
+        optimizer_entries: where each of ``optimizer_state`` is in the file.
+        skipped: file entry → why it was left (a LossScaleOptimizer's copy of its inner optimizer's variables).
+        notes: everything in the file that changes the loss or the update and is not part of the optimizer
+            (regularizers, constraints, BatchNorm conversions, the dtype policy): read them.
+
+    Example:
+        >>> import slotopt
+        >>> ckpt = slotopt.load_keras_checkpoint("tests/data/keras_checkpoints/keras3_adam_float32.keras")
+        >>> ckpt.variable_names
+        ['hidden/kernel', 'hidden/bias', 'out/kernel', 'out/bias']
+        >>> opt = ckpt.optimizer(ckpt.parameters())
+        >>> type(opt).__name__, int(opt.iterations)
+        ('Adam', 5)
+    """
+
+    path: str
+    kind: str
+    keras_version: str
+    variable_names: list[str]
+    weights: dict[str, torch.Tensor]
+    layouts: dict[str, str]
+    optimizer_config: dict[str, Any]
+    optimizer_class: type
+    optimizer_state: list[np.ndarray]
+    floatx: Optional[torch.dtype] = None
+    non_trainable_names: list[str] = field(default_factory=list)
+    entries: dict[str, str] = field(default_factory=dict)
+    optimizer_variable_names: list[str] = field(default_factory=list)
+    dtype_policy: str = "float32"
+    loss_scale: Optional[float] = None
+    regularizers: dict[str, dict[str, float]] = field(default_factory=dict)
+    constraints: dict[str, Any] = field(default_factory=dict)
+    torch_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    optimizer_entries: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    _owners: list[Optional[int]] = field(default_factory=list, repr=False)
+    _keras_paths: dict[str, str] = field(default_factory=dict, repr=False)
+
+    # ---------------------------------------------------------------------------------------------- helpers
+    def _new_optimizer(self) -> Any:
+        config = json.loads(json.dumps(self.optimizer_config["config"]))  # a deep copy: from_config may pop
+        if self.kind == "keras3" and self.floatx == torch.float64:  # the learning-rate variable in floatx
+            previous = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float64)
+            try:
+                return self.optimizer_class.from_config(config)
+            finally:
+                torch.set_default_dtype(previous)
+        return self.optimizer_class.from_config(config)
+
+    def _state_variables(self, opt: Any) -> list[torch.Tensor]:
+        """What ``opt.set_weights`` assigns, in order: Keras 3 ``variables``, tf.keras ``weights``."""
+        return list(opt.variables if self.kind == "keras3" else opt.weights)
+
+    def _check_state(self, opt: Any, where: str) -> None:
+        """Count and shapes of the saved state against the variables of ``opt`` (built in Keras layout)."""
+        variables = self._state_variables(opt)
+        if len(variables) != len(self.optimizer_state):
+            raise CheckpointFormatError(
+                where, "optimizer",
+                f"the file holds {len(self.optimizer_state)} optimizer variables, but a "
+                f"{self.optimizer_class.__name__} built on the model's {len(self.variable_names)} trainable variables "
+                f"has {len(variables)} ({[getattr(v, 'path', i) for i, v in enumerate(variables)]}).",
+            )
+        for i, (var, value) in enumerate(zip(variables, self.optimizer_state)):
+            if tuple(var.shape) != tuple(value.shape):
+                raise CheckpointFormatError(
+                    where, f"optimizer variable {i} ({getattr(var, 'path', '')})",
+                    f"has shape {tuple(value.shape)} in the file; expected {tuple(var.shape)}.",
+                )
+
+    def _probe(self) -> list[Optional[int]]:
+        """Builds the optimizer on placeholders ``p0, p1, ...`` (Keras layout) to check the saved state, to learn
+        which model variable each optimizer variable belongs to (``None``: the optimizer's own) and its Keras
+        name (``adam/<variable path with _>_momentum``)."""
+        opt = self._new_optimizer()
+        opt.build([(f"p{j}", torch.zeros(self.weights[n].shape, dtype=self.weights[n].dtype))
+                   for j, n in enumerate(self.variable_names)])
+        self._check_state(opt, self.path)
+        owners: list[Optional[int]] = []
+        names = []
+        for var in self._state_variables(opt):
+            path = str(getattr(var, "path", ""))
+            scope, _, rest = path.partition("/")
+            match = _OWNER.match(rest)
+            owners.append(int(match.group(1)) if match else None)
+            if match:  # the placeholder ``p<j>`` back to the variable's Keras path
+                keras = self._keras_paths.get(self.variable_names[owners[-1]], self.variable_names[owners[-1]])
+                keras = keras.replace("/", "_") if self.kind == "keras3" else keras
+                rest = keras + rest[len(f"p{owners[-1]}"):]
+            names.append(f"{scope}/{rest}" if rest else path)
+        self.optimizer_variable_names = names
+        return owners
+
+    def _learning_rate_note(self, opt: Any) -> None:
+        """Warns when the stored learning rate does not fit the optimizer's learning-rate variable's dtype."""
+        if self.kind != "keras3" or self.floatx is None:
+            return
+        lr = opt.learning_rate
+        if not isinstance(lr, torch.Tensor):
+            return
+        for var, value in zip(self._state_variables(opt), self.optimizer_state):
+            if var is lr and var.dtype != self.floatx:
+                stored = torch.as_tensor(value)
+                if not torch.equal(stored.to(var.dtype).to(stored.dtype), stored):
+                    warnings.warn(
+                        f"{self.path} was saved with floatx {self.floatx}: its learning rate {float(stored)!r} is "
+                        f"rounded to the optimizer's {var.dtype} learning-rate variable.",
+                        stacklevel=3,
+                    )
+
+    def _torch_shape(self, name: str) -> Optional[tuple[int, ...]]:
+        return torch_shape(tuple(self.weights[name].shape), self.layouts[name])
+
+    # ---------------------------------------------------------------------------------------------- public
+    def parameters(self, device: Any = None) -> list[torch.Tensor]:
+        """Fresh leaf tensors (``requires_grad=True``) holding the saved weights, in ``variable_names`` order."""
+        return [self.weights[n].detach().clone().to(device).requires_grad_(True) for n in self.variable_names]
+
+    def optimizer(self, params: Union[Sequence[torch.Tensor], Mapping[str, torch.Tensor]]) -> Any:
+        """The saved optimizer, configured from the file and built on ``params`` (tensors in Keras layout: a list
+        in ``variable_names`` order or a dict name → tensor), with its saved state and iteration count loaded.
+
+        The values of ``params`` are not touched: start them from ``weights`` (or use :meth:`parameters`).
+        """
+        ordered = self._params_in_order(params)
+        opt = self._new_optimizer()
+        opt.build(list(zip(self.variable_names, ordered)))
+        self._check_state(opt, f"optimizer({self.path})")
+        self._learning_rate_note(opt)
+        opt.set_weights([np.array(s, copy=True) for s in self.optimizer_state])
+        return opt
+
+    def regularization_loss(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The loss the saved layers' L1/L2 weight regularizers add (Keras: ``l1·Σ|w| + l2·Σw²`` per variable),
+        for ``tensors`` keyed by variable name (any layout: the sums do not depend on it). Zero without any."""
+        total = torch.zeros(())
+        for name, factors in self.regularizers.items():
+            if name not in tensors:
+                raise ValueError(f"Argument `tensors` has no {name!r}, which has a regularizer {factors}. "
+                                 f"Regularized variables: {sorted(self.regularizers)}.")
+            t = tensors[name]
+            total = total + factors.get("l1", 0.0) * t.abs().sum() + factors.get("l2", 0.0) * t.square().sum()
+        return total
+
+    def mapping_for(self, module: torch.nn.Module) -> dict[str, str]:
+        """Proposes ``load_module``'s mapping (Keras variable name → parameter or buffer name of ``module``)
+        from names and shapes: a variable goes to the one parameter of its torch shape and dtype, or, when
+        several fit, to the one whose name holds the layer's name and the torch name of the variable
+        (``kernel`` → ``weight``, ``moving_mean`` → ``running_mean``...). Refuses an ambiguous or missing match,
+        listing the candidates. BatchNorm statistics are proposed only when a buffer fits. Edit and pass back."""
+        params = dict(module.named_parameters())
+        buffers = dict(module.named_buffers())
+        proposal: dict[str, str] = {}
+        taken: dict[str, str] = {}
+        for name in self.variable_names + self.non_trainable_names:
+            trainable = name in self.variable_names
+            pool = params if trainable or name not in self._buffer_names() else buffers
+            shape = self._torch_shape(name)
+            dtype = self.weights[name].dtype
+            fits = [p for p, t in pool.items() if shape is not None and tuple(t.shape) == shape and t.dtype == dtype]
+            chosen = self._by_name(name, fits)
+            if not trainable and (chosen is None or chosen in taken):
+                continue  # a statistic or a frozen variable is only proposed where it fits unambiguously
+            if chosen is None:
+                if not fits:
+                    raise ValueError(f"No parameter of the module fits {name!r} (torch shape {shape}, {dtype}). "
+                                     f"Parameters: {[(p, tuple(t.shape)) for p, t in params.items()]}. Pass `mapping`.")
+                raise ValueError(f"Ambiguous mapping for {name!r}: parameters {fits} all have its torch shape {shape} "
+                                 "and none is told apart by name. Pass `mapping` (see `mapping_for`).")
+            if chosen in taken:
+                raise ValueError(f"Ambiguous mapping: {name!r} and {taken[chosen]!r} both fit only {chosen!r}. "
+                                 "Pass `mapping`.")
+            taken[chosen] = name
+            proposal[name] = chosen
+        return proposal
+
+    def _buffer_names(self) -> set[str]:
+        return {n for n in self.non_trainable_names if n.rsplit("/", 1)[-1] in ("moving_mean", "moving_variance")}
+
+    def _by_name(self, name: str, fits: list[str]) -> Optional[str]:
+        if len(fits) <= 1:
+            return fits[0] if fits else None
+        layer_parts = name.split("/")[:-1]
+        var = name.rsplit("/", 1)[-1]
+        suffixes = _TORCH_NAMES.get(var, (var,))
+
+        def tokens(p: str) -> list[str]:
+            return p.split(".")
+
+        named = [p for p in fits if any(part in tokens(p) for part in layer_parts)
+                 and tokens(p)[-1].split("_l")[0] in suffixes + tuple(s.split("_l")[0] for s in suffixes)]
+        if len(named) == 1:
+            return named[0]
+        deepest = [p for p in named if layer_parts[-1] in tokens(p)]
+        return deepest[0] if len(deepest) == 1 else None
+
+    def load_module(self, module: torch.nn.Module, mapping: Optional[Mapping[str, str]] = None) -> Any:
+        """Loads the weights into ``module`` and returns the saved optimizer built on its parameters.
+
+        ``mapping`` maps each Keras variable name (``variable_names``) to a parameter name of ``module``
+        (``module.named_parameters()``); without it, :meth:`mapping_for` proposes one from names and shapes (and
+        refuses an ambiguous one). It may also map non-trainable variables (``non_trainable_names``) to buffers
+        or parameters: BatchNorm ``moving_mean``/``moving_variance`` → ``running_mean``/``running_var``; they are
+        copied, not trained. Tensors are converted to torch's layout (:data:`TORCH_COUNTERPARTS`: Dense ↔
+        ``nn.Linear`` transposed, convolutions ``(..., in, out)`` → ``(out, in, ...)``, GRU gates reordered...),
+        and every optimizer slot of a variable the same way. A trainable parameter of ``module`` that nothing
+        maps to must have ``requires_grad=False`` (it would not be trained). Everything is checked before the
+        module is written.
+        """
+        if mapping is None:
+            mapping = self.mapping_for(module)
+        if not isinstance(mapping, Mapping):
+            raise TypeError(f"Argument `mapping` must be a dict Keras name → parameter name. Received: {mapping!r}")
+        self._check_names("mapping", mapping)
+        named = dict(module.named_parameters())
+        named_buffers = dict(module.named_buffers())
+        targets = []
+        for name in mapping:
+            pname = mapping[name]
+            tensor = named.get(pname, named_buffers.get(pname)) if isinstance(pname, str) else None
+            if tensor is None:
+                raise ValueError(
+                    f"Argument `mapping` maps {name!r} to {pname!r}, which is not a parameter or buffer of the "
+                    f"module. Parameters: {list(named)}."
+                )
+            if name in self.variable_names and pname not in named:
+                raise ValueError(f"Argument `mapping` maps the trainable {name!r} to buffer {pname!r}; it needs a "
+                                 "parameter.")
+            kind = self.layouts[name]
+            shape = self._torch_shape(name)
+            if shape is None:
+                raise ValueError(f"Argument `mapping` maps {name!r} ({kind}, Keras shape "
+                                 f"{tuple(self.weights[name].shape)}), which has no torch layout: use "
+                                 "`optimizer(params)` with Keras-layout tensors.")
+            if tuple(tensor.shape) != shape or tensor.dtype != self.weights[name].dtype:
+                raise ValueError(
+                    f"Argument `mapping` maps {name!r} ({kind}, Keras shape {tuple(self.weights[name].shape)}) to "
+                    f"{pname!r} of shape {tuple(tensor.shape)} and dtype {tensor.dtype}; expected shape {shape} and "
+                    f"dtype {self.weights[name].dtype}."
+                )
+            targets.append((name, pname, tensor))
+        if len({id(p) for _, _, p in targets}) != len(targets):
+            raise ValueError(f"Argument `mapping` maps two variables to the same parameter. Received: {dict(mapping)}")
+        mapped = {id(p) for _, _, p in targets}
+        left = [p for p, t in named.items() if t.requires_grad and id(t) not in mapped]
+        if left:
+            raise ValueError(f"Parameters {left} of the module are mapped to no Keras variable and would not be "
+                             "trained: map them, or set `requires_grad_(False)` on them.")
+        state = []
+        for i, (value, owner) in enumerate(zip(self.optimizer_state, self._owners)):
+            tensor = torch.from_numpy(np.array(value, copy=True))
+            if owner is not None:
+                name = self.variable_names[owner]
+                kind = self.layouts[name]
+                if tuple(tensor.shape) == tuple(self.weights[name].shape):
+                    tensor = to_torch(tensor, kind)
+                elif kind != "as_is":
+                    raise ValueError(
+                        f"Optimizer variable {i} of {name!r} has shape {tuple(tensor.shape)}, not the variable's "
+                        f"shape: a {self.optimizer_class.__name__} state of a {kind} cannot be converted to torch's "
+                        "layout. Use `optimizer(params)` with Keras-layout tensors instead."
+                    )
+            state.append(tensor)
+        with torch.no_grad():
+            for name, _, tensor in targets:
+                tensor.copy_(to_torch(self.weights[name], self.layouts[name]))
+        by_name = {name: (pname, tensor) for name, pname, tensor in targets}
+        opt = self._new_optimizer()
+        opt.build([by_name[name] for name in self.variable_names])
+        self._learning_rate_note(opt)
+        opt.set_weights(state)
+        return opt
