@@ -10,11 +10,11 @@ import torch
 
 from ..engine import loss_scaling
 from ..engine.clipping import map_gradient_values
+from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair
 from ..engine.routing import set_weights_all_or_nothing, split_weights
 from ..engine.sparse import last_repeats
 from ..engine.stages import overwrites_with_gradient
-from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..variables import IndexedSlices, named_variables
 from .optimizer import Optimizer
 

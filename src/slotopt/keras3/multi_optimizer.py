@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from ..engine import registry
+from ..engine.composed import ComposesOptimizers
 from ..engine.core import OptimizerCore, Pair
 from ..engine.plan import Ordinary, split
 from ..engine.routing import (
@@ -27,7 +28,7 @@ from ..engine.routing import (
     split_weights,
     variable_path,
 )
-from ..engine.torch_protocol import ComposesOptimizers, TorchProtocol
+from ..engine.torch_protocol import TorchProtocol
 from .loss_scale import LossScaleOptimizer
 from .optimizer import Optimizer
 

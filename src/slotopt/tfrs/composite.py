@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..engine import checks, registry, transaction
+from ..engine.composed import ComposesOptimizers
 from ..engine.core import OptimizerCore, is_plain_gradient
 from ..engine.eager import outside_dynamo
 from ..engine.routing import (
@@ -31,7 +32,7 @@ from ..engine.routing import (
     split_weights,
 )
 from ..engine.routing import optimizer_weights as _optimizer_weights
-from ..engine.torch_protocol import ComposesOptimizers, TorchProtocol
+from ..engine.torch_protocol import TorchProtocol
 from ..variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]
