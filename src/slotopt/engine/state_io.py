@@ -31,8 +31,25 @@ class StateIO:
         """``{parameter: {slot name: tensor, ..., "step": iterations}}``: live tensors, as in torch. Writes,
         deletes and replacing the whole table reach the optimizer (``engine/resume.py`` says how)."""
         params = [p for group in self.param_groups for p in group["params"]]
+        client = self.__dict__.get("_client_state")
+        if client:  # what torch clients added (timm's Lookahead buffer), after the optimizer's own entries
+            return resume.StateTable(self, [(p, {**entry, **client.get(p, {})}) for p, entry in
+                                            zip(params, self._param_states(params)) if entry or p in client])
         entries = [(p, entry) for p, entry in zip(params, self._param_states(params)) if entry]
         return resume.StateTable(self, entries)
+
+    def _client_entries(self, param: Any) -> dict[str, Any]:
+        """The entries a torch client wrote into ``state[param]`` beside the optimizer's own (timm's Lookahead
+        keeps its slow weights there, SAM its perturbation): kept as given, saved, loaded and copied with the
+        optimizer, and never read by a step. An entry the optimizer keeps is never one of these."""
+        return self.__dict__.get("_client_state", {}).get(param, {})
+
+    def _set_client_entries(self, param: Any, entries: Mapping[str, Any]) -> None:
+        client = self.__dict__.setdefault("_client_state", {})
+        if entries:
+            client[param] = dict(entries)
+        else:
+            client.pop(param, None)
 
     def _param_states(self, params: list[torch.Tensor]) -> list[dict[str, Any]]:
         """``state[p]`` for each of ``params`` (an optimizer whose entries share tensors computes those once)."""
@@ -137,20 +154,30 @@ class StateIO:
             params.update(zip(saved["params"], group["params"]))
         assignments: list[tuple[torch.Tensor, Any]] = []
         shared: dict[str, tuple[torch.Tensor, Any]] = {}
+        client_loads: list[tuple[torch.Tensor, dict[str, Any]]] = []
         saved_state = state_dict["state"]
         for key, expected in zip(params, self._param_states(list(params.values()))):
             entry = saved_state.get(key)
             if entry is None:
+                if self._client_entries(params[key]):
+                    client_loads.append((params[key], {}))  # (torch's load replaces the whole entry)
                 if expected:
                     raise ValueError(f"Loaded state dict has no state for parameter {key}; this optimizer keeps "
                                      f"{sorted(expected)} for it.")
                 continue
-            if not isinstance(entry, Mapping) or set(entry) != set(expected):
+            if not isinstance(entry, Mapping) or not set(expected) <= set(entry) or \
+                    (set(entry) - set(expected)) & self._own_state_names():
                 raise ValueError(
                     f"Loaded state of parameter {key} has entries {sorted(entry) if isinstance(entry, Mapping) else entry!r}"
                     f"; {type(self).__name__} keeps {sorted(expected)}: the state dict was saved by another "
                     "optimizer class or configuration.")
+            extra = {name: value.detach().clone() if isinstance(value, torch.Tensor) else value
+                     for name, value in entry.items() if name not in expected}  # (a torch client's: as saved)
+            if extra or self._client_entries(params[key]):
+                client_loads.append((params[key], extra))
             for name, value in entry.items():
+                if name not in expected:
+                    continue
                 target = expected[name]
                 value_t = _state_value(key, name, value, target)
                 value_t = resume.check_fits(f"Loaded state {name!r} of parameter {key}", name, value_t, target)
@@ -176,6 +203,8 @@ class StateIO:
         with torch.no_grad():
             for target, value in assignments:
                 _copy_into(target, value)
+        for param, extra in client_loads:
+            self._set_client_entries(param, extra)
         for group, values in zip(groups, new_values):
             group.update(values)
         for i, lr in shown_lrs:
@@ -248,38 +277,53 @@ class StateIO:
         return param
 
     def _write_param_state(self, param: Any, values: Mapping[str, Any]) -> None:
-        """``opt.state[param][name] = value``: every value checked, then copied into the live tensors."""
+        """``opt.state[param][name] = value``: every value checked, then copied into the live tensors. A name the
+        optimizer does not keep is a torch client's entry (timm's Lookahead, SAM): kept as given, as torch does."""
         self._before_state_io()
         self._parameter_of(param)
         entry = self._param_state(param)
         checked = []
+        client = dict(self._client_entries(param))
         for name, value in values.items():
             if name not in entry:
-                raise KeyError(f"{type(self).__name__} keeps {sorted(entry)} for this parameter, not {name!r}: a "
-                               "new entry would be ignored by every step.")
+                if not isinstance(name, str):
+                    raise KeyError(f"Optimizer state entries are named by strings. Received: {name!r}")
+                client[name] = value
+                continue
             target = entry[name]
             checked.append((target, resume.check_fits(f"Optimizer state {name!r}", name, value, target)))
         with torch.no_grad():
             for target, value in checked:
                 if value is not target:
                     _copy_into(target, value)
+        self._set_client_entries(param, client)
+
+    def _remove_client_entry(self, param: Any, name: str) -> None:
+        """``del opt.state[param][name]`` for a torch client's entry (the optimizer's own cannot be removed)."""
+        client = dict(self._client_entries(param))
+        if name not in client:
+            raise KeyError(f"Optimizer state {name!r} of a parameter cannot be removed: {type(self).__name__} "
+                           "needs it at every step. Assign a value, or `del optimizer.state[param]` to reset the "
+                           "parameter's state.")
+        del client[name]
+        self._set_client_entries(param, client)
 
     def _replace_param_state(self, param: Any, entry: Mapping[str, Any]) -> None:
         """``opt.state[param] = entry``: reset to the initial values, then ``entry``'s values (checked first)."""
         self._parameter_of(param)
         live = self._param_state(param)
         for name, value in entry.items():
-            if name not in live:
-                raise KeyError(f"{type(self).__name__} keeps {sorted(live)} for this parameter, not {name!r}.")
-            resume.check_fits(f"Optimizer state {name!r}", name, value, live[name])
+            if name in live:
+                resume.check_fits(f"Optimizer state {name!r}", name, value, live[name])
         self._reset_param_state(param)
-        self._write_param_state(param, {k: v for k, v in entry.items() if live[k] is not v})
+        self._write_param_state(param, {k: v for k, v in entry.items() if k not in live or live[k] is not v})
 
     def _reset_param_state(self, param: Any) -> None:
-        """``del opt.state[param]``: the parameter's slots as if it had never been stepped."""
+        """``del opt.state[param]``: the parameter's slots as if it had never been stepped (a client's entries go)."""
         self._before_state_io()
         self._parameter_of(param)
         self._reset_slots(param)
+        self._set_client_entries(param, {})
 
     def _replace_all_state(self, value: Any) -> None:
         """``opt.state = mapping``: every slot and shared scalar reset, then the mapping's entries written."""
@@ -291,9 +335,8 @@ class StateIO:
         for p, entry in entries.items():
             live = self._param_state(self._parameter_of(p))
             for name, v in entry.items():
-                if name not in live:
-                    raise KeyError(f"{type(self).__name__} keeps {sorted(live)} for this parameter, not {name!r}.")
-                resume.check_fits(f"Optimizer state {name!r}", name, v, live[name])
+                if name in live:
+                    resume.check_fits(f"Optimizer state {name!r}", name, v, live[name])
         self._reset_all_state()
         for p, entry in entries.items():
             self._write_param_state(p, entry)
@@ -304,6 +347,13 @@ class StateIO:
             for p in group["params"]:
                 self._reset_slots(p)
         self._reset_shared_state()
+        self.__dict__.pop("_client_state", None)
+
+    def _own_state_names(self) -> set[str]:
+        """Every state name the optimizer keeps for some parameter (a loaded entry by one of these names is never
+        taken as a client's: it would be a slot saved by another configuration)."""
+        params = [p for group in self.param_groups for p in group["params"]]
+        return {name for entry in self._param_states(params) for name in entry}
 
     def _reset_slots(self, param: torch.Tensor) -> None:
         """Face/engine hook: the parameter's slots back to their initial values."""

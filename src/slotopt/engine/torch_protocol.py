@@ -70,11 +70,19 @@ class TorchProtocol(GroupSync, StateIO, torch.optim.Optimizer):
         d["_warned_capturable_if_run_uncaptured"] = True
         self._patch_step_function()
 
-    def __getstate__(self) -> dict[str, Any]:  # plain pickling/deepcopy of the whole object
-        return self.__dict__.copy()
+    def __getstate__(self) -> dict[str, Any]:  # pickling, ``torch.save`` and ``copy.deepcopy`` of the object
+        state = self.__dict__.copy()
+        # A torch LR scheduler replaces ``step`` on the instance with a wrapper that calls the original optimizer
+        # (through a weak reference): a copy keeping it would step the original, and the wrapper cannot be
+        # pickled. The hooks belong to the original's surroundings. torch's own ``__getstate__`` leaves out both.
+        state.pop("step", None)
+        for table in _HOOK_TABLES:
+            state[table] = OrderedDict()
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._patch_step_function()
         self._after_copy()
 
     def _after_copy(self) -> None:
