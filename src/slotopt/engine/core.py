@@ -84,6 +84,27 @@ class BuildsOnParams(type):
         return optimizer
 
 
+def check_param_groups(groups: Sequence[Mapping[str, Any]]) -> list[tuple[list[tuple[str, torch.Tensor]], Any]]:
+    """Each param-group dict's ``(name, tensor)`` pairs (a generator read once), checked before anything is
+    registered: every group has ``params``, and no tensor is in two groups (torch refuses it: the second group's
+    hyperparameters would never apply to it)."""
+    out = []
+    owner: dict[int, int] = {}
+    for index, group in enumerate(groups):
+        if "params" not in group:
+            raise ValueError(f"A parameter group must have a 'params' entry. Received: {dict(group)!r}")
+        params = group["params"]
+        named = named_variables([params] if isinstance(params, torch.Tensor) else params)
+        for name, var in named:
+            first = owner.setdefault(id(var), index)
+            if first != index:
+                raise ValueError(
+                    f"some parameters appear in more than one parameter group: {name!r} is in group {first} and "
+                    f"group {index}. Each parameter belongs to one group (its hyperparameters are that group's).")
+        out.append((named, group))
+    return out
+
+
 def is_parameters(value: Any) -> bool:
     """True for what can only be parameters: a module, a generator of tensors (``model.parameters()``), or a
     non-empty list/tuple of tensors, ``(name, tensor)`` pairs or param-group dicts. A learning rate is a
@@ -194,13 +215,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         """
         if is_param_group_list(variables):
             positions = []
-            for group in variables:
-                if "params" not in group:
-                    raise ValueError(f"A parameter group must have a 'params' entry. Received: {dict(group)!r}")
-                params = group["params"]
-                params = [params] if isinstance(params, torch.Tensor) else params
+            for named, group in check_param_groups(variables):
                 first_new = len(self._vars)
-                positions += self._register_named(named_variables(params))
+                positions += self._register_named(named)
                 self._track(self._originals[first_new:], group)
             self._sync_param_groups()  # the first group's own values become the optimizer's
             return positions
@@ -328,6 +345,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         self._var_index.update({id(v): i for i, v in enumerate(self.__dict__.get("_originals", ()))})
         self._group_cache = {}
         self._plan = None
+        flat = self.__dict__.get("_flat_state")
+        if flat is not None:  # (a pickle writes each packed slot apart from its buffer: tied again)
+            flat.relink(self._slots)
 
     def _name_of(self, var: torch.Tensor) -> str:
         pos = self._position(var)
