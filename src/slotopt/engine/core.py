@@ -66,8 +66,8 @@ class BuildsOnParams(type):
                 raise TypeError(f"{cls.__name__}() got parameters both positionally and as `params=`. "
                                 f"Received: {_short(args[0])} and params={_short(params)}")
             params, args = args[0], args[1:]
-            if isinstance(params, Iterator):
-                params = list(params)
+        if isinstance(params, Iterator):  # (read once: a composite routes them, then builds on them again)
+            params = list(params)
         if gradient_aggregator is not None:
             check_gradient_aggregator(gradient_aggregator, cls)
         if "name" in kwargs:

@@ -21,7 +21,7 @@ import torch
 
 from ..engine import checks, registry, transaction
 from ..engine.composed import ComposesOptimizers
-from ..engine.core import OptimizerCore, is_plain_gradient
+from ..engine.core import OptimizerCore, check_param_groups, is_plain_gradient
 from ..engine.eager import outside_dynamo
 from ..engine.routing import (
     Routes,
@@ -32,7 +32,7 @@ from ..engine.routing import (
     split_weights,
 )
 from ..engine.routing import optimizer_weights as _optimizer_weights
-from ..engine.torch_protocol import TorchProtocol
+from ..engine.torch_protocol import TorchProtocol, is_param_group_list
 from ..variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]
@@ -197,6 +197,10 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
 
     def _build(self, variables: Any) -> None:
         self._routes.forget()
+        groups = None
+        if is_param_group_list(variables):  # torch's group dicts: each sub-optimizer gets its share of each group
+            groups = check_param_groups(variables)
+            variables = [pair for named, _ in groups for pair in named]
         if variables is not None:
             self._remember(variables)
         owners = self._owner_map(self._params)
@@ -205,7 +209,9 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
             if not own:
                 continue
             named = [(self._name_of(v) or f"variable_{i}", v) for i, v in enumerate(own)]
-            if hasattr(optimizer, "build"):
+            if groups is not None and hasattr(optimizer, "add_param_group"):
+                optimizer.build(_shares(named, groups))
+            elif hasattr(optimizer, "build"):
                 optimizer.build(named)
             elif hasattr(optimizer, "_create_all_weights"):
                 optimizer._create_all_weights(own)
@@ -403,3 +409,17 @@ def _takes_custom(klass: Any) -> bool:
         return "custom_objects" in inspect.signature(klass.from_config).parameters
     except (TypeError, ValueError):
         return False
+
+
+def _shares(named: list[tuple[str, torch.Tensor]], groups: list[tuple[list[Any], Any]]) -> list[dict[str, Any]]:
+    """A sub-optimizer's share of each param-group dict (with the group's own values), in group order; its
+    variables that no group lists come last, with the sub-optimizer's own values."""
+    mine = {id(v): (n, v) for n, v in named}
+    shares, listed = [], set()
+    for pairs, group in groups:
+        share = [mine[id(v)] for _, v in pairs if id(v) in mine]
+        listed.update(id(v) for _, v in share)
+        if share:
+            shares.append({**group, "params": share})
+    rest = [pair for pair in named if id(pair[1]) not in listed]
+    return shares + ([{"params": rest}] if rest else [])
