@@ -13,6 +13,8 @@ from typing import Any, Optional
 
 import torch
 
+from .distributed import known_local_view
+
 __all__ = ["GroupSync", "TorchName", "torch_names_for", "is_param_group_list"]
 
 
@@ -262,6 +264,9 @@ class GroupSync:
         if not any(overrides):
             return [(pairs, {})]
         membership = {id(p): i for i, g in enumerate(groups) for p in g["params"]}
+        # An FSDP2 parameter (a DTensor) is stepped as its local shard (``distributed.local_view``): both are its.
+        membership.update({id(view): i for i, g in enumerate(groups) for p in g["params"]
+                           if (view := known_local_view(p)) is not None})
         parts: dict[int, list[Any]] = {}
         for pair in pairs:
             parts.setdefault(membership.get(id(pair[1]), 0), []).append(pair)
