@@ -10,10 +10,12 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import inspect
 import io
 import pickle
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -190,6 +192,47 @@ def test_group_dicts_keep_their_values_in_a_composite(composite: str, kernel_pat
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("generation", ["keras3", "legacy"])
+def test_group_dicts_keep_their_values_in_a_loss_scale_optimizer(generation: str) -> None:
+    """A LossScaleOptimizer built on group dicts: its inner optimizer keeps each group (the Keras 3 one refused
+    them with a TypeError)."""
+    def make(lr: float = 0.1, *, params: Any) -> Any:
+        if generation == "keras3":
+            return slotopt.LossScaleOptimizer(slotopt.SGD(lr, momentum=0.9), params=params)
+        return slotopt.legacy.LossScaleOptimizer(slotopt.legacy.SGD(lr, momentum=0.9), dynamic=False, initial_scale=1.0,
+                                                  params=params)
+
+    expected = _alone(_model(), make)
+    model = _model()
+    opt = make(params=_groups(model))
+    assert [g["lr"] for g in opt.param_groups] == [pytest.approx(0.1), 0.01, 0.2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (Keras 3's: step() without a scaled loss)
+        _train(model, opt, None, range(2))
+    for a, b in zip(model.parameters(), expected):
+        assert torch.equal(a, b)
+
+
+def test_transformers_schedule_survives_copies() -> None:
+    """Hugging Face's warmup schedule (a LambdaLR over a partial) attached, then the whole (model, optimizer,
+    scheduler) deep-copied and pickled: each copy trains like the original."""
+    transformers = pytest.importorskip("transformers")
+    model = _model()
+    opt = slotopt.AdamW(0.01, params=[{"params": [model[0].weight, model[2].weight], "weight_decay": 0.01},
+                                      {"params": [model[0].bias, model[2].bias], "weight_decay": 0.0}])
+    scheduler = transformers.get_cosine_schedule_with_warmup(opt, num_warmup_steps=2, num_training_steps=10)
+    _train(model, opt, scheduler, range(1))
+    copies = [copy.deepcopy((model, opt, scheduler)), pickle.loads(pickle.dumps((model, opt, scheduler)))]
+    _train(model, opt, scheduler, range(1, 4))
+    for model2, opt2, scheduler2 in copies:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _train(model2, opt2, scheduler2, range(1, 4))
+        assert [g["lr"] for g in opt2.param_groups] == [g["lr"] for g in opt.param_groups]
+        for a, b in zip(model.parameters(), model2.parameters()):
+            assert torch.equal(a, b)
+
+
 def test_multi_optimizer_groups_follow_a_scheduler_and_the_routing() -> None:
     """Groups split across sub-optimizers: each sub-optimizer gets its share of each group, a torch scheduler
     scales every group's own ``lr``, and a state dict round trip keeps them."""
@@ -287,16 +330,55 @@ def test_state_keeps_entries_a_client_adds(generation: str, kernel_path: str) ->
         del opt.state[p][own[0]]
 
 
-def test_timm_lookahead_and_layer_decay_groups() -> None:
-    """timm's own Lookahead over a slotopt optimizer with timm's layer-decay groups: trains like a hand-written
-    slow-weights update and keeps its buffer in the state dict."""
+def _timm_lookahead() -> Any:
+    """timm's ``Lookahead``: from ``timm.optim``, or, where timm is installed but cannot be imported (its
+    torchvision is the CUDA build against a CPU torch), from timm's own ``lookahead.py``, which needs torch only."""
     try:
         from timm.optim import Lookahead
-    except Exception as err:  # (timm needs torchvision; its Linux wheel on PyPI is the CUDA build)
-        pytest.skip(f"timm cannot be imported here: {type(err).__name__}: {err}")
-    model = _model()
-    base = slotopt.Adam(0.01, params=_groups(model))
-    opt = Lookahead(base, alpha=0.5, k=2)
-    _train(model, opt, None, range(4))
-    assert all("lookahead_slow_buff" in base.state[p] for p in model.parameters())
-    assert all("lookahead_slow_buff" in entry for entry in opt.state_dict()["state"].values())
+        return Lookahead
+    except ImportError:
+        pass
+    except Exception:  # noqa: BLE001 (torchvision's import raises RuntimeError there)
+        pass
+    spec = importlib.util.find_spec("timm")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("timm is not installed (the `timm` extra)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "optim" / "lookahead.py"
+    module_spec = importlib.util.spec_from_file_location("_timm_lookahead", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.Lookahead
+
+
+@pytest.mark.parametrize("generation", ["keras3", "legacy", "multi"])
+def test_timm_lookahead_over_slotopt_trains_like_its_slow_weights_rule(generation: str) -> None:
+    """timm's Lookahead keeps its slow weights in ``base_optimizer.state[p]`` (it raised ``KeyError``): every ``k``
+    steps the parameters move halfway back to them (the buffer is made at the first sync). Checked against the
+    rule applied by hand, and the buffer goes through the state dict."""
+    lookahead = _timm_lookahead()
+
+    def make(model: torch.nn.Module) -> Any:
+        groups = _groups(model)
+        if generation == "keras3":
+            return slotopt.Adam(0.01, params=groups)
+        if generation == "legacy":
+            return slotopt.legacy.Adam(0.01, params=groups)
+        return slotopt.MultiOptimizer(slotopt.OptimizerMap(slotopt.Adam(0.01)), params=groups)
+
+    model, hand_model = _model(), _model()
+    opt, hand = lookahead(make(model), alpha=0.5, k=2), make(hand_model)
+    slow: list[torch.Tensor] = []
+    for i in range(4):
+        _train(model, opt, None, range(i, i + 1))
+        _train(hand_model, hand, None, range(i, i + 1))
+        if (i + 1) % 2 == 0:
+            with torch.no_grad():
+                slow = slow or [p.detach().clone() for p in hand_model.parameters()]  # (made at the first sync)
+                for s, p in zip(slow, hand_model.parameters()):
+                    s.add_(p - s, alpha=0.5)
+                    p.copy_(s)
+    for a, b in zip(model.parameters(), hand_model.parameters()):
+        assert torch.equal(a, b)
+    saved = opt.state_dict()
+    assert all("lookahead_slow_buff" in entry for entry in saved["state"].values())
+    assert [g["lookahead_step"] for g in saved["param_groups"]] == [4, 4, 4]
