@@ -27,6 +27,7 @@ from ..variables import (
 )
 from . import checks, distributed, resume
 from . import sparse as sparse_rows
+from .group_sync import check_param_groups
 from .plan import Ordinary, Pair, StepPlan
 from .torch_protocol import TorchProtocol, is_param_group_list
 
@@ -82,27 +83,6 @@ class BuildsOnParams(type):
             optimizer.build(params)
             optimizer._hyperparameters_changed()  # a group's own values may need slots (its momentum)
         return optimizer
-
-
-def check_param_groups(groups: Sequence[Mapping[str, Any]]) -> list[tuple[list[tuple[str, torch.Tensor]], Any]]:
-    """Each param-group dict's ``(name, tensor)`` pairs (a generator read once), checked before anything is
-    registered: every group has ``params``, and no tensor is in two groups (torch refuses it: the second group's
-    hyperparameters would never apply to it)."""
-    out = []
-    owner: dict[int, int] = {}
-    for index, group in enumerate(groups):
-        if "params" not in group:
-            raise ValueError(f"A parameter group must have a 'params' entry. Received: {dict(group)!r}")
-        params = group["params"]
-        named = named_variables([params] if isinstance(params, torch.Tensor) else params)
-        for name, var in named:
-            first = owner.setdefault(id(var), index)
-            if first != index:
-                raise ValueError(
-                    f"some parameters appear in more than one parameter group: {name!r} is in group {first} and "
-                    f"group {index}. Each parameter belongs to one group (its hyperparameters are that group's).")
-        out.append((named, group))
-    return out
 
 
 def is_parameters(value: Any) -> bool:

@@ -13,14 +13,36 @@ from typing import Any, Optional
 
 import torch
 
+from ..variables import named_variables
 from .distributed import known_local_view
 
-__all__ = ["GroupSync", "TorchName", "torch_names_for", "is_param_group_list"]
+__all__ = ["GroupSync", "TorchName", "torch_names_for", "is_param_group_list", "check_param_groups"]
 
 
 def is_param_group_list(source: Any) -> bool:
     """True for ``[{"params": ...}, ...]``, torch's way of giving parameter groups."""
     return isinstance(source, (list, tuple)) and bool(source) and all(isinstance(g, Mapping) for g in source)
+
+
+def check_param_groups(groups: Sequence[Mapping[str, Any]]) -> list[tuple[list[tuple[str, torch.Tensor]], Any]]:
+    """Each param-group dict's ``(name, tensor)`` pairs (a generator read once), checked before anything is
+    registered: every group has ``params``, and no tensor is in two groups (torch refuses it: the second group's
+    hyperparameters would never apply to it)."""
+    out = []
+    owner: dict[int, int] = {}
+    for index, group in enumerate(groups):
+        if "params" not in group:
+            raise ValueError(f"A parameter group must have a 'params' entry. Received: {dict(group)!r}")
+        params = group["params"]
+        named = named_variables([params] if isinstance(params, torch.Tensor) else params)
+        for name, var in named:
+            first = owner.setdefault(id(var), index)
+            if first != index:
+                raise ValueError(
+                    f"some parameters appear in more than one parameter group: {name!r} is in group {first} and "
+                    f"group {index}. Each parameter belongs to one group (its hyperparameters are that group's).")
+        out.append((named, group))
+    return out
 
 
 def _as_number(value: Any) -> Any:

@@ -11,8 +11,8 @@ import torch
 from ..engine import loss_scaling
 from ..engine.clipping import map_gradient_values
 from ..engine.composed import WrapsInnerOptimizer
-from ..engine.core import Pair, check_param_groups
-from ..engine.group_sync import is_param_group_list
+from ..engine.core import Pair
+from ..engine.group_sync import check_param_groups, is_param_group_list
 from ..engine.routing import set_weights_all_or_nothing, split_weights
 from ..engine.sparse import last_repeats
 from ..engine.stages import overwrites_with_gradient

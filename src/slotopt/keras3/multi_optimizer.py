@@ -17,7 +17,8 @@ import torch
 
 from ..engine import registry
 from ..engine.composed import ComposesOptimizers
-from ..engine.core import OptimizerCore, Pair, check_param_groups
+from ..engine.core import OptimizerCore, Pair
+from ..engine.group_sync import check_param_groups
 from ..engine.plan import Ordinary, split
 from ..engine.routing import (
     AGGREGATED,

@@ -21,8 +21,9 @@ import torch
 
 from ..engine import checks, registry, transaction
 from ..engine.composed import ComposesOptimizers
-from ..engine.core import OptimizerCore, check_param_groups, is_plain_gradient
+from ..engine.core import OptimizerCore, is_plain_gradient
 from ..engine.eager import outside_dynamo
+from ..engine.group_sync import check_param_groups
 from ..engine.routing import (
     Routes,
     aggregation_options,
