@@ -155,6 +155,7 @@ class StateIO:
         assignments: list[tuple[torch.Tensor, Any]] = []
         shared: dict[str, tuple[torch.Tensor, Any]] = {}
         client_loads: list[tuple[torch.Tensor, dict[str, Any]]] = []
+        own_names: Optional[set[str]] = None
         saved_state = state_dict["state"]
         for key, expected in zip(params, self._param_states(list(params.values()))):
             entry = saved_state.get(key)
@@ -165,8 +166,11 @@ class StateIO:
                     raise ValueError(f"Loaded state dict has no state for parameter {key}; this optimizer keeps "
                                      f"{sorted(expected)} for it.")
                 continue
+            extra_names = set(entry) - set(expected) if isinstance(entry, Mapping) else set()
+            if extra_names and own_names is None:
+                own_names = self._own_state_names()  # (once per load, and only when some entry has more)
             if not isinstance(entry, Mapping) or not set(expected) <= set(entry) or \
-                    (set(entry) - set(expected)) & self._own_state_names():
+                    (extra_names and extra_names & own_names):  # type: ignore[operator]
                 raise ValueError(
                     f"Loaded state of parameter {key} has entries {sorted(entry) if isinstance(entry, Mapping) else entry!r}"
                     f"; {type(self).__name__} keeps {sorted(expected)}: the state dict was saved by another "
