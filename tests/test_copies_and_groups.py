@@ -13,7 +13,10 @@ import copy
 import importlib.util
 import inspect
 import io
+import math
 import pickle
+import sys
+import types
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -330,24 +333,70 @@ def test_state_keeps_entries_a_client_adds(generation: str, kernel_path: str) ->
         del opt.state[p][own[0]]
 
 
-def _timm_lookahead() -> Any:
-    """timm's ``Lookahead``: from ``timm.optim``, or, where timm is installed but cannot be imported (its
-    torchvision is the CUDA build against a CPU torch), from timm's own ``lookahead.py``, which needs torch only."""
+def _timm(module: str, attribute: str) -> Any:
+    """``attribute`` of ``timm.<module>``: imported from timm, or, where timm is installed but cannot be imported
+    (its torchvision is PyPI's CUDA build against a CPU torch), loaded from timm's own files (``optim/lookahead.py``
+    and ``scheduler/`` need torch only). Skips where timm is not installed (the ``timm`` extra)."""
     try:
-        from timm.optim import Lookahead
-        return Lookahead
-    except ImportError:
-        pass
-    except Exception:  # noqa: BLE001 (torchvision's import raises RuntimeError there)
+        return getattr(importlib.import_module(f"timm.{module}"), attribute)
+    except Exception:  # noqa: BLE001 (timm's import of torchvision raises RuntimeError there)
         pass
     spec = importlib.util.find_spec("timm")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("timm is not installed (the `timm` extra)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "optim" / "lookahead.py"
-    module_spec = importlib.util.spec_from_file_location("_timm_lookahead", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.Lookahead
+    package, _, leaf = module.rpartition(".")
+    folder = Path(list(spec.submodule_search_locations)[0]) / package
+    alias = f"_timm_files_{package}"
+    if alias not in sys.modules:  # the folder as a package of its own, without timm's __init__ files
+        holder = types.ModuleType(alias)
+        holder.__path__ = [str(folder)]
+        sys.modules[alias] = holder
+    name = f"{alias}.{leaf}"
+    if name not in sys.modules:
+        file_spec = importlib.util.spec_from_file_location(name, folder / f"{leaf}.py")
+        loaded = importlib.util.module_from_spec(file_spec)
+        sys.modules[name] = loaded
+        file_spec.loader.exec_module(loaded)
+    return getattr(sys.modules[name], attribute)
+
+
+def test_timm_cosine_schedule_drives_each_group_with_its_lr_scale() -> None:
+    """timm's CosineLRScheduler over a MultiOptimizer's group dicts: each group's ``lr`` follows the cosine from its
+    own base, times its ``lr_scale``, and each group trains as an optimizer of its own at that rate would; a deep
+    copy of (model, optimizer, scheduler) taken midway continues the same."""
+    scheduler_cls = _timm("scheduler.cosine_lr", "CosineLRScheduler")
+    model, hand_model = _model(), _model()
+    opt = slotopt.MultiOptimizer(slotopt.OptimizerMap(slotopt.SGD(0.1, momentum=0.9)), params=_groups(model))
+    scheduler = scheduler_cls(opt, t_initial=4)
+    first, last = hand_model[0], hand_model[2]
+    hand = [slotopt.SGD(0.1, momentum=0.9, params=[first.weight, last.weight]),
+            slotopt.SGD(0.1, momentum=0.9, params=[first.bias]), slotopt.SGD(0.1, momentum=0.9, params=[last.bias])]
+    bases, scales = [g["initial_lr"] for g in opt.param_groups], [1.0, 1.0, 0.5]  # (group 0's: float32 0.1)
+    assert bases == [pytest.approx(0.1), 0.01, 0.2]
+    copied = None
+    for epoch in range(4):
+        scheduler.step(epoch)
+        cosine = 0.5 * (1 + math.cos(math.pi * epoch / 4))
+        rates = [base * cosine * scale for base, scale in zip(bases, scales)]
+        assert [g["lr"] for g in opt.param_groups] == pytest.approx(rates, rel=1e-12)
+        _train(model, opt, None, range(epoch, epoch + 1))
+        for o, rate in zip(hand, rates):
+            o.param_groups[0]["lr"] = rate
+        for o in hand:
+            o.zero_grad()
+        hand_model(_batch(epoch)).square().mean().backward()
+        for o in hand:
+            o.step()
+        if epoch == 1:
+            copied = copy.deepcopy((model, opt, scheduler))
+    for a, b in zip(model.parameters(), hand_model.parameters()):
+        assert torch.equal(a, b)
+    model2, opt2, scheduler2 = copied
+    for epoch in range(2, 4):
+        scheduler2.step(epoch)
+        _train(model2, opt2, None, range(epoch, epoch + 1))
+    for a, b in zip(model.parameters(), model2.parameters()):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("generation", ["keras3", "legacy", "multi"])
@@ -355,7 +404,7 @@ def test_timm_lookahead_over_slotopt_trains_like_its_slow_weights_rule(generatio
     """timm's Lookahead keeps its slow weights in ``base_optimizer.state[p]`` (it raised ``KeyError``): every ``k``
     steps the parameters move halfway back to them (the buffer is made at the first sync). Checked against the
     rule applied by hand, and the buffer goes through the state dict."""
-    lookahead = _timm_lookahead()
+    lookahead = _timm("optim.lookahead", "Lookahead")
 
     def make(model: torch.nn.Module) -> Any:
         groups = _groups(model)
