@@ -173,7 +173,8 @@ class ParamState(dict):
         if all(dict.get(self, k) is v for k, v in values.items()):
             return  # the live tensors themselves (e.g. a tool that "moves" state to the device it is on)
         self._owner._write_param_state(self._param, values)
-        live = {**self._owner._param_state(self._param), **self._owner._client_entries(self._param)}
+        own = self._owner._param_state(self._param)
+        live = {**self._owner._client_entries(self._param), **own}  # (the optimizer's own entries win a name)
         dict.update(self, {k: v for k, v in live.items() if k in values})
 
     def setdefault(self, name: str, default: Any = None) -> Any:

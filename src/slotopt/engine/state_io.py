@@ -20,6 +20,14 @@ __all__ = ["StateIO", "CLASS_KEY"]
 CLASS_KEY = "optimizer_class"
 
 
+def with_client_entries(entry: dict[str, Any], client: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """A parameter's state: the optimizer's entries, then a client's under the names the optimizer does not use (a
+    slot made after a client wrote the same name, as TF1 makes its slots at the first step, is the optimizer's)."""
+    if not client:
+        return entry
+    return {**entry, **{k: v for k, v in client.items() if k not in entry}}
+
+
 class StateIO:
     """The state part of ``TorchProtocol`` (a mixin: every method runs on a ``TorchProtocol``)."""
 
@@ -33,7 +41,7 @@ class StateIO:
         params = [p for group in self.param_groups for p in group["params"]]
         client = self.__dict__.get("_client_state")
         if client:  # what torch clients added (timm's Lookahead buffer), after the optimizer's own entries
-            return resume.StateTable(self, [(p, {**entry, **client.get(p, {})}) for p, entry in
+            return resume.StateTable(self, [(p, with_client_entries(entry, client.get(p))) for p, entry in
                                             zip(params, self._param_states(params)) if entry or p in client])
         entries = [(p, entry) for p, entry in zip(params, self._param_states(params)) if entry]
         return resume.StateTable(self, entries)
