@@ -331,6 +331,10 @@ def test_state_keeps_entries_a_client_adds(generation: str, kernel_path: str) ->
     assert sorted(opt.state[p]) == own
     with pytest.raises(KeyError, match="cannot be removed"):
         del opt.state[p][own[0]]
+    before = {k: v.clone() for k, v in opt.state[p].items()}
+    with pytest.raises(KeyError, match="named by strings"):  # refused before the reset: nothing changes
+        opt.state[p] = {"lookahead_slow_buff": slow, 3: slow}
+    assert sorted(opt.state[p]) == own and all(torch.equal(v, before[k]) for k, v in opt.state[p].items())
 
 
 def _timm(module: str, attribute: str) -> Any:

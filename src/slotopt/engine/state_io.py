@@ -298,8 +298,7 @@ class StateIO:
         client = dict(self._client_entries(param))
         for name, value in values.items():
             if name not in entry:
-                if not isinstance(name, str):
-                    raise KeyError(f"Optimizer state entries are named by strings. Received: {name!r}")
+                _check_entry_name(name)
                 client[name] = value
                 continue
             target = entry[name]
@@ -325,6 +324,7 @@ class StateIO:
         self._parameter_of(param)
         live = self._param_state(param)
         for name, value in entry.items():
+            _check_entry_name(name)
             if name in live:
                 resume.check_fits(f"Optimizer state {name!r}", name, value, live[name])
         self._reset_param_state(param)
@@ -347,6 +347,7 @@ class StateIO:
         for p, entry in entries.items():
             live = self._param_state(self._parameter_of(p))
             for name, v in entry.items():
+                _check_entry_name(name)
                 if name in live:
                     resume.check_fits(f"Optimizer state {name!r}", name, v, live[name])
         self._reset_all_state()
@@ -372,6 +373,11 @@ class StateIO:
 
     def _reset_shared_state(self) -> None:
         """Engine hook: the optimizer-wide scalars (iterations, loss scale...) back to their initial values."""
+
+
+def _check_entry_name(name: Any) -> None:
+    if not isinstance(name, str):
+        raise KeyError(f"Optimizer state entries are named by strings. Received: {name!r}")
 
 
 def _copied(state_dict: Mapping[str, Any]) -> dict[str, Any]:
