@@ -16,7 +16,8 @@ import torch
 from ..variables import named_variables
 from .distributed import known_local_view
 
-__all__ = ["GroupSync", "TorchName", "torch_names_for", "is_param_group_list", "check_param_groups"]
+__all__ = ["GroupSync", "TorchName", "torch_names_for", "is_param_group_list", "check_param_groups",
+           "group_shares"]
 
 
 def is_param_group_list(source: Any) -> bool:
@@ -43,6 +44,21 @@ def check_param_groups(groups: Sequence[Mapping[str, Any]]) -> list[tuple[list[t
                     f"group {index}. Each parameter belongs to one group (its hyperparameters are that group's).")
         out.append((named, group))
     return out
+
+
+def group_shares(named: list[tuple[str, torch.Tensor]], groups: list[tuple[list[Any], Any]]) -> list[dict[str, Any]]:
+    """A sub-optimizer's share of each param-group dict (``groups``: what ``check_param_groups`` returned), with
+    the group's own values, in group order; its variables (``named``) that no group lists come last, with the
+    sub-optimizer's own values. How a composite (MultiOptimizer, CompositeOptimizer) keeps torch's group dicts."""
+    mine = {id(v): (n, v) for n, v in named}
+    shares, listed = [], set()
+    for pairs, group in groups:
+        share = [mine[id(v)] for _, v in pairs if id(v) in mine]
+        listed.update(id(v) for _, v in share)
+        if share:
+            shares.append({**group, "params": share})
+    rest = [pair for pair in named if id(pair[1]) not in listed]
+    return shares + ([{"params": rest}] if rest else [])
 
 
 def _as_number(value: Any) -> Any:

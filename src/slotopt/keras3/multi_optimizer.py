@@ -18,7 +18,7 @@ import torch
 from ..engine import registry
 from ..engine.composed import ComposesOptimizers
 from ..engine.core import OptimizerCore, Pair
-from ..engine.group_sync import check_param_groups
+from ..engine.group_sync import check_param_groups, group_shares
 from ..engine.plan import Ordinary, split
 from ..engine.routing import (
     AGGREGATED,
@@ -281,13 +281,8 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
                    if owner[id(self._vars[p])] == index]
             if not own:
                 continue
-            if groups is None:
-                optimizer.build(own)
-            else:  # each group's own values (``lr``, ``weight_decay``, timm's ``lr_scale``) go with its share
-                mine = {id(var) for _, var in own}
-                shares = [({**group, "params": [(n, v) for n, v in named if id(v) in mine]})
-                          for named, group in groups]
-                optimizer.build([share for share in shares if share["params"]])
+            # (each group's own values, ``lr``, ``weight_decay``, timm's ``lr_scale``, go with its share)
+            optimizer.build(own if groups is None else group_shares(own, groups))
         super().build(variables)
 
     # ------------------------------------------------------------------------------------------ torch protocol

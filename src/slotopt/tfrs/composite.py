@@ -23,7 +23,7 @@ from ..engine import checks, registry, transaction
 from ..engine.composed import ComposesOptimizers
 from ..engine.core import OptimizerCore, is_plain_gradient
 from ..engine.eager import outside_dynamo
-from ..engine.group_sync import check_param_groups
+from ..engine.group_sync import check_param_groups, group_shares
 from ..engine.routing import (
     Routes,
     aggregation_options,
@@ -211,7 +211,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
                 continue
             named = [(self._name_of(v) or f"variable_{i}", v) for i, v in enumerate(own)]
             if groups is not None and hasattr(optimizer, "add_param_group"):
-                optimizer.build(_shares(named, groups))
+                optimizer.build(group_shares(named, groups))
             elif hasattr(optimizer, "build"):
                 optimizer.build(named)
             elif hasattr(optimizer, "_create_all_weights"):
@@ -411,16 +411,3 @@ def _takes_custom(klass: Any) -> bool:
     except (TypeError, ValueError):
         return False
 
-
-def _shares(named: list[tuple[str, torch.Tensor]], groups: list[tuple[list[Any], Any]]) -> list[dict[str, Any]]:
-    """A sub-optimizer's share of each param-group dict (with the group's own values), in group order; its
-    variables that no group lists come last, with the sub-optimizer's own values."""
-    mine = {id(v): (n, v) for n, v in named}
-    shares, listed = [], set()
-    for pairs, group in groups:
-        share = [mine[id(v)] for _, v in pairs if id(v) in mine]
-        listed.update(id(v) for _, v in share)
-        if share:
-            shares.append({**group, "params": share})
-    rest = [pair for pair in named if id(pair[1]) not in listed]
-    return shares + ([{"params": rest}] if rest else [])
