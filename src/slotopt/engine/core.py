@@ -27,6 +27,7 @@ from ..variables import (
 )
 from . import checks, distributed, resume
 from . import sparse as sparse_rows
+from .group_sync import check_param_groups
 from .plan import Ordinary, Pair, StepPlan
 from .torch_protocol import TorchProtocol, is_param_group_list
 
@@ -66,8 +67,8 @@ class BuildsOnParams(type):
                 raise TypeError(f"{cls.__name__}() got parameters both positionally and as `params=`. "
                                 f"Received: {_short(args[0])} and params={_short(params)}")
             params, args = args[0], args[1:]
-            if isinstance(params, Iterator):
-                params = list(params)
+        if isinstance(params, Iterator):  # (read once: a composite routes them, then builds on them again)
+            params = list(params)
         if gradient_aggregator is not None:
             check_gradient_aggregator(gradient_aggregator, cls)
         if "name" in kwargs:
@@ -194,13 +195,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         """
         if is_param_group_list(variables):
             positions = []
-            for group in variables:
-                if "params" not in group:
-                    raise ValueError(f"A parameter group must have a 'params' entry. Received: {dict(group)!r}")
-                params = group["params"]
-                params = [params] if isinstance(params, torch.Tensor) else params
+            for named, group in check_param_groups(variables):
                 first_new = len(self._vars)
-                positions += self._register_named(named_variables(params))
+                positions += self._register_named(named)
                 self._track(self._originals[first_new:], group)
             self._sync_param_groups()  # the first group's own values become the optimizer's
             return positions
@@ -328,6 +325,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         self._var_index.update({id(v): i for i, v in enumerate(self.__dict__.get("_originals", ()))})
         self._group_cache = {}
         self._plan = None
+        flat = self.__dict__.get("_flat_state")
+        if flat is not None:  # (a pickle writes each packed slot apart from its buffer: tied again)
+            flat.relink(self._slots)
 
     def _name_of(self, var: torch.Tensor) -> str:
         pos = self._position(var)

@@ -143,6 +143,11 @@ def is_dtensor(value: Any) -> bool:
     return hasattr(value, "device_mesh") and hasattr(value, "to_local") and hasattr(value, "placements")
 
 
+def known_local_view(value: Any) -> Optional[torch.Tensor]:
+    """The local-shard view ``local_view`` made for ``value`` (a DTensor), or None when it made none."""
+    return getattr(value, "_slotopt_local_view", None)
+
+
 def local_view(value: Any) -> torch.Tensor:
     """The local shard of a DTensor (a view of its storage: in-place updates update the parameter). The same view
     object every time, so that optimizers sharing a parameter (a loss-scale wrapper and its inner optimizer)

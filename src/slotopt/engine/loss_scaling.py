@@ -326,7 +326,7 @@ def _reorder(plan: Any, kinds: list[tuple[Optional[list[int]], bool]]) -> Any:
 def keeps_no_gradients(opt: Any) -> bool:
     """Whether ``opt`` is sure to drop the gradients it is given once its step is done: a built-in slotopt
     optimizer (no user subclass, no composite) updating through its own kernels."""
-    from .torch_protocol import ComposesOptimizers, WrapsInnerOptimizer
+    from .composed import ComposesOptimizers, WrapsInnerOptimizer
 
     has_custom_update = getattr(opt, "_has_custom_update", None)
     return (type(opt).__module__.startswith("slotopt.") and callable(has_custom_update)

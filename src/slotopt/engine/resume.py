@@ -17,6 +17,9 @@ a message naming it, and nothing changes.
   scalars (``step`` to 0, loss scales and TF1's beta powers to their initial values): the optimizer continues as
   if it had never stepped. Assigning a non-empty mapping resets, then writes its entries.
 * Removing a single entry (``del opt.state[p]["m"]``) is refused: the optimizer cannot run without it.
+* An entry the optimizer does not keep (timm's Lookahead writes ``lookahead_slow_buff``, SAM its perturbation) is
+  a torch client's: kept as given (the very object, as torch keeps it), shown in ``state[p]``, saved and loaded by
+  ``state_dict``, copied with the optimizer, removable, and never read by a step.
 * ``bool(opt.state)`` is True once the optimizer has parameters, even before a TF1 optimizer makes its slots at
   its first step: ``torch.distributed.checkpoint`` runs a zero-gradient step on an optimizer whose state is
   empty, which would move TF1's beta powers (and cannot set a schedule's learning rate to 0).
@@ -170,7 +173,9 @@ class ParamState(dict):
         if all(dict.get(self, k) is v for k, v in values.items()):
             return  # the live tensors themselves (e.g. a tool that "moves" state to the device it is on)
         self._owner._write_param_state(self._param, values)
-        dict.update(self, {k: v for k, v in self._owner._param_state(self._param).items() if k in values})
+        own = self._owner._param_state(self._param)
+        live = {**self._owner._client_entries(self._param), **own}  # (the optimizer's own entries win a name)
+        dict.update(self, {k: v for k, v in live.items() if k in values})
 
     def setdefault(self, name: str, default: Any = None) -> Any:
         if name in self:
@@ -179,18 +184,22 @@ class ParamState(dict):
         return dict.__getitem__(self, name)
 
     def __delitem__(self, name: str) -> None:
-        raise KeyError(f"Optimizer state {name!r} of a parameter cannot be removed: {type(self._owner).__name__} "
-                       "needs it at every step. Assign a value, or `del optimizer.state[param]` to reset the "
-                       "parameter's state.")
+        self._owner._remove_client_entry(self._param, name)  # a torch client's entry; the optimizer's: refused
+        dict.__delitem__(self, name)
 
     def pop(self, name: str, *default: Any) -> Any:  # type: ignore[override]
+        if name not in self and default:
+            return default[0]
+        value = dict.__getitem__(self, name) if name in self else None
         del self[name]
+        return value
 
     def popitem(self) -> Any:
         raise KeyError("Optimizer state entries cannot be removed (see `del optimizer.state[param]`).")
 
     def clear(self) -> None:
         self._owner._reset_param_state(self._param)
+        dict.clear(self)
         dict.update(self, self._owner._param_state(self._param))
 
     def __deepcopy__(self, memo: dict) -> dict:

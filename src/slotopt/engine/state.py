@@ -186,5 +186,29 @@ class FlatState:
             out[name] = views
         return out
 
+    def relink(self, slots: dict[str, dict[int, torch.Tensor]]) -> None:
+        """After unpickling: every packed slot a view of its buffer again, with the value it was saved with.
+
+        ``pickle`` (unlike ``torch.save`` and ``copy.deepcopy``) writes each tensor's storage on its own, so the
+        slots come back as separate tensors: the foreach rules would update the buffers and the slots would stop
+        moving. Each slot object is rebound in place (``set_``), so every reference to it sees the buffer."""
+        self._views.clear()  # views and staging buffers of the old layout: made again when first used
+        self._staging.clear()
+        with torch.no_grad():
+            for (name, _device, _dtype), buffer in self._buffers.items():
+                table = slots.get(name, {})
+                offset = 0
+                storage = buffer.untyped_storage()
+                for pos in self._positions[(name, _device, _dtype)]:
+                    slot = table.get(pos)
+                    if slot is None:  # (not made yet: nothing to tie)
+                        break
+                    n = slot.numel()
+                    if slot.untyped_storage().data_ptr() != storage.data_ptr():
+                        buffer[offset:offset + n].copy_(slot.detach().reshape(-1))
+                        slot.set_(storage, buffer.storage_offset() + offset, slot.shape,
+                                  torch.empty(slot.shape, device="meta").stride())
+                    offset += n
+
     def buffers(self, slot_names: Sequence[str], kind: Kind) -> dict[str, list[torch.Tensor]]:
         return {name: [self._buffers[(name, *kind)]] for name in slot_names}

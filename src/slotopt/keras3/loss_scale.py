@@ -10,11 +10,12 @@ import torch
 
 from ..engine import loss_scaling
 from ..engine.clipping import map_gradient_values
+from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair
+from ..engine.group_sync import check_param_groups, is_param_group_list
 from ..engine.routing import set_weights_all_or_nothing, split_weights
 from ..engine.sparse import last_repeats
 from ..engine.stages import overwrites_with_gradient
-from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..variables import IndexedSlices, named_variables
 from .optimizer import Optimizer
 
@@ -134,10 +135,15 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         """Creates ``step_counter`` (int64) and ``dynamic_scale`` (float32), then builds the inner optimizer."""
         if self.built:
             return
-        variables = named_variables(variables)
+        if is_param_group_list(variables):  # torch's group dicts: the inner optimizer keeps each group's values
+            groups = check_param_groups(variables)
+            inner: Any = [{**group, "params": named} for named, group in groups]
+            variables = [pair for named, _ in groups for pair in named]
+        else:
+            variables = inner = named_variables(variables)
         self._step_counter = self.add_variable((), "zeros", torch.int64, name="step_counter")
         self._dynamic_scale = self.add_variable((), self.initial_scale, torch.float32, name="dynamic_scale")
-        self.inner_optimizer.build(variables)
+        self.inner_optimizer.build(inner)
         super().build(variables)
 
     @property

@@ -16,7 +16,9 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from ..engine import registry
+from ..engine.composed import ComposesOptimizers
 from ..engine.core import OptimizerCore, Pair
+from ..engine.group_sync import check_param_groups, group_shares
 from ..engine.plan import Ordinary, split
 from ..engine.routing import (
     AGGREGATED,
@@ -27,7 +29,7 @@ from ..engine.routing import (
     split_weights,
     variable_path,
 )
-from ..engine.torch_protocol import ComposesOptimizers, TorchProtocol
+from ..engine.torch_protocol import TorchProtocol, is_param_group_list
 from .loss_scale import LossScaleOptimizer
 from .optimizer import Optimizer
 
@@ -252,6 +254,10 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         """Routes every variable to its optimizer and builds each sub-optimizer on its own variables."""
         if self.built:
             return
+        groups = None
+        if is_param_group_list(variables):  # torch's group dicts: each sub-optimizer gets its share of each group
+            groups = check_param_groups(variables)
+            variables = [{**group, "params": named} for named, group in groups]
         positions = self._register(variables)  # names only: routing may still fail, state is built after it
         inner = list(self._inner_optimizers)
         owner: dict[int, int] = {}
@@ -267,11 +273,16 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         self.loss_scale_factor = self.loss_scale_factor
         self._owner = owner
         self._owner_positions = {self._position(self._vars[p]): owner[id(self._vars[p])] for p in positions}
+        # The sub-optimizers get the parameters as given (an FSDP2 parameter is a DTensor: its local shard is
+        # what the rules update, and the DTensor is what ``param_groups`` and torch.distributed.checkpoint see).
+        originals = {id(self._vars[p]): self._originals[p] for p in positions}
         for index, optimizer in enumerate(inner):
-            own = [(self._name_of(self._vars[p]), self._vars[p]) for p in positions
+            own = [(self._name_of(self._vars[p]), originals[id(self._vars[p])]) for p in positions
                    if owner[id(self._vars[p])] == index]
-            if own:
-                optimizer.build(own)
+            if not own:
+                continue
+            # (each group's own values, ``lr``, ``weight_decay``, timm's ``lr_scale``, go with its share)
+            optimizer.build(own if groups is None else group_shares(own, groups))
         super().build(variables)
 
     # ------------------------------------------------------------------------------------------ torch protocol

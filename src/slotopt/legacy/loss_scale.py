@@ -10,8 +10,8 @@ from typing import Any, Optional
 import torch
 
 from ..engine import loss_scaling, registry, transaction
+from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair, count_step
-from ..engine.torch_protocol import WrapsInnerOptimizer
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse
 from .hyperparameters import is_number
 from .optimizer import Optimizer

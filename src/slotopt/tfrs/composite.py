@@ -20,8 +20,10 @@ import numpy as np
 import torch
 
 from ..engine import checks, registry, transaction
+from ..engine.composed import ComposesOptimizers
 from ..engine.core import OptimizerCore, is_plain_gradient
 from ..engine.eager import outside_dynamo
+from ..engine.group_sync import check_param_groups, group_shares
 from ..engine.routing import (
     Routes,
     aggregation_options,
@@ -31,7 +33,7 @@ from ..engine.routing import (
     split_weights,
 )
 from ..engine.routing import optimizer_weights as _optimizer_weights
-from ..engine.torch_protocol import ComposesOptimizers, TorchProtocol
+from ..engine.torch_protocol import TorchProtocol, is_param_group_list
 from ..variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]
@@ -196,6 +198,10 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
 
     def _build(self, variables: Any) -> None:
         self._routes.forget()
+        groups = None
+        if is_param_group_list(variables):  # torch's group dicts: each sub-optimizer gets its share of each group
+            groups = check_param_groups(variables)
+            variables = [pair for named, _ in groups for pair in named]
         if variables is not None:
             self._remember(variables)
         owners = self._owner_map(self._params)
@@ -204,7 +210,9 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
             if not own:
                 continue
             named = [(self._name_of(v) or f"variable_{i}", v) for i, v in enumerate(own)]
-            if hasattr(optimizer, "build"):
+            if groups is not None and hasattr(optimizer, "add_param_group"):
+                optimizer.build(group_shares(named, groups))
+            elif hasattr(optimizer, "build"):
                 optimizer.build(named)
             elif hasattr(optimizer, "_create_all_weights"):
                 optimizer._create_all_weights(own)
@@ -402,3 +410,4 @@ def _takes_custom(klass: Any) -> bool:
         return "custom_objects" in inspect.signature(klass.from_config).parameters
     except (TypeError, ValueError):
         return False
+
