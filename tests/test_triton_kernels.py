@@ -201,3 +201,47 @@ def test_other_sizes_at_the_same_addresses_get_their_own_table(interpreter):
     assert triton_kernels.apply("sgd", [[storage[:32]], [grads[:32]]], [0.0, 0.0])  # a step of 0: nothing moves
     assert triton_kernels.apply("sgd", [[storage[:48]], [grads[:48]]], [0.25, 0.0])  # the same addresses, 48 now
     assert torch.equal(storage[:48], expected)
+
+
+def test_the_block_is_chosen_by_size_and_every_choice_gives_the_same_bits(interpreter, monkeypatch):
+    from slotopt.kernels.triton import table
+
+    monkeypatch.delenv("SLOTOPT_TRITON_BLOCK", raising=False)
+    assert table.choose(4096 * 4096, 1) == table.LARGE == (4096, 8)  # one large tensor
+    assert table.choose(34_451_200, 150) == (4096, 8)  # a model of large tensors
+    assert table.choose(2_048_000, 2000) == (1024, 4)  # many small tensors: larger programs mostly masked off
+    assert table.choose(1 << 21, 1) == (1024, 4)  # too few programs of 4,096 to fill a GPU
+    monkeypatch.setenv("SLOTOPT_TRITON_BLOCK", "2048x4")
+    assert table.choose(16, 1) == (2048, 4)
+    monkeypatch.setenv("SLOTOPT_TRITON_BLOCK", "1000x4")  # not a power of two: the size-based choice
+    assert table.choose(16, 1) == (1024, 4)
+    monkeypatch.delenv("SLOTOPT_TRITON_BLOCK")
+    with pytest.raises(ValueError, match="powers of two"):
+        triton_kernels.configure(3000, 4)
+
+    from slotopt.kernels.adam import adam
+
+    sizes = [5000, 16, 4096, 1]
+    generator = torch.Generator().manual_seed(7)
+    start = [[torch.randn(n, generator=generator) for n in sizes] for _ in range(4)]
+    start[3] = [t.abs() for t in start[3]]
+    kwargs = {"alpha": 1e-3, "one_minus_beta_1": 0.1, "one_minus_beta_2": 0.001, "epsilon": 1e-7}
+    expected = [[t.clone() for t in ts] for ts in start]
+    previous = native.use("foreach")
+    try:
+        for _ in range(2):
+            adam(*expected, None, **kwargs)
+    finally:
+        native.use(previous)
+    try:
+        for block in (None, 16, 64, 4096):
+            triton_kernels.configure(block, 8)
+            lists = [[t.clone() for t in ts] for ts in start] + [None]
+            values = adam.scalar_vector(*lists, **kwargs)
+            for _ in range(2):  # the second call at the same addresses: the kept table of this block
+                assert triton_kernels.apply("adam", lists, values)
+            for got, want in zip(lists, expected):
+                for g, w in zip(got, want):
+                    assert torch.equal(g.view(torch.int32), w.view(torch.int32)), block
+    finally:
+        triton_kernels.configure(None)

@@ -167,8 +167,8 @@ def lamb(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Optio
     ``layouts`` (FSDP2): the tensors are local shards; their squared norms are summed over the shards.
     """
     adam_moments(grads, m, v, squares, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
-    updates = torch._foreach_div(m, one_minus_beta_1_power)
-    denom = torch._foreach_div(v, one_minus_beta_2_power)
+    updates = numerics.div_scalar(m, one_minus_beta_1_power)  # (CUDA's division by a number is not correctly rounded)
+    denom = numerics.div_scalar(v, one_minus_beta_2_power)
     roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     torch._foreach_div_(updates, denom)

@@ -27,9 +27,10 @@ try:
 except ImportError:  # older torch
     _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
 
-__all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES", "launches"]
+__all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES", "launches", "configure"]
 
 BLOCK = table.BLOCK
+configure = table.configure
 
 _kernels: Optional[dict[str, Any]] = None
 _import_error: Optional[str] = None
@@ -112,7 +113,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         values = table.scalar_vector(scalars, dtype, device)
         with torch.cuda.device(device) if device.type == "cuda" else _nothing():
             kernel[(launch.programs,)](launch.addresses, launch.meta, values, launch.tensors, **flags,
-                                       ALIGNED=launch.aligned, BLOCK=BLOCK, enable_fp_fusion=False)
+                                       ALIGNED=launch.aligned, BLOCK=launch.block, num_warps=launch.warps,
+                                       enable_fp_fusion=False)
         _launches += 1
     written = [t for i, ts in enumerate(lists) if ts is not None and i not in read_only for t in ts]
     if written:
