@@ -62,8 +62,11 @@ def status() -> str:
         return f"Triton multi-tensor kernels under TRITON_INTERPRET=1 ({rules}; the interpreter: for tests, slow)"
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name()
-        return (f"Triton multi-tensor kernels on {name}, one launch per group ({rules}); other rules: foreach "
-                "kernels")
+        fixed = table._fixed()
+        chunks = (f"chunks of {fixed[0]} in {fixed[1]} warps (SLOTOPT_TRITON_BLOCK)" if fixed else
+                  f"chunks of {table.BLOCK} in 4 warps, {table.LARGE[0]} in {table.LARGE[1]} for large tensors")
+        return (f"Triton multi-tensor kernels on {name}, one launch per group ({rules}; {chunks}); other rules: "
+                "foreach kernels")
     return f"Triton installed, no CUDA device here (CUDA tensors would take the Triton kernels: {rules})"
 
 
