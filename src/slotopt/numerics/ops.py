@@ -48,11 +48,18 @@ def _capturing(t: torch.Tensor) -> bool:
     return t.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+def _device_divides(tensors: Sequence[torch.Tensor], divisor: object) -> bool:
+    """Whether ``tensors`` are float32/float64 tensors on a GPU divided by a number (the CPU, other dtypes and
+    tensor divisors keep torch's own division)."""
+    return bool(tensors) and tensors[0].device.type not in ("cpu", "meta") and tensors[0].dtype in _EXACT \
+        and isinstance(divisor, (int, float))
+
+
 def div_scalar(tensors: Sequence[torch.Tensor], divisor: float) -> Tensors:
     """``t / divisor`` for each tensor (new tensors), correctly rounded on every device: CUDA's division by a
     Python number multiplies by its reciprocal (two roundings; the CPU divides), so there the divisor is a 0-d
     tensor on the device, which CUDA divides by. No transfer: the 0-d tensor is filled on the device."""
-    if not tensors or tensors[0].device.type in ("cpu", "meta") or isinstance(divisor, torch.Tensor):
+    if not _device_divides(tensors, divisor):
         return list(torch._foreach_div(list(tensors), divisor))
     d = torch.full((), divisor, dtype=tensors[0].dtype, device=tensors[0].device)
     return [torch.div(t, d) for t in tensors]
@@ -60,7 +67,7 @@ def div_scalar(tensors: Sequence[torch.Tensor], divisor: float) -> Tensors:
 
 def div_scalar_(tensors: Sequence[torch.Tensor], divisor: float) -> None:
     """In place, as :func:`div_scalar`."""
-    if not tensors or tensors[0].device.type in ("cpu", "meta") or isinstance(divisor, torch.Tensor):
+    if not _device_divides(tensors, divisor):
         torch._foreach_div_(list(tensors), divisor)
         return
     d = torch.full((), divisor, dtype=tensors[0].dtype, device=tensors[0].device)
