@@ -39,7 +39,7 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
     assert all(len(r["configs"]) == 3 and r["chosen"] == "1024x4" for r in tune)  # (dry sizes are small)
     report = (tmp_path / "gpu_check.md").read_text()
     assert "| timing | yes |" in report and "vs floor" in report and "slotopt host ms/step" in report
-    assert "Triton chunk x warps" in report and "| 1024x4 | 2048x4 | 2048x8 |" in report
+    assert "Triton chunk x warps" in report and "| 1024x4 | 2048x4 | 4096x4 |" in report
     assert report.count("* |") == 4  # each row stars its size-based choice
 
 
