@@ -3,7 +3,9 @@
 Each dense rule (``RULES``) is one multi-tensor kernel (``rules.py``): a whole group of tensors, however many,
 is one launch over a table of their addresses and chunks (``table.py``), each program one chunk of one tensor in
 exactly the foreach kernel's evaluation order (no fused multiply-add, correctly rounded division and root). The
-per-step scalars travel in one small copy that does not block, and nothing in a call waits for the device.
+per-step scalars of a float32 group travel in the launch itself, as kernel arguments (no copy, however often
+they change); a float64 group's in one small copy that does not block (a Python float argument would be a float32
+parameter), sent once per distinct vector. Nothing in a call waits for the device.
 Rules on slices (``apply_slices``, Keras 3 on slices leaving untouched rows alone): ``sgd_slices``,
 ``adagrad_slices``. Other rules, and machines without Triton, use the foreach kernels. Triton is an optional
 extra (``pip install 'slotopt[triton]'``); it ships with the CUDA builds of torch. With no GPU, the kernels run
@@ -32,6 +34,8 @@ __all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES
 BLOCK = table.BLOCK
 configure = table.configure
 
+#: Scalar arguments of a dense kernel (S0..S10): the longest scalar vector of ``RULES``.
+_SCALARS = 11
 _kernels: Optional[dict[str, Any]] = None
 _import_error: Optional[str] = None
 _launches = 0
@@ -113,11 +117,16 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         return False  # a gradient that IS its variable must be read after the decay: the separate ops do that
     if launch.programs:
         kernel = _kernel(rule)
-        values = table.scalar_vector(scalars, dtype, device)
+        if dtype == torch.float32:  # the scalars by value, in the launch: no copy, however often they change
+            by_value, vector = True, first[0]  # (only its pointer type is used: float32)
+            values = [float(v) for v in scalars] + [0.0] * (_SCALARS - len(scalars))
+        else:  # float64: one small copy that does not block, sent once per distinct vector
+            by_value, vector = False, table.scalar_vector(scalars, dtype, device)
+            values = [0.0] * _SCALARS
         with torch.cuda.device(device) if device.type == "cuda" else _nothing():
-            kernel[(launch.programs,)](launch.addresses, launch.meta, values, launch.tensors, **flags,
-                                       ALIGNED=launch.aligned, BLOCK=launch.block, num_warps=launch.warps,
-                                       enable_fp_fusion=False)
+            kernel[(launch.programs,)](launch.addresses, launch.meta, vector, launch.tensors, *values, **flags,
+                                       BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block,
+                                       num_warps=launch.warps, enable_fp_fusion=False)
         _launches += 1
     written = [t for i, ts in enumerate(lists) if ts is not None and i not in read_only for t in ts]
     if written:

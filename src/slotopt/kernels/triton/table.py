@@ -5,8 +5,9 @@ operand list ``k``), then one row per program, ``(tensor, start, end)``: the ten
 that tensor's elements it covers (chunks of ``block`` elements, like torch's multi-tensor apply; ``choose``
 picks the chunk and the warps from the group's size). It depends only on the
 addresses and sizes, so it is built once for a set of addresses and reused while they stay (a step's tensors
-normally keep their storage), and otherwise sent with a copy that does not block the host. The per-step scalars
-go the same way: one small copy from pinned memory, never a synchronising one.
+normally keep their storage), and otherwise sent with a copy that does not block the host. A float64 rule's
+scalars go the same way (``scalar_vector``: one small copy from pinned memory, never a synchronising one, once
+per distinct vector); a float32 rule's are kernel arguments.
 """
 
 from __future__ import annotations
