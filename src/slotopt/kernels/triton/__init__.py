@@ -118,7 +118,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     if launch.programs:
         kernel = _kernel(rule)
         if dtype == torch.float32:  # the scalars by value, in the launch: no copy, however often they change
-            by_value, vector = True, first[0]  # (only its pointer type is used: float32)
+            # (only the pointer's type is used: float32; a tensor with elements, whose address is a real one)
+            by_value, vector = True, next(t for t in first if t.numel())
             values = [float(v) for v in scalars] + [0.0] * (_SCALARS - len(scalars))
         else:  # float64: one small copy that does not block, sent once per distinct vector
             by_value, vector = False, table.scalar_vector(scalars, dtype, device)
