@@ -5,8 +5,8 @@ Each function takes and returns torch tensors and never modifies its inputs. On 
 result has TensorFlow's bits; on other dtypes it falls back to torch's function. On a GPU, ``pow``, ``sum`` and
 ``mean`` run on a host copy and send the result back (a GPU's ``pow`` and reduction order are its own libraries':
 the device path must give the CPU path's bits, and no device kernel reproduces Eigen's packet ``pow`` and tree
-order yet). That copy waits for the device: the rules that use them (Keras 3 Ftrl with a power other than
--0.5's root, Lamb, Adafactor) synchronise on a GPU.
+order yet), except while a CUDA graph is captured. That copy waits for the device: what uses them (Keras 3
+Ftrl's ``pow``, Lamb's norms, Adafactor's means, clipping by a global norm) synchronises on a GPU.
 """
 
 from __future__ import annotations
