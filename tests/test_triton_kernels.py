@@ -246,3 +246,18 @@ def test_the_block_is_chosen_by_size_and_every_choice_gives_the_same_bits(interp
                     assert torch.equal(g.view(torch.int32), w.view(torch.int32)), block
     finally:
         triton_kernels.configure(None)
+
+
+def test_float32_scalars_travel_as_arguments_and_float64_ones_in_the_device_vector(interpreter):
+    from slotopt.kernels.triton import table
+
+    table.clear()
+    for dtype in (torch.float32, torch.float64):
+        params = [torch.ones(40, dtype=dtype)]
+        grads = [torch.full((40,), 2.0, dtype=dtype)]
+        for step in range(3):  # a new rate each step, as Adam's bias correction
+            assert triton_kernels.apply("sgd", [params, grads], [0.125 * (step + 1), 0.0])
+        assert torch.equal(params[0], torch.full((40,), 1.0 - 2.0 * 0.75, dtype=dtype))
+        vectors = set(table._scalars)
+        # float32: no scalar vector was made (nothing to copy per step); float64: one per distinct vector
+        assert len(vectors) == (0 if dtype == torch.float32 else 3), dtype
