@@ -3,18 +3,21 @@
 
 On a machine with a CUDA GPU, torch and Triton installed and no network, in the repository's root:
 
-1. ``install``: ``pip install --no-deps --no-build-isolation -e .`` (a failed build of an optional extension is
-   tolerated: the tree's ``src`` is imported either way);
-2. ``info``: torch, Triton, the device, and ``slotopt info``'s CUDA line;
+1. ``info``: torch, Triton, the device, and ``slotopt info``'s CUDA line;
 3. ``cuda tests``: the ``cuda``-marked tests (``pytest -m cuda``);
 4. ``kernels``: every Triton rule on the device against the foreach rule on the CPU, bit for bit;
 5. ``parity``: every optimizer (Keras 3, tf.keras legacy, TF1) stepping on the device against the CPU foreach
    path, bit for bit, over ``--parity-steps`` steps (100), float32 and float64;
 6. ``sync``: ``step()`` under ``torch.cuda.set_sync_debug_mode("error")``;
-7. ``timing``: Adam, AdamW, SGD momentum, RMSprop and Adagrad on one 4096x4096 tensor, a 150-tensor model of
+7. ``tune``: a few Triton chunk/warps choices (``kernels.triton.configure``) for Adam and SGD momentum on the
+   large and model workloads, by device time (at most ``--tune-seconds``, 60);
+8. ``timing``: Adam, AdamW, SGD momentum, RMSprop and Adagrad on one 4096x4096 tensor, a 150-tensor model of
    ~30M parameters and 2,000 tensors of 1,024, each against torch's fused CUDA optimizer (its foreach one where
    torch has no fused form) and a device copy moving the bytes the update must move (the floor), as same-run
-   ratios, with kernel launches per step counted by the profiler.
+   ratios, with kernel launches per step counted by the profiler; each also by device time alone (the steps
+   queued behind a sleeping kernel, so the host's time per step is hidden) and by the host's time per step;
+9. ``install``: ``pip install --no-deps --no-build-isolation -e .`` last (the sections above import the tree's
+   ``src`` whether installed or not; a failed build of an optional extension is tolerated).
 
 Each section runs on its own: one that fails prints its error and the others still run. One table at the end;
 with ``$OUT`` set, ``gpu_check.md`` and ``gpu_check.json`` are written there. ``--quick`` cuts steps and sizes;
@@ -37,7 +40,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 #: In the order they run: the cheapest answers first, so that a run cut short still says the most.
-SECTIONS = ("install", "info", "kernels", "sync", "timing", "parity", "cuda-tests")
+SECTIONS = ("info", "kernels", "sync", "tune", "timing", "parity", "cuda-tests", "install")
 
 
 def _log(message: str) -> None:
@@ -47,7 +50,9 @@ def _log(message: str) -> None:
 # ------------------------------------------------------------------------------------------ install, info
 def section_install(args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-e", "."]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=args.install_timeout)
+    left = args.budget + 60 - (time.perf_counter() - args.started)  # last: whatever time the run has left
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                          timeout=max(10.0, min(args.install_timeout, left)))
     tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
     # A failed install still leaves the tree importable from src (the compiled kernels may then be missing).
     return {"ok": done.returncode == 0, "summary": f"pip rc={done.returncode}: {' / '.join(tail)}"}
@@ -139,8 +144,17 @@ def section_kernels(args: argparse.Namespace) -> dict[str, Any]:
     dtypes = (torch.float32, torch.float64)
     if args.dry:  # the test suite checks every case under the interpreter: a dry run only exercises this code
         chosen, dtypes = chosen[::4], (torch.float32,)
-    for name, kernel, roles, kwargs in chosen:
+    # Then the first case of each rule again in the large tensors' chunking (table.LARGE: 4,096 elements in 8
+    # warps), which the sizes above do not reach by themselves.
+    from slotopt.kernels.triton import table
+
+    firsts = list({c[1].rule: c for c in reversed(chosen)}.values())
+    passes = [(c, None) for c in chosen] + [(c, table.LARGE) for c in firsts]
+    for (name, kernel, roles, kwargs), config in passes:
+        if config is not None:
+            name = f"{name}@{config[0]}x{config[1]}"
         for dtype in dtypes:
+            triton_path.configure(*config) if config else triton_path.configure(None)
             reference = cases._make_lists(roles, dtype, seed=len(name))
             candidate = [None if ts is None else [t.to(device) for t in ts] for ts in reference]
             previous = native.use("foreach")
@@ -160,7 +174,9 @@ def section_kernels(args: argparse.Namespace) -> dict[str, Any]:
             rows += 1
             if differing:
                 bad.append(f"{name}/{str(dtype)[6:]}: {differing} elements differ")
-    return {"ok": not bad, "summary": f"{rows - len(bad)}/{rows} rule variants bit-identical to CPU foreach",
+    triton_path.configure(None)
+    return {"ok": not bad, "summary": f"{rows - len(bad)}/{rows} rule variants bit-identical to CPU foreach "
+            f"({len(firsts) * len(dtypes)} of them in {table.LARGE[0]}x{table.LARGE[1]} chunks)",
             "failures": bad}
 
 
@@ -370,6 +386,42 @@ def _timer(device: str) -> Callable[[Callable[[], Any], int], float]:
     return time_it
 
 
+def _device_time(fn: Callable[[], Any], steps: int) -> float:
+    """Milliseconds per step on the device alone: the steps are queued behind a kernel that sleeps long enough
+    for the host to queue them all, so the events time the device's work and not the host's pace (a step that
+    waited for the device would show here as the host's time)."""
+    import torch
+
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    fn()  # the host's time for one step, to size the sleep (twice what queuing the steps takes, at 2 GHz)
+    host = time.perf_counter() - began
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int((2 * host * steps + 0.005) * 2e9))
+    start.record()
+    for _ in range(steps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def _host_time(fn: Callable[[], Any], steps: int, device: str) -> float:
+    """Milliseconds of the host per step (the calls alone, the device not waited for)."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    elapsed = time.perf_counter() - began
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return elapsed * 1e3 / steps
+
+
 def _launches_per_step(fn: Callable[[], Any], device: str, steps: int = 3) -> tuple[float, float]:
     """Kernels and copies on the device per step, as the profiler counts them."""
     import torch
@@ -386,6 +438,71 @@ def _launches_per_step(fn: Callable[[], Any], device: str, steps: int = 3) -> tu
     on_device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     copies = [e for e in on_device if e.name.lower().startswith(("memcpy", "memset"))]
     return (len(on_device) - len(copies)) / steps, len(copies) / steps
+
+
+#: The (elements per program, warps) choices the tune section times.
+TUNE_CONFIGS = ((1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16))
+
+
+def section_tune(args: argparse.Namespace) -> dict[str, Any]:
+    """Each choice of ``TUNE_CONFIGS`` for Adam and SGD momentum on the large and model workloads, by device time
+    alone (every choice gives the same bits: the kernels' tests check that; this is speed only). Fresh variables
+    for each: no update is applied twice to anything that matters."""
+    import torch
+
+    from slotopt.kernels import triton as triton_path
+    from slotopt.kernels.triton import table
+
+    device = args.device
+    configs = TUNE_CONFIGS[:3] if args.dry else TUNE_CONFIGS
+    steps = 2 if args.dry else 10
+    workloads = _workloads(args)
+    rows, bad, cut = [], [], ""
+    began = time.perf_counter()
+    try:
+        for workload in ("large", "model"):
+            shapes = workloads[workload]
+            elements = sum(torch.Size(s).numel() for s in shapes)
+            for rule in ("Adam", "SGD momentum"):
+                if cut:
+                    break
+                triton_path.configure(None)  # the size-based choice, not the last one timed
+                chosen = "x".join(map(str, table.choose(elements, len(shapes))))
+                measured = []
+                for block, warps in configs:
+                    if time.perf_counter() - began > args.tune_seconds:
+                        cut = f"stopped at {args.tune_seconds:g} s, before {workload}/{rule} {block}x{warps}"
+                        break
+                    triton_path.configure(block, warps)
+                    params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
+                    for p in params:
+                        p.grad = torch.randn_like(p)
+                    opt = _slotopt_factory(rule)(params)
+                    for _ in range(3):  # state, compile
+                        opt.step()
+                    if device == "cuda":
+                        ms = min(_device_time(opt.step, steps) for _ in range(3))
+                    else:
+                        ms = _host_time(opt.step, steps, device)
+                    measured.append({"config": f"{block}x{warps}", "ms": ms})
+                    del opt, params
+                if measured:
+                    best = min(measured, key=lambda c: c["ms"])
+                    rows.append({"workload": workload, "rule": rule, "chosen": chosen, "best": best["config"],
+                                 "configs": measured})
+                    _log(f"  {workload:6} {rule:13} " + ", ".join(f"{c['config']} {c['ms']:.4f}" for c in measured)
+                         + f"; best {best['config']}, chosen {chosen}")
+    finally:
+        triton_path.configure(None)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    summary = "; ".join(f"{r['workload']}/{r['rule']}: best {r['best']} "
+                        f"({min(c['ms'] for c in r['configs']):.4f} ms), chosen {r['chosen']} "
+                        f"({next((c['ms'] for c in r['configs'] if c['config'] == r['chosen']), float('nan')):.4f})"
+                        for r in rows)
+    if cut:  # (not a failure: the choices timed so far are the answer)
+        summary = f"{summary}; {cut}"
+    return {"ok": bool(rows) and not bad, "summary": summary or "nothing timed", "failures": bad, "rows": rows}
 
 
 def section_timing(args: argparse.Namespace) -> dict[str, Any]:
@@ -428,13 +545,24 @@ def section_timing(args: argparse.Namespace) -> dict[str, Any]:
                 ms = {k: statistics.median(v) for k, v in times.items()}
                 launches, copies = _launches_per_step(contenders["slotopt"], device)
                 torch_launches, _ = _launches_per_step(contenders["torch"], device)
+                alone = {k: ms[k] for k in contenders}
+                if device == "cuda":  # no more steps queued than the device's launch queue holds (~1,000)
+                    queued = max(2, min(steps, int(600 // max(launches + copies, torch_launches, 1))))
+                    alone = {k: statistics.median(_device_time(fn, queued) for _ in range(repeats))
+                             for k, fn in contenders.items()}
+                host = _host_time(contenders["slotopt"], steps, device)
                 rows.append({"workload": workload, "tensors": len(shapes), "elements": elements, "rule": rule,
                              "slotopt_ms": ms["slotopt"], "torch_ms": ms["torch"], "torch_kind": torch_kind,
                              "copy_ms": ms["copy"], "vs_torch": ms["slotopt"] / ms["torch"],
                              "vs_copy": ms["slotopt"] / ms["copy"], "launches": launches, "copies": copies,
-                             "torch_launches": torch_launches})
+                             "torch_launches": torch_launches, "slotopt_device_ms": alone["slotopt"],
+                             "torch_device_ms": alone["torch"], "copy_device_ms": alone["copy"],
+                             "device_vs_torch": alone["slotopt"] / alone["torch"],
+                             "device_vs_copy": alone["slotopt"] / alone["copy"], "host_ms": host})
                 _log(f"  {workload:6} {rule:13} slotopt {ms['slotopt']:.4f} ms, torch {torch_kind} "
-                     f"{ms['torch']:.4f} ms, copy {ms['copy']:.4f} ms, launches {launches:g}/{torch_launches:g}")
+                     f"{ms['torch']:.4f} ms, copy {ms['copy']:.4f} ms, launches {launches:g}/{torch_launches:g}; "
+                     f"device alone {alone['slotopt']:.4f}/{alone['torch']:.4f}/{alone['copy']:.4f} ms, "
+                     f"host {host:.4f} ms")
             except Exception as error:
                 bad.append(f"{workload}/{rule}: {type(error).__name__}: {error}"[:300])
             finally:
@@ -459,6 +587,24 @@ def _markdown(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> s
                          f"{r['slotopt_ms']:.4f} | {r['torch_ms']:.4f} ({r['torch_kind']}) | {r['copy_ms']:.4f} | "
                          f"{r['vs_torch']:.2f}x | {r['vs_copy']:.2f}x | {r['launches']:g} (+{r['copies']:g}) / "
                          f"{r['torch_launches']:g} |")
+    if timing and "slotopt_device_ms" in timing[0]:
+        lines += ["", "Device time alone (steps queued ahead of the device; the host's pace hidden) and the host's "
+                  "time per step:", "", "| workload | rule | slotopt device ms | torch device ms | copy device ms | "
+                  "vs torch | vs floor | slotopt host ms/step |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in timing:
+            lines.append(f"| {r['workload']} | {r['rule']} | {r['slotopt_device_ms']:.4f} | "
+                         f"{r['torch_device_ms']:.4f} | {r['copy_device_ms']:.4f} | {r['device_vs_torch']:.2f}x | "
+                         f"{r['device_vs_copy']:.2f}x | {r['host_ms']:.4f} |")
+    tune = results.get("tune", {}).get("rows", [])
+    if tune:
+        names = list(dict.fromkeys(c["config"] for r in tune for c in r["configs"]))
+        lines += ["", "Triton chunk x warps (device time alone, ms per step; * the size-based choice):", "",
+                  "| workload | rule | " + " | ".join(names) + " |", "| --- | --- | " + " | ".join("---" for _ in names)
+                  + " |"]
+        for r in tune:
+            ms = {c["config"]: c["ms"] for c in r["configs"]}
+            lines.append(f"| {r['workload']} | {r['rule']} | " + " | ".join(
+                f"{ms[n]:.4f}{'*' if n == r['chosen'] else ''}" if n in ms else "–" for n in names) + " |")
     for name, result in results.items():
         for failure in result.get("failures", [])[:40]:
             lines.append(f"- {name}: {failure}")
@@ -483,7 +629,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timed-steps", type=int, default=20)
     parser.add_argument("--install-timeout", type=int, default=300)
     parser.add_argument("--tests-timeout", type=int, default=240)
-    parser.add_argument("--budget", type=float, default=480, help="seconds; later sections are skipped past it")
+    parser.add_argument("--budget", type=float, default=330, help="seconds; later sections are skipped past it")
+    parser.add_argument("--tune-seconds", type=float, default=60)
     args = parser.parse_args(argv)
     if args.quick:
         args.parity_steps = min(args.parity_steps, 20)
@@ -494,10 +641,11 @@ def main(argv: list[str]) -> int:
         sections = [s for s in sections if s != "install"]
     sys.path.insert(0, str(ROOT / "src"))  # the tree itself, installed or not
     runners = {"install": section_install, "info": section_info, "cuda-tests": section_cuda_tests,
-               "kernels": section_kernels, "parity": section_parity, "sync": section_sync, "timing": section_timing}
+               "kernels": section_kernels, "parity": section_parity, "sync": section_sync, "timing": section_timing,
+               "tune": section_tune}
     results: dict[str, dict[str, Any]] = {}
     out = os.environ.get("OUT")
-    started = time.perf_counter()
+    started = args.started = time.perf_counter()
     for name in sections:
         _log(f"== {name}")
         began = time.perf_counter()

@@ -29,7 +29,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("kernels/muon.py", "newton_schulz5", "vector_norm"):
         "Muon's Newton-Schulz iteration follows the BLAS library's summation order anyway (a tolerance, "
         "cli/reference.py OPTIMIZER_TOLERANCES)",
-    ("kernels/triton/__init__.py", "_build._sqrt_rn", "sqrt"):
+    ("kernels/triton/rules.py", "build._sqrt_rn", "sqrt"):
         "the CUDA path: Triton's sqrt_rn, correctly rounded on the GPU",
     ("kernels/adafactor.py", "_rms", "sum"):
         "FSDP2 shards: a shard's sum, then summed over the processes; no TensorFlow order to follow",

@@ -23,7 +23,7 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
                            "--skip", "cuda-tests"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert set(results) == {"info", "kernels", "parity", "sync", "timing"}
+    assert set(results) == {"info", "kernels", "parity", "sync", "tune", "timing"}
     assert all(r["ok"] for r in results.values())
     passed, total = results["kernels"]["summary"].split()[0].split("/")
     assert passed == total and int(total) >= 12  # (a dry run takes every fourth case, float32 only)
@@ -33,8 +33,14 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
     assert {(r["workload"], r["rule"]) for r in timing} == {
         (w, r) for w in ("large", "model", "small") for r in ("Adam", "AdamW", "SGD momentum", "RMSprop", "Adagrad")}
     assert all(r["slotopt_ms"] > 0 and r["copy_ms"] > 0 for r in timing)
+    tune = results["tune"]["rows"]
+    assert {(r["workload"], r["rule"]) for r in tune} == {
+        (w, r) for w in ("large", "model") for r in ("Adam", "SGD momentum")}
+    assert all(len(r["configs"]) == 3 and r["chosen"] == "1024x4" for r in tune)  # (dry sizes are small)
     report = (tmp_path / "gpu_check.md").read_text()
-    assert "| timing | yes |" in report and "vs floor" in report
+    assert "| timing | yes |" in report and "vs floor" in report and "slotopt host ms/step" in report
+    assert "Triton chunk x warps" in report and "| 1024x4 | 2048x4 | 4096x4 |" in report
+    assert report.count("* |") == 4  # each row stars its size-based choice
 
 
 def test_the_cuda_tests_are_reported_as_skipped_with_a_reason_without_a_device():

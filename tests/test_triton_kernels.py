@@ -153,9 +153,10 @@ def test_the_kernels_compile_for_a_hopper_gpu_without_contraction_or_approximati
     kernels = rules.build()
     for name, dtype, aligned in (("adam", "fp32", True), ("rmsprop", "fp64", False)):
         flags = {flag: 1 for flag, _ in rules.LAYOUT[name][1]}
-        constants = {**flags, "ALIGNED": aligned, "BLOCK": 1024}
+        # float32 takes its scalars by value (kernel arguments), float64 from the scalar vector
+        constants = {**flags, "BY_VALUE": dtype == "fp32", "ALIGNED": aligned, "BLOCK": 1024}
         signature = {"tab_ptr": "*i64", "meta_ptr": "*i64", "s_ptr": f"*{dtype}", "T": "i32",
-                     **{k: "constexpr" for k in constants}}
+                     **{f"S{i}": "fp32" for i in range(11)}, **{k: "constexpr" for k in constants}}
         compiled = triton.compile(ASTSource(kernels[name], signature, constexprs=constants),
                                   target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False})
         ptx = compiled.asm["ptx"]
@@ -201,3 +202,62 @@ def test_other_sizes_at_the_same_addresses_get_their_own_table(interpreter):
     assert triton_kernels.apply("sgd", [[storage[:32]], [grads[:32]]], [0.0, 0.0])  # a step of 0: nothing moves
     assert triton_kernels.apply("sgd", [[storage[:48]], [grads[:48]]], [0.25, 0.0])  # the same addresses, 48 now
     assert torch.equal(storage[:48], expected)
+
+
+def test_the_block_is_chosen_by_size_and_every_choice_gives_the_same_bits(interpreter, monkeypatch):
+    from slotopt.kernels.triton import table
+
+    monkeypatch.delenv("SLOTOPT_TRITON_BLOCK", raising=False)
+    assert table.choose(4096 * 4096, 1) == table.LARGE == (4096, 8)  # one large tensor
+    assert table.choose(34_451_200, 150) == (4096, 8)  # a model of large tensors
+    assert table.choose(2_048_000, 2000) == (1024, 4)  # many small tensors: larger programs mostly masked off
+    assert table.choose(1 << 21, 1) == (1024, 4)  # too few programs of 4,096 to fill a GPU
+    monkeypatch.setenv("SLOTOPT_TRITON_BLOCK", "2048x4")
+    assert table.choose(16, 1) == (2048, 4)
+    monkeypatch.setenv("SLOTOPT_TRITON_BLOCK", "1000x4")  # not a power of two: the size-based choice
+    assert table.choose(16, 1) == (1024, 4)
+    monkeypatch.delenv("SLOTOPT_TRITON_BLOCK")
+    with pytest.raises(ValueError, match="powers of two"):
+        triton_kernels.configure(3000, 4)
+
+    from slotopt.kernels.adam import adam
+
+    sizes = [5000, 16, 4096, 1]
+    generator = torch.Generator().manual_seed(7)
+    start = [[torch.randn(n, generator=generator) for n in sizes] for _ in range(4)]
+    start[3] = [t.abs() for t in start[3]]
+    kwargs = {"alpha": 1e-3, "one_minus_beta_1": 0.1, "one_minus_beta_2": 0.001, "epsilon": 1e-7}
+    expected = [[t.clone() for t in ts] for ts in start]
+    previous = native.use("foreach")
+    try:
+        for _ in range(2):
+            adam(*expected, None, **kwargs)
+    finally:
+        native.use(previous)
+    try:
+        for block in (None, 16, 64, 4096):
+            triton_kernels.configure(block, 8)
+            lists = [[t.clone() for t in ts] for ts in start] + [None]
+            values = adam.scalar_vector(*lists, **kwargs)
+            for _ in range(2):  # the second call at the same addresses: the kept table of this block
+                assert triton_kernels.apply("adam", lists, values)
+            for got, want in zip(lists, expected):
+                for g, w in zip(got, want):
+                    assert torch.equal(g.view(torch.int32), w.view(torch.int32)), block
+    finally:
+        triton_kernels.configure(None)
+
+
+def test_float32_scalars_travel_as_arguments_and_float64_ones_in_the_device_vector(interpreter):
+    from slotopt.kernels.triton import table
+
+    table.clear()
+    for dtype in (torch.float32, torch.float64):
+        params = [torch.ones(40, dtype=dtype)]
+        grads = [torch.full((40,), 2.0, dtype=dtype)]
+        for step in range(3):  # a new rate each step, as Adam's bias correction
+            assert triton_kernels.apply("sgd", [params, grads], [0.125 * (step + 1), 0.0])
+        assert torch.equal(params[0], torch.full((40,), 1.0 - 2.0 * 0.75, dtype=dtype))
+        vectors = set(table._scalars)
+        # float32: no scalar vector was made (nothing to copy per step); float64: one per distinct vector
+        assert len(vectors) == (0 if dtype == torch.float32 else 3), dtype

@@ -25,8 +25,8 @@ def _rms(x: torch.Tensor, count: Optional[int] = None, layout: Optional[ShardLay
     transposed view give the same bits."""
     square = (x * x).contiguous()
     if layout is not None:
-        return numerics.sqrt(layout.sum(numerics.sum(square)) / layout.numel)
-    return numerics.sqrt(numerics.mean(square) if count is None else numerics.sum(square) / count)
+        return numerics.sqrt(numerics.div_scalar([layout.sum(numerics.sum(square))], layout.numel)[0])
+    return numerics.sqrt(numerics.mean(square) if count is None else numerics.div_scalar([numerics.sum(square)], count)[0])
 
 
 def _mean(x: torch.Tensor, dim: int, axis: int, layout: Optional[ShardLayout], keepdim: bool = False) -> torch.Tensor:
@@ -34,7 +34,7 @@ def _mean(x: torch.Tensor, dim: int, axis: int, layout: Optional[ShardLayout], k
     sums are summed over the shards and divided by the whole axis's length."""
     if layout is None or not layout.is_split(axis):
         return numerics.mean(x, dim=dim, keepdim=keepdim)
-    return layout.sum(torch.sum(x, dim=dim, keepdim=keepdim), [axis]) / layout.global_shape[axis]
+    return numerics.div_scalar([layout.sum(torch.sum(x, dim=dim, keepdim=keepdim), [axis])], layout.global_shape[axis])[0]
 
 
 def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensors,
@@ -77,7 +77,7 @@ def adafactor(params: Tensors, grads: Tensors, r: Tensors, c: Tensors, v: Tensor
         root = roots.sqrt([velocity])[0]
         update = grad / (root if rows is None else root.index_select(0, rows))
         count = None if rows is None else param.numel()  # slices: their squares over the dense element count
-        update = update / torch.clamp_min(_rms(update, count, layout) / clip_threshold, 1.0)
+        update = update / torch.clamp_min(numerics.div_scalar([_rms(update, count, layout)], clip_threshold)[0], 1.0)
         if rows is None:
             param.sub_(update * alpha)
         else:

@@ -136,11 +136,11 @@ def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Opti
     """
     adam_moments(grads, m, v, squares, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
     m_hat = torch._foreach_mul(m, mu_next)
-    torch._foreach_div_(m_hat, one_minus_product_next)
+    numerics.div_scalar_(m_hat, one_minus_product_next)  # (CUDA's division by a number is a product)
     if gradient_terms is None:
         gradient_terms = nadam_gradient_terms(grads, one_minus_mu=one_minus_mu, one_minus_product=one_minus_product)
     torch._foreach_add_(m_hat, gradient_terms)
-    denom = torch._foreach_div(v, one_minus_beta_2_power)
+    denom = numerics.div_scalar(v, one_minus_beta_2_power)
     roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     torch._foreach_mul_(m_hat, lr)
@@ -151,7 +151,7 @@ def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Opti
 def nadam_gradient_terms(grads: Tensors, *, one_minus_mu: float, one_minus_product: float) -> Tensors:
     """Nadam's gradient term of ``m_hat``: ``((1 - mu_t) * g) / (1 - P_t)`` (new tensors)."""
     terms = torch._foreach_mul(grads, one_minus_mu)
-    torch._foreach_div_(terms, one_minus_product)
+    numerics.div_scalar_(terms, one_minus_product)
     return terms
 
 
@@ -167,8 +167,8 @@ def lamb(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Optio
     ``layouts`` (FSDP2): the tensors are local shards; their squared norms are summed over the shards.
     """
     adam_moments(grads, m, v, squares, one_minus_beta_1=one_minus_beta_1, one_minus_beta_2=one_minus_beta_2)
-    updates = torch._foreach_div(m, one_minus_beta_1_power)
-    denom = torch._foreach_div(v, one_minus_beta_2_power)
+    updates = numerics.div_scalar(m, one_minus_beta_1_power)  # (CUDA's division by a number is not correctly rounded)
+    denom = numerics.div_scalar(v, one_minus_beta_2_power)
     roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     torch._foreach_div_(updates, denom)
@@ -240,9 +240,9 @@ def adamax_rows(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, *, neg_
 def _nadam_momentum_term(grads: Tensors, m_rows: Tensors, *, one_minus_product: float, one_minus_mu: float,
                          one_minus_product_next: float, mu_next: float) -> Tensors:
     """``(1 - mu_t) * (g / (1 - P_t)) + mu_{t+1} * (m / (1 - P_{t+1}))`` (new tensors)."""
-    m_bar = torch._foreach_div(grads, one_minus_product)
+    m_bar = numerics.div_scalar(grads, one_minus_product)  # (CUDA's division by a number is a product)
     torch._foreach_mul_(m_bar, one_minus_mu)
-    m_prime = torch._foreach_div(m_rows, one_minus_product_next)
+    m_prime = numerics.div_scalar(m_rows, one_minus_product_next)
     torch._foreach_mul_(m_prime, mu_next)
     torch._foreach_add_(m_bar, m_prime)
     return m_bar
@@ -250,7 +250,7 @@ def _nadam_momentum_term(grads: Tensors, m_rows: Tensors, *, one_minus_product: 
 
 def _nadam_denominator(v_rows: Tensors, *, one_minus_beta_2_power: float, epsilon: float) -> Tensors:
     """``sqrt(v / (1 - b2^t)) + eps`` (new tensors)."""
-    denom = torch._foreach_div(v_rows, one_minus_beta_2_power)
+    denom = numerics.div_scalar(v_rows, one_minus_beta_2_power)
     roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     return denom

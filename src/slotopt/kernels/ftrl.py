@@ -42,7 +42,7 @@ def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensor
     new_power = roots.sqrt(new_accumulators) if root else [numerics.pow(n, power, rows) for n in new_accumulators]
     old_power = roots.sqrt(accumulators) if root else [numerics.pow(n, power, rows) for n in accumulators]
     sigma = torch._foreach_sub(new_power, old_power)
-    torch._foreach_div_(sigma, lr)
+    numerics.div_scalar_(sigma, lr)  # (CUDA divides by a number as a product with its reciprocal)
     torch._foreach_mul_(sigma, params)
     if scalar_rows:
         torch._foreach_add_(linears, adjusted)
@@ -50,7 +50,7 @@ def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensor
     else:
         torch._foreach_sub_(adjusted, sigma)
         torch._foreach_add_(linears, adjusted)
-    quadratic = torch._foreach_div(new_power, lr)
+    quadratic = numerics.div_scalar(new_power, lr)
     torch._foreach_add_(quadratic, two_l2)
     clipped = torch._foreach_clamp_min(linears, -l1)
     torch._foreach_clamp_max_(clipped, l1)

@@ -2,7 +2,10 @@
 
 Only the matrix path lives here; the variables Muon sends to its AdamW path run the Adam kernel
 (``kernels.adam.adam``). Newton–Schulz is a chain of matrix products: its summation order is the BLAS library's,
-so results match Keras/TensorFlow to about 1e-6 relative in float32, not bit for bit.
+so results match Keras/TensorFlow to about 1e-6 relative in float32, not bit for bit. On a GPU the products are
+taken in full float32 (never TF32, whatever ``torch.set_float32_matmul_precision`` says: the CPU path has no TF32),
+and the Frobenius norm and the products sum in cuBLAS's and torch's CUDA order, not the CPU's: a CUDA step is
+within rounding of the CPU's, not bit-identical (see docs/performance.md, GPU).
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ def newton_schulz5(x: torch.Tensor, *, steps: int, a: float, b: float, c: float,
     ``x = x / (||x||_F + norm_epsilon)`` and, ``steps`` times, ``A = x @ x^T``; ``B = b*A + (c*A) @ A``;
     ``x = a*x + B @ x`` (Keras's association: ``c * A @ A`` is ``(c * A) @ A``).
     """
+    if x.is_cuda and torch.get_float32_matmul_precision() != "highest":
+        previous = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")  # full float32 products, as on the CPU
+        try:
+            return newton_schulz5(x, steps=steps, a=a, b=b, c=c, norm_epsilon=norm_epsilon)
+        finally:
+            torch.set_float32_matmul_precision(previous)
     tall = x.shape[-2] > x.shape[-1]
     if tall:
         x = x.transpose(-2, -1)

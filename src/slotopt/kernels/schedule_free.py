@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import numerics
 from ..engine.blocks import elementwise
 from . import roots
 from .adam import second_moment
@@ -32,7 +33,7 @@ def schedule_free_adamw(params: Tensors, grads: Tensors, z: Tensors, v: Tensors,
     bit), although its comments describe ``z_old``.
     """
     second_moment(grads, v, one_minus_beta_2=one_minus_beta_2)
-    denom = torch._foreach_div(v, bias_correction_2)
+    denom = numerics.div_scalar(v, bias_correction_2)  # (CUDA's division by a number is not correctly rounded)
     roots.sqrt_(denom)
     torch._foreach_add_(denom, epsilon)
     step = torch._foreach_mul(grads, lr)
@@ -54,5 +55,5 @@ def interpolate(x: Tensors, z: Tensors, *, beta_1: float, one_minus_beta_1: floa
 def extrapolate(y: Tensors, z: Tensors, *, beta_1: float, one_minus_beta_1: float) -> Tensors:
     """``x = (y - (1 - b1) * z) / b1`` (new tensors): the average recovered from the training point and ``z``."""
     x = torch._foreach_sub(y, torch._foreach_mul(z, one_minus_beta_1))
-    torch._foreach_div_(x, beta_1)
+    numerics.div_scalar_(x, beta_1)
     return x

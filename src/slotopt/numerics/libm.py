@@ -7,7 +7,8 @@ vectorised on AVX512 machines) are other approximations: ``torch.cos`` differs f
 inputs. Python's ``math`` functions are the C library's double-precision ones; the float32 ones are called through
 ctypes. Results are flushed to zero when subnormal, as TensorFlow's kernels run with flush-to-zero.
 
-Tensors on other devices use torch's functions (a GPU has its own libraries: there is no bit-exactness to keep).
+Float tensors on a GPU are computed from a host copy (a GPU's libraries give other bits; the CUDA path must give
+the CPU path's), except while a CUDA graph is captured, where torch's functions are recorded.
 """
 
 from __future__ import annotations
@@ -74,7 +75,15 @@ _DOUBLE = {"cos": _c_unary(math.cos, math.nan), "exp": _c_unary(math.exp, math.i
 _SINGLE = {"cos": _cosf, "exp": _expf, "log": _logf}
 
 
+def _host_exact(t: torch.Tensor) -> bool:
+    """A float32/float64 tensor on a GPU (not while a CUDA graph is captured): computed from a host copy."""
+    return t.device.type not in ("cpu", "meta") and t.dtype in (torch.float32, torch.float64) and not (
+        t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+
 def _elementwise(name: str, t: torch.Tensor, torch_fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    if _host_exact(t):
+        return _elementwise(name, t.detach().cpu(), torch_fn).to(t.device)  # the C library's bits, on a GPU too
     if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
         return torch_fn(t)
     single = t.dtype == torch.float32
@@ -108,6 +117,9 @@ def scalar_pow(x: float, y: float, single: bool) -> float:
 def pow(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``x ** y`` element by element (broadcast) with the C library: what TensorFlow computes for the elements
     that do not fill a whole packet. For whole tensors use :func:`slotopt.numerics.pow`."""
+    if _host_exact(x):
+        y = y.detach().cpu() if isinstance(y, torch.Tensor) else y
+        return pow(x.detach().cpu(), y).to(x.device)  # the C library's bits, on a GPU too
     if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
         return torch.pow(x, y)
     y = torch.as_tensor(y, dtype=x.dtype)

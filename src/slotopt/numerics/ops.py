@@ -1,9 +1,12 @@
 """TensorFlow's CPU arithmetic on torch tensors: the functions every generation calls where torch's own would give
 other bits (see the package docstring).
 
-Each function takes and returns torch tensors and never modifies its inputs. On CPU float32/float64 tensors
-the result has TensorFlow's bits; on other devices or dtypes it falls back to torch's function (GPUs have their
-own libraries: nothing there is bit-exact with TensorFlow's CPU kernels).
+Each function takes and returns torch tensors and never modifies its inputs. On float32/float64 tensors the
+result has TensorFlow's bits; on other dtypes it falls back to torch's function. On a GPU, ``pow``, ``sum`` and
+``mean`` run on a host copy and send the result back (a GPU's ``pow`` and reduction order are its own libraries':
+the device path must give the CPU path's bits, and no device kernel reproduces Eigen's packet ``pow`` and tree
+order yet), except while a CUDA graph is captured. That copy waits for the device: what uses them (Keras 3
+Ftrl's ``pow``, Lamb's norms, Adafactor's means, clipping by a global norm) synchronises on a GPU.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import torch
 
 from . import eigen, libm, roots
 
-__all__ = ["sqrt", "pow", "sum", "mean", "norm", "rsqrt", "fused_rsqrt_exact", "cos", "exp", "log"]
+__all__ = ["sqrt", "pow", "sum", "mean", "norm", "rsqrt", "fused_rsqrt_exact", "cos", "exp", "log", "div_scalar",
+           "div_scalar_"]
 
 Tensors = list[torch.Tensor]
 Number = Union[int, float]
@@ -30,6 +34,45 @@ log = libm.log
 
 def _cpu_exact(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and t.dtype in _EXACT
+
+
+def _on_host(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a float32/float64 tensor on a device with data (CUDA, ...) whose exact value is computed
+    from a host copy."""
+    return t.device.type not in ("cpu", "meta") and t.dtype in _EXACT and not _capturing(t)
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on ``t``'s device (no host copy can be taken: the device's own
+    functions are recorded instead)."""
+    return t.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _device_divides(tensors: Sequence[torch.Tensor], divisor: object) -> bool:
+    """Whether ``tensors`` are float32/float64 tensors on a GPU divided by a number (the CPU, other dtypes and
+    tensor divisors keep torch's own division)."""
+    return bool(tensors) and tensors[0].device.type not in ("cpu", "meta") and tensors[0].dtype in _EXACT \
+        and isinstance(divisor, (int, float))
+
+
+def div_scalar(tensors: Sequence[torch.Tensor], divisor: float) -> Tensors:
+    """``t / divisor`` for each tensor (new tensors), correctly rounded on every device: CUDA's division by a
+    Python number multiplies by its reciprocal (two roundings; the CPU divides), so there the divisor is a 0-d
+    tensor on the device, which CUDA divides by. No transfer: the 0-d tensor is filled on the device."""
+    if not _device_divides(tensors, divisor):
+        return list(torch._foreach_div(list(tensors), divisor))
+    d = torch.full((), divisor, dtype=tensors[0].dtype, device=tensors[0].device)
+    return [torch.div(t, d) for t in tensors]
+
+
+def div_scalar_(tensors: Sequence[torch.Tensor], divisor: float) -> None:
+    """In place, as :func:`div_scalar`."""
+    if not _device_divides(tensors, divisor):
+        torch._foreach_div_(list(tensors), divisor)
+        return
+    d = torch.full((), divisor, dtype=tensors[0].dtype, device=tensors[0].device)
+    for t in tensors:
+        t.div_(d)
 
 
 def sqrt(t: torch.Tensor) -> torch.Tensor:
@@ -65,6 +108,8 @@ def pow(x: torch.Tensor, exponent: Union[Number, torch.Tensor], rows: bool = Fal
 
     ``exponent`` is a number (rounded to ``x``'s dtype) or a tensor broadcastable to ``x``.
     """
+    if _on_host(x):
+        return pow(x.detach().cpu(), exponent, rows).to(x.device)
     if not _cpu_exact(x):
         return torch.pow(x, exponent)
     base = _array(x)
@@ -78,6 +123,8 @@ def pow(x: torch.Tensor, exponent: Union[Number, torch.Tensor], rows: bool = Fal
 
 def sum(t: torch.Tensor) -> torch.Tensor:  # noqa: A001 - TensorFlow's name
     """The sum of every element (a 0-d tensor) in Eigen's full-reduction order (``tf.reduce_sum``)."""
+    if _on_host(t):
+        return sum(t.detach().cpu()).to(t.device)
     if not _cpu_exact(t):
         return torch.sum(t)
     return torch.tensor(eigen.full_sum(_array(t)), dtype=t.dtype)
@@ -86,6 +133,8 @@ def sum(t: torch.Tensor) -> torch.Tensor:  # noqa: A001 - TensorFlow's name
 def mean(t: torch.Tensor, dim: Optional[int] = None, keepdim: bool = False) -> torch.Tensor:
     """``tf.reduce_mean``: the sum (Eigen's order) divided by the count. Over the innermost axis every row is
     reduced like a whole tensor; over another axis the elements are added in order from 0."""
+    if _on_host(t):
+        return mean(t.detach().cpu(), dim, keepdim).to(t.device)
     if not _cpu_exact(t):
         return torch.mean(t) if dim is None else torch.mean(t, dim=dim, keepdim=keepdim)
     a = _array(t)

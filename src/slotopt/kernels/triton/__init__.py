@@ -3,7 +3,9 @@
 Each dense rule (``RULES``) is one multi-tensor kernel (``rules.py``): a whole group of tensors, however many,
 is one launch over a table of their addresses and chunks (``table.py``), each program one chunk of one tensor in
 exactly the foreach kernel's evaluation order (no fused multiply-add, correctly rounded division and root). The
-per-step scalars travel in one small copy that does not block, and nothing in a call waits for the device.
+per-step scalars of a float32 group travel in the launch itself, as kernel arguments (no copy, however often
+they change); a float64 group's in one small copy that does not block (a Python float argument would be a float32
+parameter), sent once per distinct vector. Nothing in a call waits for the device.
 Rules on slices (``apply_slices``, Keras 3 on slices leaving untouched rows alone): ``sgd_slices``,
 ``adagrad_slices``. Other rules, and machines without Triton, use the foreach kernels. Triton is an optional
 extra (``pip install 'slotopt[triton]'``); it ships with the CUDA builds of torch. With no GPU, the kernels run
@@ -27,10 +29,13 @@ try:
 except ImportError:  # older torch
     _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
 
-__all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES", "launches"]
+__all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES", "launches", "configure"]
 
 BLOCK = table.BLOCK
+configure = table.configure
 
+#: Scalar arguments of a dense kernel (S0..S10): the longest scalar vector of ``RULES``.
+_SCALARS = 11
 _kernels: Optional[dict[str, Any]] = None
 _import_error: Optional[str] = None
 _launches = 0
@@ -61,8 +66,11 @@ def status() -> str:
         return f"Triton multi-tensor kernels under TRITON_INTERPRET=1 ({rules}; the interpreter: for tests, slow)"
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name()
-        return (f"Triton multi-tensor kernels on {name}, one launch per group ({rules}); other rules: foreach "
-                "kernels")
+        fixed = table._fixed()
+        chunks = (f"chunks of {fixed[0]} in {fixed[1]} warps (SLOTOPT_TRITON_BLOCK)" if fixed else
+                  f"chunks of {table.BLOCK} in 4 warps, {table.LARGE[0]} in {table.LARGE[1]} for large tensors")
+        return (f"Triton multi-tensor kernels on {name}, one launch per group ({rules}; {chunks}); other rules: "
+                "foreach kernels")
     return f"Triton installed, no CUDA device here (CUDA tensors would take the Triton kernels: {rules})"
 
 
@@ -109,10 +117,17 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         return False  # a gradient that IS its variable must be read after the decay: the separate ops do that
     if launch.programs:
         kernel = _kernel(rule)
-        values = table.scalar_vector(scalars, dtype, device)
+        if dtype == torch.float32:  # the scalars by value, in the launch: no copy, however often they change
+            # (only the pointer's type is used: float32; a tensor with elements, whose address is a real one)
+            by_value, vector = True, next(t for t in first if t.numel())
+            values = [float(v) for v in scalars] + [0.0] * (_SCALARS - len(scalars))
+        else:  # float64: one small copy that does not block, sent once per distinct vector
+            by_value, vector = False, table.scalar_vector(scalars, dtype, device)
+            values = [0.0] * _SCALARS
         with torch.cuda.device(device) if device.type == "cuda" else _nothing():
-            kernel[(launch.programs,)](launch.addresses, launch.meta, values, launch.tensors, **flags,
-                                       ALIGNED=launch.aligned, BLOCK=BLOCK, enable_fp_fusion=False)
+            kernel[(launch.programs,)](launch.addresses, launch.meta, vector, launch.tensors, *values, **flags,
+                                       BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block,
+                                       num_warps=launch.warps, enable_fp_fusion=False)
         _launches += 1
     written = [t for i, ts in enumerate(lists) if ts is not None and i not in read_only for t in ts]
     if written:

@@ -94,36 +94,48 @@ def build() -> dict[str, Any]:
             pointers = tl.max_contiguous(tl.multiple_of(pointers, 16), 16)
         return pointers
 
-    globals().update(_div_rn=_div_rn, _sqrt_rn=_sqrt_rn, _chunk=_chunk, _operand=_operand)
+    # A scalar of the rule: float32 scalars come by value, as kernel arguments (a step's new scalars travel in
+    # the launch itself, no copy); float64 ones from the scalar vector on the device (a Python float argument
+    # would be a float32 parameter).
+    @triton.jit
+    def _sv(s_ptr, k: tl.constexpr, value, BY_VALUE: tl.constexpr):
+        if BY_VALUE:
+            return value
+        else:
+            return tl.load(s_ptr + k)
+
+    globals().update(_div_rn=_div_rn, _sqrt_rn=_sqrt_rn, _chunk=_chunk, _operand=_operand, _sv=_sv)
 
     @triton.jit
-    def sgd(tab_ptr, meta_ptr, s_ptr, T, DECAY: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def sgd(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, DECAY: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
         w = tl.load(w_ptr, mask=mask)
         if DECAY:  # Keras 3's decoupled weight decay first, in the same pass
-            w = w - (w * tl.load(s_ptr + 2)) * tl.load(s_ptr + 3)
+            w = w - (w * _sv(s_ptr, 2, S2, BY_VALUE)) * _sv(s_ptr, 3, S3, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         tl.store(w_ptr, w - g * lr, mask=mask)
 
     @triton.jit
-    def keras_momentum(tab_ptr, meta_ptr, s_ptr, T, NESTEROV: tl.constexpr, DECAY: tl.constexpr,
+    def keras_momentum(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, NESTEROV: tl.constexpr, DECAY: tl.constexpr,
                        ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        mu = tl.load(s_ptr + 1)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        mu = _sv(s_ptr, 1, S1, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         step = g * lr
         m = tl.load(m_ptr, mask=mask) * mu - step
         tl.store(m_ptr, m, mask=mask)
         w = tl.load(w_ptr, mask=mask)
         if DECAY:
-            w = w - (w * tl.load(s_ptr + 4)) * tl.load(s_ptr + 5)
+            w = w - (w * _sv(s_ptr, 4, S4, BY_VALUE)) * _sv(s_ptr, 5, S5, BY_VALUE)
         if NESTEROV:
             w = w + (m * mu - step)
         else:
@@ -131,15 +143,16 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w, mask=mask)
 
     @triton.jit
-    def momentum(tab_ptr, meta_ptr, s_ptr, T, NESTEROV: tl.constexpr, FUSED_PRODUCT: tl.constexpr,
+    def momentum(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, NESTEROV: tl.constexpr, FUSED_PRODUCT: tl.constexpr,
                  ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         a_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        mu = tl.load(s_ptr + 1)
-        lr_mu = tl.load(s_ptr + 4)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        mu = _sv(s_ptr, 1, S1, BY_VALUE)
+        lr_mu = _sv(s_ptr, 4, S4, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         a = tl.load(a_ptr, mask=mask) * mu + g
         tl.store(a_ptr, a, mask=mask)
@@ -155,26 +168,28 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w, mask=mask)
 
     @triton.jit
-    def decoupled_weight_decay(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def decoupled_weight_decay(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        wd = tl.load(s_ptr)
-        lr = tl.load(s_ptr + 1)
+        wd = _sv(s_ptr, 0, S0, BY_VALUE)
+        lr = _sv(s_ptr, 1, S1, BY_VALUE)
         w = tl.load(w_ptr, mask=mask)
         tl.store(w_ptr, w - (w * wd) * lr, mask=mask)
 
     @triton.jit
-    def adam(tab_ptr, meta_ptr, s_ptr, T, AMSGRAD: tl.constexpr, DECAY: tl.constexpr, ALIGNED: tl.constexpr,
+    def adam(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, AMSGRAD: tl.constexpr, DECAY: tl.constexpr, ALIGNED: tl.constexpr,
              BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        alpha = tl.load(s_ptr)
-        omb1 = tl.load(s_ptr + 1)
-        omb2 = tl.load(s_ptr + 2)
-        eps = tl.load(s_ptr + 3)
+        alpha = _sv(s_ptr, 0, S0, BY_VALUE)
+        omb1 = _sv(s_ptr, 1, S1, BY_VALUE)
+        omb2 = _sv(s_ptr, 2, S2, BY_VALUE)
+        eps = _sv(s_ptr, 3, S3, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         m = tl.load(m_ptr, mask=mask)
         v = tl.load(v_ptr, mask=mask)
@@ -188,21 +203,22 @@ def build() -> dict[str, Any]:
             tl.store(vh_ptr, v, mask=mask)
         w = tl.load(w_ptr, mask=mask)
         if DECAY:  # AdamW: the decoupled weight decay first, in the same pass
-            w = w - (w * tl.load(s_ptr + 6)) * tl.load(s_ptr + 7)
+            w = w - (w * _sv(s_ptr, 6, S6, BY_VALUE)) * _sv(s_ptr, 7, S7, BY_VALUE)
         tl.store(w_ptr, w - _div_rn(m * alpha, _sqrt_rn(v) + eps), mask=mask)
 
     @triton.jit
-    def rmsprop(tab_ptr, meta_ptr, s_ptr, T, INSIDE: tl.constexpr, MOMENTUM: tl.constexpr, CENTERED: tl.constexpr,
+    def rmsprop(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, INSIDE: tl.constexpr, MOMENTUM: tl.constexpr, CENTERED: tl.constexpr,
                 ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         vel_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        rho = tl.load(s_ptr + 1)
-        omr = tl.load(s_ptr + 2)
-        mu = tl.load(s_ptr + 3)
-        eps = tl.load(s_ptr + 4)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        rho = _sv(s_ptr, 1, S1, BY_VALUE)
+        omr = _sv(s_ptr, 2, S2, BY_VALUE)
+        mu = _sv(s_ptr, 3, S3, BY_VALUE)
+        eps = _sv(s_ptr, 4, S4, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         vel = tl.load(vel_ptr, mask=mask) * rho + (g * g) * omr
         tl.store(vel_ptr, vel, mask=mask)
@@ -232,17 +248,18 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w, mask=mask)
 
     @triton.jit
-    def apply_rmsprop(tab_ptr, meta_ptr, s_ptr, T, CENTERED: tl.constexpr, ALIGNED: tl.constexpr,
+    def apply_rmsprop(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, CENTERED: tl.constexpr, ALIGNED: tl.constexpr,
                       BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         ms_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        omr = tl.load(s_ptr + 1)
-        mu = tl.load(s_ptr + 2)
-        eps = tl.load(s_ptr + 3)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        omr = _sv(s_ptr, 1, S1, BY_VALUE)
+        mu = _sv(s_ptr, 2, S2, BY_VALUE)
+        eps = _sv(s_ptr, 3, S3, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         ms = tl.load(ms_ptr, mask=mask)
         ms = ms + (g * g - ms) * omr
@@ -261,13 +278,14 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w - mom, mask=mask)
 
     @triton.jit
-    def adagrad(tab_ptr, meta_ptr, s_ptr, T, INSIDE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def adagrad(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, INSIDE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        eps = tl.load(s_ptr + 1)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        eps = _sv(s_ptr, 1, S1, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         acc = tl.load(acc_ptr, mask=mask) + g * g
         tl.store(acc_ptr, acc, mask=mask)
@@ -279,13 +297,14 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w - _div_rn(g * lr, d), mask=mask)
 
     @triton.jit
-    def apply_adagrad(tab_ptr, meta_ptr, s_ptr, T, SCALAR_ROWS: tl.constexpr, ALIGNED: tl.constexpr,
+    def apply_adagrad(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, SCALAR_ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                       BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         acc = tl.load(acc_ptr, mask=mask) + g * g
         tl.store(acc_ptr, acc, mask=mask)
@@ -306,14 +325,15 @@ def build() -> dict[str, Any]:
     globals().update(_sign=_sign)
 
     @triton.jit
-    def proximal_gradient_descent(tab_ptr, meta_ptr, s_ptr, T, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
+    def proximal_gradient_descent(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
                                   BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        lr_l1 = tl.load(s_ptr + 1)
-        den = tl.load(s_ptr + 2)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        lr_l1 = _sv(s_ptr, 1, S1, BY_VALUE)
+        den = _sv(s_ptr, 2, S2, BY_VALUE)
         prox = tl.load(w_ptr, mask=mask) - tl.load(g_ptr, mask=mask) * lr
         if L1_POSITIVE:
             mag = tl.abs(prox) - lr_l1
@@ -324,24 +344,26 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w, mask=mask)
 
     @triton.jit
-    def moving_average(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def moving_average(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         avg_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        mu = tl.load(s_ptr)
-        omm = tl.load(s_ptr + 1)
+        mu = _sv(s_ptr, 0, S0, BY_VALUE)
+        omm = _sv(s_ptr, 1, S1, BY_VALUE)
         avg = tl.load(avg_ptr, mask=mask) * mu + tl.load(w_ptr, mask=mask) * omm
         tl.store(avg_ptr, avg, mask=mask)
 
     @triton.jit
-    def adam_variable_update(tab_ptr, meta_ptr, s_ptr, T, AMSGRAD: tl.constexpr, ALIGNED: tl.constexpr,
+    def adam_variable_update(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, AMSGRAD: tl.constexpr, ALIGNED: tl.constexpr,
                              BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         m_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         v_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        alpha = tl.load(s_ptr)
-        eps = tl.load(s_ptr + 1)
+        alpha = _sv(s_ptr, 0, S0, BY_VALUE)
+        eps = _sv(s_ptr, 1, S1, BY_VALUE)
         v = tl.load(v_ptr, mask=mask)
         if AMSGRAD:
             vh_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
@@ -351,18 +373,19 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w - _div_rn(tl.load(m_ptr, mask=mask) * alpha, _sqrt_rn(v) + eps), mask=mask)
 
     @triton.jit
-    def adamax(tab_ptr, meta_ptr, s_ptr, T, SCALED: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def adamax(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, SCALED: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         u_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        omb1 = tl.load(s_ptr + 1)
-        b2 = tl.load(s_ptr + 2)
-        eps = tl.load(s_ptr + 3)
-        omb1p = tl.load(s_ptr + 4)
-        scaled_lr = tl.load(s_ptr + 6)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        omb1 = _sv(s_ptr, 1, S1, BY_VALUE)
+        b2 = _sv(s_ptr, 2, S2, BY_VALUE)
+        eps = _sv(s_ptr, 3, S3, BY_VALUE)
+        omb1p = _sv(s_ptr, 4, S4, BY_VALUE)
+        scaled_lr = _sv(s_ptr, 6, S6, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         m = tl.load(m_ptr, mask=mask)
         m = m + (g - m) * omb1
@@ -377,21 +400,22 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w, mask=mask)
 
     @triton.jit
-    def nadam(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def nadam(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        omb1 = tl.load(s_ptr + 1)
-        omb2 = tl.load(s_ptr + 2)
-        mu_next = tl.load(s_ptr + 3)
-        omu = tl.load(s_ptr + 4)
-        omp = tl.load(s_ptr + 5)
-        ompn = tl.load(s_ptr + 6)
-        omb2p = tl.load(s_ptr + 7)
-        eps = tl.load(s_ptr + 8)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        omb1 = _sv(s_ptr, 1, S1, BY_VALUE)
+        omb2 = _sv(s_ptr, 2, S2, BY_VALUE)
+        mu_next = _sv(s_ptr, 3, S3, BY_VALUE)
+        omu = _sv(s_ptr, 4, S4, BY_VALUE)
+        omp = _sv(s_ptr, 5, S5, BY_VALUE)
+        ompn = _sv(s_ptr, 6, S6, BY_VALUE)
+        omb2p = _sv(s_ptr, 7, S7, BY_VALUE)
+        eps = _sv(s_ptr, 8, S8, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         m = tl.load(m_ptr, mask=mask)
         v = tl.load(v_ptr, mask=mask)
@@ -404,23 +428,24 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w - _div_rn(m_hat * lr, _sqrt_rn(_div_rn(v, omb2p)) + eps), mask=mask)
 
     @triton.jit
-    def nadam_cached(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def nadam_cached(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        b1 = tl.load(s_ptr + 1)
-        b2 = tl.load(s_ptr + 2)
-        omb1 = tl.load(s_ptr + 3)
-        omb2 = tl.load(s_ptr + 4)
-        omu = tl.load(s_ptr + 5)
-        mu_next = tl.load(s_ptr + 6)
-        omp = tl.load(s_ptr + 7)
-        ompn = tl.load(s_ptr + 8)
-        omb2p = tl.load(s_ptr + 9)
-        eps = tl.load(s_ptr + 10)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        b1 = _sv(s_ptr, 1, S1, BY_VALUE)
+        b2 = _sv(s_ptr, 2, S2, BY_VALUE)
+        omb1 = _sv(s_ptr, 3, S3, BY_VALUE)
+        omb2 = _sv(s_ptr, 4, S4, BY_VALUE)
+        omu = _sv(s_ptr, 5, S5, BY_VALUE)
+        mu_next = _sv(s_ptr, 6, S6, BY_VALUE)
+        omp = _sv(s_ptr, 7, S7, BY_VALUE)
+        ompn = _sv(s_ptr, 8, S8, BY_VALUE)
+        omb2p = _sv(s_ptr, 9, S9, BY_VALUE)
+        eps = _sv(s_ptr, 10, S10, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         m = tl.load(m_ptr, mask=mask) * b1 + g * omb1
         v = tl.load(v_ptr, mask=mask) * b2 + (g * g) * omb2
@@ -431,16 +456,17 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w - _div_rn(m_bar * lr, _sqrt_rn(_div_rn(v, omb2p)) + eps), mask=mask)
 
     @triton.jit
-    def lion(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def lion(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        b1 = tl.load(s_ptr + 1)
-        omb1 = tl.load(s_ptr + 2)
-        b2 = tl.load(s_ptr + 3)
-        omb2 = tl.load(s_ptr + 4)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        b1 = _sv(s_ptr, 1, S1, BY_VALUE)
+        omb1 = _sv(s_ptr, 2, S2, BY_VALUE)
+        b2 = _sv(s_ptr, 3, S3, BY_VALUE)
+        omb2 = _sv(s_ptr, 4, S4, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         m = tl.load(m_ptr, mask=mask)
         direction = m * b1 + g * omb1
@@ -449,16 +475,17 @@ def build() -> dict[str, Any]:
         tl.store(m_ptr, m * b2 + g * omb2, mask=mask)
 
     @triton.jit
-    def adadelta(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def adadelta(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         eg_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         ed_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        rho = tl.load(s_ptr + 1)
-        omr = tl.load(s_ptr + 2)
-        eps = tl.load(s_ptr + 3)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        rho = _sv(s_ptr, 1, S1, BY_VALUE)
+        omr = _sv(s_ptr, 2, S2, BY_VALUE)
+        eps = _sv(s_ptr, 3, S3, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         eg = tl.load(eg_ptr, mask=mask) * rho + (g * g) * omr
         tl.store(eg_ptr, eg, mask=mask)
@@ -469,17 +496,18 @@ def build() -> dict[str, Any]:
         tl.store(w_ptr, w + delta * lr, mask=mask)
 
     @triton.jit
-    def apply_adadelta(tab_ptr, meta_ptr, s_ptr, T, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def apply_adadelta(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         # TensorFlow's rsqrt as its GPU kernel takes it: 1 / sqrt(x), two roundings (no CPU packet estimate)
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         au_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        rho = tl.load(s_ptr + 1)
-        omr = tl.load(s_ptr + 2)
-        eps = tl.load(s_ptr + 3)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        rho = _sv(s_ptr, 1, S1, BY_VALUE)
+        omr = _sv(s_ptr, 2, S2, BY_VALUE)
+        eps = _sv(s_ptr, 3, S3, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         acc = tl.load(acc_ptr, mask=mask) * rho + (g * g) * omr
         tl.store(acc_ptr, acc, mask=mask)
@@ -491,17 +519,18 @@ def build() -> dict[str, Any]:
         tl.store(au_ptr, au * rho + (update * update) * omr, mask=mask)
 
     @triton.jit
-    def ftrl_root(tab_ptr, meta_ptr, s_ptr, T, SCALAR_ROWS: tl.constexpr, ALIGNED: tl.constexpr,
+    def ftrl_root(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, SCALAR_ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                   BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
         acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
         lin_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = tl.load(s_ptr)
-        l1 = tl.load(s_ptr + 1)
-        two_l2 = tl.load(s_ptr + 2)
-        shrinkage = tl.load(s_ptr + 3)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)
+        l1 = _sv(s_ptr, 1, S1, BY_VALUE)
+        two_l2 = _sv(s_ptr, 2, S2, BY_VALUE)
+        shrinkage = _sv(s_ptr, 3, S3, BY_VALUE)
         g = tl.load(g_ptr, mask=mask)
         w = tl.load(w_ptr, mask=mask)
         acc = tl.load(acc_ptr, mask=mask)
@@ -561,5 +590,5 @@ def build() -> dict[str, Any]:
 
     kernels = {name: fn for name, fn in locals().items() if name in LAYOUT or name in SLICE_RULES}
     kernels.update(rules_tf.build({"_div_rn": _div_rn, "_sqrt_rn": _sqrt_rn, "_chunk": _chunk, "_operand": _operand,
-                                   "_sign": _sign}))
+                                   "_sign": _sign, "_sv": _sv}))
     return kernels

@@ -26,18 +26,19 @@ def build(helpers: dict[str, Any]) -> dict[str, Any]:
     globals().update(helpers)
 
     @triton.jit
-    def sparse_apply_rmsprop(tab_ptr, meta_ptr, s_ptr, T, CENTERED: tl.constexpr, ALIGNED: tl.constexpr,
+    def sparse_apply_rmsprop(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, CENTERED: tl.constexpr, ALIGNED: tl.constexpr,
                              BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         ms_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        lr = tl.load(s_ptr)
-        rho = tl.load(s_ptr + 1)
-        omr = tl.load(s_ptr + 2)
-        mu = tl.load(s_ptr + 3)
-        eps = tl.load(s_ptr + 4)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)  # noqa: F821
+        rho = _sv(s_ptr, 1, S1, BY_VALUE)  # noqa: F821
+        omr = _sv(s_ptr, 2, S2, BY_VALUE)  # noqa: F821
+        mu = _sv(s_ptr, 3, S3, BY_VALUE)  # noqa: F821
+        eps = _sv(s_ptr, 4, S4, BY_VALUE)  # noqa: F821
         g = tl.load(g_ptr, mask=mask)
         ms = tl.load(ms_ptr, mask=mask) * rho + (g * g) * omr
         tl.store(ms_ptr, ms, mask=mask)
@@ -53,15 +54,16 @@ def build(helpers: dict[str, Any]) -> dict[str, Any]:
         tl.store(w_ptr, tl.load(w_ptr, mask=mask) - mom, mask=mask)
 
     @triton.jit
-    def apply_proximal_adagrad(tab_ptr, meta_ptr, s_ptr, T, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
+    def apply_proximal_adagrad(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
                                BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        lr = tl.load(s_ptr)
-        l1 = tl.load(s_ptr + 1)
-        l2 = tl.load(s_ptr + 2)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)  # noqa: F821
+        l1 = _sv(s_ptr, 1, S1, BY_VALUE)  # noqa: F821
+        l2 = _sv(s_ptr, 2, S2, BY_VALUE)  # noqa: F821
         g = tl.load(g_ptr, mask=mask)
         acc = tl.load(acc_ptr, mask=mask) + g * g
         tl.store(acc_ptr, acc, mask=mask)
@@ -77,16 +79,17 @@ def build(helpers: dict[str, Any]) -> dict[str, Any]:
         tl.store(w_ptr, w, mask=mask)
 
     @triton.jit
-    def apply_adagrad_da(tab_ptr, meta_ptr, s_ptr, T, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
+    def apply_adagrad_da(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
                          BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         ga_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         gg_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        lr = tl.load(s_ptr)
-        t_l1 = tl.load(s_ptr + 1)
-        l2_t_lr = tl.load(s_ptr + 2)
+        lr = _sv(s_ptr, 0, S0, BY_VALUE)  # noqa: F821
+        t_l1 = _sv(s_ptr, 1, S1, BY_VALUE)  # noqa: F821
+        l2_t_lr = _sv(s_ptr, 2, S2, BY_VALUE)  # noqa: F821
         g = tl.load(g_ptr, mask=mask)
         ga = tl.load(ga_ptr, mask=mask) + g
         gg = tl.load(gg_ptr, mask=mask) + g * g
@@ -102,17 +105,18 @@ def build(helpers: dict[str, Any]) -> dict[str, Any]:
         tl.store(w_ptr, _div_rn(num, den), mask=mask)  # noqa: F821
 
     @triton.jit
-    def apply_adagrad_da_rows(tab_ptr, meta_ptr, s_ptr, T, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
+    def apply_adagrad_da_rows(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
+            BY_VALUE: tl.constexpr, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
                               BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         ga_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
         gg_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        steps = tl.load(s_ptr)
-        l1 = tl.load(s_ptr + 1)
-        l2 = tl.load(s_ptr + 2)
-        t_lr = tl.load(s_ptr + 3)
+        steps = _sv(s_ptr, 0, S0, BY_VALUE)  # noqa: F821
+        l1 = _sv(s_ptr, 1, S1, BY_VALUE)  # noqa: F821
+        l2 = _sv(s_ptr, 2, S2, BY_VALUE)  # noqa: F821
+        t_lr = _sv(s_ptr, 3, S3, BY_VALUE)  # noqa: F821
         g = tl.load(g_ptr, mask=mask)
         ga = tl.load(ga_ptr, mask=mask) + g
         gg = tl.load(gg_ptr, mask=mask) + g * g

@@ -2,14 +2,17 @@
 
 The table is one int64 buffer on the tensors' device: the operands' addresses (``operands x T``, row ``k`` for
 operand list ``k``), then one row per program, ``(tensor, start, end)``: the tensor it updates and the range of
-that tensor's elements it covers (chunks of ``BLOCK``, like torch's multi-tensor apply). It depends only on the
+that tensor's elements it covers (chunks of ``block`` elements, like torch's multi-tensor apply; ``choose``
+picks the chunk and the warps from the group's size). It depends only on the
 addresses and sizes, so it is built once for a set of addresses and reused while they stay (a step's tensors
-normally keep their storage), and otherwise sent with a copy that does not block the host. The per-step scalars
-go the same way: one small copy from pinned memory, never a synchronising one.
+normally keep their storage), and otherwise sent with a copy that does not block the host. A float64 rule's
+scalars go the same way (``scalar_vector``: one small copy from pinned memory, never a synchronising one, once
+per distinct vector); a float32 rule's are kernel arguments.
 """
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import NamedTuple, Optional
@@ -17,13 +20,66 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-__all__ = ["BLOCK", "Launch", "launch_table", "scalar_vector", "clear"]
+__all__ = ["BLOCK", "LARGE", "Launch", "launch_table", "scalar_vector", "clear", "choose", "configure"]
 
-#: Elements per program.
+#: Elements per program of a group of small tensors (and the most of a slice kernel's program).
 BLOCK = 1024
+#: Elements per program and warps for a group with large tensors (see ``choose``).
+LARGE = (4096, 8)
+#: A fixed (block, warps) for every group, set by ``configure`` or ``SLOTOPT_TRITON_BLOCK=4096x8`` (tuning).
+_forced: Optional[tuple[int, int]] = None
 #: Tables kept (by addresses and sizes): a few optimizers, each with a few groups, share it.
 _CACHE_SIZE = 64
 _cache: OrderedDict[tuple[object, ...], _Entry] = OrderedDict()
+
+
+def _parse(text: str) -> Optional[tuple[int, int]]:
+    try:
+        block, warps = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        return None
+    if block < 16 or block & (block - 1) or warps < 1 or warps & (warps - 1) or warps > 32:
+        return None
+    return block, warps
+
+
+def configure(block: Optional[int] = None, warps: int = 4) -> None:
+    """Every group's launch takes ``block`` elements per program and ``warps`` warps (a power of two each, block
+    at least 16), or the size-based choice again with ``block=None``. For tuning (``benchmarks/gpu_check.py``):
+    the arithmetic, hence the bits, is the same for every choice."""
+    global _forced
+    if block is None:
+        _forced = None
+        return
+    forced = _parse(f"{block}x{warps}")
+    if forced is None:
+        raise ValueError(f"block {block} and warps {warps}: powers of two wanted (block >= 16, warps <= 32)")
+    _forced = forced
+
+
+def _fixed() -> Optional[tuple[int, int]]:
+    if _forced is not None:
+        return _forced
+    text = os.environ.get("SLOTOPT_TRITON_BLOCK")
+    return _parse(text) if text else None
+
+
+def choose(elements: int, tensors: int) -> tuple[int, int]:
+    """Elements per program and warps for a group of ``tensors`` tensors holding ``elements`` in all.
+
+    A program first reads its table row, then its tensor's addresses (two dependent loads) before its data: a
+    program must move enough bytes to hide that. 1,024 elements in 4 warps (8 per thread) does for tensors of a
+    few thousand elements, where larger programs would be mostly masked off. Where the tensors are large (on
+    average 16,384 elements or more, and 4M in all: enough programs of 4,096 to fill a GPU several times over),
+    4,096 elements in 8 warps (16 per thread: four 16-byte loads in flight per operand) amortise it four times
+    better, as torch's multi-tensor apply does with its 65,536-element chunks. ``SLOTOPT_TRITON_BLOCK``
+    (``4096x8``) or ``configure`` fixes the choice."""
+    fixed = _fixed()
+    if fixed is not None:
+        return fixed
+    if elements >= 1 << 22 and elements >= 16384 * max(tensors, 1):
+        return LARGE
+    return BLOCK, 4
 
 
 class Launch(NamedTuple):
@@ -38,6 +94,8 @@ class Launch(NamedTuple):
     elements: int
     #: Whether a tensor of the second list is its counterpart of the first (a gradient that IS its variable).
     aliased: bool
+    block: int = BLOCK  # elements per program
+    warps: int = 4
 
 
 def clear() -> None:
@@ -116,7 +174,7 @@ def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]], read_only: S
     rows = [tuple(map(_data_ptr, tensors)) for tensors in operands]
     ids = [tuple(map(id, tensors)) for tensors in operands]
     dtype, device = first[0].dtype, first[0].device
-    key = (dtype, n, *rows)
+    key = (dtype, n, *rows, _fixed())  # (a fixed choice, for tuning, makes other tables)
     entry = _cache.get(key)
     if entry is not None:
         stale = [i for i in range(len(operands)) if ids[i] != entry.ids[i] or i in read_only]
@@ -139,21 +197,22 @@ def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]], read_only: S
         else:  # one flat tensor: each tensor's place in it
             table[i] = row[0] + offsets[:-1].astype(np.uint64) * tensors[0].element_size()
     table = table.view(np.int64)
-    counts = -(-np.asarray(sizes, dtype=np.int64) // BLOCK)  # empty tensors take no program
+    block, warps = choose(total, n)
+    counts = -(-np.asarray(sizes, dtype=np.int64) // block)  # empty tensors take no program
     which = np.repeat(np.arange(n, dtype=np.int64), counts)
     first_program = np.cumsum(counts) - counts
     meta = np.empty((len(which), 3), dtype=np.int64)
     meta[:, 0] = which
-    meta[:, 1] = (np.arange(len(which), dtype=np.int64) - first_program[which]) * BLOCK
+    meta[:, 1] = (np.arange(len(which), dtype=np.int64) - first_program[which]) * block
     meta[:, 2] = np.asarray(sizes, dtype=np.int64)[which]
     # Vector loads and stores need every operand 16-byte aligned and every chunk's end a multiple of 16 elements
-    # (the starts are multiples of BLOCK); the arithmetic is the same either way.
+    # (the starts are multiples of the block); the arithmetic is the same either way.
     aligned = bool(np.all(table % 16 == 0) and np.all(np.asarray(sizes) % 16 == 0))
     host = np.concatenate([table.ravel(), meta.ravel()])
     buffer = _upload(host, device)
     cut = table.size
     launch = Launch(buffer, buffer[:cut], buffer[cut:], n, len(which), aligned, total,
-                    bool(np.any(table[0] == table[1])) if len(table) > 1 else False)
+                    bool(np.any(table[0] == table[1])) if len(table) > 1 else False, block, warps)
     _cache[key] = _Entry(launch, sizes, ids)
     if len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
