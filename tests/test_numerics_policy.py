@@ -35,7 +35,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "FSDP2 shards: a shard's sum, then summed over the processes; no TensorFlow order to follow",
     ("kernels/adafactor.py", "_mean", "sum"):
         "FSDP2 shards: a shard's sum over a split axis, then summed over the processes",
-    ("io/keras.py", "KerasCheckpoint.regularization_loss", "sum"):
+    ("io/keras_result.py", "KerasCheckpoint.regularization_loss", "sum"):
         "a term of the model's loss, differentiated by autograd (the forward pass is torch's anyway)",
     ("cli/demo.py", "train_digits", "mean"): "the demo's accuracy, not an optimizer value",
     ("cli/demo.py", "train_recommender", "mean"): "the demo's accuracy, not an optimizer value",
