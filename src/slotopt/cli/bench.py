@@ -47,6 +47,8 @@ from typing import Any, Callable, Optional, TextIO
 
 import torch
 
+from .bench_faces import FACE_COUNTS
+
 __all__ = ["WORKLOADS", "OPTIMIZERS", "SPARSE_OPTIMIZERS", "Measurement", "time_steps", "run_bench"]
 
 Shapes = list[tuple[int, ...]]
@@ -112,6 +114,27 @@ SPARSE_OPTIMIZERS: list[tuple[str, str, str, dict[str, Any], str]] = [
 ]
 
 SPARSE_ROWS, SPARSE_DIM, SPARSE_TOUCHED = 1_000_000, 64, 1024
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What one run measures: the dense workloads' shapes, the timed and warm-up steps, the sparse table's rows
+    and the tensor counts the per-face cost is fitted over."""
+
+    workloads: dict[str, Shapes]
+    steps: int
+    warmup: int
+    sparse_rows: int
+    face_counts: tuple[int, ...]
+
+
+FULL = Setting(WORKLOADS, 20, 3, SPARSE_ROWS, FACE_COUNTS)
+#: ``--quick``: every contender and figure of the full run, on workloads a sixteenth of the size (a quarter for
+#: ``small``: its point is the count of tensors), so that the whole run takes under a minute on a 2-core machine.
+QUICK = Setting({"large": [(1024, 1024)],
+                 "model": [(128, 128)] * 24 + [(512, 128)] * 12 + [(128, 512)] * 12 + [(128,)] * 90 + [(512,)] * 12,
+                 "small": [(1024,)] * 500},
+                3, 1, SPARSE_ROWS // 10, (100, 300, 600))
 
 
 @dataclass
@@ -405,132 +428,6 @@ def _measure_sparse(entry: tuple[str, str, str, dict[str, Any], str], steps: int
     return m
 
 
-# ------------------------------------------------------------------------------------------- report
-def _fmt_ms(value: float) -> str:
-    if math.isnan(value):
-        return "-"
-    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
-
-
-def _ratio(a: float, b: float) -> str:
-    return "-" if math.isnan(a) or math.isnan(b) or b == 0 else f"{a / b:.2f}x"
-
-
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 2) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(row: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-
-    return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
-
-
-def format_dense(results: list[Measurement]) -> str:
-    """ms per step for each implementation and the copy floor, peak extra memory per step, and the ratios of
-    slotopt to torch fused (torch foreach where torch has no fused kernel) and to the floor."""
-    by_key = {(m.workload, m.optimizer, m.implementation): m for m in results}
-    shown = [i for i in IMPLEMENTATIONS if any(m.implementation == i for m in results)]
-    rows = []
-    for workload in dict.fromkeys(m.workload for m in results):
-        for opt in dict.fromkeys(m.optimizer for m in results if m.workload == workload):
-            def get(impl: str, what: str = "ms", key: tuple[str, str] = (workload, opt)) -> float:
-                m = by_key.get((*key, impl))
-                return getattr(m, what) if m is not None else math.nan
-
-            fused = get("torch fused")
-            best_torch, best_name = (fused, "fused") if not math.isnan(fused) else (get("torch foreach"), "foreach")
-            rows.append((workload, opt, *(_fmt_ms(get(i)) for i in shown), _fmt_ms(get("copy floor")),
-                         _ratio(get("slotopt"), best_torch) + f" ({best_name})",
-                         _ratio(get("slotopt"), get("copy floor")),
-                         *("-" if math.isnan(get(i, "peak_mb")) else f"{get(i, 'peak_mb'):.0f}"
-                           for i in ("slotopt", "torch fused" if best_name == "fused" else "torch foreach"))))
-    header = ("workload", "optimizer", *(f"{i} ms" for i in shown), "copy floor ms", "slotopt/torch best",
-              "slotopt/floor", "slotopt MB", "torch best MB")
-    notes = sorted({f"{m.optimizer} {m.implementation}: {m.note}" for m in results if m.note and m.note != "n/a"})
-    return _table(header, rows) + "".join(f"\n  note: {n}" for n in notes)
-
-
-def format_sparse(results: list[Measurement], rows: int) -> str:
-    header = ("optimizer", "ms/step", "peak extra MB", "what a step updates")
-    body = [(m.optimizer, _fmt_ms(m.ms), "-" if math.isnan(m.peak_mb) else f"{m.peak_mb:.0f}", m.note)
-            for m in results]
-    title = (f"Sparse: {rows:,} x {SPARSE_DIM} float32 embedding table, {SPARSE_TOUCHED} touched rows per step "
-             f"(torch sparse COO gradients)")
-    return title + "\n" + _table(header, body, left=1).replace("\n", "\n", 1)
-
-
-def plot(dense: list[Measurement], sparse: list[Measurement], path: str, title: str, sparse_rows: int) -> None:
-    """Grouped bar chart: one panel per workload, one bar per implementation, log-scale ms per step."""
-    from .demo import require
-
-    matplotlib = require("matplotlib", "the benchmark chart")
-    matplotlib.use("Agg")
-    plt = require("matplotlib.pyplot", "the benchmark chart")
-    ticker = require("matplotlib.ticker", "the benchmark chart")
-    workloads = list(dict.fromkeys(m.workload for m in dense))
-    panels = max(len(workloads) + (1 if sparse else 0), 1)
-    ncols = 1 if panels == 1 else 2
-    nrows = math.ceil(panels / ncols)
-    fig, grid = plt.subplots(nrows, ncols, figsize=(6.8 * ncols, 4.6 * nrows), squeeze=False)
-    axes = [ax for row in grid for ax in row]
-    for ax in axes[panels:]:
-        ax.set_visible(False)
-    colors = dict(zip(IMPLEMENTATIONS, ("#d62728", "#7f7f7f", "#1f77b4", "#2ca02c")))
-
-    def readable_log_axis(ax: Any) -> None:
-        ax.set_yscale("log")
-        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
-
-    for ax, workload in zip(axes, workloads):
-        opts = list(dict.fromkeys(m.optimizer for m in dense if m.workload == workload))
-        by_key = {(m.optimizer, m.implementation): m.ms for m in dense if m.workload == workload}
-        width = 0.8 / len(IMPLEMENTATIONS)
-        for k, impl in enumerate(IMPLEMENTATIONS):
-            xs = [i + (k - (len(IMPLEMENTATIONS) - 1) / 2) * width for i in range(len(opts))]
-            ys = [by_key.get((o, impl), math.nan) for o in opts]
-            ax.bar(xs, [0 if math.isnan(y) else y for y in ys], width, label=impl, color=colors[impl])
-            for x, y in zip(xs, ys):
-                if math.isnan(y):
-                    ax.annotate("n/a", (x, 0), xycoords=("data", "axes fraction"), xytext=(0, 3),
-                                textcoords="offset points", ha="center", va="bottom", fontsize=7, rotation=90)
-        ax.set_xticks(range(len(opts)))
-        ax.set_xticklabels(opts)
-        readable_log_axis(ax)
-        ax.set_ylabel("ms per step (median, log scale)")
-        ax.set_title(f"{workload}: {_describe_workload(workload)}", fontsize=10)
-        ax.grid(True, axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    if sparse:
-        ax = axes[len(workloads)]
-        shown = [m for m in sparse if not math.isnan(m.ms)]
-        names = [m.optimizer for m in shown]
-        bars = ax.bar(range(len(shown)), [m.ms for m in shown],
-                      color=["#1f77b4" if n.startswith("torch") else "#d62728" for n in names])
-        for bar, m in zip(bars, shown):
-            ax.annotate(f"{m.peak_mb:.0f} MB", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(shown)))
-        ax.set_xticklabels([n.replace(".optim", "").replace("slotopt.", "slotopt\n").replace("torch.", "torch\n")
-                            for n in names], fontsize=8)
-        readable_log_axis(ax)
-        ax.set_ylabel("ms per step (median, log scale)")
-        ax.set_title(f"sparse: {sparse_rows:,} x {SPARSE_DIM} embedding, {SPARSE_TOUCHED} rows/step "
-                     "(bar label: peak extra memory)", fontsize=10)
-        ax.grid(True, axis="y", which="both", alpha=0.3)
-    fig.suptitle(title, fontsize=12)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _describe_workload(name: str) -> str:
-    shapes = WORKLOADS[name]
-    total = sum(math.prod(s) for s in shapes)
-    return f"{len(shapes)} tensor{'s' if len(shapes) > 1 else ''}, {total / 1e6:.1f}M params"
-
-
 # ------------------------------------------------------------------------------------------- entry point
 def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", device: str = "cpu",
               workloads: Optional[list[str]] = None, steps: Optional[int] = None,
@@ -541,13 +438,15 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
 
         require("matplotlib", "the benchmark chart (skip it with --no-png)")  # fail before measuring
         png = check_writable(png, "--png")
-    steps = steps or (5 if quick else 20)
-    warmup = 1 if quick else 3
+    setting = QUICK if quick else FULL
+    steps = steps or setting.steps
+    warmup = setting.warmup
     chosen = workloads or ["large", "model", "small", "sparse", "faces", "keras3-sparse"]
-    sparse_rows = SPARSE_ROWS // 10 if quick else SPARSE_ROWS
+    sparse_rows = setting.sparse_rows
     print(f"slotopt bench: torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}; "
-          f"median of {steps} steps after {warmup} warm-up{' (quick)' if quick else ''}", file=stream, flush=True)
+          f"median of {steps} steps after {warmup} warm-up{' (quick: smaller workloads)' if quick else ''}",
+          file=stream, flush=True)
     from ..kernels import native
 
     kernels = native.status()
@@ -558,7 +457,7 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
               f"{os.cpu_count()} CPUs, so expect noisy numbers", file=stream, flush=True)
     dense: list[Measurement] = []
     for workload in (w for w in chosen if w in WORKLOADS):
-        params, grads = _make_tensors(WORKLOADS[workload], device)
+        params, grads = _make_tensors(setting.workloads[workload], device)
         for spec in OPTIMIZERS:
             dense += _measure_dense_group(workload, spec, params, grads, steps, warmup, device)
             print(f"  {workload:<6} {spec.label:<13} done", file=sys.stderr, flush=True)
@@ -569,6 +468,7 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
         for entry in SPARSE_OPTIMIZERS:
             sparse.append(_measure_sparse(entry, steps, warmup, device, sparse_rows))
             print(f"  sparse {entry[0]:<24} done", file=sys.stderr, flush=True)
+    from .bench_report import format_dense, format_sparse, plot
     if dense:
         print("\nDense step time, milliseconds per step (lower is better)", file=stream)
         print(format_dense(dense), file=stream)
@@ -586,8 +486,10 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     if "faces" in chosen:
         from .bench_faces import format_faces
 
-        faces = in_fresh_process("--faces-worker", {"steps": steps, "warmup": warmup})
-        print("\n" + (format_faces(faces["results"]) if "results" in faces else f"faces: {faces['failed']}"),
+        faces = in_fresh_process("--faces-worker", {"steps": steps, "warmup": warmup,
+                                                  "counts": list(setting.face_counts)})
+        print("\n" + (format_faces(faces["results"], setting.face_counts) if "results" in faces
+                       else f"faces: {faces['failed']}"),
               file=stream, flush=True)
     if "keras3-sparse" in chosen:
         from .bench_faces import format_keras3_sparse
@@ -600,7 +502,7 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
         path = os.path.abspath(png)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         plot(dense, sparse, path, f"slotopt vs torch.optim step time ({device}, torch {torch.__version__})",
-             sparse_rows)
+             sparse_rows, setting.workloads)
         print(f"\nChart written to {path}", file=stream, flush=True)
     return 1 if any(m.failed for m in dense + sparse) else 0
 
