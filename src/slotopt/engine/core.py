@@ -25,7 +25,7 @@ from ..variables import (
     named_variables,
     variable_name,
 )
-from . import checks, distributed, resume
+from . import checks, distributed, resume, torch_arguments
 from . import sparse as sparse_rows
 from .plan import Ordinary, Pair, StepPlan
 from .torch_protocol import TorchProtocol, is_param_group_list
@@ -72,6 +72,7 @@ class BuildsOnParams(type):
             check_gradient_aggregator(gradient_aggregator, cls)
         if "name" in kwargs:
             checks.check_name(kwargs["name"])
+        kwargs = torch_arguments.translate(cls, args, kwargs)  # torch's ``lr``/``betas``; ``eps`` refused
         checks.check_argument_types(cls.__init__, args, kwargs, cls._optional_arguments, cls._own_argument_checks)
         optimizer = super().__call__(*args, **kwargs)
         checks.check_name(optimizer.__dict__.get("name", optimizer.__dict__.get("_name")))  # given by position

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .. import schedules as schedules_module
-from ..engine import checks, clipping, gradients, transaction
+from ..engine import as_written, checks, clipping, gradients, transaction
 from ..engine import constants as K
 from ..engine.core import Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
@@ -174,6 +174,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
             )
         checks.check_number("learning_rate", learning_rate, checks.range_of("learning_rate",
                                                                             self._hyperparameter_ranges))
+        as_written.remember(self.__dict__.setdefault("_as_written", {}), "lr", learning_rate)
         return self._own_variable(torch.tensor(learning_rate, dtype=_floatx()), "learning_rate")
 
     @property
@@ -219,6 +220,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
             )
         value = checks.check_number("learning_rate", value, checks.range_of("learning_rate",
                                                                             self._hyperparameter_ranges))
+        as_written.remember(self.__dict__.setdefault("_as_written", {}), "lr", value)
         if isinstance(current, Variable):
             current.assign(value)
         else:  # a callable was set before: go back to a variable at its old place
@@ -361,7 +363,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         object.__setattr__(self, key, value)
 
     def _current_lr(self) -> float:
-        return float(self.learning_rate)
+        return as_written.shown(self.__dict__.setdefault("_as_written", {}), "lr", float(self.learning_rate))
 
     def _lr_is_driven(self) -> bool:
         return not isinstance(self._learning_rate, Variable)
@@ -600,4 +602,4 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         return cls(**config)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} name={self.name!r} built={self.built}>"
+        return as_written.describe(self, type(self).__name__, self.name)
