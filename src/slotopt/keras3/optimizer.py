@@ -51,8 +51,12 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
     Args:
         learning_rate: a float, a ``LearningRateSchedule`` or a no-argument callable.
         weight_decay: decoupled weight decay ``w -= w * weight_decay * lr`` before each update.
-        clipnorm / clipvalue / global_clipnorm: gradient clipping (at most one; a value <= 0 disables it).
-        use_ema / ema_momentum / ema_overwrite_frequency: exponential moving average of the variables.
+        clipnorm: clips each gradient to this norm (at most one of the three clippings; <= 0 disables it).
+        clipvalue: clips each gradient element to ``[-clipvalue, clipvalue]``.
+        global_clipnorm: clips all gradients together to this global norm.
+        use_ema: keeps an exponential moving average of the variables.
+        ema_momentum: the moving average's momentum.
+        ema_overwrite_frequency: every this many steps, the variables are overwritten with their average.
         loss_scale_factor: gradients are divided by it (``scale_loss`` multiplies the loss by it).
         gradient_accumulation_steps: average gradients over this many calls before each update.
         name: defaults to a unique snake-case name such as ``"adam_1"``.

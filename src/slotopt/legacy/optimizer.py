@@ -93,8 +93,10 @@ class Optimizer(SlotWeights, HyperparameterStore):
         gradient_aggregator: ``fn(grads_and_vars) -> grads_and_vars`` run before clipping (default: sum over
             processes when ``torch.distributed`` is initialised with more than one process).
         gradient_transformers: functions ``fn(grads_and_vars) -> grads_and_vars`` run after clipping.
-        clipvalue / clipnorm / global_clipnorm: gradient clipping (``clipnorm`` and ``global_clipnorm`` are
-            exclusive; none may be combined with ``gradient_transformers``).
+        clipvalue: clips each gradient element to ``[-clipvalue, clipvalue]`` (no clipping may be combined with
+            ``gradient_transformers``).
+        clipnorm: clips each gradient to this norm (exclusive with ``global_clipnorm``).
+        global_clipnorm: clips all gradients together to this global norm.
         decay: inverse-time decay of the learning rate, ``lr / (1 + decay * iterations)``.
         lr: deprecated alias of ``learning_rate`` (read by the subclasses).
 
