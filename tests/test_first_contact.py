@@ -164,3 +164,12 @@ def test_gradients_for_a_tensor_are_computed_but_it_is_not_updated(make):
     assert float(pairs[0][0]) == 2.0
     with pytest.raises(NotImplementedError, match="Trying to update a Tensor"):
         opt.apply_gradients(pairs)
+
+
+# ------------------------------------------------------------------------------------------- item 6
+def test_inspect_names_a_file_that_is_no_checkpoint_once(capsys):
+    from slotopt.cli import command
+
+    assert command.main(["inspect", "README.md"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("slotopt inspect: README.md: is neither") and err.count("README.md") == 1

@@ -136,7 +136,9 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     except FileNotFoundError as err:
         raise UsageError(str(err).strip('"')) from err
     except (ValueError, OSError, ImportError) as err:
-        print(f"slotopt inspect: {args.path}: {err}", file=sys.stderr)
+        message = str(err)  # (the readers' errors name the file already: not twice)
+        print(f"slotopt inspect: {message if message.startswith(args.path) else f'{args.path}: {message}'}",
+              file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
 

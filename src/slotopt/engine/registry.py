@@ -58,7 +58,7 @@ def register_generation(name: str, *, public_module: str, modules: Iterable[str]
     ``modules`` match exactly, ``prefixes`` match themselves and every dotted path below them
     (``"slotopt.legacy"`` covers ``"slotopt.legacy.adam"``). ``public_module`` is what ``serialize`` writes.
     ``exported``: classes of the public module that Keras does not know by bare name (``get("lamb")`` fails)
-    but finds in a config that names their module, as ``serialize`` writes it.
+    but finds in a config that names the public module, as ``serialize`` writes it.
     """
     _GENERATIONS[name] = _Generation(name, public_module, tuple(modules), tuple(prefixes), dict(classes),
                                      dict(aliases or {}), dict(exported or {}))
@@ -147,7 +147,7 @@ def resolve_class(class_name: Any, module: Any = None, custom_objects: Optional[
             f"(received {custom_names}); nothing a config names is imported or called."
         )
     cls = _GENERATIONS[generation].lookup(class_name)
-    if cls is None and module is not None:
+    if cls is None and module == _GENERATIONS[generation].public_module:  # as ``serialize`` writes it
         cls = _GENERATIONS[generation].exported.get(class_name)
     if cls is None:
         valid = sorted(name.lower() for name in _GENERATIONS[generation].classes)
