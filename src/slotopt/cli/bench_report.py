@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from .bench import IMPLEMENTATIONS, SPARSE_DIM, SPARSE_TOUCHED, WORKLOADS, Measurement, Shapes
+from .bench_setup import IMPLEMENTATIONS, SPARSE_DIM, SPARSE_TOUCHED, WORKLOADS, Measurement, Shapes
 
 __all__ = ["COLORS", "format_dense", "format_sparse", "plot", "describe_workload"]
 
