@@ -35,6 +35,7 @@ def test_quick_runs_every_figure_on_smaller_workloads():
         assert quick * 4 <= full, name
     assert bench.QUICK.workloads.keys() == bench.WORKLOADS.keys()
     assert bench.QUICK.sparse_rows * 10 == bench.SPARSE_ROWS and bench.QUICK.steps < bench.FULL.steps
+    assert bench.FULL.fresh and not bench.QUICK.fresh
 
 
 @needs_matplotlib
@@ -47,3 +48,13 @@ def test_a_quick_run_prints_its_tables_and_writes_the_chart(tmp_path, capsys):
     rows = [line.split() for line in out.splitlines() if line.startswith("large ")]
     assert [r[1] for r in rows] == [s.label for s in bench.OPTIMIZERS]
     assert "(quick: smaller workloads)" in out
+
+
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks")  # raised inside torch.optim.Adagrad
+def test_quick_runs_the_workers_in_its_own_process():
+    for entry in bench.SPARSE_OPTIMIZERS:
+        m = bench._measure_sparse(entry, steps=1, warmup=0, device="cpu", rows=500, fresh=False)
+        assert not m.failed and len(m.samples) == 1 and math.isfinite(m.peak_mb), entry[0]
+    faces = bench.run_worker("--faces-worker", {"steps": 1, "warmup": 0, "counts": [2, 4, 6]}, fresh=False)
+    assert len(faces["results"]) == 10 and all(math.isfinite(r["us_per_tensor"]) for r in faces["results"])
+    assert "failed" in bench.run_worker("--faces-worker", {}, fresh=False)  # a worker that raises

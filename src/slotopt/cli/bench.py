@@ -333,8 +333,23 @@ def in_fresh_process(flag: str, spec: dict[str, Any]) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def run_worker(flag: str, spec: dict[str, Any], fresh: bool = True) -> dict[str, Any]:
+    """A worker's result: from a fresh process (``in_fresh_process``), or from this one, a failure as
+    ``{"failed": reason}`` either way."""
+    if fresh:
+        return in_fresh_process(flag, spec)
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (as in a worker process: torch's notes on sparse tensors)
+            return _WORKERS[flag](spec)
+    except Exception as err:  # (reported in the table, as a worker's failure is)
+        return {"failed": f"failed: {type(err).__name__}: {err}"}
+
+
 def _measure_sparse(entry: tuple[str, str, str, dict[str, Any], str], steps: int, warmup: int, device: str,
-                    rows: int) -> Measurement:
+                    rows: int, fresh: bool = True) -> Measurement:
     label, kind, name, kwargs, note = entry
     m = Measurement("sparse", label, kind, note=note)
     if kind != "torch" and _slotopt_class(name, kind) is None:
@@ -342,7 +357,7 @@ def _measure_sparse(entry: tuple[str, str, str, dict[str, Any], str], steps: int
         return m
     spec = {"device": device, "steps": steps, "warmup": warmup, "rows": rows, "dim": SPARSE_DIM,
             "touched": SPARSE_TOUCHED, "kind": kind, "name": name, "kwargs": kwargs}
-    result = in_fresh_process("--sparse-worker", spec)
+    result = run_worker("--sparse-worker", spec, fresh)
     if "failed" in result:
         m.note, m.failed = result["failed"], True
         return m
@@ -393,7 +408,7 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     sparse: list[Measurement] = []
     if "sparse" in chosen:
         for entry in SPARSE_OPTIMIZERS:
-            sparse.append(_measure_sparse(entry, steps, warmup, device, sparse_rows))
+            sparse.append(_measure_sparse(entry, steps, warmup, device, sparse_rows, setting.fresh))
             print(f"  sparse {entry[0]:<24} done", file=sys.stderr, flush=True)
     from .bench_report import format_dense, format_sparse, plot
     if dense:
@@ -407,22 +422,24 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     if sparse:
         print("\n" + format_sparse(sparse, sparse_rows), file=stream)
         print("peak extra MB: " + ("growth of torch.cuda.max_memory_allocated" if device == "cuda" else
-              "growth of the peak resident set size (VmHWM / ru_maxrss) of a fresh subprocess") +
+              "growth of the peak resident set size (VmHWM / ru_maxrss) of "
+              + ("a fresh subprocess" if setting.fresh else "this process")) +
               " once the table and gradients exist: optimizer state plus step temporaries.", file=stream)
-    # These two run in fresh processes too (after the dense workloads, this process's heap is in pieces).
+    # These two run in fresh processes too (after the dense workloads, this process's heap is in pieces), but
+    # for --quick.
     if "faces" in chosen:
         from .bench_faces import format_faces
 
-        faces = in_fresh_process("--faces-worker", {"steps": steps, "warmup": warmup,
-                                                  "counts": list(setting.face_counts)})
+        faces = run_worker("--faces-worker", {"steps": steps, "warmup": warmup,
+                                              "counts": list(setting.face_counts)}, setting.fresh)
         print("\n" + (format_faces(faces["results"], setting.face_counts) if "results" in faces
                        else f"faces: {faces['failed']}"),
               file=stream, flush=True)
     if "keras3-sparse" in chosen:
         from .bench_faces import format_keras3_sparse
 
-        sliced = in_fresh_process("--keras3-sparse-worker", {"rows": sparse_rows, "steps": max(steps // 2, 3),
-                                                             "warmup": min(warmup, 2)})
+        sliced = run_worker("--keras3-sparse-worker", {"rows": sparse_rows, "steps": max(steps // 2, 3),
+                                                       "warmup": min(warmup, 2)}, setting.fresh)
         print("\n" + (format_keras3_sparse(sliced["results"], sparse_rows) if "results" in sliced
                        else f"keras3-sparse: {sliced['failed']}"), file=stream, flush=True)
     if png and (dense or sparse):

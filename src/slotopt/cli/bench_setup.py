@@ -76,6 +76,9 @@ class Setting:
     warmup: int
     sparse_rows: int
     face_counts: tuple[int, ...]
+    #: Whether the sparse, faces and keras3-sparse figures run in fresh processes (a fresh heap each; ``--quick``
+    #: runs them in its own process: no interpreter to start for each, figures a little less clean).
+    fresh: bool = True
 
 
 FULL = Setting(WORKLOADS, 20, 3, SPARSE_ROWS, FACE_COUNTS)
@@ -84,7 +87,7 @@ FULL = Setting(WORKLOADS, 20, 3, SPARSE_ROWS, FACE_COUNTS)
 QUICK = Setting({"large": [(1024, 1024)],
                  "model": [(128, 128)] * 24 + [(512, 128)] * 12 + [(128, 512)] * 12 + [(128,)] * 90 + [(512,)] * 12,
                  "small": [(1024,)] * 500},
-                3, 1, SPARSE_ROWS // 10, (100, 300, 600))
+                3, 1, SPARSE_ROWS // 10, (100, 300, 600), fresh=False)
 
 
 @dataclass

@@ -423,7 +423,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
     def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
         if "variables" not in state_dict:
             return False
-        self.set_weights(list(state_dict["variables"]))  # slotopt 0.1's {"config", "variables"}
+        self._set_or_keep_weights(list(state_dict["variables"]))  # slotopt 0.1's {"config", "variables"}
         return True
 
     # ------------------------------------------------------------------------------------------ stages
