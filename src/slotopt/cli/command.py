@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "for-loop, foreach and fused implementations; then a 1M x 64 embedding table with 1K touched "
                     "rows per step, with peak memory. Prints a table and writes a bar chart PNG.",
     )
-    bench.add_argument("--quick", action="store_true", help="a sanity run in under a minute: every contender on workloads a sixteenth of the size, 3 timed steps after 1 warm-up")
+    bench.add_argument("--quick", action="store_true",
+                       help="a check that everything runs, in about a minute: every contender and figure on small "
+                            "workloads, 3 timed steps after 1 warm-up, all in this process")
     bench.add_argument("--png", default="slotopt-bench.png", metavar="PATH",
                        help="where to write the bar chart (default ./slotopt-bench.png)")
     bench.add_argument("--no-png", dest="png", action="store_const", const=None,
