@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from slotopt.cli import bench
+from slotopt.cli import bench, bench_report
 from slotopt.cli import command as cli
 from slotopt.cli.reference import load_cases
 
@@ -226,7 +226,7 @@ def test_benchmark_table_ratios():
     results += [bench.Measurement("large", "RMSprop", impl, ms=2.0) for impl in ("slotopt", "torch loop",
                                                                                    "torch foreach")]
     results.append(bench.Measurement("large", "RMSprop", "torch fused", note="n/a"))
-    lines = bench.format_dense(results).splitlines()
+    lines = bench_report.format_dense(results).splitlines()
     adam = lines[2].split()
     assert adam[:2] == ["large", "Adam"] and adam[-5:] == ["4.00x", "(fused)", "6.00x", "1", "1"]
     rms = lines[3].split()

@@ -56,7 +56,7 @@ GENERATIONS: dict[str, Callable[[Any, torch.nn.Module, Any], Any]] = {
 }
 GENS = list(GENERATIONS)
 HAS_WEIGHTS = ["keras3", "legacy", "loss-scale", "legacy-loss-scale", "composite", "multi"]
-LAZY_WEIGHTS = ["keras3", "loss-scale", "composite", "multi"]  # set_weights before the build waits for it
+LAZY_WEIGHTS = ["keras3", "loss-scale", "composite", "multi"]  # weights loaded before the build wait for it
 
 
 def learning_rate(gen: str, kind: str) -> Any:
@@ -169,7 +169,12 @@ def test_weights_waiting_for_the_build_are_the_weights(gen: str) -> None:
     train(opt, net, 0, 2)
     weights = opt.get_weights()
     twin, net2 = make(gen, net=clone_net(net), built=False)
-    twin.set_weights(weights)
+    if gen == "composite":
+        twin.set_weights(weights)
+    else:  # Keras 3's set_weights needs a built optimizer (issue 42); a store loaded before the build waits
+        with pytest.raises(ValueError, match="has not yet been built"):
+            twin.set_weights(weights)
+        twin.load_own_variables({str(i): w for i, w in enumerate(weights)})
     again = twin.get_weights()
     assert len(again) == len(weights) and all(np.array_equal(a, b) for a, b in zip(again, weights))
     with pytest.raises(RuntimeError, match="set_weights"):

@@ -59,3 +59,34 @@ def test_unpack_reverses_the_reference_packing():
     planes = bits.view(np.uint8).reshape(3, 2, 4).transpose(2, 1, 0)
     blob = np.frombuffer(lzma.compress(np.ascontiguousarray(planes).tobytes()), dtype=np.uint8)
     assert showcase.unpack(blob, "float32", (3, 2), delta=True).tobytes() == values.tobytes()
+
+
+def test_the_long_table_aligns_every_column_whatever_the_longest_label(runs):
+    lines = showcase.format_long_table(list(runs.values())).splitlines()[1:]
+    # every column right-aligned to the header's: the Adagrad look-alike's long label once shifted its row
+    assert len({len(line) for line in lines}) == 1, "\n".join(lines)
+
+
+@pytest.mark.skipif(not HAVE_DEPS, reason="needs the demo extra: pip install 'slotopt[demo]'")
+def test_the_picture_shows_every_curve(runs):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    figure = showcase.draw(list(runs.values()), showcase.continue_keras_run())
+    try:
+        figure.canvas.draw()
+        left = figure.axes[0]
+        box = left.get_legend().get_window_extent()
+        for line in left.get_lines():
+            if str(line.get_label()).startswith("torch.optim"):  # the legend covers none of their points
+                points = left.transData.transform(np.column_stack(line.get_data()))
+                inside = (points[:, 0] > box.x0) & (points[:, 0] < box.x1) & (points[:, 1] > box.y0) & (
+                    points[:, 1] < box.y1)
+                assert not inside.any(), line.get_label()
+        floor = next(line for line in left.get_lines() if line.get_color() == "black")
+        slotopt_lines = [line for line in left.get_lines() if line.get_linestyle() not in ("-", "None")]
+        assert len(slotopt_lines) == len(runs)
+        assert all(line.get_zorder() > floor.get_zorder() for line in slotopt_lines)  # drawn over the floor
+        assert len({line._dash_pattern[0] for line in slotopt_lines}) == len(runs)  # each dash in its own place
+    finally:
+        plt.close(figure)

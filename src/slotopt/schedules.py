@@ -189,10 +189,11 @@ class LearningRateSchedule:
         return cls(**config)
 
 
-def _check_config(schedule: LearningRateSchedule) -> None:
+def _check_config(schedule: LearningRateSchedule, **in_range: Any) -> None:
     """Every argument of a built-in schedule against the shared table (``engine/checks.py``): finite numbers of
-    their range (``decay_steps > 0``, rates, powers and ``t_mul`` not negative...) and boolean flags."""
-    checks.check_values(schedule.get_config())
+    their range (``decay_steps > 0``, rates, powers and ``t_mul`` not negative...) and boolean flags.
+    ``in_range``: stand-ins for values the schedule takes outside the table's range (checked by itself)."""
+    checks.check_values({**schedule.get_config(), **in_range})
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -493,7 +494,11 @@ class CosineDecay(LearningRateSchedule):
         self.name = name
         self.warmup_target = warmup_target
         self.warmup_steps = warmup_steps
-        _check_config(self)
+        # tf-keras takes ``decay_steps=0`` with a warm-up (a warm-up alone, as its tests use it); the decay after
+        # it is then 0/0, NaN, as in TensorFlow (and a step refuses that learning rate).
+        warmup_only = (warmup_target is not None and isinstance(decay_steps, (int, float))
+                       and not isinstance(decay_steps, bool) and decay_steps == 0)
+        _check_config(self, **({"decay_steps": 1} if warmup_only else {}))
 
     def _constants(self, device: torch.device) -> Dict[str, Any]:
         lr0 = _initial_lr(self.initial_learning_rate, device)

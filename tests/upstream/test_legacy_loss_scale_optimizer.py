@@ -130,7 +130,8 @@ def test_from_config_with_invalid_multiplier():
     config = {"optimizer": {"class_name": "SGD", "config": {"learning_rate": 2.0}},
               "loss_scale": {"class_name": "DynamicLossScale",
                              "config": {"initial_loss_scale": 2.0, "increment_period": 3, "multiplier": 4.0}}}
-    with pytest.raises(ValueError, match="multiplier other than 2"):
+    with pytest.raises(ValueError, match="Cannot deserialize LossScaleOptimizer with a DynamicLossScale whose "
+                                         "multiplier is not 2"):
         legacy.LossScaleOptimizer.from_config(config)
 
 

@@ -42,26 +42,30 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TextIO
 
 import torch
 
-__all__ = ["WORKLOADS", "OPTIMIZERS", "SPARSE_OPTIMIZERS", "Measurement", "time_steps", "run_bench"]
+from .bench_setup import (
+    FULL,
+    IMPLEMENTATIONS,
+    OPTIMIZERS,
+    QUICK,
+    SPARSE_DIM,
+    SPARSE_OPTIMIZERS,
+    SPARSE_ROWS,
+    SPARSE_TOUCHED,
+    TRAFFIC_ELEMENTS,
+    WORKLOADS,
+    Measurement,
+    OptimizerSpec,
+    Setting,
+    Shapes,
+)
 
-Shapes = list[tuple[int, ...]]
-
-WORKLOADS: dict[str, Shapes] = {
-    "large": [(4096, 4096)],
-    "model": [(512, 512)] * 24 + [(2048, 512)] * 12 + [(512, 2048)] * 12 + [(512,)] * 90 + [(2048,)] * 12,
-    "small": [(1024,)] * 2000,
-}
-
-IMPLEMENTATIONS = ("slotopt", "slotopt foreach", "torch loop", "torch foreach", "torch fused")
-
-#: Bytes a one-pass step must move per parameter element (float32), reads plus writes: the variable, the
-#: gradient and each state tensor are read once, the variable and the state written once.
-TRAFFIC_ELEMENTS = {"Adam": 7, "AdamW": 7, "SGD-momentum": 5, "RMSprop": 5, "Adagrad": 5}
+# (the definitions live in bench_setup.py; named here too, for the callers of this module)
+__all__ = ["WORKLOADS", "OPTIMIZERS", "SPARSE_OPTIMIZERS", "SPARSE_ROWS", "IMPLEMENTATIONS", "Measurement",
+           "Setting", "FULL", "QUICK", "time_steps", "run_bench"]
 
 
 def _slotopt_class(name: str, module: str = "slotopt") -> Optional[type]:
@@ -72,60 +76,6 @@ def _slotopt_class(name: str, module: str = "slotopt") -> Optional[type]:
     except ImportError:
         return None
 
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """One benchmarked algorithm: the slotopt class and arguments, and the torch.optim equivalent."""
-
-    label: str
-    slotopt_name: str
-    slotopt_kwargs: dict[str, Any]
-    torch_name: str
-    torch_kwargs: dict[str, Any]
-
-
-#: Same hyperparameters on both sides (epsilon 1e-7 as in Keras; torch's own default is 1e-8).
-OPTIMIZERS: list[OptimizerSpec] = [
-    OptimizerSpec("Adam", "Adam", {"learning_rate": 1e-3}, "Adam", {"lr": 1e-3, "eps": 1e-7}),
-    OptimizerSpec("AdamW", "AdamW", {"learning_rate": 1e-3, "weight_decay": 0.004},
-                  "AdamW", {"lr": 1e-3, "eps": 1e-7, "weight_decay": 0.004}),
-    OptimizerSpec("SGD-momentum", "SGD", {"learning_rate": 0.01, "momentum": 0.9},
-                  "SGD", {"lr": 0.01, "momentum": 0.9}),
-    OptimizerSpec("RMSprop", "RMSprop", {"learning_rate": 1e-3}, "RMSprop", {"lr": 1e-3, "alpha": 0.9, "eps": 1e-7}),
-    OptimizerSpec("Adagrad", "Adagrad", {"learning_rate": 1e-3},
-                  "Adagrad", {"lr": 1e-3, "initial_accumulator_value": 0.1, "eps": 1e-7}),
-]
-
-#: The sparse row: (label, kind, module or torch class, class name, kwargs, what the step touches).
-SPARSE_OPTIMIZERS: list[tuple[str, str, str, dict[str, Any], str]] = [
-    ("slotopt.legacy.Adam", "slotopt.legacy", "Adam", {"learning_rate": 1e-3},
-     "tf.keras semantics: moments decayed and table updated on all rows"),
-    ("torch.optim.SparseAdam", "torch", "SparseAdam", {"lr": 1e-3, "eps": 1e-7},
-     "lazy: touched rows only (not Keras semantics)"),
-    ("slotopt.Adam", "slotopt", "Adam", {"learning_rate": 1e-3},
-     "Keras 3 semantics: dense update of the summed gradient"),
-    ("slotopt.legacy.Adagrad", "slotopt.legacy", "Adagrad", {"learning_rate": 1e-3},
-     "touched rows only (= dense result)"),
-    ("slotopt.Adagrad", "slotopt", "Adagrad", {"learning_rate": 1e-3}, "touched rows only (= dense result)"),
-    ("torch.optim.Adagrad", "torch", "Adagrad", {"lr": 1e-3, "initial_accumulator_value": 0.1, "eps": 1e-7},
-     "touched rows only"),
-]
-
-SPARSE_ROWS, SPARSE_DIM, SPARSE_TOUCHED = 1_000_000, 64, 1024
-
-
-@dataclass
-class Measurement:
-    """Median milliseconds per step of one (workload, optimizer, implementation), or why it did not run."""
-
-    workload: str
-    optimizer: str
-    implementation: str
-    ms: float = math.nan
-    peak_mb: float = math.nan
-    note: str = ""
-    samples: list[float] = field(default_factory=list)
-    failed: bool = False
 
 
 def _sync(device: str) -> None:
@@ -383,8 +333,23 @@ def in_fresh_process(flag: str, spec: dict[str, Any]) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def run_worker(flag: str, spec: dict[str, Any], fresh: bool = True) -> dict[str, Any]:
+    """A worker's result: from a fresh process (``in_fresh_process``), or from this one, a failure as
+    ``{"failed": reason}`` either way."""
+    if fresh:
+        return in_fresh_process(flag, spec)
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (as in a worker process: torch's notes on sparse tensors)
+            return _WORKERS[flag](spec)
+    except Exception as err:  # (reported in the table, as a worker's failure is)
+        return {"failed": f"failed: {type(err).__name__}: {err}"}
+
+
 def _measure_sparse(entry: tuple[str, str, str, dict[str, Any], str], steps: int, warmup: int, device: str,
-                    rows: int) -> Measurement:
+                    rows: int, fresh: bool = True) -> Measurement:
     label, kind, name, kwargs, note = entry
     m = Measurement("sparse", label, kind, note=note)
     if kind != "torch" and _slotopt_class(name, kind) is None:
@@ -392,7 +357,7 @@ def _measure_sparse(entry: tuple[str, str, str, dict[str, Any], str], steps: int
         return m
     spec = {"device": device, "steps": steps, "warmup": warmup, "rows": rows, "dim": SPARSE_DIM,
             "touched": SPARSE_TOUCHED, "kind": kind, "name": name, "kwargs": kwargs}
-    result = in_fresh_process("--sparse-worker", spec)
+    result = run_worker("--sparse-worker", spec, fresh)
     if "failed" in result:
         m.note, m.failed = result["failed"], True
         return m
@@ -405,132 +370,6 @@ def _measure_sparse(entry: tuple[str, str, str, dict[str, Any], str], steps: int
     return m
 
 
-# ------------------------------------------------------------------------------------------- report
-def _fmt_ms(value: float) -> str:
-    if math.isnan(value):
-        return "-"
-    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
-
-
-def _ratio(a: float, b: float) -> str:
-    return "-" if math.isnan(a) or math.isnan(b) or b == 0 else f"{a / b:.2f}x"
-
-
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 2) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(row: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-
-    return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
-
-
-def format_dense(results: list[Measurement]) -> str:
-    """ms per step for each implementation and the copy floor, peak extra memory per step, and the ratios of
-    slotopt to torch fused (torch foreach where torch has no fused kernel) and to the floor."""
-    by_key = {(m.workload, m.optimizer, m.implementation): m for m in results}
-    shown = [i for i in IMPLEMENTATIONS if any(m.implementation == i for m in results)]
-    rows = []
-    for workload in dict.fromkeys(m.workload for m in results):
-        for opt in dict.fromkeys(m.optimizer for m in results if m.workload == workload):
-            def get(impl: str, what: str = "ms", key: tuple[str, str] = (workload, opt)) -> float:
-                m = by_key.get((*key, impl))
-                return getattr(m, what) if m is not None else math.nan
-
-            fused = get("torch fused")
-            best_torch, best_name = (fused, "fused") if not math.isnan(fused) else (get("torch foreach"), "foreach")
-            rows.append((workload, opt, *(_fmt_ms(get(i)) for i in shown), _fmt_ms(get("copy floor")),
-                         _ratio(get("slotopt"), best_torch) + f" ({best_name})",
-                         _ratio(get("slotopt"), get("copy floor")),
-                         *("-" if math.isnan(get(i, "peak_mb")) else f"{get(i, 'peak_mb'):.0f}"
-                           for i in ("slotopt", "torch fused" if best_name == "fused" else "torch foreach"))))
-    header = ("workload", "optimizer", *(f"{i} ms" for i in shown), "copy floor ms", "slotopt/torch best",
-              "slotopt/floor", "slotopt MB", "torch best MB")
-    notes = sorted({f"{m.optimizer} {m.implementation}: {m.note}" for m in results if m.note and m.note != "n/a"})
-    return _table(header, rows) + "".join(f"\n  note: {n}" for n in notes)
-
-
-def format_sparse(results: list[Measurement], rows: int) -> str:
-    header = ("optimizer", "ms/step", "peak extra MB", "what a step updates")
-    body = [(m.optimizer, _fmt_ms(m.ms), "-" if math.isnan(m.peak_mb) else f"{m.peak_mb:.0f}", m.note)
-            for m in results]
-    title = (f"Sparse: {rows:,} x {SPARSE_DIM} float32 embedding table, {SPARSE_TOUCHED} touched rows per step "
-             f"(torch sparse COO gradients)")
-    return title + "\n" + _table(header, body, left=1).replace("\n", "\n", 1)
-
-
-def plot(dense: list[Measurement], sparse: list[Measurement], path: str, title: str, sparse_rows: int) -> None:
-    """Grouped bar chart: one panel per workload, one bar per implementation, log-scale ms per step."""
-    from .demo import require
-
-    matplotlib = require("matplotlib", "the benchmark chart")
-    matplotlib.use("Agg")
-    plt = require("matplotlib.pyplot", "the benchmark chart")
-    ticker = require("matplotlib.ticker", "the benchmark chart")
-    workloads = list(dict.fromkeys(m.workload for m in dense))
-    panels = max(len(workloads) + (1 if sparse else 0), 1)
-    ncols = 1 if panels == 1 else 2
-    nrows = math.ceil(panels / ncols)
-    fig, grid = plt.subplots(nrows, ncols, figsize=(6.8 * ncols, 4.6 * nrows), squeeze=False)
-    axes = [ax for row in grid for ax in row]
-    for ax in axes[panels:]:
-        ax.set_visible(False)
-    colors = dict(zip(IMPLEMENTATIONS, ("#d62728", "#7f7f7f", "#1f77b4", "#2ca02c")))
-
-    def readable_log_axis(ax: Any) -> None:
-        ax.set_yscale("log")
-        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
-
-    for ax, workload in zip(axes, workloads):
-        opts = list(dict.fromkeys(m.optimizer for m in dense if m.workload == workload))
-        by_key = {(m.optimizer, m.implementation): m.ms for m in dense if m.workload == workload}
-        width = 0.8 / len(IMPLEMENTATIONS)
-        for k, impl in enumerate(IMPLEMENTATIONS):
-            xs = [i + (k - (len(IMPLEMENTATIONS) - 1) / 2) * width for i in range(len(opts))]
-            ys = [by_key.get((o, impl), math.nan) for o in opts]
-            ax.bar(xs, [0 if math.isnan(y) else y for y in ys], width, label=impl, color=colors[impl])
-            for x, y in zip(xs, ys):
-                if math.isnan(y):
-                    ax.annotate("n/a", (x, 0), xycoords=("data", "axes fraction"), xytext=(0, 3),
-                                textcoords="offset points", ha="center", va="bottom", fontsize=7, rotation=90)
-        ax.set_xticks(range(len(opts)))
-        ax.set_xticklabels(opts)
-        readable_log_axis(ax)
-        ax.set_ylabel("ms per step (median, log scale)")
-        ax.set_title(f"{workload}: {_describe_workload(workload)}", fontsize=10)
-        ax.grid(True, axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    if sparse:
-        ax = axes[len(workloads)]
-        shown = [m for m in sparse if not math.isnan(m.ms)]
-        names = [m.optimizer for m in shown]
-        bars = ax.bar(range(len(shown)), [m.ms for m in shown],
-                      color=["#1f77b4" if n.startswith("torch") else "#d62728" for n in names])
-        for bar, m in zip(bars, shown):
-            ax.annotate(f"{m.peak_mb:.0f} MB", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(shown)))
-        ax.set_xticklabels([n.replace(".optim", "").replace("slotopt.", "slotopt\n").replace("torch.", "torch\n")
-                            for n in names], fontsize=8)
-        readable_log_axis(ax)
-        ax.set_ylabel("ms per step (median, log scale)")
-        ax.set_title(f"sparse: {sparse_rows:,} x {SPARSE_DIM} embedding, {SPARSE_TOUCHED} rows/step "
-                     "(bar label: peak extra memory)", fontsize=10)
-        ax.grid(True, axis="y", which="both", alpha=0.3)
-    fig.suptitle(title, fontsize=12)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _describe_workload(name: str) -> str:
-    shapes = WORKLOADS[name]
-    total = sum(math.prod(s) for s in shapes)
-    return f"{len(shapes)} tensor{'s' if len(shapes) > 1 else ''}, {total / 1e6:.1f}M params"
-
-
 # ------------------------------------------------------------------------------------------- entry point
 def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", device: str = "cpu",
               workloads: Optional[list[str]] = None, steps: Optional[int] = None,
@@ -541,13 +380,15 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
 
         require("matplotlib", "the benchmark chart (skip it with --no-png)")  # fail before measuring
         png = check_writable(png, "--png")
-    steps = steps or (5 if quick else 20)
-    warmup = 1 if quick else 3
+    setting = QUICK if quick else FULL
+    steps = steps or setting.steps
+    warmup = setting.warmup
     chosen = workloads or ["large", "model", "small", "sparse", "faces", "keras3-sparse"]
-    sparse_rows = SPARSE_ROWS // 10 if quick else SPARSE_ROWS
+    sparse_rows = setting.sparse_rows
     print(f"slotopt bench: torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}; "
-          f"median of {steps} steps after {warmup} warm-up{' (quick)' if quick else ''}", file=stream, flush=True)
+          f"median of {steps} steps after {warmup} warm-up{' (quick: smaller workloads)' if quick else ''}",
+          file=stream, flush=True)
     from ..kernels import native
 
     kernels = native.status()
@@ -558,7 +399,7 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
               f"{os.cpu_count()} CPUs, so expect noisy numbers", file=stream, flush=True)
     dense: list[Measurement] = []
     for workload in (w for w in chosen if w in WORKLOADS):
-        params, grads = _make_tensors(WORKLOADS[workload], device)
+        params, grads = _make_tensors(setting.workloads[workload], device)
         for spec in OPTIMIZERS:
             dense += _measure_dense_group(workload, spec, params, grads, steps, warmup, device)
             print(f"  {workload:<6} {spec.label:<13} done", file=sys.stderr, flush=True)
@@ -567,8 +408,9 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     sparse: list[Measurement] = []
     if "sparse" in chosen:
         for entry in SPARSE_OPTIMIZERS:
-            sparse.append(_measure_sparse(entry, steps, warmup, device, sparse_rows))
+            sparse.append(_measure_sparse(entry, steps, warmup, device, sparse_rows, setting.fresh))
             print(f"  sparse {entry[0]:<24} done", file=sys.stderr, flush=True)
+    from .bench_report import format_dense, format_sparse, plot
     if dense:
         print("\nDense step time, milliseconds per step (lower is better)", file=stream)
         print(format_dense(dense), file=stream)
@@ -580,27 +422,31 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
     if sparse:
         print("\n" + format_sparse(sparse, sparse_rows), file=stream)
         print("peak extra MB: " + ("growth of torch.cuda.max_memory_allocated" if device == "cuda" else
-              "growth of the peak resident set size (VmHWM / ru_maxrss) of a fresh subprocess") +
+              "growth of the peak resident set size (VmHWM / ru_maxrss) of "
+              + ("a fresh subprocess" if setting.fresh else "this process")) +
               " once the table and gradients exist: optimizer state plus step temporaries.", file=stream)
-    # These two run in fresh processes too (after the dense workloads, this process's heap is in pieces).
+    # These two run in fresh processes too (after the dense workloads, this process's heap is in pieces), but
+    # for --quick.
     if "faces" in chosen:
         from .bench_faces import format_faces
 
-        faces = in_fresh_process("--faces-worker", {"steps": steps, "warmup": warmup})
-        print("\n" + (format_faces(faces["results"]) if "results" in faces else f"faces: {faces['failed']}"),
+        faces = run_worker("--faces-worker", {"steps": steps, "warmup": warmup,
+                                              "counts": list(setting.face_counts)}, setting.fresh)
+        print("\n" + (format_faces(faces["results"], setting.face_counts) if "results" in faces
+                       else f"faces: {faces['failed']}"),
               file=stream, flush=True)
     if "keras3-sparse" in chosen:
         from .bench_faces import format_keras3_sparse
 
-        sliced = in_fresh_process("--keras3-sparse-worker", {"rows": sparse_rows, "steps": max(steps // 2, 3),
-                                                             "warmup": min(warmup, 2)})
+        sliced = run_worker("--keras3-sparse-worker", {"rows": sparse_rows, "steps": max(steps // 2, 3),
+                                                       "warmup": min(warmup, 2)}, setting.fresh)
         print("\n" + (format_keras3_sparse(sliced["results"], sparse_rows) if "results" in sliced
                        else f"keras3-sparse: {sliced['failed']}"), file=stream, flush=True)
     if png and (dense or sparse):
         path = os.path.abspath(png)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         plot(dense, sparse, path, f"slotopt vs torch.optim step time ({device}, torch {torch.__version__})",
-             sparse_rows)
+             sparse_rows, setting.workloads)
         print(f"\nChart written to {path}", file=stream, flush=True)
     return 1 if any(m.failed for m in dense + sparse) else 0
 

@@ -201,9 +201,9 @@ def _rows_in_place(tensors: list[torch.Tensor], indices: list[torch.Tensor]) -> 
     return copy
 
 
-def format_faces(results: list[dict[str, Any]]) -> str:
+def format_faces(results: list[dict[str, Any]], counts: tuple[int, ...] = FACE_COUNTS) -> str:
     lines = [f"Per-tensor cost of a step (Adam, float32 tensors of {FACE_ELEMENTS} elements, fitted over "
-             f"{', '.join(map(str, FACE_COUNTS))} tensors; floor: a copy moving the bytes the update moves)",
+             f"{', '.join(map(str, counts))} tensors; floor: a copy moving the bytes the update moves)",
              f"  {'face and API':<28}{'us/tensor':>10}{'floor us':>10}{'x floor':>9}"]
     for r in results:
         floor = r["floor_us_per_tensor"]

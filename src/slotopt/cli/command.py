@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "for-loop, foreach and fused implementations; then a 1M x 64 embedding table with 1K touched "
                     "rows per step, with peak memory. Prints a table and writes a bar chart PNG.",
     )
-    bench.add_argument("--quick", action="store_true", help="a fast sanity run: 5 timed steps after 1 warm-up, and a 100K-row sparse table")
+    bench.add_argument("--quick", action="store_true",
+                       help="a check that everything runs, in about a minute: every contender and figure on small "
+                            "workloads, 3 timed steps after 1 warm-up, all in this process")
     bench.add_argument("--png", default="slotopt-bench.png", metavar="PATH",
                        help="where to write the bar chart (default ./slotopt-bench.png)")
     bench.add_argument("--no-png", dest="png", action="store_const", const=None,
@@ -103,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=("large", "model", "small", "sparse", "faces", "keras3-sparse"),
                        help="only this workload (repeatable; default all)")
     bench.add_argument("--steps", type=_positive_int, default=None, metavar="N",
-                       help="timed steps per measurement (default 20, 5 with --quick)")
+                       help="timed steps per measurement (default 20, 3 with --quick)")
     commands.add_parser(
         "info",
         help="which kernel path is active (compiled one-pass kernels or foreach), and the versions in use",
@@ -136,7 +138,9 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     except FileNotFoundError as err:
         raise UsageError(str(err).strip('"')) from err
     except (ValueError, OSError, ImportError) as err:
-        print(f"slotopt inspect: {args.path}: {err}", file=sys.stderr)
+        message = str(err)  # (the readers' errors name the file already: not twice)
+        print(f"slotopt inspect: {message if message.startswith(args.path) else f'{args.path}: {message}'}",
+              file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
 

@@ -201,13 +201,14 @@ def _format_ratio(value: float) -> str:
 
 
 def format_long_table(runs: Sequence[LongRun]) -> str:
+    width = max([len("torch.optim look-alike"), *(len(run.torch_config) for run in runs)])  # the longest label
     lines = ["Same recorded gradients, 1000 steps: relative distance from Keras's weights "
              "(max |w - w_keras| / max |w_keras|)",
              f"{'Keras 3 optimizer':<18} {'slotopt: steps with Keras bits':>31} {'slotopt @1000':>14}   "
-             f"{'torch.optim look-alike':<55} {'@10':>8} {'@100':>8} {'@1000':>8}"]
+             f"{'torch.optim look-alike':<{width}} {'@10':>8} {'@100':>8} {'@1000':>8}"]
     for run in runs:
         lines.append(f"{run.optimizer:<18} {run.slotopt_identical_steps:>25}/{run.steps:<5} "
-                     f"{_format_ratio(run.slotopt_relative[-1]):>14}   {run.torch_config:<55} "
+                     f"{_format_ratio(run.slotopt_relative[-1]):>14}   {run.torch_config:<{width}} "
                      f"{run.torch_relative[9]:>8.1e} {run.torch_relative[99]:>8.1e} {run.torch_relative[-1]:>8.1e}")
     return "\n".join(lines)
 
@@ -225,6 +226,15 @@ def format_continuation_table(result: Continuation) -> str:
 
 
 def plot(runs: Sequence[LongRun], result: Continuation, path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    figure = draw(runs, result)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def draw(runs: Sequence[LongRun], result: Continuation) -> Any:
+    """The demo picture as a matplotlib figure (left: the 1000-step replays; right: the Keras file continued)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -233,14 +243,16 @@ def plot(runs: Sequence[LongRun], result: Continuation, path: str) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(14, 5.6), gridspec_kw={"width_ratios": [1.35, 1]})
     floor = 1e-9  # where "same bits" is drawn on the log axis
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for run, color in zip(runs, colors):
+    left.axhline(floor, color="black", lw=1.0, zorder=1)
+    dash = 6.0  # slotopt's lines lie on the floor together: each draws a dash in turn, so every colour shows
+    for k, (run, color) in enumerate(zip(runs, colors)):
         steps = np.arange(1, run.steps + 1)
         left.plot(steps, np.maximum(run.torch_relative, floor), color=color, lw=1.6,
                   label=f"torch.optim.{run.torch_config.split('(')[0]} vs Keras {run.optimizer}")
         mine = np.maximum(run.slotopt_relative, floor)
-        left.plot(steps, mine, color=color, lw=2.2, ls=":", alpha=0.9)
-    left.axhline(floor, color="black", lw=2.5)
-    left.text(1.2, floor * 1.8, "same bits as Keras: slotopt (dotted, each optimizer's colour)", fontsize=10,
+        left.plot(steps, mine, color=color, lw=3.0, zorder=3,
+                  ls=(k * dash, (dash, dash * (len(runs) - 1))))
+    left.text(1.2, floor * 1.8, "same bits as Keras: slotopt (dashed, each optimizer's colour)", fontsize=10,
               weight="bold")
     left.set_xscale("log")
     left.set_yscale("log")
@@ -248,7 +260,9 @@ def plot(runs: Sequence[LongRun], result: Continuation, path: str) -> None:
     left.set_xlabel("step (same recorded gradients for every optimizer)")
     left.set_ylabel("distance from Keras's weights\nmax |w − w_keras| / max |w_keras|")
     left.set_title("1000 steps replayed against Keras 3.15's recorded weights")
-    left.legend(loc="upper right", fontsize=8.5, title="nearest torch.optim, same hyperparameters", title_fontsize=8.5)
+    # (in the empty band between the look-alikes that drift and the close ones, off every curve)
+    left.legend(loc="upper left", bbox_to_anchor=(0.01, 0.70), fontsize=8.5,
+                title="nearest torch.optim, same hyperparameters", title_fontsize=8.5)
     left.grid(True, which="major", alpha=0.3)
 
     after = np.arange(result.iterations_loaded + 1, result.iterations_loaded + len(result.slotopt_distance) + 1)
@@ -268,8 +282,7 @@ def plot(runs: Sequence[LongRun], result: Continuation, path: str) -> None:
     right.grid(True, which="major", alpha=0.3)
     figure.suptitle("slotopt trains exactly like Keras; torch.optim's look-alikes do not", fontsize=14, weight="bold")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    return figure
 
 
 def run_showcase(out: str = "slotopt-demo.png", stream: TextIO = sys.stdout) -> int:

@@ -25,8 +25,9 @@ from ..variables import (
     named_variables,
     variable_name,
 )
-from . import checks, distributed, resume
+from . import checks, distributed, resume, torch_arguments
 from . import sparse as sparse_rows
+from .eager import outside_dynamo
 from .group_sync import check_param_groups
 from .plan import Ordinary, Pair, StepPlan
 from .torch_protocol import TorchProtocol, is_param_group_list
@@ -73,6 +74,7 @@ class BuildsOnParams(type):
             check_gradient_aggregator(gradient_aggregator, cls)
         if "name" in kwargs:
             checks.check_name(kwargs["name"])
+        kwargs = torch_arguments.translate(cls, args, kwargs)  # torch's ``lr``/``betas``; ``eps`` refused
         checks.check_argument_types(cls.__init__, args, kwargs, cls._optional_arguments, cls._own_argument_checks)
         optimizer = super().__call__(*args, **kwargs)
         checks.check_name(optimizer.__dict__.get("name", optimizer.__dict__.get("_name")))  # given by position
@@ -172,6 +174,18 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
 
     def _check_hyperparameter(self, key: str, value: Any) -> None:
         checks.check_value("learning_rate" if key == "lr" else key, value, self._hyperparameter_ranges)
+
+    def _patch_step_function(self) -> None:
+        """torch wraps ``step`` in its profiler hook (``record_function`` and the step hooks); that wrapper is kept
+        out of ``torch.compile`` too, so that a compiled training step breaks its graph before it (Dynamo would
+        warn that it ignores the ``record_function``) and runs hooks and step eagerly."""
+        super()._patch_step_function()
+        cls = type(self)
+        if not getattr(cls.step, "_slotopt_outside_dynamo", False):
+            hooked = outside_dynamo(cls.step)
+            hooked.hooked = True  # type: ignore[attr-defined]  # (what torch checks before wrapping again)
+            hooked._slotopt_outside_dynamo = True  # type: ignore[attr-defined]
+            cls.step = hooked  # type: ignore[method-assign]
 
     def _init_core(self) -> None:
         self._vars: list[torch.Tensor] = []

@@ -16,7 +16,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Callable, Optional, Union
 
 import torch
@@ -26,9 +27,24 @@ from torch.utils import _pytree
 
 from ..variables import named_variables
 
-__all__ = ["gradients_of", "differentiate", "resolve_var_list", "run_watching", "graph_leaves"]
+__all__ = ["gradients_of", "differentiate", "resolve_var_list", "run_watching", "graph_leaves", "watching"]
 
 Loss = Union[Callable[[], torch.Tensor], torch.Tensor]
+
+
+@contextmanager
+def watching(variables: Optional[Sequence[torch.Tensor]]) -> Iterator[None]:
+    """TensorFlow's ``tape.watch(var_list)``: the floating leaf tensors of ``variables`` that do not require a
+    gradient (a constant, a non-trainable variable) get one while the loss runs, and stop after."""
+    watched = [v for v in variables or () if isinstance(v, torch.Tensor) and v.is_leaf and not v.requires_grad
+               and (v.is_floating_point() or v.is_complex())]
+    try:
+        for v in watched:
+            v.requires_grad_(True)
+        yield
+    finally:
+        for v in watched:
+            v.requires_grad_(False)
 
 
 def resolve_var_list(var_list: Any) -> list[torch.Tensor]:

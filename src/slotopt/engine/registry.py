@@ -26,13 +26,14 @@ class UnknownNameError(ValueError):
 
 class _Generation:
     def __init__(self, name: str, public_module: str, modules: tuple[str, ...], prefixes: tuple[str, ...],
-                 classes: dict[str, type], aliases: dict[str, type]) -> None:
+                 classes: dict[str, type], aliases: dict[str, type], exported: dict[str, type]) -> None:
         self.name = name
         self.public_module = public_module
         self.modules = modules
         self.prefixes = prefixes
         self.classes = classes  # the exported names, written by serialize
         self.aliases = aliases  # other names the same classes were written under (old class names)
+        self.exported = exported  # in the public module but not known by bare name (Keras 3's Lamb)
 
     def lookup(self, class_name: str) -> Optional[type]:
         found = self.classes.get(class_name) or self.aliases.get(class_name)
@@ -50,14 +51,17 @@ _GENERATIONS: dict[str, _Generation] = {}
 
 
 def register_generation(name: str, *, public_module: str, modules: Iterable[str], prefixes: Iterable[str] = (),
-                        classes: Mapping[str, type], aliases: Optional[Mapping[str, type]] = None) -> None:
+                        classes: Mapping[str, type], aliases: Optional[Mapping[str, type]] = None,
+                        exported: Optional[Mapping[str, type]] = None) -> None:
     """Registers a generation's classes under the module paths that mean it.
 
     ``modules`` match exactly, ``prefixes`` match themselves and every dotted path below them
     (``"slotopt.legacy"`` covers ``"slotopt.legacy.adam"``). ``public_module`` is what ``serialize`` writes.
+    ``exported``: classes of the public module that Keras does not know by bare name (``get("lamb")`` fails)
+    but finds in a config that names the public module, as ``serialize`` writes it.
     """
     _GENERATIONS[name] = _Generation(name, public_module, tuple(modules), tuple(prefixes), dict(classes),
-                                     dict(aliases or {}))
+                                     dict(aliases or {}), dict(exported or {}))
 
 
 def generation_of_module(module: Any) -> Optional[str]:
@@ -88,7 +92,7 @@ def known_modules() -> list[str]:
 def serialized_module(cls: type) -> Optional[str]:
     """The ``module`` ``serialize`` writes for a registered class, or None for a class no registry holds."""
     for gen in _GENERATIONS.values():
-        if gen.classes.get(cls.__name__) is cls:
+        if gen.classes.get(cls.__name__) is cls or gen.exported.get(cls.__name__) is cls:
             return gen.public_module
     return None
 
@@ -143,6 +147,8 @@ def resolve_class(class_name: Any, module: Any = None, custom_objects: Optional[
             f"(received {custom_names}); nothing a config names is imported or called."
         )
     cls = _GENERATIONS[generation].lookup(class_name)
+    if cls is None and module == _GENERATIONS[generation].public_module:  # as ``serialize`` writes it
+        cls = _GENERATIONS[generation].exported.get(class_name)
     if cls is None:
         valid = sorted(name.lower() for name in _GENERATIONS[generation].classes)
         where = module or _GENERATIONS[generation].public_module

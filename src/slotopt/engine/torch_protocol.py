@@ -27,6 +27,7 @@ How Keras and torch meet:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -237,7 +238,10 @@ class TorchProtocol(GroupSync, StateIO, torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears the ``.grad`` of every parameter in ``param_groups`` (torch's convention)."""
-        with torch.autograd.profiler.record_function(self._zero_grad_profile_name):
+        # (Dynamo would warn that it ignores the profiler's ``record_function`` in a compiled training step)
+        compiling = getattr(torch.compiler, "is_compiling", lambda: False)()
+        with contextlib.nullcontext() if compiling else torch.autograd.profiler.record_function(
+                self._zero_grad_profile_name):
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is None:

@@ -169,9 +169,10 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
     """Delegates each variable to its own Keras 3 optimizer (Keras 3.15 ``keras.optimizers.MultiOptimizer``).
 
     Args:
-        optimizer_map: an ``OptimizerMap``, or a callable ``variable -> optimizer`` (called once per variable at
-            build, with the variable itself; an ``OptimizerMap`` gets the variable's path, which for a plain
-            tensor is the name it was registered under, e.g. ``"0.weight"`` from ``named_parameters``).
+        optimizer_map: an ``OptimizerMap``, one optimizer (for every variable, as Keras takes it), or a callable
+            ``variable -> optimizer`` (called once per variable at build, with the variable itself; an
+            ``OptimizerMap`` gets the variable's path, which for a plain tensor is the name it was registered
+            under, e.g. ``"0.weight"`` from ``named_parameters``).
         loss_scale_factor: overrides every sub-optimizer's: they are set to it (``None`` included) when they
             join, and whenever it is assigned; ``scale_loss`` multiplies by it and the sub-optimizers divide
             their gradients by it.
@@ -208,6 +209,8 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
 
     def __init__(self, optimizer_map: OptimizerSelector, loss_scale_factor: Optional[float] = None,
                  name: Optional[str] = None, *, foreach: Optional[bool] = None) -> None:
+        if isinstance(optimizer_map, Optimizer):  # Keras takes one optimizer: the default of an empty map
+            optimizer_map = OptimizerMap(optimizer_map)
         if not callable(optimizer_map):
             raise TypeError(
                 "Argument `optimizer_map` must be an OptimizerMap or a callable returning an optimizer for a "

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .. import schedules as schedules_module
-from ..engine import checks, clipping, gradients, transaction
+from ..engine import as_written, checks, clipping, gradients, transaction
 from ..engine import constants as K
 from ..engine.core import Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
@@ -51,8 +51,12 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
     Args:
         learning_rate: a float, a ``LearningRateSchedule`` or a no-argument callable.
         weight_decay: decoupled weight decay ``w -= w * weight_decay * lr`` before each update.
-        clipnorm / clipvalue / global_clipnorm: gradient clipping (at most one; a value <= 0 disables it).
-        use_ema / ema_momentum / ema_overwrite_frequency: exponential moving average of the variables.
+        clipnorm: clips each gradient to this norm (at most one of the three clippings; <= 0 disables it).
+        clipvalue: clips each gradient element to ``[-clipvalue, clipvalue]``.
+        global_clipnorm: clips all gradients together to this global norm.
+        use_ema: keeps an exponential moving average of the variables.
+        ema_momentum: the moving average's momentum.
+        ema_overwrite_frequency: every this many steps, the variables are overwritten with their average.
         loss_scale_factor: gradients are divided by it (``scale_loss`` multiplies the loss by it).
         gradient_accumulation_steps: average gradients over this many calls before each update.
         name: defaults to a unique snake-case name such as ``"adam_1"``.
@@ -174,6 +178,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
             )
         checks.check_number("learning_rate", learning_rate, checks.range_of("learning_rate",
                                                                             self._hyperparameter_ranges))
+        as_written.remember(self.__dict__.setdefault("_as_written", {}), "lr", learning_rate)
         return self._own_variable(torch.tensor(learning_rate, dtype=_floatx()), "learning_rate")
 
     @property
@@ -219,6 +224,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
             )
         value = checks.check_number("learning_rate", value, checks.range_of("learning_rate",
                                                                             self._hyperparameter_ranges))
+        as_written.remember(self.__dict__.setdefault("_as_written", {}), "lr", value)
         if isinstance(current, Variable):
             current.assign(value)
         else:  # a callable was set before: go back to a variable at its old place
@@ -361,7 +367,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         object.__setattr__(self, key, value)
 
     def _current_lr(self) -> float:
-        return float(self.learning_rate)
+        return as_written.shown(self.__dict__.setdefault("_as_written", {}), "lr", float(self.learning_rate))
 
     def _lr_is_driven(self) -> bool:
         return not isinstance(self._learning_rate, Variable)
@@ -417,7 +423,7 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
     def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
         if "variables" not in state_dict:
             return False
-        self.set_weights(list(state_dict["variables"]))  # slotopt 0.1's {"config", "variables"}
+        self._set_or_keep_weights(list(state_dict["variables"]))  # slotopt 0.1's {"config", "variables"}
         return True
 
     # ------------------------------------------------------------------------------------------ stages
@@ -600,4 +606,4 @@ class Optimizer(OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, Moving
         return cls(**config)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} name={self.name!r} built={self.built}>"
+        return as_written.describe(self, type(self).__name__, self.name)

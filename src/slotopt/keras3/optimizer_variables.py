@@ -221,18 +221,29 @@ class OptimizerVariables(OptimizerCore):
         return not self.built and self._pending_state is not None
 
     def set_weights(self, weights: Sequence[Any]) -> None:
-        """Assigns ``weights`` to ``variables`` in order. Before ``build``, they are kept and applied at build."""
-        # Copies (kept values must not alias the caller's), checked to be numbers before anything is kept.
-        weights = [weights_io.as_numbers(w, "weights", i).clone()
-                   for i, w in enumerate(weights_io.entries(weights))]
+        """Assigns ``weights`` to ``variables`` in order. As in Keras 3, the optimizer must be built first (a
+        checkpoint read before the build, by ``load_own_variables`` or ``load_state_dict``, waits for it)."""
         if not self.built:
-            self._pending_state = weights
-            return
+            raise ValueError(
+                "You are calling `set_weights()` on an optimizer that has not yet been built. Please call "
+                "`optimizer.build(trainable_variables)` to create the optimizer weights before calling "
+                "`set_weights()`.")
+        # Copies: a weight may be a view of a variable this call writes.
+        weights = [weights_io.as_numbers(w, "weights", i).clone() for i, w in enumerate(weights_io.entries(weights))]
         own = self._variables
         values = weights_io.checked_values(own, weights, count=weights_io.count_error(self.name, len(weights),
                                                                                      len(own)))
         weights_io.assign_values(own, values)
         self._show_current_learning_rate()
+
+    def _set_or_keep_weights(self, weights: Sequence[Any]) -> None:
+        """``set_weights`` once built; before, ``weights`` are kept (checked to be numbers, copied: kept values
+        must not alias the caller's) and applied at the build."""
+        if self.built:
+            self.set_weights(weights)
+            return
+        self._pending_state = [weights_io.as_numbers(w, "weights", i).clone()
+                               for i, w in enumerate(weights_io.entries(weights))]
 
     def _restore_pending_state(self) -> None:
         if self._pending_state is not None and self.built:
@@ -252,4 +263,4 @@ class OptimizerVariables(OptimizerCore):
 
     def load_own_variables(self, store: Mapping[str, Any]) -> None:
         """Reads what ``save_own_variables`` wrote. Before ``build``, the state is kept until the build."""
-        self.set_weights([store[str(i)] for i in range(len(store))])
+        self._set_or_keep_weights([store[str(i)] for i in range(len(store))])

@@ -2,7 +2,8 @@
 
 Built-in optimizers are found by name, case-insensitively, in the ``slotopt`` namespace at call time, so an
 optimizer class exported there later is picked up without touching this module. As in Keras, ``Lamb`` is exported
-but not registered: ``get("lamb")`` fails, and a serialized Lamb needs ``custom_objects``.
+but not registered: ``get("lamb")`` fails, and a config names it with its module (``serialize`` writes
+``"keras.optimizers"``), or through ``custom_objects``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def register(namespace: Mapping[str, Any]) -> None:
     """Registers the Keras 3 optimizers with the engine's resolver (``slotopt.keras3`` calls it with its names)."""
     registry.register_generation(
         "keras3", public_module=_MODULE, classes={name: namespace[name] for name in _REGISTERED},
+        exported={"Lamb": namespace["Lamb"]},
         # Keras 3's public and source paths, tf.keras 2.11+'s new optimizers, slotopt's paths (old ones too).
         modules=("keras.optimizers", "keras.optimizers.experimental", "tf_keras.optimizers",
                  "tf.keras.optimizers", "slotopt", "slotopt.optimizer", "slotopt.multi_optimizer",

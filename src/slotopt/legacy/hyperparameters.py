@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .. import schedules as schedules_module
-from ..engine import checks, state
+from ..engine import as_written, checks, state
 from ..engine import constants as K
 from ..engine.core import OptimizerCore
 from ..variables import Variable
@@ -156,6 +156,7 @@ class HyperparameterStore(OptimizerCore):
                 f"no-argument callable. Received: {name}={value!r}"
             )
         checks.check_value(name, value, self._hyperparameter_ranges)
+        as_written.remember(self.__dict__.setdefault("_as_written", {}), name, value)  # (torch's view of it)
         previous = self._hyper.get(name)
         variable = self._hyper_variables.get(name)
         if variable is not None and previous is variable and not callable(value):

@@ -304,11 +304,8 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         """Applies the (already unscaled) gradients if they are all finite, then updates the loss scale."""
         inner = self._optimizer
         if not (self._loss_has_been_scaled and self._gradients_have_been_unscaled) and not self._warned:
-            self.__dict__["_warned"] = True
-            _logger.warning(
-                "LossScaleOptimizer.apply_gradients was called without `get_scaled_loss` and "
-                "`get_unscaled_gradients` (or `minimize`); the loss scale is not applied to these gradients."
-            )
+            self.__dict__["_warned"] = True  # (tf.keras warns at every call; once is enough to be told)
+            _logger.warning(_scaling_warning(self._loss_has_been_scaled, self._gradients_have_been_unscaled))
         pairs = list(grads_and_vars)
         if "_pending_torch_state" not in self.__dict__:
             # A step like the inner optimizer's last one (every pair a 2-tuple of a known variable and a dense
@@ -397,22 +394,44 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
             elif isinstance(loss_scale, dict) and loss_scale.get("class_name") == "FixedLossScale":
                 config.update(dynamic=False, initial_scale=loss_scale["config"]["loss_scale_value"])
             elif isinstance(loss_scale, dict) and loss_scale.get("class_name") == "DynamicLossScale":
-                scale_config = loss_scale["config"]
-                if scale_config.get("multiplier", 2) != 2:
+                scale_config = dict(loss_scale.get("config") or {})
+                # TF1's DynamicLossScale defaults (2**15, 2000, 2.0) stand for the keys a config leaves out.
+                if scale_config.get("multiplier", 2.0) != 2:
                     raise ValueError(
-                        "Cannot deserialize a LossScaleOptimizer whose loss scale has a multiplier other than 2. "
-                        f"Received: multiplier={scale_config['multiplier']}"
-                    )
-                config.update(dynamic=True, initial_scale=scale_config["initial_loss_scale"],
-                              dynamic_growth_steps=scale_config["increment_period"])
+                        "Cannot deserialize LossScaleOptimizer with a DynamicLossScale whose multiplier is not 2. "
+                        f"Got DynamicLossScale: {scale_config!r}")
+                config.update(dynamic=True, initial_scale=scale_config.get("initial_loss_scale", 2**15),
+                              dynamic_growth_steps=scale_config.get("increment_period", 2000))
             else:
-                raise ValueError(f"Unrecognized `loss_scale` in the LossScaleOptimizer config: {loss_scale!r}")
+                raise ValueError(
+                    "Serialized LossScaleOptimizers with a LossScale that is neither a FixedLossScale nor a "
+                    f"DynamicLossScale can no longer be deserialized. Received: loss_scale={loss_scale!r}")
         if "optimizer" in config:
             config["inner_optimizer"] = config.pop("optimizer")
         inner = config.pop("inner_optimizer")
         if isinstance(inner, dict):
             inner = _deserialize_inner(inner, custom_objects)
         return cls(inner, **config)
+
+
+_EXAMPLE = ("\n    with tf.GradientTape() as tape:\n      loss = loss_fn()\n      scaled_loss = opt.get_scaled_loss(loss)"
+            "\n    scaled_grads = tape.gradient(scaled_loss, vars)\n    grads = opt.get_unscaled_gradients(scaled_grads)"
+            "\n    opt.apply_gradients([(grads, var)])\nFor more information, see "
+            "https://www.tensorflow.org/api_docs/python/tf/keras/mixed_precision/LossScaleOptimizer")
+
+
+def _scaling_warning(loss_scaled: bool, gradients_unscaled: bool) -> str:
+    """tf.keras's warning (its text) for an ``apply_gradients`` without ``get_scaled_loss`` and/or
+    ``get_unscaled_gradients``."""
+    if not loss_scaled and not gradients_unscaled:
+        return ("You forgot to call LossScaleOptimizer.get_scaled_loss() and LossScaleOptimizer.get_unscaled_gradients() "
+                "before calling LossScaleOptimizer.apply_gradients(). This will likely result in worse model quality, "
+                f"so please call them in the correct places! For example:{_EXAMPLE}")
+    missing, done = (("get_scaled_loss", "get_unscaled_gradients") if not loss_scaled
+                     else ("get_unscaled_gradients", "get_scaled_loss"))
+    return (f"You forgot to call LossScaleOptimizer.{missing}() before calling LossScaleOptimizer.apply_gradients() "
+            f"(you did call {done}() however). This will likely result in worse model quality, so please call "
+            f"{missing}() in the correct place! For example:{_EXAMPLE}")
 
 
 def _deserialize_inner(spec: dict[str, Any], custom_objects: Optional[dict[str, Any]]) -> Optimizer:

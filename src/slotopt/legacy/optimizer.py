@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .. import schedules as schedules_module
-from ..engine import checks, clipping, gradients
+from ..engine import as_written, checks, clipping, gradients
 from ..engine import sparse as sparse_rows
 from ..engine.core import Pair, check_gradient_aggregator, count_step
 from ..engine.naming import unique_name
@@ -93,8 +93,10 @@ class Optimizer(SlotWeights, HyperparameterStore):
         gradient_aggregator: ``fn(grads_and_vars) -> grads_and_vars`` run before clipping (default: sum over
             processes when ``torch.distributed`` is initialised with more than one process).
         gradient_transformers: functions ``fn(grads_and_vars) -> grads_and_vars`` run after clipping.
-        clipvalue / clipnorm / global_clipnorm: gradient clipping (``clipnorm`` and ``global_clipnorm`` are
-            exclusive; none may be combined with ``gradient_transformers``).
+        clipvalue: clips each gradient element to ``[-clipvalue, clipvalue]`` (no clipping may be combined with
+            ``gradient_transformers``).
+        clipnorm: clips each gradient to this norm (exclusive with ``global_clipnorm``).
+        global_clipnorm: clips all gradients together to this global norm.
         decay: inverse-time decay of the learning rate, ``lr / (1 + decay * iterations)``.
         lr: deprecated alias of ``learning_rate`` (read by the subclasses).
 
@@ -124,6 +126,7 @@ class Optimizer(SlotWeights, HyperparameterStore):
     _HAS_AGGREGATE_GRAD = False
     _refuses_repeated_variables = True
     _optional_arguments = checks.OPTIONAL | {"epsilon"}  # tf.keras: ``epsilon or 1e-7``
+    _native_torch_spellings = frozenset({"lr"})  # tf.keras takes ``lr`` itself (with its deprecation warning)
     _plans_steps = True  # a checked step leaves a plan; the stages above take an ordinary step's shortcuts
     #: Per-class cache: does a method accept ``apply_state``?
     _accepts_apply_state: dict[tuple[type, str], bool] = {}
@@ -315,20 +318,25 @@ class Optimizer(SlotWeights, HyperparameterStore):
 
     def _compute_gradients(self, loss: Any, var_list: Any, grad_loss: Optional[torch.Tensor] = None,
                            tape: Any = None) -> list[tuple[Optional[torch.Tensor], torch.Tensor]]:
-        if callable(loss) and not isinstance(loss, torch.Tensor):
-            with torch.enable_grad():
-                loss = loss()
-        if callable(var_list) and not isinstance(var_list, (nn.Module, torch.Tensor)):
-            var_list = var_list()
-        named = named_variables(var_list)
-        self._register(named)
-        variables = [v for _, v in named]
-        loss = self._transform_loss(loss)
-        if isinstance(loss, torch.Tensor) and loss.grad_fn is None:
-            # A loss with no graph does not depend on any variable: tf-keras's tape gives None for each (and
-            # apply_gradients then says no gradient was provided, or does nothing for an empty var_list).
-            return [(None, v) for v in variables]
-        grads = gradients.gradients_of(loss, variables, grad_loss)
+        is_function = callable(loss) and not isinstance(loss, torch.Tensor)
+        # tf-keras watches a var_list given as a list (a callable one is called after the loss, which may create
+        # its variables).
+        given = not (callable(var_list) and not isinstance(var_list, (nn.Module, torch.Tensor)))
+        with gradients.watching([v for _, v in named_variables(var_list)] if is_function and given else None):
+            if is_function:
+                with torch.enable_grad():
+                    loss = loss()
+            if not given:
+                var_list = var_list()
+            named = named_variables(var_list)
+            self._register(named)
+            variables = [v for _, v in named]
+            loss = self._transform_loss(loss)
+            if isinstance(loss, torch.Tensor) and loss.grad_fn is None:
+                # A loss with no graph does not depend on any variable: tf-keras's tape gives None for each (and
+                # apply_gradients then says no gradient was provided, or does nothing for an empty var_list).
+                return [(None, v) for v in variables]
+            grads = gradients.gradients_of(loss, variables, grad_loss)
         return list(zip(grads, variables))
 
     def _transform_loss(self, loss: Any) -> Any:
@@ -357,7 +365,9 @@ class Optimizer(SlotWeights, HyperparameterStore):
         if key == "epsilon":
             return self.epsilon
         value = self._hyper[key]
-        return float(value) if is_number(value) or isinstance(value, torch.Tensor) else value
+        if is_number(value) or isinstance(value, torch.Tensor):
+            return as_written.shown(self.__dict__.get("_as_written", {}), key, float(value))
+        return value
 
     def _write_hyperparameter(self, key: str, value: Any) -> None:
         if key == "epsilon":
@@ -369,7 +379,8 @@ class Optimizer(SlotWeights, HyperparameterStore):
         value = self._hyper["learning_rate"]
         if isinstance(value, schedules_module.LearningRateSchedule):
             return float(value(self.iterations.detach().to(torch.float32)))
-        return float(self._call_if_callable(value))
+        return as_written.shown(self.__dict__.get("_as_written", {}), "learning_rate",
+                                float(self._call_if_callable(value)))
 
     def _write_learning_rate(self, value: float) -> None:
         self._set_hyper("learning_rate", value)
@@ -434,6 +445,8 @@ class Optimizer(SlotWeights, HyperparameterStore):
                 raise TypeError(
                     f"Argument `grads_and_vars` holds a variable that is not a tensor at index {i}: {var!r}"
                 )
+            if grad is not None and not var.is_leaf:  # a computed tensor, not a variable: as tf.keras
+                raise NotImplementedError("Trying to update a Tensor ", var)
             if id(var) in seen:
                 raise ValueError(
                     f"Variable {self._name_of(var)} appears more than once in `grads_and_vars`; sum its "
@@ -657,7 +670,7 @@ class Optimizer(SlotWeights, HyperparameterStore):
         self._update_touched_rows(var, IndexedSlices(grad, indices), slots, update, deduplicate=False)
 
     def __repr__(self) -> str:
-        return f"<slotopt.legacy.{type(self).__name__} name={self._name!r}>"
+        return as_written.describe(self, f"slotopt.legacy.{type(self).__name__}", self._name)
 
 
 #: tf.keras's name for the same class.

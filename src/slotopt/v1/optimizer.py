@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import checks, gradients, transaction
+from ..engine import as_written, checks, gradients, transaction
 from ..engine import sparse as sparse_rows
 from ..engine.core import Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
@@ -185,13 +185,7 @@ class Optimizer(NamedState):
                 self._assert_valid_dtypes([grad_loss], "grad_loss")
 
         variables = None if var_list is None else gradients.resolve_var_list(var_list)
-        watched: list[torch.Tensor] = []
-        if is_function and variables is not None:
-            watched = [v for v in variables if isinstance(v, torch.Tensor) and v.is_leaf
-                       and not v.requires_grad and (v.is_floating_point() or v.is_complex())]
-        try:
-            for v in watched:  # TF's tape.watch(var_list): non-trainable variables get gradients too
-                v.requires_grad_(True)
+        with gradients.watching(variables if is_function else None):  # TF's tape.watch(var_list)
             if is_function:
                 if variables is None:
                     value, variables = gradients.run_watching(loss)
@@ -205,9 +199,6 @@ class Optimizer(NamedState):
                 if not variables:
                     raise ValueError("No variables to optimize.")
             grads_by_id = gradients.differentiate(value, variables, grad_loss)
-        finally:
-            for v in watched:
-                v.requires_grad_(False)
         pairs = [(grads_by_id.get(id(v)), v) for v in variables]
         if not is_function:
             self._assert_valid_dtypes([v for g, v in pairs if g is not None], "variable")
@@ -561,7 +552,7 @@ class Optimizer(NamedState):
         return param() if callable(param) and not isinstance(param, torch.Tensor) else param
 
     def __repr__(self) -> str:
-        return f"<slotopt.v1.{type(self).__name__} name={self._name!r}>"
+        return as_written.describe(self, f"slotopt.v1.{type(self).__name__}", self._name)
 
 
 class BuiltinOptimizer(Optimizer):
