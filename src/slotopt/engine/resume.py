@@ -85,6 +85,9 @@ def state_value_problem(name: str, value: Any) -> Optional[str]:
     if short in COUNTERS:
         if not math.isfinite(number) or number != int(number) or not 0 <= number <= _COUNTER_LIMIT:
             return "an integer in [0, 2**62]"
+        # An int64 past 2**62 rounds to 2**62 as a double: the integer itself is compared.
+        if not tensor.is_floating_point() and not 0 <= int(tensor.detach().reshape(()).cpu().item()) <= _COUNTER_LIMIT:
+            return "an integer in [0, 2**62]"
     elif short in _RATES:
         if not math.isfinite(number) or number < 0:
             return "a finite number >= 0"

@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +34,11 @@ from typing import Any, Optional, Union
 import torch
 
 from . import protowire as pw
+from .bounds import check_object_graph, check_optimizer_values, iterations_of
 from .keras import _NamedWeights
 from .keras_layers import to_torch, torch_shape
-from .tensor_bundle import DTYPES, TensorBundle, TFCheckpointError
+from .tensor_bundle import DTYPES, TensorBundle, TFCheckpointError, inside_directory
+from .tf_meta import read_meta_graph as _read_meta_graph  # issue 40: walked field by field, bounded
 
 __all__ = ["TFCheckpoint", "TFCheckpointError", "OptimizerVariable", "load_tf_checkpoint", "latest_checkpoint"]
 
@@ -182,43 +183,6 @@ def _object_graph(data: bytes, where: str) -> list[_Node]:
         if any(not 0 <= c < len(nodes) for c in ids):
             raise TFCheckpointError(f"{where}: object graph node {i} refers to a node outside the graph")
     return nodes
-
-
-def _read_meta_graph(path: str) -> tuple[dict[str, float], list[str]]:
-    """From a ``.meta`` MetaGraphDef, read as data: the scalar float ``Const`` nodes (name → value) and the
-    ``trainable_variables`` collection (variable names, in creation order)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    consts: dict[str, float] = {}
-    trainable: list[str] = []
-    try:
-        meta = pw.decode(data)
-        for node in pw.get_messages(pw.get_message(meta, 2), 1):
-            if pw.get_str(node, 2) != "Const":
-                continue
-            for attr in pw.get_messages(node, 5):
-                if pw.get_str(attr, 1) != "value":
-                    continue
-                tensor = pw.get_message(pw.get_message(attr, 2), 8)
-                dtype = pw.get_int(tensor, 1)
-                dims = pw.get_messages(pw.get_message(tensor, 2), 2)
-                if dims or dtype not in (1, 2):  # scalar float32 / float64 only
-                    continue
-                values = pw.get_floats(tensor, 5 if dtype == 1 else 6, double=dtype == 2)
-                content = pw.get_bytes(tensor, 4)
-                if not values and len(content) == (4 if dtype == 1 else 8):
-                    values = [struct.unpack("<f" if dtype == 1 else "<d", content)[0]]
-                if values:
-                    consts[pw.get_str(node, 1)] = values[-1]
-        for entry in pw.get_messages(meta, 4):  # collection_def: map<string, CollectionDef>
-            if pw.get_str(entry, 1) != "trainable_variables":
-                continue
-            bytes_list = pw.get_message(pw.get_message(entry, 2), 2)  # CollectionDef.bytes_list
-            for variable_def in pw.get_bytes_list(bytes_list, 1):  # serialized VariableDef
-                trainable.append(pw.get_str(pw.decode(variable_def), 1).split(":")[0])
-    except pw.WireFormatError as err:
-        raise TFCheckpointError(f"{path}: not a MetaGraphDef: {err}") from None
-    return consts, trainable
 
 
 # ------------------------------------------------------------------------------------------------ the result
@@ -390,7 +354,11 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         probe = copy.deepcopy(optimizer)
         placeholders = [torch.zeros(self.weights[n].shape, dtype=self.weights[n].dtype) for n in self.variable_names]
         probe.build(list(zip(self.variable_names, placeholders)))
-        return probe, placeholders, self._planned_state(probe)
+        plan = self._planned_state(probe)
+        # The whole load is tried on the probe first: whatever would refuse it (a value set_weights refuses)
+        # does so before the caller's module or optimizer is written (all or nothing).
+        self._load_state(probe, (probe, placeholders, plan), placeholders, layout=False)
+        return probe, placeholders, plan
 
     def _load_state(self, opt: Any, probe: tuple[Any, list[torch.Tensor], Any], targets: list[torch.Tensor],
                     layout: bool) -> None:
@@ -513,8 +481,9 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint
         if node_id is None:
             return []
         children = nodes[node_id].children
-        if not all(name.isdigit() for _, name in children):
-            raise TFCheckpointError(f"{where}: object graph list node {node_id} has non-numeric children")
+        if not all(name.isascii() and name.isdigit() and len(name) < 20 for _, name in children):
+            raise TFCheckpointError(f"{where}: object graph list node {node_id} has non-numeric children "
+                                    f"{[n for _, n in children][:8]}")
         return [c for c, _ in sorted(children, key=lambda item: int(item[1]))]
 
     keras3 = [i for i, n in enumerate(nodes) if n.child("_iterations") is not None and n.child("_variables") is not None]
@@ -546,7 +515,7 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint
                     break
             value = bundle.read(key)
             if node_id == opt.child("_iterations"):
-                iterations = int(value.reshape(()).item()) if value.numel() == 1 else None
+                iterations = iterations_of(value, where, key)
             optimizer_variables.append(OptimizerVariable(full_name, key, owner, slot, value))
     elif kind == "legacy":
         opt = nodes[legacy[0]]
@@ -556,7 +525,7 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node]) -> TFCheckpoint
                 optimizer_ids.add(child)
                 value = bundle.read(key)
                 if local_name == "iter":
-                    iterations = int(value.reshape(()).item()) if value.numel() == 1 else None
+                    iterations = iterations_of(value, where, key)
                 optimizer_variables.append(OptimizerVariable(full_name, key, None, local_name, value))
         for original, slot_name, slot_node in opt.slots:
             owner, _ = variable(original)
@@ -592,6 +561,7 @@ def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
     order: list[str] = []
     notes: list[str] = []
     if os.path.isfile(meta_path):
+        inside_directory(meta_path, bundle.prefix)
         consts, order = _read_meta_graph(meta_path)
     names = set(numeric)
     slot_of: dict[str, tuple[str, str]] = {}
@@ -630,7 +600,7 @@ def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
         elif consts or order:
             notes.append(f"the .meta graph has no scalar Const for every {class_name} hyperparameter")
     global_step = weights.get("global_step")
-    iterations = int(global_step.item()) if global_step is not None and global_step.numel() == 1 \
+    iterations = iterations_of(global_step, bundle.index_path, "global_step") if global_step is not None \
         and not global_step.is_floating_point() else None
     kind = "v1" if slot_of or non_slot else "none"
     return TFCheckpoint(
@@ -683,8 +653,10 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
         strings = bundle.read_strings(OBJECT_GRAPH_KEY)
         if len(strings) != 1:
             raise TFCheckpointError(f"{bundle.index_path}: entry {OBJECT_GRAPH_KEY!r} must be one string")
+        check_object_graph(strings[0], bundle.index_path, OBJECT_GRAPH_KEY)  # issue 40: bounded before it is built
         checkpoint = _from_object_graph(bundle, _object_graph(strings[0], bundle.index_path))
     else:
         checkpoint = _from_tf1_names(bundle, numeric)
     checkpoint.notes = notes + checkpoint.notes
+    check_optimizer_values(checkpoint.optimizer_variables, bundle.index_path)  # as load_state_dict checks them
     return checkpoint
