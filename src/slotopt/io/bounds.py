@@ -84,7 +84,7 @@ def check_optimizer_values(variables: Iterable[Any], path: str) -> None:
 def check_object_graph(data: bytes, path: str, entry: str) -> None:
     """Walks a serialized ``TrackableObjectGraph`` without building it and refuses one whose structure its bytes
     do not justify, or in which two nodes name the same checkpoint key (see the module docstring)."""
-    elements, keys = 0, set()
+    elements, keys, index = 0, set(), -1
     try:
         for number, wire, node in pw.iter_fields(data):
             if number != 1:
@@ -92,10 +92,21 @@ def check_object_graph(data: bytes, path: str, entry: str) -> None:
             if wire != pw.LENGTH_DELIMITED:
                 raise pw.WireFormatError(f"field 1 has wire type {wire}")
             elements += 1
+            index += 1
+            slots: set[tuple[int, bytes]] = set()
             for field, field_wire, value in pw.iter_fields(node):  # type: ignore[arg-type]
                 if field not in (1, 2, 3) or field_wire != pw.LENGTH_DELIMITED:
                     continue
                 elements += 1
+                if field == 3:  # a slot reference: one per (variable, slot name), or the last would win unseen
+                    ref = pw.decode(bytes(value))  # type: ignore[arg-type]
+                    slot = (pw.get_int(ref, 1), pw.get_bytes(ref, 2))
+                    if slot in slots:
+                        raise TFCheckpointError(
+                            f"{path}: entry {entry!r}: object graph node {index} holds slot "
+                            f"{slot[1].decode('utf-8', 'replace')!r} of node {slot[0]} twice: refused (which one "
+                            "is the optimizer's?)", path, entry)
+                    slots.add(slot)
                 if field == 2:  # an attribute: its checkpoint key (field 3) is one tensor of the file
                     key = None
                     for attr_field, attr_wire, attr_value in pw.iter_fields(value):  # type: ignore[arg-type]
@@ -108,13 +119,19 @@ def check_object_graph(data: bytes, path: str, entry: str) -> None:
                                 f"{key.decode('utf-8', 'replace')!r}; a key is one variable's (refused: the reader "
                                 "would allocate its tensor once per name)", path, entry)
                         keys.add(key)
+            if elements * BYTES_PER_ELEMENT > len(data) + 64:  # refused as soon as the bytes run out
+                _too_many(elements, len(data), path, entry)
             if elements > MAX_GRAPH_ELEMENTS:
                 raise TFCheckpointError(f"{path}: entry {entry!r}: the object graph has over {MAX_GRAPH_ELEMENTS} "
                                         "nodes, children, attributes and slot references: refused", path, entry)
     except pw.WireFormatError as err:
         raise TFCheckpointError(f"{path}: entry {entry!r} is not a TrackableObjectGraph: {err}", path, entry) from None
     if elements * BYTES_PER_ELEMENT > len(data) + 64:
-        raise TFCheckpointError(
-            f"{path}: entry {entry!r}: the object graph declares {elements} nodes, children, attributes and slot "
-            f"references in {len(data)} bytes (real graphs spend over {BYTES_PER_ELEMENT} bytes on each): refused, "
-            "it would make the reader allocate far more than the file holds", path, entry)
+        _too_many(elements, len(data), path, entry)
+
+
+def _too_many(elements: int, size: int, path: str, entry: str) -> None:
+    raise TFCheckpointError(
+        f"{path}: entry {entry!r}: the object graph declares over {elements - 1} nodes, children, attributes and "
+        f"slot references in {size} bytes (real graphs spend over {BYTES_PER_ELEMENT} bytes on each): refused, it "
+        "would make the reader allocate far more than the file holds", path, entry)
