@@ -7,6 +7,7 @@ hostile file with the test writer (tests/_tf_bundle_writer.py), no TensorFlow in
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import time
@@ -298,3 +299,75 @@ def test_the_c_crc32c_is_used_where_it_was_built():
     if not built:
         pytest.skip("the C CRC-32C was not built here (no compiler): the numpy version runs")
     assert crc.implementation() in ("sse4.2", "c-table")
+
+
+# ------------------------------------------------------------------------------------------- HDF5 (.keras / .h5)
+KERAS = Path(__file__).parent / "data" / "migration" / "a_keras3_conv_bn_adam.keras"
+
+
+def _rewritten_keras(tmp_path, h5_fn, compression=0):
+    import zipfile
+
+    import h5py
+
+    with zipfile.ZipFile(KERAS) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    buffer = io.BytesIO(members["model.weights.h5"])
+    with h5py.File(buffer, "r+") as f:
+        h5_fn(f)
+    members["model.weights.h5"] = buffer.getvalue()
+    path = tmp_path / "m.keras"
+    with zipfile.ZipFile(path, "w", compression=compression) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+def test_an_integer_trainable_weight_is_refused_naming_its_entry(tmp_path):
+    def to_int(f):
+        values = f["layers/dense/vars/0"][()]
+        del f["layers/dense/vars/0"]
+        f["layers/dense/vars/0"] = values.astype(np.int32)
+
+    with pytest.raises(slotopt.io.CheckpointFormatError, match="entry 'layers/dense/vars/0'.*int32"):
+        slotopt.load_keras_checkpoint(_rewritten_keras(tmp_path, to_int))
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "in_process"])
+def test_a_keras_member_stored_in_the_zip_is_read_in_place_without_a_size_cap(monkeypatch, tmp_path, isolate):
+    import tempfile
+    import zipfile
+
+    from slotopt.io import _h5safe
+
+    reference = slotopt.load_keras_checkpoint(KERAS, isolate=isolate)
+    assert _h5safe.MAX_BYTES >= 2 ** 40  # a 4 GiB model is no longer refused by default
+
+    def no_temporary_file(*args, **kwargs):
+        raise AssertionError("the stored member went through a temporary file")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", no_temporary_file)
+    ck = slotopt.load_keras_checkpoint(KERAS, isolate=isolate)
+    assert all(torch.equal(ck.weights[n], reference.weights[n]) for n in reference.weights)
+    # The child (or the walk) sends where the contiguous datasets lie, not their values.
+    with zipfile.ZipFile(KERAS) as z:
+        info = z.getinfo("model.weights.h5")
+    walked = _h5safe._walk_guarded(str(KERAS), (str(KERAS), (info.header_offset + 30 + len(info.filename)
+                                                            + len(info.extra), info.file_size)), 2 ** 40)
+    assert walked.located and "layers/dense/vars/0" in walked.located
+    monkeypatch.undo()
+    deflated = _rewritten_keras(tmp_path, lambda f: None, compression=zipfile.ZIP_DEFLATED)
+    ck = slotopt.load_keras_checkpoint(deflated, isolate=isolate)  # through a temporary file, same values
+    assert all(torch.equal(ck.weights[n], reference.weights[n]) for n in reference.weights)
+
+
+def test_a_dataset_located_past_the_end_of_its_file_is_refused(tmp_path):
+    from slotopt.io import _h5safe
+
+    snap = _h5safe.H5Snapshot(located={"layers/x": (100, (4,), "<f4")})
+    (tmp_path / "f").write_bytes(b"\0" * 110)
+    with pytest.raises(slotopt.io.CheckpointFormatError, match="past the end"):
+        _h5safe._fill("f.keras", snap, str(tmp_path / "f"), 0, 110)
+    big_endian = _h5safe.H5Snapshot(located={"x": (0, (2,), ">f4")})
+    (tmp_path / "g").write_bytes(np.array([1.5, -2.0], ">f4").tobytes())
+    assert _h5safe._fill("g", big_endian, str(tmp_path / "g"), 0, 8).datasets["x"].tolist() == [1.5, -2.0]

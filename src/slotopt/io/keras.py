@@ -732,6 +732,12 @@ def _finish(ckpt: KerasCheckpoint, model: _Model, where: _Where) -> KerasCheckpo
     return ckpt
 
 
+def _check_trainable_dtype(where: _Where, variable: Any, value: np.ndarray) -> None:
+    """issue 40: a trainable weight stored as integers is refused here, naming it (``parameters()`` failed later)."""
+    if variable.trainable and value.dtype.kind != "f":
+        raise where.fail(f"holds {value.dtype} values; a trainable variable is floating point.", variable.entry)
+
+
 def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, version: str) -> KerasCheckpoint:
     """A Keras 3 weights file (``model.weights.h5``, or a ``.weights.h5``) with the model's ``config``."""
     datasets = snap.datasets
@@ -775,7 +781,8 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
     for v in model.variables:
         if str(snap.attrs.get(v.entry, {}).get("dtype", "")) == "bfloat16":
             raise where.fail("is bfloat16, which the Keras checkpoint reader does not support.", v.entry)
-        weights[v.name] = torch.from_numpy(np.array(datasets[v.entry], copy=True))
+        _check_trainable_dtype(where, v, datasets[v.entry])
+        weights[v.name] = torch.from_numpy(np.require(datasets[v.entry], requirements=['C', 'W']))  # fresh: no copy
     floatx = None
     opt_inner = _mapping(where, opt_config.get("config") or {}, "compile_config.optimizer.config")
     if cls.__name__ != "LossScaleOptimizer" and not isinstance(opt_inner.get("learning_rate"), Mapping) \
@@ -814,8 +821,7 @@ def _read_keras3(path: str, max_bytes: int, isolate: Optional[bool]) -> KerasChe
                     f"was written by Keras {version}: only `.keras` files of Keras 3 are supported (a tf.keras 2.x "
                     "model with a legacy optimizer can be read from its `.h5` file).", "metadata.json")
             where.entry = "model.weights.h5"
-            with _h5safe.zip_member_to_tempfile(path, archive, "model.weights.h5", max_bytes) as blob:
-                snap = _h5safe.snapshot(path, blob.name, max_bytes, isolate)
+            snap = _h5safe.snapshot_member(path, archive, "model.weights.h5", max_bytes, isolate)  # issue 40: in place
         return _read_keras3_weights(where, snap, config, version)
 
 
@@ -883,7 +889,10 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
         unplaced = sorted(e for e in datasets if e not in claimed)
         if unplaced:
             raise where.fail("cannot be placed in the model: refused rather than dropped.", unplaced[0])
-        weights = {v.name: torch.from_numpy(np.array(datasets[v.entry], copy=True)) for v in model.variables}
+        for v in model.variables:
+            _check_trainable_dtype(where, v, datasets[v.entry])
+        weights = {v.name: torch.from_numpy(np.require(datasets[v.entry], requirements=['C', 'W']))  # fresh: no copy
+                   for v in model.variables}
         ckpt = KerasCheckpoint(
             path=path, kind=kind, keras_version=keras_version,
             variable_names=[v.name for v in model.variables if v.trainable],
