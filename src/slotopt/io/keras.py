@@ -507,8 +507,8 @@ class KerasCheckpoint(_NamedWeights):
         which model variable each optimizer variable belongs to (``None``: the optimizer's own) and its Keras
         name (``adam/<variable path with _>_momentum``)."""
         opt = self._new_optimizer()
-        opt.build([(f"p{j}", torch.zeros(self.weights[n].shape, dtype=self.weights[n].dtype))
-                   for j, n in enumerate(self.variable_names)])
+        opt.build([(f"p{j}", torch.empty(self.weights[n].shape, dtype=self.weights[n].dtype, device="meta"))
+                   for j, n in enumerate(self.variable_names)])  # meta (issue 40): names and shapes, no memory
         self._check_state(opt, self.path)
         owners: list[Optional[int]] = []
         names = []
