@@ -371,3 +371,20 @@ def test_a_dataset_located_past_the_end_of_its_file_is_refused(tmp_path):
     big_endian = _h5safe.H5Snapshot(located={"x": (0, (2,), ">f4")})
     (tmp_path / "g").write_bytes(np.array([1.5, -2.0], ">f4").tobytes())
     assert _h5safe._fill("g", big_endian, str(tmp_path / "g"), 0, 8).datasets["x"].tolist() == [1.5, -2.0]
+
+
+def test_inspect_reads_the_metadata_only(tmp_path, capsys):
+    prefix = _tf1_adam(tmp_path)
+    shard = Path(prefix + ".data-00000-of-00001")
+    data = bytearray(shard.read_bytes())
+    data[-30] ^= 0xFF  # a byte of a tensor's data (the last entries are the 3x2 tensors): its CRC now fails
+    shard.write_bytes(bytes(data))
+    with pytest.raises(TFCheckpointError, match="CRC"):
+        slotopt.load_tf_checkpoint(prefix)
+    ck = slotopt.load_tf_checkpoint(prefix, metadata_only=True)
+    assert ck.weights["w"].is_meta and ck.weights["w"].shape == (3, 2)
+    assert float(next(v.value for v in ck.optimizer_variables if v.name == "beta1_power")) == pytest.approx(0.9 ** 3)
+    from slotopt.cli import command as cli
+
+    assert cli.main(["inspect", prefix]) == 0
+    assert "beta1_power" in capsys.readouterr().out

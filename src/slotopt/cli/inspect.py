@@ -38,7 +38,7 @@ def _print_table(rows: list[tuple[str, ...]], out: TextIO, indent: str = "  ") -
 def _inspect_tf(path: str, out: TextIO) -> None:
     from ..io.tf_checkpoint import load_tf_checkpoint
 
-    ck = load_tf_checkpoint(path)
+    ck = load_tf_checkpoint(path, metadata_only=True)  # names, shapes, dtypes and scalars: no tensor data read
     print(f"TensorFlow checkpoint {ck.path}", file=out)
     named = ck.optimizer_class.__module__.rsplit(".", 1)[0] + "." + ck.optimizer_class.__name__ \
         if ck.optimizer_class else "not stored (pass it: optimizer(params, optimizer=...))"

@@ -41,8 +41,8 @@ from . import protowire as pw
 from .crc32c import crc32c, crc32c_extend, unmask
 from .errors import CheckpointFormatError
 
-__all__ = ["TFCheckpointError", "BundleEntry", "TensorBundle", "DTYPES", "shard_path", "MAX_DIMS",
-           "inside_directory"]
+__all__ = ["TFCheckpointError", "BundleEntry", "TensorBundle", "MetadataBundle", "DTYPES", "shard_path",
+           "MAX_DIMS", "inside_directory"]
 
 _TABLE_MAGIC = 0xDB4775248B80FB57
 _FOOTER_SIZE = 48
@@ -453,3 +453,15 @@ class TensorBundle:
             out.append(data[pos:pos + length])
             pos += length
         return out
+
+
+class MetadataBundle(TensorBundle):
+    """A :class:`TensorBundle` for listing (``slotopt inspect``): the index is read and checked as always, but a
+    tensor of more than one element is not read: :meth:`read` gives an empty tensor of its shape and dtype on the
+    ``meta`` device. Scalars (iteration counts, beta powers, learning rates) are read and checked."""
+
+    def read(self, key: str) -> torch.Tensor:
+        entry = self._entry(key)
+        if entry.dtype_code in DTYPES and math.prod(entry.shape) > 1:
+            return torch.empty(entry.shape, dtype=DTYPES[entry.dtype_code][2], device="meta")
+        return super().read(key)

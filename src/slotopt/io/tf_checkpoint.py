@@ -37,7 +37,7 @@ from . import protowire as pw
 from .bounds import check_object_graph, check_optimizer_values, iterations_of
 from .keras import _NamedWeights
 from .keras_layers import to_torch, torch_shape
-from .tensor_bundle import DTYPES, TensorBundle, TFCheckpointError, inside_directory
+from .tensor_bundle import DTYPES, MetadataBundle, TensorBundle, TFCheckpointError, inside_directory
 from .tf_meta import read_meta_graph as _read_meta_graph  # issue 40: walked field by field, bounded
 
 __all__ = ["TFCheckpoint", "TFCheckpointError", "OptimizerVariable", "load_tf_checkpoint", "latest_checkpoint"]
@@ -613,7 +613,7 @@ def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
         optimizer_class=optimizer_class, optimizer_config=optimizer_config, iterations=iterations, notes=notes)
 
 
-def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
+def load_tf_checkpoint(prefix_or_directory: Union[str, Path], *, metadata_only: bool = False) -> TFCheckpoint:
     """Reads a TensorFlow checkpoint, ``tf.train.Checkpoint`` (``CheckpointManager``) or TF1 ``Saver``, without
     TensorFlow.
 
@@ -622,7 +622,9 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
     ``tf.train.latest_checkpoint`` finds it (its ``checkpoint`` state file). Every dtype TF stores variables in
     is read (float16/32/64, bfloat16, int8/16/32/64, uint8/16/32/64, bool, complex64/128); string tensors are
     skipped (noted in ``notes``), partitioned variables refused. A malformed checkpoint raises
-    :class:`TFCheckpointError` (a ``ValueError``).
+    :class:`TFCheckpointError` (a ``ValueError``). ``metadata_only=True`` reads the index, the object graph and
+    the scalars only (every check still runs): the other tensors are ``meta`` tensors of their shape and dtype,
+    for listing what the file holds (``slotopt inspect``), not for loading.
 
     Example:
         >>> import slotopt, torch
@@ -634,7 +636,8 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
         (5, 'mlp_hidden_kernel_momentum')
     """
     prefix = _resolve(prefix_or_directory)
-    bundle = TensorBundle(prefix)
+    # metadata_only (issue 40, for `slotopt inspect`): tensors past one element stay unread, on the meta device.
+    bundle = MetadataBundle(prefix) if metadata_only else TensorBundle(prefix)
     numeric, notes = [], []
     for key, entry in bundle.entries.items():
         if key == OBJECT_GRAPH_KEY:
