@@ -16,13 +16,17 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 __all__ = ["MAX_CONFIG_DEPTH", "check_depth", "check_json_depth"]
 
 #: The deepest nesting of dicts and lists a config may have.
 MAX_CONFIG_DEPTH = 64
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 def _refuse(what: str, limit: int) -> ValueError:
@@ -51,22 +55,14 @@ def check_depth(value: Any, what: str, limit: int = MAX_CONFIG_DEPTH) -> None:
 
 
 def check_json_depth(text: Any, what: str, limit: int = MAX_CONFIG_DEPTH) -> None:
-    """The same bound on JSON text before it is decoded (brackets counted outside strings, in one pass)."""
+    """The same bound on JSON text before it is decoded: brackets counted outside strings, by a regular
+    expression without nested repeats (linear) and a running sum in numpy (a large config checks in
+    milliseconds)."""
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
-    depth, in_string, escaped = 0, False, False
-    for byte in data:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            if depth > limit:
-                raise _refuse(what, limit)
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return
+    bare = _STRINGS.sub(b'""', data)  # an unterminated string is left: json.loads will refuse it
+    codes = np.frombuffer(bare, dtype=np.uint8)
+    steps = (codes == 0x5B).astype(np.int64) + (codes == 0x7B) - (codes == 0x5D) - (codes == 0x7D)
+    if steps.size and int(np.cumsum(steps).max()) > limit:
+        raise _refuse(what, limit)

@@ -86,7 +86,9 @@ def _address(data: Any) -> tuple[Any, int]:
     its length in bytes, without copying it."""
     if isinstance(data, bytes):
         return data, len(data)
-    if hasattr(data, "data_ptr") and hasattr(data, "untyped_storage"):  # a contiguous torch CPU tensor
+    if hasattr(data, "data_ptr") and hasattr(data, "untyped_storage"):  # a torch CPU tensor
+        if not data.is_contiguous() or data.device.type != "cpu":
+            raise ValueError("crc32c needs a contiguous CPU tensor")
         return data.data_ptr(), data.numel() * data.element_size()
     array = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
     return array.ctypes.data, array.nbytes
