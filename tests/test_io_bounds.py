@@ -388,3 +388,24 @@ def test_inspect_reads_the_metadata_only(tmp_path, capsys):
 
     assert cli.main(["inspect", prefix]) == 0
     assert "beta1_power" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("entry, value", [("optimizer/vars/0", np.int64(-1)), ("optimizer/vars/1", np.float32(np.nan))])
+def test_keras_optimizer_scalars_are_checked_at_read(tmp_path, entry, value):
+    def bad(f):
+        del f[entry]
+        f[entry] = value
+
+    with pytest.raises(slotopt.io.CheckpointFormatError, match=f"optimizer variable {entry[-1]}.*must be"):
+        slotopt.load_keras_checkpoint(_rewritten_keras(tmp_path, bad))
+
+
+def test_a_refused_keras_load_module_leaves_the_module_untouched():
+    ck = slotopt.load_keras_checkpoint(KERAS)
+    ck.optimizer_state[0] = np.array(-1, dtype=np.int64)  # changed after the read: set_weights refuses it
+    model = torch.nn.ModuleDict({"conv": torch.nn.Conv2d(3, 4, 3, padding=1), "bn": torch.nn.BatchNorm2d(4),
+                                 "dense": torch.nn.Linear(4, 3)})
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"iteration.*\[0, 2\*\*62\]"):
+        ck.load_module(model)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

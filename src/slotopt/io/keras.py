@@ -31,6 +31,7 @@ import torch
 
 from ..engine.limits import check_json_depth
 from ..engine.naming import snake_case
+from ..engine.resume import state_value_problem
 from . import _h5safe
 from .errors import CheckpointFormatError
 from .keras_layers import (
@@ -501,6 +502,11 @@ class KerasCheckpoint(_NamedWeights):
                     where, f"optimizer variable {i} ({getattr(var, 'path', '')})",
                     f"has shape {tuple(value.shape)} in the file; expected {tuple(var.shape)}.",
                 )
+            # issue 40: iterations, learning rate, loss scale checked at read as load_state_dict checks them
+            problem = _scalar_problem(str(getattr(var, "path", "") or getattr(var, "name", "")), value)
+            if problem is not None:
+                raise CheckpointFormatError(where, f"optimizer variable {i} ({getattr(var, 'path', '')})",
+                                            f"must be {problem}; the file holds {np.asarray(value).reshape(-1)[0]!r}.")
 
     def _probe(self) -> list[Optional[int]]:
         """Builds the optimizer on placeholders ``p0, p1, ...`` (Keras layout) to check the saved state, to learn
@@ -695,10 +701,17 @@ class KerasCheckpoint(_NamedWeights):
                         "layout. Use `optimizer(params)` with Keras-layout tensors instead."
                     )
             state.append(tensor)
+        by_name = {name: (pname, tensor) for name, pname, tensor in targets}
+        # issue 40, all or nothing: the state is set on an optimizer built on meta copies of the targets first,
+        # so whatever set_weights refuses is refused before the module is written.
+        probe = self._new_optimizer()
+        probe.build([(by_name[n][0], torch.empty(by_name[n][1].shape, dtype=by_name[n][1].dtype, device="meta"))
+                     for n in self.variable_names])
+        probe.set_weights(state)
+        del probe
         with torch.no_grad():
             for name, _, tensor in targets:
                 tensor.copy_(to_torch(self.weights[name], self.layouts[name]))
-        by_name = {name: (pname, tensor) for name, pname, tensor in targets}
         opt = self._new_optimizer()
         opt.build([by_name[name] for name in self.variable_names])
         self._learning_rate_note(opt)
@@ -730,6 +743,16 @@ def _finish(ckpt: KerasCheckpoint, model: _Model, where: _Where) -> KerasCheckpo
     if ckpt.optimizer_class.__name__ == "LossScaleOptimizer":
         ckpt.loss_scale = float(np.asarray(ckpt.optimizer_state[3]))
     return ckpt
+
+
+def _scalar_problem(name: str, value: Any) -> Optional[str]:
+    """What ``load_state_dict`` would say of a saved optimizer scalar (None: nothing, or not a checked one)."""
+    array = np.asarray(value)
+    if array.size != 1:
+        return None
+    if array.dtype.kind == "c" and state_value_problem(name, torch.tensor(float("nan"))) is not None:
+        return "a real number"
+    return state_value_problem(name, torch.from_numpy(np.array(array, copy=True)))
 
 
 def _check_trainable_dtype(where: _Where, variable: Any, value: np.ndarray) -> None:
