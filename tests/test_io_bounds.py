@@ -368,6 +368,9 @@ def test_a_dataset_located_past_the_end_of_its_file_is_refused(tmp_path):
     (tmp_path / "f").write_bytes(b"\0" * 110)
     with pytest.raises(slotopt.io.CheckpointFormatError, match="past the end"):
         _h5safe._fill("f.keras", snap, str(tmp_path / "f"), 0, 110)
+    aliased = _h5safe.H5Snapshot(located={f"layers/x{i}": (0, (4,), "<f4") for i in range(3)})
+    with pytest.raises(slotopt.io.CheckpointFormatError, match="shares bytes"):
+        _h5safe._fill("f.keras", aliased, str(tmp_path / "f"), 0, 110)
     big_endian = _h5safe.H5Snapshot(located={"x": (0, (2,), ">f4")})
     (tmp_path / "g").write_bytes(np.array([1.5, -2.0], ">f4").tobytes())
     assert _h5safe._fill("g", big_endian, str(tmp_path / "g"), 0, 8).datasets["x"].tolist() == [1.5, -2.0]

@@ -194,6 +194,12 @@ def _walk(path: str, source: Any, max_bytes: int) -> H5Snapshot:
 def _fill(path: str, snap: H5Snapshot, file_name: str, base: int, size: int) -> H5Snapshot:
     """Reads every located dataset straight from the file into its array, its extent checked against the HDF5
     file's bytes (the child's word is not trusted for it)."""
+    spans = sorted((offset, offset + int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype_str).itemsize, entry)
+                   for entry, (offset, shape, dtype_str) in snap.located.items())
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        if start < end:  # two datasets on the same bytes: one stored tensor would be allocated once per name
+            raise CheckpointFormatError(path, second, f"shares bytes [{start}, {end}) of the file with {first!r}: "
+                                        "refused.")
     with open(file_name, "rb", buffering=0) as f:
         for entry, (offset, shape, dtype_str) in snap.located.items():
             dtype = np.dtype(dtype_str)
