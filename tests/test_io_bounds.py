@@ -412,3 +412,14 @@ def test_a_refused_keras_load_module_leaves_the_module_untouched():
     with pytest.raises(ValueError, match=r"iteration.*\[0, 2\*\*62\]"):
         ck.load_module(model)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("path", ["c", "numpy"])
+def test_a_tensor_of_several_chunks_reads_back_exactly_with_each_crc32c(tmp_path, monkeypatch, path):
+    values = torch.randn(3 * (1 << 20) // 2 + 7, dtype=torch.float64)  # 12 MiB: three 4 MiB chunks and a tail
+    writer.write_bundle(str(tmp_path / "c"), {"big": values, "small": torch.arange(5)}, big_endian=path == "numpy")
+    if path == "numpy":
+        monkeypatch.setattr(crc, "_LIBRARY", None)
+        monkeypatch.setattr(crc, "_NATIVE", None)
+    bundle = TensorBundle(str(tmp_path / "c"))
+    assert torch.equal(bundle.read("big"), values) and torch.equal(bundle.read("small"), torch.arange(5))

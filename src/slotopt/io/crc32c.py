@@ -119,12 +119,32 @@ def _register_bytes(state: int, data: bytes) -> int:
     return state
 
 
+def _apply(images: list[int], state: int) -> int:
+    out, bit = 0, 0
+    while state:
+        if state & 1:
+            out ^= images[bit]
+        state >>= 1
+        bit += 1
+    return out
+
+
+def _zero_images(n: int) -> list[int]:
+    """The images of the 32 unit states under "advance over ``n`` zero bytes", by repeated squaring of the
+    one-byte map (log n compositions, so joining CRCs of gigabytes costs microseconds, not a loop per byte)."""
+    step = [int(_TABLE[(1 << i) & 0xFF]) ^ ((1 << i) >> 8) for i in range(32)]
+    result = [1 << i for i in range(32)]
+    while n:
+        if n & 1:
+            result = [_apply(step, r) for r in result]
+        step = [_apply(step, s) for s in step]
+        n >>= 1
+    return result
+
+
 def _zeros_operator(n: int) -> list[list[int]]:
     """Four byte tables applying "advance the register over ``n`` zero bytes" to a 32-bit state."""
-    basis = np.left_shift(np.uint32(1), np.arange(32, dtype=np.uint32))
-    for _ in range(n):
-        basis = _TABLE[basis & 0xFF] ^ (basis >> 8)
-    images = [int(v) for v in basis]
+    images = _zero_images(n)
     tables = []
     for k in range(4):
         table = [0] * 256
