@@ -423,3 +423,14 @@ def test_a_tensor_of_several_chunks_reads_back_exactly_with_each_crc32c(tmp_path
         monkeypatch.setattr(crc, "_NATIVE", None)
     bundle = TensorBundle(str(tmp_path / "c"))
     assert torch.equal(bundle.read("big"), values) and torch.equal(bundle.read("small"), torch.arange(5))
+
+
+def test_the_keras_optimizer_does_not_alias_the_checkpoints_state():
+    ck = slotopt.load_keras_checkpoint(KERAS)
+    saved = [np.array(s, copy=True) for s in ck.optimizer_state]
+    params = ck.parameters()
+    opt = ck.optimizer(params)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    assert all(np.array_equal(a, b) for a, b in zip(saved, ck.optimizer_state))

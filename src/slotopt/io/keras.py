@@ -567,7 +567,7 @@ class KerasCheckpoint(_NamedWeights):
         opt.build(list(zip(self.variable_names, ordered)))
         self._check_state(opt, f"optimizer({self.path})")
         self._learning_rate_note(opt)
-        opt.set_weights([np.array(s, copy=True) for s in self.optimizer_state])
+        opt.set_weights(list(self.optimizer_state))  # set_weights copies (issue 40: no third copy here)
         return opt
 
     def regularization_loss(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -688,7 +688,7 @@ class KerasCheckpoint(_NamedWeights):
                              "trained: map them, or set `requires_grad_(False)` on them.")
         state = []
         for i, (value, owner) in enumerate(zip(self.optimizer_state, self._owners)):
-            tensor = torch.from_numpy(np.array(value, copy=True))
+            tensor = torch.as_tensor(np.asarray(value))  # a view: set_weights copies (issue 40)
             if owner is not None:
                 name = self.variable_names[owner]
                 kind = self.layouts[name]
