@@ -103,6 +103,14 @@ setup(
             optional=True,
         ),
         *[extension for extension in [_tensor_table_extension()] if extension is not None],
+        # issue 40: the readers' CRC-32C (SSE4.2 chosen at run time, tables elsewhere), a library of its own so
+        # that reading checkpoints never depends on the update kernels' build (slotopt/io/crc32c.py loads it).
+        Extension(
+            "slotopt.kernels.native._slotopt_crc32c",
+            sources=[os.path.join(NATIVE, "crc32c.c")],
+            extra_compile_args=["-O3", "-std=gnu11"],
+            optional=True,
+        ),
     ],
     cmdclass={"build_ext": OptionalNativeBuild},
 )

@@ -29,6 +29,7 @@ import torch
 
 from . import numerics
 from .engine import checks
+from .engine.limits import check_depth
 
 __all__ = [
     "LearningRateSchedule",
@@ -696,6 +697,7 @@ def deserialize(
             f"A serialized learning rate schedule must be a dict with `class_name` and `config`. "
             f"Received: config={config!r}"
         )
+    check_depth(config, "A serialized learning rate schedule")  # before anything recurses into it
     if "class_name" not in config:
         raise ValueError(
             f"A serialized learning rate schedule needs a `class_name` key. Received: config={config}"

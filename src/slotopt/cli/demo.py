@@ -27,6 +27,8 @@ from typing import Any, Callable, Optional, TextIO, Union
 import torch
 from torch import nn
 
+from ..engine.limits import check_json_depth
+
 __all__ = [
     "DEFAULT_OPTIMIZERS",
     "DemoError",
@@ -124,6 +126,10 @@ def parse_optimizer_arg(text: str) -> Identifier:
             f"{', '.join(valid_optimizer_names())}"
         )
     if stripped.startswith("{"):
+        try:
+            check_json_depth(stripped, "--optimizer JSON")  # json.loads would end in a bare RecursionError
+        except ValueError as err:
+            raise OptimizerSpecError(str(err)) from None
         try:
             value = json.loads(stripped)
         except json.JSONDecodeError as err:

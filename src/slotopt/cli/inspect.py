@@ -9,6 +9,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Optional, TextIO
 
+import numpy as np
 import torch
 
 __all__ = ["inspect_checkpoint"]
@@ -39,7 +40,7 @@ def _print_table(rows: list[tuple[str, ...]], out: TextIO, indent: str = "  ") -
 def _inspect_tf(path: str, out: TextIO) -> None:
     from ..io.tf_checkpoint import load_tf_checkpoint
 
-    ck = load_tf_checkpoint(path)
+    ck = load_tf_checkpoint(path, metadata_only=True)  # names, shapes, dtypes and scalars: no tensor data read
     print(f"TensorFlow checkpoint {ck.path}", file=out)
     _print_tf_optimizer(ck, out)
     for i, part in enumerate(ck.parts):  # several optimizers: each with its variables
@@ -106,17 +107,24 @@ def _inspect_keras(path: str, out: TextIO) -> None:
     print(f"{kind} {ck.path}" + (f" (Keras {ck.keras_version})" if ck.keras_version else ""), file=out)
     cls = ck.optimizer_class
     print(f"optimizer: {_GENERATIONS[ck.kind]}; class: {cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}", file=out)
-    opt = ck.optimizer(ck.parameters())
-    print(f"iterations: {int(opt.iterations)}", file=out)
-    _print_variables(ck, out)
+    # The optimizer is built on meta tensors (names, shapes and dtypes, no memory); the values shown are the
+    # file's (issue 40: inspect no longer builds a model-sized optimizer to list it).
+    opt = ck._new_optimizer()
+    opt.build([(n, torch.empty(ck.weights[n].shape, dtype=ck.weights[n].dtype, device="meta"))
+               for n in ck.variable_names])
     variables = list(opt.variables if ck.kind == "keras3" else opt.weights)
+    values = {id(var): stored for var, stored in zip(variables, ck.optimizer_state)}
+    counter = next((values[id(v)] for v in variables if v is opt.iterations), ck.optimizer_state[0])
+    print(f"iterations: {int(np.asarray(counter))}", file=out)
+    _print_variables(ck, out)
     owners: list[Optional[int]] = list(getattr(ck, "_owners", [])) or [None] * len(variables)
     slots: dict[str, list[str]] = {}
     own = []
     for var, owner in zip(variables, owners):
         label = f"{str(getattr(var, 'path', ''))} {_shape(var.shape)} {_dtype(var.dtype)}"
         if owner is None:
-            own.append((str(getattr(var, "path", "")), _shape(var.shape), _dtype(var.dtype) + _scalar(var.detach())))
+            stored = torch.as_tensor(np.asarray(values[id(var)])).to(var.dtype)
+            own.append((str(getattr(var, "path", "")), _shape(var.shape), _dtype(var.dtype) + _scalar(stored)))
         else:
             slots.setdefault(ck.variable_names[owner], []).append(label)
     if slots:

@@ -88,6 +88,9 @@ def state_value_problem(name: str, value: Any) -> Optional[str]:
     if short in COUNTERS:
         if not math.isfinite(number) or number != int(number) or not 0 <= number <= _COUNTER_LIMIT:
             return "an integer in [0, 2**62]"
+        # An int64 past 2**62 rounds to 2**62 as a double: the integer itself is compared.
+        if not tensor.is_floating_point() and not 0 <= int(tensor.detach().reshape(()).cpu().item()) <= _COUNTER_LIMIT:
+            return "an integer in [0, 2**62]"
     elif short in _RATES:
         if not math.isfinite(number) or number < 0:
             return "a finite number >= 0"
@@ -141,6 +144,8 @@ def check_fits(label: str, name: Optional[str], value: Any, target: torch.Tensor
 
 def initial_fill(tensor: torch.Tensor) -> Any:
     """What a reset writes back: the single value a new slot is filled with, else a copy of it."""
+    if tensor.device.type == "meta":  # a probe's slot (the readers check a file on meta tensors): no values
+        return None
     if tensor.device.type == "cpu" and tensor.dtype in _NUMPY_KINDS and tensor.layout == torch.strided:
         values = tensor.detach().numpy()  # a view: a build makes thousands of slots, numpy checks them fastest
         if values.size == 0:

@@ -9,12 +9,22 @@ and declared sizes past what the storage holds or past ``max_bytes`` (a fill-val
 a few bytes). The HDF5 C library is not hardened against corrupted files (a flipped byte can make it crash or
 loop), so on platforms with ``fork`` the walk runs in a child process with a memory and time limit: a crash, a
 hang or an exhausted limit there becomes a :class:`CheckpointFormatError` here. The result is plain Python data.
+
+The child reads metadata only: for each dataset stored as Keras stores it (contiguous, unfiltered, numbers) it
+reports where its bytes lie, and this process reads them itself, straight from the file into the array it
+returns, after checking the extent against the file: one copy, no pickled arrays through a pipe, no temporary
+file for a ``.keras`` member stored uncompressed (read in place in the zip, see :func:`snapshot_member`).
+Datasets stored otherwise (chunked, compressed, compact) are read by the child and sent. Since the walk does
+not grow with the weights, its time limit is one no loaded machine reaches on a sound file, and the size bound
+is the file's own (``max_bytes`` defaults to 16 TiB: it bounds what a caller chooses to allow).
 """
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
+import struct
 import tempfile
 import traceback
 import zipfile
@@ -25,12 +35,14 @@ import numpy as np
 
 from .errors import CheckpointFormatError
 
-__all__ = ["H5Snapshot", "snapshot", "zip_member_to_tempfile", "MAX_BYTES"]
+__all__ = ["H5Snapshot", "snapshot", "snapshot_member", "zip_member_to_tempfile", "MAX_BYTES"]
 
-#: Default bound on what a file may make the reader allocate (its weights file, and the arrays read from it).
-MAX_BYTES = 2 ** 32
-#: Seconds the isolated HDF5 walk may take, plus one per 16 MiB of file (reading is ~100x faster than that).
-TIMEOUT_SECONDS = 10.0
+#: Default bound on what a file may make the reader allocate, past the file's own bound (every dataset's size is
+#: checked against the storage it holds): large enough for any real model.
+MAX_BYTES = 2 ** 44
+#: Seconds the isolated HDF5 walk (metadata, and datasets not stored contiguously) may take, plus one per GiB.
+TIMEOUT_SECONDS = 300.0
+_CHUNK = 1 << 24
 
 # Keras writes raw, uncompressed datasets; a compressed one may be smaller on disk, but not by more than this.
 _MAX_COMPRESSION = 64
@@ -46,6 +58,42 @@ class H5Snapshot:
     datasets: dict[str, np.ndarray] = field(default_factory=dict)
     attrs: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: set[str] = field(default_factory=set)
+    #: datasets whose bytes this process reads itself: path → (offset in the HDF5 file, shape, dtype string)
+    located: dict[str, tuple[int, tuple[int, ...], str]] = field(default_factory=dict)
+
+
+class _Region(io.RawIOBase):
+    """Bytes [base, base + size) of an open file, as a file of their own (an HDF5 file stored in a zip)."""
+
+    def __init__(self, raw: Any, base: int, size: int) -> None:
+        super().__init__()
+        self._raw, self._base, self._size, self._pos = raw, base, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._pos = max(0, offset if whence == 0 else self._pos + offset if whence == 1 else self._size + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        count = max(0, min(len(view), self._size - self._pos))
+        self._raw.seek(self._base + self._pos)
+        done = 0
+        while done < count:
+            got = self._raw.readinto(view[done:count])
+            if not got:
+                break
+            done += got
+        self._pos += done
+        return done
 
 
 def _attribute_value(path: str, entry: str, obj: Any, name: str) -> Any:
@@ -65,6 +113,23 @@ def _attribute_value(path: str, entry: str, obj: Any, name: str) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value if isinstance(value, (str, int, float)) else str(value)
+
+
+def _contiguous_offset(obj: Any, nbytes: int) -> Optional[int]:
+    """Where a dataset's bytes start in its file when they lie there as they are (contiguous, unfiltered, plain
+    little- or big-endian numbers, fully stored), else None."""
+    import h5py
+
+    try:
+        plist = obj.id.get_create_plist()
+        if plist.get_layout() != h5py.h5d.CONTIGUOUS or plist.get_nfilters() != 0:
+            return None
+        offset = obj.id.get_offset()
+    except (RuntimeError, ValueError, TypeError, OSError):
+        return None
+    if offset is None or obj.dtype.kind not in "fiu" or int(obj.id.get_storage_size()) != nbytes:
+        return None
+    return int(offset)
 
 
 def _walk(path: str, source: Any, max_bytes: int) -> H5Snapshot:
@@ -110,14 +175,51 @@ def _walk(path: str, source: Any, max_bytes: int) -> H5Snapshot:
             if total > max_bytes:
                 raise CheckpointFormatError(path, entry, f"the datasets declare more than max_bytes={max_bytes} bytes.")
             attributes(obj, entry)
+            offset = _contiguous_offset(obj, nbytes) if nbytes else None
+            if offset is not None:
+                snap.located[entry] = (offset, tuple(int(d) for d in shape), dtype.str)
+                continue
             try:
                 snap.datasets[entry] = np.array(obj[()], copy=True)
             except (OSError, ValueError, TypeError, RuntimeError) as err:
                 raise CheckpointFormatError(path, entry, f"cannot be read ({type(err).__name__}: {err}).") from err
 
-    with h5py.File(source, "r") as f:
+    file_name, (base, size) = source  # the HDF5 file is bytes [base, base + size) of file_name
+    with open(file_name, "rb") as raw, h5py.File(_Region(raw, base, size), "r") as f:
         attributes(f, "")
         walk(f, "")
+    return snap
+
+
+def _fill(path: str, snap: H5Snapshot, file_name: str, base: int, size: int) -> H5Snapshot:
+    """Reads every located dataset straight from the file into its array, its extent checked against the HDF5
+    file's bytes (the child's word is not trusted for it)."""
+    spans = sorted((offset, offset + int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype_str).itemsize, entry)
+                   for entry, (offset, shape, dtype_str) in snap.located.items())
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        if start < end:  # two datasets on the same bytes: one stored tensor would be allocated once per name
+            raise CheckpointFormatError(path, second, f"shares bytes [{start}, {end}) of the file with {first!r}: "
+                                        "refused.")
+    with open(file_name, "rb", buffering=0) as f:
+        for entry, (offset, shape, dtype_str) in snap.located.items():
+            dtype = np.dtype(dtype_str)
+            nbytes = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+            if offset < 0 or offset + nbytes > size:
+                raise CheckpointFormatError(path, entry, f"declares bytes [{offset}, {offset + nbytes}) past the end "
+                                            f"of its HDF5 file ({size} bytes): refused.")
+            array = np.empty(shape, dtype=dtype.newbyteorder("="))
+            view = memoryview(array.reshape(-1).view(np.uint8))
+            f.seek(base + offset)
+            done = 0
+            while done < nbytes:
+                got = f.readinto(view[done:done + _CHUNK])
+                if not got:
+                    raise CheckpointFormatError(path, entry, "is truncated: the file ends inside it.")
+                done += got
+            if not dtype.isnative and dtype.itemsize > 1:
+                array.byteswap(inplace=True)  # stored big-endian: swapped in place
+            snap.datasets[entry] = array
+    snap.located = {}
     return snap
 
 
@@ -131,13 +233,15 @@ def _walk_guarded(path: str, source: Any, max_bytes: int) -> H5Snapshot:
         raise CheckpointFormatError(path, None, f"malformed HDF5 ({type(err).__name__}: {err})") from err
 
 
-def _child(conn: Any, path: str, source: str, max_bytes: int) -> None:  # pragma: no cover - runs in the child
+def _child(conn: Any, path: str, source: Any, max_bytes: int) -> None:  # pragma: no cover - runs in the child
     try:
         import resource
 
         with open("/proc/self/statm") as statm:
             virtual = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        limit = virtual + 3 * max_bytes + 2 ** 29
+        # The child holds metadata and the datasets not stored contiguously (at most _MAX_COMPRESSION times
+        # their storage): bounded by the file, not by max_bytes.
+        limit = virtual + 3 * min(max_bytes, _MAX_COMPRESSION * source[1][1] + 4096) + 2 ** 30
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, OSError, ValueError):
         pass
@@ -152,19 +256,23 @@ def _child(conn: Any, path: str, source: str, max_bytes: int) -> None:  # pragma
         conn.close()
 
 
-def snapshot(path: str, source: str, max_bytes: int, isolate: Optional[bool] = None) -> H5Snapshot:
-    """The checked content of the HDF5 file at ``source`` (errors name ``path``, the file the user gave).
-    ``isolate`` (default: where ``fork`` exists) runs the HDF5 library in a child process."""
+def snapshot(path: str, source: str, max_bytes: int, isolate: Optional[bool] = None,
+             region: Optional[tuple[int, int]] = None) -> H5Snapshot:
+    """The checked content of the HDF5 file at ``source`` (errors name ``path``, the file the user gave), or of
+    the bytes ``region`` = (offset, size) of ``source``. ``isolate`` (default: where ``fork`` exists) runs the
+    HDF5 library in a child process."""
     if isolate is None:
         isolate = "fork" in multiprocessing.get_all_start_methods()
+    base, size = region if region is not None else (0, os.path.getsize(source))
+    where = (source, (base, size))
     if not isolate:
-        return _walk_guarded(path, source, max_bytes)
+        return _fill(path, _walk_guarded(path, where, max_bytes), source, base, size)
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(send, path, source, max_bytes), daemon=True)
+    child = context.Process(target=_child, args=(send, path, where, max_bytes), daemon=True)
     child.start()
     send.close()
-    timeout = TIMEOUT_SECONDS + os.path.getsize(source) / 2 ** 24
+    timeout = TIMEOUT_SECONDS + size / 2 ** 30
     try:
         if not receive.poll(timeout):
             raise CheckpointFormatError(path, None, f"reading its HDF5 content took over {timeout:.0f} s: refused.")
@@ -181,7 +289,32 @@ def snapshot(path: str, source: str, max_bytes: int, isolate: Optional[bool] = N
         child.join(5)
     if status == "error":
         raise CheckpointFormatError(*payload)
-    return payload
+    return _fill(path, payload, source, base, size)
+
+
+def snapshot_member(path: str, archive: zipfile.ZipFile, member: str, max_bytes: int,
+                    isolate: Optional[bool] = None) -> H5Snapshot:
+    """:func:`snapshot` of the HDF5 file stored as zip ``member`` of ``path``: read in place when the member is
+    stored uncompressed (as Keras writes it), else through a temporary file."""
+    info = archive.getinfo(member)
+    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1 or info.file_size != info.compress_size:
+        with zip_member_to_tempfile(path, archive, member, max_bytes) as blob:
+            return snapshot(path, blob.name, max_bytes, isolate)
+    if info.file_size > max_bytes:
+        raise CheckpointFormatError(path, member, f"declares {info.file_size} bytes, over max_bytes={max_bytes}: "
+                                    "refused.")
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        header = f.read(30)
+        if len(header) != 30 or header[:4] != b"PK\x03\x04":
+            raise CheckpointFormatError(path, member, "has no valid local zip header: refused.")
+        name_length, extra_length = struct.unpack("<HH", header[26:30])
+        base = info.header_offset + 30 + name_length + extra_length
+        total = os.fstat(f.fileno()).st_size
+    if base + info.file_size > total:
+        raise CheckpointFormatError(path, member, f"declares {info.file_size} bytes from byte {base}; the file has "
+                                    f"{total}: refused.")
+    return snapshot(path, path, max_bytes, isolate, region=(base, info.file_size))
 
 
 def zip_member_to_tempfile(path: str, archive: zipfile.ZipFile, member: str, max_bytes: int) -> Any:

@@ -119,7 +119,7 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
             claimed.add(e)
             skipped[e] = "a compiled metric's running total (not training state an optimizer continues)"
     if tfkeras_new:
-        state, state_entries = _with_learning_rate(opt_config, state, state_entries)
+        state, state_entries = _with_learning_rate(where, opt_config, state, state_entries)
     if cls.__name__ == "LossScaleOptimizer":  # Keras also saves the wrapped optimizer's own list apart
         n_inner = walk.own_count("optimizer/inner_optimizer") if "optimizer/inner_optimizer/vars/0" in datasets else 0
         for i in range(n_inner):
@@ -152,7 +152,8 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
     for v in model.variables:
         if str(snap.attrs.get(v.entry, {}).get("dtype", "")) == "bfloat16":
             raise where.fail("is bfloat16, which the Keras checkpoint reader does not support.", v.entry)
-        weights[v.name] = torch.from_numpy(np.array(datasets[v.entry], copy=True))
+        _check_trainable_dtype(where, v, datasets[v.entry])
+        weights[v.name] = torch.from_numpy(np.require(datasets[v.entry], requirements=['C', 'W']))  # fresh: no copy
     floatx = None
     opt_inner = _mapping(where, opt_config.get("config") or {}, "compile_config.optimizer.config")
     if cls.__name__ != "LossScaleOptimizer" and not isinstance(opt_inner.get("learning_rate"), Mapping) \
@@ -197,8 +198,7 @@ def _read_keras3(path: str, max_bytes: int, isolate: Optional[bool]) -> KerasChe
                     "tf-keras 2.11+'s optimizer are supported (a tf.keras 2.x model with a legacy optimizer can be "
                     "read from its `.h5` file).", "metadata.json")
             where.entry = "model.weights.h5"
-            with _h5safe.zip_member_to_tempfile(path, archive, "model.weights.h5", max_bytes) as blob:
-                snap = _h5safe.snapshot(path, blob.name, max_bytes, isolate)
+            snap = _h5safe.snapshot_member(path, archive, "model.weights.h5", max_bytes, isolate)  # issue 40: in place
         return _read_keras3_weights(where, snap, config, version)
 
 
@@ -266,7 +266,10 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
         unplaced = sorted(e for e in datasets if e not in claimed)
         if unplaced:
             raise where.fail("cannot be placed in the model: refused rather than dropped.", unplaced[0])
-        weights = {v.name: torch.from_numpy(np.array(datasets[v.entry], copy=True)) for v in model.variables}
+        for v in model.variables:
+            _check_trainable_dtype(where, v, datasets[v.entry])
+        weights = {v.name: torch.from_numpy(np.require(datasets[v.entry], requirements=['C', 'W']))  # fresh: no copy
+                   for v in model.variables}
         ckpt = KerasCheckpoint(
             path=path, kind=kind, keras_version=keras_version,
             variable_names=[v.name for v in model.variables if v.trainable],
@@ -278,7 +281,7 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
             optimizer_entries=[f"optimizer_weights/{n}" for n in opt_names],
         )
         if tfkeras_new:
-            ckpt.optimizer_state, ckpt.optimizer_entries = _with_learning_rate(opt_config, state,
+            ckpt.optimizer_state, ckpt.optimizer_entries = _with_learning_rate(where, opt_config, state,
                                                                               ckpt.optimizer_entries)
             model.notes.append(_TFKERAS_NOTE)
             opt_names = [opt_names[0], "learning_rate (config)"] + opt_names[1:]
@@ -286,6 +289,12 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
             ckpt.floatx = torch.from_numpy(np.asarray(ckpt.optimizer_state[1])).dtype
         _order_state_by_name(ckpt, where, [n.split(":")[0] for n in opt_names])
         return _finish(ckpt, model, where)
+
+
+def _check_trainable_dtype(where: _Where, variable: Any, value: np.ndarray) -> None:
+    """issue 40: a trainable weight stored as integers is refused here, naming it (``parameters()`` failed later)."""
+    if variable.trainable and value.dtype.kind != "f":
+        raise where.fail(f"holds {value.dtype} values; a trainable variable is floating point.", variable.entry)
 
 
 _TFKERAS_NOTE = ("the optimizer is tf-keras 2.11+'s (is_legacy_optimizer=False): continued by the Keras 3 class, "
@@ -304,12 +313,15 @@ def _tfkeras_new(where: _Where, opt_config: dict) -> tuple[dict, bool]:
     return {"class_name": name, "config": inner}, True
 
 
-def _with_learning_rate(opt_config: dict, state: list, entries: list[str]) -> tuple[list, list[str]]:
+def _with_learning_rate(where: _Where, opt_config: dict, state: list, entries: list[str]) -> tuple[list, list[str]]:
     """tf-keras 2.11+ saves ``[iterations, slots...]``; the Keras 3 class holds ``[iteration, learning_rate,
     slots...]``: the learning rate (not saved) is the config's, in float32 (a schedule has no variable)."""
     lr = (opt_config.get("config") or {}).get("learning_rate")
     if isinstance(lr, Mapping) or not state:
         return state, entries
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):  # its value is checked with the state's
+        raise where.fail(f"must be a number or a schedule; found {lr!r}.",
+                         "compile_config.optimizer.config.learning_rate")
     return [state[0], np.array(lr, dtype=np.float32)] + list(state[1:]), [entries[0], "learning_rate (config)"] + list(entries[1:])
 
 
@@ -320,8 +332,8 @@ def _order_state_by_name(ckpt: KerasCheckpoint, where: _Where, file_names: list[
     where.entry = "optimizer_weights"
     opt = ckpt._new_optimizer()
     names = [ckpt._keras_paths.get(n, n) for n in ckpt.variable_names]
-    opt.build([(k, torch.zeros(ckpt.weights[n].shape, dtype=ckpt.weights[n].dtype))
-               for k, n in zip(names, ckpt.variable_names)])
+    opt.build([(k, torch.empty(ckpt.weights[n].shape, dtype=ckpt.weights[n].dtype, device="meta"))
+               for k, n in zip(names, ckpt.variable_names)])  # meta (issue 40): names only, no memory
     paths = [str(w.path) for w in ckpt._state_variables(opt)]
     if paths != file_names and sorted(paths) == sorted(file_names):
         index = {n: i for i, n in enumerate(file_names)}

@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
+from ..engine.resume import state_value_problem
 from .errors import CheckpointFormatError
 from .keras_layers import to_torch, torch_shape
 
@@ -178,14 +179,19 @@ class KerasCheckpoint(_NamedWeights):
                     where, f"optimizer variable {i} ({getattr(var, 'path', '')})",
                     f"has shape {tuple(value.shape)} in the file; expected {tuple(var.shape)}.",
                 )
+            # issue 40: iterations, learning rate, loss scale checked at read as load_state_dict checks them
+            problem = _scalar_problem(str(getattr(var, "path", "") or getattr(var, "name", "")), value)
+            if problem is not None:
+                raise CheckpointFormatError(where, f"optimizer variable {i} ({getattr(var, 'path', '')})",
+                                            f"must be {problem}; the file holds {np.asarray(value).reshape(-1)[0]!r}.")
 
     def _probe(self) -> list[Optional[int]]:
         """Builds the optimizer on placeholders ``p0, p1, ...`` (Keras layout) to check the saved state, to learn
         which model variable each optimizer variable belongs to (``None``: the optimizer's own) and its Keras
         name (``adam/<variable path with _>_momentum``)."""
         opt = self._new_optimizer()
-        opt.build([(f"p{j}", torch.zeros(self.weights[n].shape, dtype=self.weights[n].dtype))
-                   for j, n in enumerate(self.variable_names)])
+        opt.build([(f"p{j}", torch.empty(self.weights[n].shape, dtype=self.weights[n].dtype, device="meta"))
+                   for j, n in enumerate(self.variable_names)])  # meta (issue 40): names and shapes, no memory
         self._check_state(opt, self.path)
         owners: list[Optional[int]] = []
         names = []
@@ -238,7 +244,7 @@ class KerasCheckpoint(_NamedWeights):
         opt.build(list(zip(self.variable_names, ordered)))
         self._check_state(opt, f"optimizer({self.path})")
         self._learning_rate_note(opt)
-        opt.set_weights([np.array(s, copy=True) for s in self.optimizer_state])
+        opt.set_weights(list(self.optimizer_state))  # set_weights copies (issue 40: no third copy here)
         return opt
 
     def regularization_loss(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -359,7 +365,7 @@ class KerasCheckpoint(_NamedWeights):
                              "trained: map them, or set `requires_grad_(False)` on them.")
         state = []
         for i, (value, owner) in enumerate(zip(self.optimizer_state, self._owners)):
-            tensor = torch.from_numpy(np.array(value, copy=True))
+            tensor = torch.as_tensor(np.asarray(value))  # a view: set_weights copies (issue 40)
             if owner is not None:
                 name = self.variable_names[owner]
                 kind = self.layouts[name]
@@ -372,12 +378,29 @@ class KerasCheckpoint(_NamedWeights):
                         "layout. Use `optimizer(params)` with Keras-layout tensors instead."
                     )
             state.append(tensor)
+        by_name = {name: (pname, tensor) for name, pname, tensor in targets}
+        # issue 40, all or nothing: the state is set on an optimizer built on meta copies of the targets first,
+        # so whatever set_weights refuses is refused before the module is written.
+        probe = self._new_optimizer()
+        probe.build([(by_name[n][0], torch.empty(by_name[n][1].shape, dtype=by_name[n][1].dtype, device="meta"))
+                     for n in self.variable_names])
+        probe.set_weights(state)
+        del probe
         with torch.no_grad():
             for name, _, tensor in targets:
                 tensor.copy_(to_torch(self.weights[name], self.layouts[name]))
-        by_name = {name: (pname, tensor) for name, pname, tensor in targets}
         opt = self._new_optimizer()
         opt.build([by_name[name] for name in self.variable_names])
         self._learning_rate_note(opt)
         opt.set_weights(state)
         return opt
+
+
+def _scalar_problem(name: str, value: Any) -> Optional[str]:
+    """What ``load_state_dict`` would say of a saved optimizer scalar (None: nothing, or not a checked one)."""
+    array = np.asarray(value)
+    if array.size != 1:
+        return None
+    if array.dtype.kind == "c" and state_value_problem(name, torch.tensor(float("nan"))) is not None:
+        return "a real number"
+    return state_value_problem(name, torch.from_numpy(np.array(array, copy=True)))

@@ -97,7 +97,8 @@ def order_blocks(where: _Where, blocks: list[_Block], state: Sequence[np.ndarray
     shapes (``state``, in the optimizer's ``variables`` order), under the file's constraints."""
     trainable = [(b, v) for b in blocks for v in b.variables if v.trainable]
     probe = new_optimizer()
-    probe.build([(f"p{j}", torch.zeros(shapes[v.entry], dtype=torch.float32)) for j, (_, v) in enumerate(trainable)])
+    probe.build([(f"p{j}", torch.empty(shapes[v.entry], dtype=torch.float32, device="meta"))  # meta: no memory
+                 for j, (_, v) in enumerate(trainable)])
     template: list[tuple[Optional[int], str, tuple]] = []
     slot_shape: dict[tuple[int, str], tuple] = {}
     for var in probe.variables:

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..engine.limits import check_json_depth
 from ..engine.naming import snake_case
 from . import _h5safe
 from .errors import CheckpointFormatError
@@ -69,6 +70,7 @@ def _guard(where: _Where) -> Iterator[None]:
 def _json(where: _Where, data: bytes, entry: str) -> Any:
     where.entry = entry
     try:
+        check_json_depth(data, "the JSON")  # issue 40: refused before json.loads can recurse 50,000 deep
         return json.loads(data)
     except (ValueError, UnicodeError, RecursionError) as err:
         raise where.fail(f"is not valid JSON ({err}).") from err

@@ -17,9 +17,10 @@ Example:
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Union
 
-__all__ = ["WireFormatError", "decode", "read_varint", "get_int", "get_sint", "get_bool", "get_str", "get_bytes",
+__all__ = ["WireFormatError", "decode", "iter_fields", "read_varint", "get_int", "get_sint", "get_bool", "get_str", "get_bytes",
            "get_fixed32", "get_bytes_list", "get_strs", "get_messages", "get_message", "get_packed_ints", "get_floats"]
 
 #: A decoded field value: an int (varint, fixed32, fixed64) or bytes (length-delimited: string, bytes, message,
@@ -50,6 +51,42 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
             return result, pos
         shift += 7
     raise WireFormatError(f"varint longer than 10 bytes ending at byte {pos}")
+
+
+def iter_fields(data: Union[bytes, memoryview]) -> Iterator[tuple[int, int, Union[int, memoryview]]]:
+    """The fields of one message, one at a time: ``(field number, wire type, value)``, a length-delimited value
+    as a ``memoryview`` of ``data`` (no copy). A reader that walks a large message this way keeps only what it
+    needs: :func:`decode` holds every field at once, tens of bytes of Python objects per byte of a message made
+    of tiny fields."""
+    view = data if isinstance(data, memoryview) else memoryview(data)
+    pos, end = 0, len(view)
+    while pos < end:
+        tag, pos = read_varint(view, pos)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise WireFormatError(f"field number 0 at byte {pos}")
+        value: Union[int, memoryview]
+        if wire == VARINT:
+            value, pos = read_varint(view, pos)
+        elif wire == FIXED64:
+            if pos + 8 > end:
+                raise WireFormatError(f"truncated fixed64 field {number} at byte {pos}")
+            value = int.from_bytes(view[pos:pos + 8], "little")
+            pos += 8
+        elif wire == FIXED32:
+            if pos + 4 > end:
+                raise WireFormatError(f"truncated fixed32 field {number} at byte {pos}")
+            value = int.from_bytes(view[pos:pos + 4], "little")
+            pos += 4
+        elif wire == LENGTH_DELIMITED:
+            length, pos = read_varint(view, pos)
+            if length > end - pos:
+                raise WireFormatError(f"field {number} declares {length} bytes at byte {pos}; {end - pos} remain")
+            value = view[pos:pos + length]
+            pos += length
+        else:
+            raise WireFormatError(f"unsupported wire type {wire} for field {number} at byte {pos}")
+        yield number, wire, value
 
 
 def decode(data: bytes) -> Fields:

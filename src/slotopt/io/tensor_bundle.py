@@ -8,8 +8,14 @@ masked CRC-32C of the bytes); the empty key holds the ``BundleHeaderProto`` (num
 format version). A tensor's bytes are ``size`` bytes at ``offset`` of its shard, in C order.
 
 Everything read is checked before it is used: block handles and entries against the file sizes, every CRC,
-every varint, the byte count of a tensor against its dtype and shape. A malformed checkpoint raises
+every varint, the byte count of a tensor against its dtype and shape, keys as strict UTF-8 (a key that is not
+is refused, never guessed), no two entries sharing bytes of a shard (one tensor read under many names would
+allocate it many times), at most :data:`MAX_DIMS` dimensions, and the index and data files inside the
+checkpoint's directory (a symbolic link leading out of it is refused). A malformed checkpoint raises
 :class:`TFCheckpointError` naming the file and the entry; nothing is allocated beyond what the files hold.
+
+A tensor is read once, straight into its torch tensor (``readinto`` its bytes, in chunks, each chunk's CRC-32C
+computed as it arrives, while it is in cache), then byte-swapped in place when the file is big-endian.
 
 Example:
     >>> from slotopt.io.tensor_bundle import TensorBundle
@@ -32,10 +38,11 @@ import numpy as np
 import torch
 
 from . import protowire as pw
-from .crc32c import crc32c, unmask
+from .crc32c import crc32c, crc32c_extend, unmask
 from .errors import CheckpointFormatError
 
-__all__ = ["TFCheckpointError", "BundleEntry", "TensorBundle", "DTYPES", "shard_path"]
+__all__ = ["TFCheckpointError", "BundleEntry", "TensorBundle", "MetadataBundle", "DTYPES", "shard_path",
+           "MAX_DIMS", "inside_directory"]
 
 _TABLE_MAGIC = 0xDB4775248B80FB57
 _FOOTER_SIZE = 48
@@ -43,6 +50,9 @@ _BLOCK_TRAILER = 5  # compression type byte + masked CRC-32C
 _NO_COMPRESSION, _SNAPPY = 0, 1
 _MAX_SHARDS = 1 << 20
 _FORMAT_VERSION = 1  # kTensorBundleVersion: the newest format this reader knows
+#: The most dimensions an entry may have (torch's limit; TensorFlow allows 254).
+MAX_DIMS = 64
+_CHUNK = 1 << 22  # bytes read (and checksummed while in cache) at a time
 
 #: TensorFlow ``DataType`` enum value → (name, numpy dtype of the stored bytes (little-endian), torch dtype).
 #: bfloat16 is read as its 16 bits and reinterpreted by torch, since numpy has no bfloat16.
@@ -105,6 +115,16 @@ class BundleEntry:
 
 def shard_path(prefix: str, shard: int, num_shards: int) -> str:
     return f"{prefix}.data-{shard:05d}-of-{num_shards:05d}"
+
+
+def inside_directory(path: str, prefix: str) -> None:
+    """Refuses ``path`` (a file of the checkpoint ``prefix``) when it resolves outside the prefix's directory: a
+    symbolic link may not make the reader read another file of the machine."""
+    directory = os.path.realpath(os.path.dirname(os.path.abspath(prefix)))
+    real = os.path.realpath(path)
+    if not real.startswith(directory.rstrip(os.sep) + os.sep):
+        raise TFCheckpointError(f"{path}: resolves to {real}, outside the checkpoint's directory {directory}: a "
+                                "symbolic link is not followed out of it", path)
 
 
 # ------------------------------------------------------------------------------------------------ sorted table
@@ -245,8 +265,11 @@ def _parse_entry(key: str, value: bytes, where: str) -> BundleEntry:
             size=pw.get_int(fields, 5), crc32c=pw.get_fixed32(fields, 6), slices=slices)
     except pw.WireFormatError as err:
         raise TFCheckpointError(f"{where}: entry {key!r} is not a valid BundleEntryProto: {err}") from None
-    if any(d < 0 for d in shape) or len(shape) > 254:
-        raise TFCheckpointError(f"{where}: entry {key!r} has an invalid shape {shape}")
+    if len(shape) > MAX_DIMS:
+        raise TFCheckpointError(f"{where}: entry {key!r} has {len(shape)} dimensions; torch (and so slotopt) holds "
+                                f"at most {MAX_DIMS}", where, key)
+    if any(d < 0 for d in shape):
+        raise TFCheckpointError(f"{where}: entry {key!r} has an invalid shape {shape}", where, key)
     if entry.offset < 0 or entry.size < 0 or entry.shard_id < 0:
         raise TFCheckpointError(f"{where}: entry {key!r} has a negative shard, offset or size")
     return entry
@@ -262,6 +285,7 @@ class TensorBundle:
         self.index_path = f"{self.prefix}.index"
         if not os.path.isfile(self.index_path):
             raise FileNotFoundError(f"No TensorFlow checkpoint at prefix {self.prefix!r}: {self.index_path} is not a file.")
+        inside_directory(self.index_path, self.prefix)
         with open(self.index_path, "rb") as f:
             data = f.read()
         table = read_table(data, self.index_path)
@@ -287,12 +311,20 @@ class TensorBundle:
             try:
                 key = raw_key.decode("utf-8")
             except UnicodeDecodeError:
-                key = raw_key.decode("latin-1")  # a partitioned variable's slice key (binary OrderedCode)
+                if not raw_key.startswith(b"\x00"):
+                    raise TFCheckpointError(
+                        f"{self.index_path}: key {raw_key[:64]!r} is not UTF-8 text: refused (TensorFlow names "
+                        "variables in UTF-8; a guessed decoding could give another entry's name)",
+                        self.index_path, repr(raw_key[:64])) from None
+                # A partitioned variable's slice key (binary OrderedCode after a NUL): kept apart by its
+                # surrogate escapes, which no strictly decoded name holds.
+                key = raw_key.decode("utf-8", "surrogateescape")
             self.entries[key] = _parse_entry(key, value, self.index_path)
         self._check_extents()
 
     def _check_extents(self) -> None:
         sizes: dict[int, int] = {}
+        spans: list[tuple[int, int, int, str]] = []
         for entry in self.entries.values():
             if entry.slices:
                 continue  # a partitioned variable's full entry: offset and size are unused
@@ -304,6 +336,7 @@ class TensorBundle:
                 path = shard_path(self.prefix, entry.shard_id, self.num_shards)
                 if not os.path.isfile(path):
                     raise TFCheckpointError(f"{path}: data shard missing (needed by entry {entry.key!r})")
+                inside_directory(path, self.prefix)
                 sizes[entry.shard_id] = os.path.getsize(path)
             if entry.offset + entry.size > sizes[entry.shard_id]:
                 raise TFCheckpointError(
@@ -316,6 +349,15 @@ class TensorBundle:
                     raise TFCheckpointError(
                         f"{self.index_path}: entry {entry.key!r} ({entry.dtype}, shape {entry.shape}) declares "
                         f"{entry.size} bytes; it needs {math.prod(entry.shape) * itemsize}")
+            if entry.size:
+                spans.append((entry.shard_id, entry.offset, entry.offset + entry.size, entry.key))
+        spans.sort()
+        for (shard, _, end, first), (next_shard, start, _, second) in zip(spans, spans[1:]):
+            if shard == next_shard and start < end:
+                raise TFCheckpointError(
+                    f"{shard_path(self.prefix, shard, self.num_shards)}: entries {first!r} and {second!r} share bytes "
+                    f"[{start}, {end}) of the shard: refused (TensorFlow writes each tensor once; a tensor read "
+                    "under many names would make the reader allocate it many times)", self.index_path, second)
 
     def keys(self) -> list[str]:
         return list(self.entries)
@@ -341,25 +383,43 @@ class TensorBundle:
             raise TFCheckpointError(f"{path}: entry {entry.key!r} fails its CRC-32C check (the data is corrupt)")
         return data
 
+    def _read_into(self, entry: BundleEntry, out: torch.Tensor) -> None:
+        """The entry's bytes into ``out`` (a new contiguous CPU tensor of exactly ``entry.size`` bytes), read in
+        chunks straight into its storage, each chunk checksummed as it arrives."""
+        path = shard_path(self.prefix, entry.shard_id, self.num_shards)
+        view = memoryview(out.reshape(-1).view(torch.uint8).numpy()) if entry.size else memoryview(b"")
+        crc, done = 0, 0
+        with open(path, "rb", buffering=0) as f:
+            f.seek(entry.offset)
+            while done < entry.size:
+                got = f.readinto(view[done:done + _CHUNK])
+                if not got:
+                    raise TFCheckpointError(f"{path}: entry {entry.key!r} is truncated ({done} of {entry.size} bytes)")
+                crc = crc32c_extend(crc, view[done:done + got])
+                done += got
+        if crc != unmask(entry.crc32c):
+            raise TFCheckpointError(f"{path}: entry {entry.key!r} fails its CRC-32C check (the data is corrupt)")
+
     def read(self, key: str) -> torch.Tensor:
-        """The tensor ``key`` as a new torch tensor of its stored dtype and shape."""
+        """The tensor ``key`` as a new torch tensor of its stored dtype and shape (its bytes read once, into it)."""
         entry = self._entry(key)
         if entry.dtype_code not in DTYPES:
             raise TFCheckpointError(
                 f"{self.index_path}: entry {key!r} has dtype {entry.dtype}, which is not a numeric variable dtype "
                 f"(supported: {sorted(name for name, _, _ in DTYPES.values())})")
         _, stored, dtype = DTYPES[entry.dtype_code]
-        array = np.frombuffer(self._bytes(entry), dtype=np.dtype(stored).newbyteorder(">" if self.big_endian else "<"))
-        array = array.astype(np.dtype(stored), copy=True).reshape(entry.shape)
+        out = torch.empty(entry.shape, dtype=dtype)
+        raw = out.view(torch.uint8) if dtype == torch.bool else out
+        self._read_into(entry, raw)
         if dtype == torch.bool:
-            if array.size and array.max() > 1:
+            if raw.numel() and int(raw.max()) > 1:
                 raise TFCheckpointError(f"{self.index_path}: entry {key!r} holds bool bytes other than 0 and 1")
-            return torch.from_numpy(array).to(torch.bool)
-        if dtype == torch.bfloat16:
-            return torch.from_numpy(array).view(torch.bfloat16)
-        if dtype in (torch.uint16, torch.uint32, torch.uint64):
-            return torch.from_numpy(array.view(array.dtype.str.replace("u", "i"))).view(dtype)
-        return torch.from_numpy(array)
+            return out
+        if self.big_endian and np.dtype(stored).itemsize > 1:  # swapped in place (complex: each half)
+            width = np.dtype(stored).itemsize // (2 if dtype.is_complex else 1)
+            flat = raw.reshape(-1).view(torch.uint8).numpy().view(f"u{width}")
+            flat.byteswap(inplace=True)
+        return out
 
     def read_strings(self, key: str) -> list[bytes]:
         """A string tensor's elements (flattened), its length checksum and CRC-32C verified."""
@@ -393,3 +453,15 @@ class TensorBundle:
             out.append(data[pos:pos + length])
             pos += length
         return out
+
+
+class MetadataBundle(TensorBundle):
+    """A :class:`TensorBundle` for listing (``slotopt inspect``): the index is read and checked as always, but a
+    tensor of more than one element is not read: :meth:`read` gives an empty tensor of its shape and dtype on the
+    ``meta`` device. Scalars (iteration counts, beta powers, learning rates) are read and checked."""
+
+    def read(self, key: str) -> torch.Tensor:
+        entry = self._entry(key)
+        if entry.dtype_code in DTYPES and math.prod(entry.shape) > 1:
+            return torch.empty(entry.shape, dtype=DTYPES[entry.dtype_code][2], device="meta")
+        return super().read(key)

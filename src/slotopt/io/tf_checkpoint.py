@@ -36,7 +36,8 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .tensor_bundle import DTYPES, TensorBundle, TFCheckpointError
+from .bounds import check_object_graph, check_optimizer_values, iterations_of
+from .tensor_bundle import DTYPES, MetadataBundle, TensorBundle, TFCheckpointError, inside_directory
 from .tf_files import (
     _SLOT_OP,
     _V1_NON_SLOT,
@@ -47,10 +48,10 @@ from .tf_files import (
     _Node,
     _object_graph,
     _op_base,
-    _read_meta_graph,
     _resolve,
     latest_checkpoint,
 )
+from .tf_meta import read_meta_graph as _read_meta_graph  # issue 40: walked field by field, bounded
 from .tf_result import TFCheckpoint
 
 __all__ = ["TFCheckpoint", "TFCheckpointError", "OptimizerVariable", "load_tf_checkpoint", "latest_checkpoint"]
@@ -84,8 +85,9 @@ def _from_object_graph(bundle: TensorBundle, nodes: list[_Node], skipped: dict[s
         if node_id is None:
             return []
         children = nodes[node_id].children
-        if not all(name.isdigit() for _, name in children):
-            raise TFCheckpointError(f"{where}: object graph list node {node_id} has non-numeric children")
+        if not all(name.isascii() and name.isdigit() and len(name) < 20 for _, name in children):
+            raise TFCheckpointError(f"{where}: object graph list node {node_id} has non-numeric children "
+                                    f"{[n for _, n in children][:8]}")
         return [c for c, _ in sorted(children, key=lambda item: int(item[1]))]
 
     def kind_of(node: _Node) -> Optional[str]:
@@ -188,8 +190,8 @@ def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_
                     owner, slot = flat[flat_name], local[len(flat_name) + 1:]
                     break
             value = add(node_id, owner, slot if owner else local)
-            if node_id == node.child("_iterations") and value.numel() == 1:
-                iterations = int(value.reshape(()).item())
+            if node_id == node.child("_iterations"):
+                iterations = iterations_of(value, bundle.index_path, out[-1].key)
     elif kind == "tfkeras_new":
         # ``_variables`` is [iterations, slots...]; a slot is named ``<optimizer>/<slot>/<variable name>``.
         models = sorted(set(model_names), key=len, reverse=True)
@@ -197,7 +199,7 @@ def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_
             full_name, _ = variable(node_id)
             if node_id == node.child("_iterations"):
                 value = add(node_id, None, "iteration")
-                iterations = int(value.reshape(()).item()) if value.numel() == 1 else None
+                iterations = iterations_of(value, bundle.index_path, out[-1].key)
                 continue
             # ``<optimizer>/<slot>/<variable>``, or ``<slot>/<variable>`` where the optimizer had no name scope.
             owner = next((m for m in models if full_name.endswith("/" + m) and len(full_name) > len(m) + 1), None)
@@ -213,14 +215,14 @@ def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_
             child = node.child(own)
             if child is not None and child not in ids and _holds_value(node, own, variable):
                 value = add(child, None, "iteration" if own == "_iterations" else "learning_rate")
-                if own == "_iterations" and value.numel() == 1:
-                    iterations = int(value.reshape(()).item())
+                if own == "_iterations":
+                    iterations = iterations_of(value, bundle.index_path, out[-1].key)
     else:  # legacy OptimizerV2: hyperparameters and ``iter`` as children, slots in ``slot_variables``
         for child, local_name in node.children:
             if _holds_value(node, local_name, variable):
                 value = add(child, None, local_name)
-                if local_name == "iter" and value.numel() == 1:
-                    iterations = int(value.reshape(()).item())
+                if local_name == "iter":
+                    iterations = iterations_of(value, bundle.index_path, out[-1].key)
         for original, slot_name, slot_node in node.slots:
             owner, _ = variable(original)
             if owner not in variable_names:
@@ -252,6 +254,7 @@ def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
     order: list[str] = []
     notes: list[str] = []
     if os.path.isfile(meta_path):
+        inside_directory(meta_path, bundle.prefix)  # issue 40: no symbolic link out of the checkpoint's directory
         consts, order = _read_meta_graph(meta_path)
     names = set(numeric)
     slot_of: dict[str, tuple[str, str]] = {}
@@ -277,7 +280,7 @@ def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
     trainable = [n for n in trainable if n in weights]
     optimizer_class, optimizer_config = _v1_class(optimizer_name, consts, order, slot_of, notes)
     global_step = weights.get("global_step")
-    iterations = int(global_step.item()) if global_step is not None and global_step.numel() == 1 \
+    iterations = iterations_of(global_step, bundle.index_path, "global_step") if global_step is not None \
         and not global_step.is_floating_point() else None
     kind = "v1" if slot_of or non_slot else "none"
     layouts = {n: _guess_layout(n, w.shape) for n, w in weights.items()}
@@ -328,7 +331,7 @@ def _v1_class(optimizer_name: Optional[str], consts: dict[str, float], order: li
     return optimizer_class, config
 
 
-def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
+def load_tf_checkpoint(prefix_or_directory: Union[str, Path], *, metadata_only: bool = False) -> TFCheckpoint:
     """Reads a TensorFlow checkpoint, ``tf.train.Checkpoint`` (``CheckpointManager``) or TF1 ``Saver``, without
     TensorFlow.
 
@@ -338,7 +341,9 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
     ``variables/variables``). Every dtype TF stores variables in is read (float16/32/64, bfloat16,
     int8/16/32/64, uint8/16/32/64, bool, complex64/128); string and variant tensors (an iterator's position) are
     skipped (listed in ``skipped``), partitioned variables refused. A malformed checkpoint raises
-    :class:`TFCheckpointError` (a ``ValueError``).
+    :class:`TFCheckpointError` (a ``ValueError``). ``metadata_only=True`` reads the index, the object graph and
+    the scalars only (every check still runs): the other tensors are ``meta`` tensors of their shape and dtype,
+    for listing what the file holds (``slotopt inspect``), not for loading.
 
     Example:
         >>> import slotopt, torch
@@ -350,7 +355,8 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
         (5, 'mlp_hidden_kernel_momentum')
     """
     prefix = _resolve(prefix_or_directory)
-    bundle = TensorBundle(prefix)
+    # metadata_only (issue 40, for `slotopt inspect`): tensors past one element stay unread, on the meta device.
+    bundle = MetadataBundle(prefix) if metadata_only else TensorBundle(prefix)
     numeric, notes = [], []
     skipped: dict[str, str] = {}
     for key, entry in bundle.entries.items():
@@ -380,10 +386,14 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path]) -> TFCheckpoint:
         strings = bundle.read_strings(OBJECT_GRAPH_KEY)
         if len(strings) != 1:
             raise TFCheckpointError(f"{bundle.index_path}: entry {OBJECT_GRAPH_KEY!r} must be one string")
+        check_object_graph(strings[0], bundle.index_path, OBJECT_GRAPH_KEY)  # issue 40: bounded before it is built
         checkpoint = _from_object_graph(bundle, _object_graph(strings[0], bundle.index_path), skipped)
     else:
         checkpoint = _from_tf1_names(bundle, numeric)
     checkpoint.notes = notes + checkpoint.notes
+    # issue 40: optimizer scalars checked as load_state_dict checks them, in every part (a composite's too)
+    for part in [checkpoint, *checkpoint.parts]:
+        check_optimizer_values(part.optimizer_variables, bundle.index_path)
     checkpoint.skipped = skipped
     for part in checkpoint.parts:
         part.skipped = skipped

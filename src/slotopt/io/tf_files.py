@@ -1,13 +1,12 @@
 """TensorFlow checkpoint files read as data: where a checkpoint is (a prefix, a ``CheckpointManager`` directory and
 its ``checkpoint`` state file, a SavedModel directory), the object graph (``TrackableObjectGraph``) and a TF1
-``.meta`` graph's constants, and the names TF1 optimizers give their slots. ``tf_checkpoint.py`` interprets them.
+``.meta`` graph's constants (``tf_meta.py``), and the names TF1 optimizers give their slots. ``tf_checkpoint.py`` interprets them.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
@@ -155,41 +154,3 @@ def _object_graph(data: bytes, where: str) -> list[_Node]:
         if any(not 0 <= c < len(nodes) for c in ids):
             raise TFCheckpointError(f"{where}: object graph node {i} refers to a node outside the graph")
     return nodes
-
-
-def _read_meta_graph(path: str) -> tuple[dict[str, float], list[str]]:
-    """From a ``.meta`` MetaGraphDef, read as data: the scalar float ``Const`` nodes (name → value) and the
-    ``trainable_variables`` collection (variable names, in creation order)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    consts: dict[str, float] = {}
-    trainable: list[str] = []
-    try:
-        meta = pw.decode(data)
-        for node in pw.get_messages(pw.get_message(meta, 2), 1):
-            if pw.get_str(node, 2) != "Const":
-                continue
-            for attr in pw.get_messages(node, 5):
-                if pw.get_str(attr, 1) != "value":
-                    continue
-                tensor = pw.get_message(pw.get_message(attr, 2), 8)
-                dtype = pw.get_int(tensor, 1)
-                dims = pw.get_messages(pw.get_message(tensor, 2), 2)
-                if dims or dtype not in (1, 2):  # scalar float32 / float64 only
-                    continue
-                values = pw.get_floats(tensor, 5 if dtype == 1 else 6, double=dtype == 2)
-                content = pw.get_bytes(tensor, 4)
-                if not values and len(content) == (4 if dtype == 1 else 8):
-                    values = [struct.unpack("<f" if dtype == 1 else "<d", content)[0]]
-                if values:
-                    consts[pw.get_str(node, 1)] = values[-1]
-        for entry in pw.get_messages(meta, 4):  # collection_def: map<string, CollectionDef>
-            if pw.get_str(entry, 1) != "trainable_variables":
-                continue
-            bytes_list = pw.get_message(pw.get_message(entry, 2), 2)  # CollectionDef.bytes_list
-            for variable_def in pw.get_bytes_list(bytes_list, 1):  # serialized VariableDef
-                trainable.append(pw.get_str(pw.decode(variable_def), 1).split(":")[0])
-    except pw.WireFormatError as err:
-        raise TFCheckpointError(f"{path}: not a MetaGraphDef: {err}") from None
-    return consts, trainable
-

@@ -243,9 +243,17 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         """A copy of ``optimizer`` built on placeholders named and shaped like ``variable_names``, the
         placeholders, and the checked plan of the state to load."""
         probe = copy.deepcopy(optimizer)
-        placeholders = [torch.zeros(self.weights[n].shape, dtype=self.weights[n].dtype) for n in self.variable_names]
+        # On the meta device: the probe checks names, shapes, dtypes and values but holds no memory (a model of
+        # gigabytes is not built twice).
+        placeholders = [torch.empty(self.weights[n].shape, dtype=self.weights[n].dtype, device="meta")
+                        for n in self.variable_names]
         probe.build(list(zip(self.variable_names, placeholders)))
-        return probe, placeholders, self._planned_state(probe)
+        plan = self._planned_state(probe)
+        # The whole load is tried on the probe first (issue 40): whatever would refuse it (a value set_weights
+        # refuses) does so before the caller's module or optimizer is written (all or nothing). A composite's
+        # parts are each probed so before any is built.
+        self._load_state(probe, (probe, placeholders, plan), placeholders, layout=False)
+        return probe, placeholders, plan
 
     def _load_state(self, opt: Any, probe: tuple[Any, list[torch.Tensor], Any], targets: list[torch.Tensor],
                     layout: bool) -> None:
@@ -256,7 +264,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         def converted(owner: Optional[str], value: torch.Tensor) -> torch.Tensor:
             if layout and owner is not None and tuple(value.shape) == tuple(self.weights[owner].shape):
                 return to_torch(value, self.layouts.get(owner, "as_is"))
-            return value.clone()
+            return value  # copied into the optimizer's own tensor by set_weights / copy_ (no extra copy here)
         if self.kind in ("keras3", "tfkeras_new", "legacy"):
             opt.set_weights([converted(owner, value) for _, owner, value in plan])
             if self.kind == "legacy":  # tf.keras restores its hyperparameter variables too

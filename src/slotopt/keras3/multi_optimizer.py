@@ -19,6 +19,7 @@ from ..engine import registry
 from ..engine.composed import ComposesOptimizers
 from ..engine.core import OptimizerCore, Pair
 from ..engine.group_sync import check_param_groups, group_shares
+from ..engine.pattern import compile_pattern
 from ..engine.plan import Ordinary, split
 from ..engine.routing import (
     AGGREGATED,
@@ -93,7 +94,8 @@ class OptimizerMap(MutableMapping):
     def __getitem__(self, key: str) -> Optimizer:
         if key in self._optimizer_map:
             return self._optimizer_map[key]
-        matching = [pattern for pattern in self._optimizer_map if re.fullmatch(pattern, key)]
+        # Matched without backtracking (engine/pattern.py): a key such as ``(a+)+b`` cannot stall a step.
+        matching = [pattern for pattern in self._optimizer_map if compile_pattern(pattern).fullmatch(key)]
         if len(matching) > 1:
             raise ValueError(f"Multiple optimizers assigned to variable {key}: patterns {matching} all match it.")
         if matching:
@@ -122,6 +124,7 @@ class OptimizerMap(MutableMapping):
             re.compile(key)
         except re.error as err:
             raise ValueError(f"key must be a valid regular expression. Received: {key!r} ({err})") from None
+        compile_pattern(key)  # refuses what cannot be matched without backtracking (a backreference...)
 
     def __delitem__(self, key: str) -> None:
         del self._optimizer_map[key]

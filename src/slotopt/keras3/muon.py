@@ -12,6 +12,7 @@ import torch
 from ..engine import checks
 from ..engine import constants as K
 from ..engine.core import Pair
+from ..engine.pattern import compile_pattern
 from ..engine.routing import variable_path
 from ..kernels import adam as adam_kernels
 from ..kernels import muon as kernels
@@ -95,6 +96,7 @@ class Muon(Optimizer):
             except re.error as err:
                 raise ValueError(
                     f"Argument `exclude_layers` holds an invalid regular expression {pattern!r}: {err}") from None
+            compile_pattern(pattern)  # refuses what cannot be matched without backtracking
         super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
                          ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps, name, **kwargs)
         self.adam_beta_1 = adam_beta_1
@@ -119,7 +121,8 @@ class Muon(Optimizer):
         path = variable_path(variable, self._name_of(variable))
         if self.exclude_embeddings and "embedding" in path.lower():
             return True
-        return any(re.search(pattern, path) for pattern in self.exclude_layers)
+        # Matched without backtracking (engine/pattern.py): a pattern from a config cannot stall a step.
+        return any(compile_pattern(pattern).search(path) for pattern in self.exclude_layers)
 
     def build(self, variables: Any) -> None:
         if self.built:

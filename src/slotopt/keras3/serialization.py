@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from ..engine import registry
+from ..engine.limits import check_depth
 
 __all__ = ["get", "serialize", "deserialize"]
 
@@ -118,6 +119,7 @@ def deserialize(config: Mapping[str, Any], custom_objects: Optional[Mapping[str,
             "Argument `config` must be a dict with `class_name` and `config` keys. "
             f"Received: config={config!r}"
         )
+    check_depth(config, "Argument `config`")  # before anything recurses into it
     class_name = config.get("class_name")
     if not isinstance(class_name, str):
         raise ValueError(f"Argument `config` needs a string `class_name`. Received: config={dict(config)!r}")
