@@ -11,32 +11,14 @@ from . import distributed, io, keras3, legacy, schedules, tfrs, v1
 from .io.keras import KerasCheckpoint, load_keras_checkpoint
 from .io.tensor_bundle import TFCheckpointError
 from .io.tf_checkpoint import TFCheckpoint, load_tf_checkpoint
-from .keras3 import (
-    SGD,
-    Adadelta,
-    Adafactor,
-    Adagrad,
-    Adam,
-    Adamax,
-    AdamW,
-    Ftrl,
-    Lamb,
-    Lion,
-    LossScaleOptimizer,
-    MultiOptimizer,
-    Muon,
-    Nadam,
-    Optimizer,
-    OptimizerMap,
-    RMSprop,
-    ScheduleFreeAdamW,
-    deserialize,
-    get,
-    serialize,
-)
 from .tfrs import CompositeOptimizer
 from .variables import IndexedSlices, Variable
 
 __version__ = "0.1.0"
 
-__all__ = ["CompositeOptimizer", "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion", "Adafactor", "Lamb", "LossScaleOptimizer", "Muon", "ScheduleFreeAdamW", "MultiOptimizer", "OptimizerMap", "get", "serialize", "deserialize", "Variable", "IndexedSlices", "schedules", "keras3", "legacy", "v1", "tfrs", "io", "distributed", "load_keras_checkpoint", "KerasCheckpoint", "load_tf_checkpoint", "TFCheckpoint", "TFCheckpointError"]
+# The Keras 3 face at the top: its ``__all__`` derives from the registry (``engine/registry.py``).
+globals().update({name: getattr(keras3, name) for name in keras3.__all__})
+
+__all__ = ["CompositeOptimizer", *keras3.__all__, "Variable", "IndexedSlices", "schedules", "keras3", "legacy", "v1",
+           "tfrs", "io", "distributed", "load_keras_checkpoint", "KerasCheckpoint", "load_tf_checkpoint",
+           "TFCheckpoint", "TFCheckpointError"]

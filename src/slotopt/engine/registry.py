@@ -8,15 +8,23 @@ A name resolves through the caller's explicit ``custom_objects`` first, then thr
 generation its ``module`` names; anything else is refused with an error that names it. Functions named in a
 config (a ``MultiOptimizer``'s routing function) resolve only through ``custom_objects``.
 
-The engine imports no face: the faces call :func:`register_generation` (see each face's ``__init__``).
+The engine imports no face. A class registers itself once, where it is defined, with the :func:`register`
+decorator; everything else derives from that one registration: its package's exports (``__all__``), the
+generation's table of names, the readers' lists of classes they lay out, the API pages (built from ``__all__``)
+and the tests parametrised over :func:`registered`. Each face's ``__init__`` says once, with
+:func:`register_generation`, which module paths mean the generation. A class Keras does not have is registered
+with ``keras=False``: ``serialize`` writes the generation's own slotopt module for it (``slotopt.optimizers`` for
+the Keras 3 face), never a Keras module that could not load it.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Optional
 
-__all__ = ["register_generation", "resolve_class", "resolve_function", "generation_of_module",
+__all__ = ["base_class", "import_face", "register", "registered", "exported_names", "exported_classes", "register_generation", "resolve_class", "resolve_function", "generation_of_module",
            "serialized_module", "serialized", "registered_classes", "known_modules", "UnknownNameError"]
 
 
@@ -24,16 +32,118 @@ class UnknownNameError(ValueError):
     """A config names something slotopt's registries and the caller's ``custom_objects`` do not have."""
 
 
+class Registration:
+    """One class's registration: its generation, the names it exports, and what the rest of slotopt derives."""
+
+    def __init__(self, cls: type, generation: str, *, aliases: tuple[str, ...], old_names: tuple[str, ...],
+                 by_name: bool, keras: bool, files: bool) -> None:
+        self.cls = cls
+        self.generation = generation
+        self.aliases = aliases  # other names exported for it, and accepted in configs (``RMSProp``)
+        self.old_names = old_names  # names only accepted in configs (``LossScaleOptimizerV1``)
+        self.by_name = by_name  # ``get("lamb")`` finds it (Keras 3's Lamb: no, only with its module)
+        self.keras = keras  # Keras (or TensorFlow) has this class: serialized under the generation's public module
+        self.files = files  # the Keras/TF file readers lay out its saved state
+
+    def __repr__(self) -> str:
+        return f"Registration({self.cls.__qualname__}, {self.generation!r})"
+
+
+#: Every registered class, in registration order (the order of definition, so of the face's imports).
+_REGISTRATIONS: dict[str, dict[str, Registration]] = {}
+
+
+def register(generation: str, *, aliases: Iterable[str] = (), old_names: Iterable[str] = (), by_name: bool = True,
+             keras: bool = True, files: bool = True) -> Callable[[type], type]:
+    """Class decorator: the one place a class is registered (see the module's docstring).
+
+    ``aliases``: other exported names of the same class (old spellings, also accepted in configs); ``old_names``:
+    names accepted in configs only; ``by_name``:
+    False for a class its generation exports but does not find by bare name (Keras 3's ``Lamb``);
+    ``keras``: False for a class of slotopt's own, which serializes under the generation's own module;
+    ``files``: False when the Keras/TF file readers cannot lay out its saved state.
+    """
+    aliases, old_names = tuple(aliases), tuple(old_names)
+
+    def decorate(cls: type) -> type:
+        table = _REGISTRATIONS.setdefault(generation, {})
+        if cls.__name__ in table and table[cls.__name__].cls is not cls:
+            raise TypeError(f"{generation!r} already registers a class named {cls.__name__!r}: "
+                            f"{table[cls.__name__].cls!r}; a second one would shadow it")
+        table[cls.__name__] = Registration(cls, generation, aliases=aliases, old_names=old_names,
+                                           by_name=by_name, keras=keras, files=files)
+        return cls
+
+    return decorate
+
+
+def import_face(package: str, path: Iterable[str]) -> None:
+    """Imports every module of a face package (``slotopt.keras3``...), so that each class's :func:`register`
+    runs: a new module is found, not listed. Only the package's own files are imported, never a name read from
+    data."""
+    for info in pkgutil.iter_modules(list(path)):
+        importlib.import_module(f"{package}.{info.name}")
+
+
+def registered(generation: Optional[str] = None) -> list[Registration]:
+    """Every registration (of ``generation``), in registration order: what tests parametrise over."""
+    tables = [_REGISTRATIONS.get(generation, {})] if generation else list(_REGISTRATIONS.values())
+    return [entry for table in tables for entry in table.values()]
+
+
+def exported_names(generation: str) -> list[str]:
+    """The names a generation's package exports for its registered classes, aliases after their class."""
+    return [name for entry in registered(generation) for name in (entry.cls.__name__, *entry.aliases)]
+
+
+def exported_classes(generation: str) -> dict[str, type]:
+    """``{exported name: class}`` of a generation's registered classes, aliases included."""
+    return {name: entry.cls for entry in registered(generation)
+            for name in (entry.cls.__name__, *entry.aliases)}
+
+
 class _Generation:
-    def __init__(self, name: str, public_module: str, modules: tuple[str, ...], prefixes: tuple[str, ...],
-                 classes: dict[str, type], aliases: dict[str, type], exported: dict[str, type]) -> None:
+    def __init__(self, name: str, public_module: str, own_module: str, modules: tuple[str, ...],
+                 prefixes: tuple[str, ...], classes: dict[str, type], aliases: dict[str, type],
+                 exported: dict[str, type]) -> None:
         self.name = name
         self.public_module = public_module
+        self.own_module = own_module  # what ``serialize`` writes for a class Keras does not have
         self.modules = modules
         self.prefixes = prefixes
-        self.classes = classes  # the exported names, written by serialize
-        self.aliases = aliases  # other names the same classes were written under (old class names)
-        self.exported = exported  # in the public module but not known by bare name (Keras 3's Lamb)
+        self.extra_classes = classes
+        self.extra_aliases = aliases
+        self.extra_exported = exported
+        self.base: Optional[type] = None
+
+    def _entries(self) -> list[Registration]:
+        return registered(self.name)
+
+    @property
+    def classes(self) -> dict[str, type]:
+        """The exported names, written by serialize."""
+        found = {e.cls.__name__: e.cls for e in self._entries() if e.by_name}
+        return {**found, **self.extra_classes}
+
+    @property
+    def aliases(self) -> dict[str, type]:
+        """Other names the same classes were written under (old class names)."""
+        found = {alias: e.cls for e in self._entries() if e.by_name for alias in (*e.aliases, *e.old_names)}
+        return {**found, **self.extra_aliases}
+
+    @property
+    def exported(self) -> dict[str, type]:
+        """In the public module but not known by bare name (Keras 3's Lamb)."""
+        found = {e.cls.__name__: e.cls for e in self._entries() if not e.by_name}
+        return {**found, **self.extra_exported}
+
+    def module_of(self, cls: type) -> Optional[str]:
+        entry = _REGISTRATIONS.get(self.name, {}).get(cls.__name__)
+        if entry is not None and entry.cls is cls:
+            return self.public_module if entry.keras else self.own_module
+        if self.extra_classes.get(cls.__name__) is cls or self.extra_exported.get(cls.__name__) is cls:
+            return self.public_module
+        return None
 
     def lookup(self, class_name: str) -> Optional[type]:
         found = self.classes.get(class_name) or self.aliases.get(class_name)
@@ -51,17 +161,26 @@ _GENERATIONS: dict[str, _Generation] = {}
 
 
 def register_generation(name: str, *, public_module: str, modules: Iterable[str], prefixes: Iterable[str] = (),
-                        classes: Mapping[str, type], aliases: Optional[Mapping[str, type]] = None,
+                        own_module: Optional[str] = None, base: Optional[type] = None,
+                        classes: Optional[Mapping[str, type]] = None,
+                        aliases: Optional[Mapping[str, type]] = None,
                         exported: Optional[Mapping[str, type]] = None) -> None:
-    """Registers a generation's classes under the module paths that mean it.
+    """Says which module paths mean a generation; its classes come from :func:`register`.
 
     ``modules`` match exactly, ``prefixes`` match themselves and every dotted path below them
-    (``"slotopt.legacy"`` covers ``"slotopt.legacy.adam"``). ``public_module`` is what ``serialize`` writes.
-    ``exported``: classes of the public module that Keras does not know by bare name (``get("lamb")`` fails)
-    but finds in a config that names the public module, as ``serialize`` writes it.
+    (``"slotopt.legacy"`` covers ``"slotopt.legacy.adam"``). ``public_module`` is what ``serialize`` writes for
+    a class Keras has, ``own_module`` (which a module or prefix must claim) for one of slotopt's own. ``base``:
+    the generation's base class (what the readers check a caller's optimizer against, :func:`base_class`).
+    ``classes``/``aliases``/``exported``: classes registered by hand in addition (tests' stand-ins); ``exported``
+    are in the public module but not known by bare name.
     """
-    _GENERATIONS[name] = _Generation(name, public_module, tuple(modules), tuple(prefixes), dict(classes),
-                                     dict(aliases or {}), dict(exported or {}))
+    own = public_module if own_module is None else own_module
+    _GENERATIONS[name] = _Generation(name, public_module, own, tuple(modules), tuple(prefixes),
+                                     dict(classes or {}), dict(aliases or {}), dict(exported or {}))
+    _GENERATIONS[name].base = base
+    if generation_of_module(own) != name:
+        raise ValueError(f"Generation {name!r}: its own module {own!r} must resolve to it (add it to `modules` "
+                         "or `prefixes`)")
 
 
 def generation_of_module(module: Any) -> Optional[str]:
@@ -84,6 +203,14 @@ def registered_classes(generation: str) -> dict[str, type]:
     return dict(_GENERATIONS[generation].classes)
 
 
+def base_class(generation: str) -> type:
+    """A generation's base class (``slotopt.v1.Optimizer``...), as its package registered it."""
+    base = _GENERATIONS[generation].base
+    if base is None:
+        raise KeyError(f"Generation {generation!r} registered no base class")
+    return base
+
+
 def known_modules() -> list[str]:
     """Every exact module path and prefix some registry claims."""
     return sorted({m for g in _GENERATIONS.values() for m in (*g.modules, *g.prefixes)})
@@ -92,8 +219,9 @@ def known_modules() -> list[str]:
 def serialized_module(cls: type) -> Optional[str]:
     """The ``module`` ``serialize`` writes for a registered class, or None for a class no registry holds."""
     for gen in _GENERATIONS.values():
-        if gen.classes.get(cls.__name__) is cls or gen.exported.get(cls.__name__) is cls:
-            return gen.public_module
+        module = gen.module_of(cls)
+        if module is not None:
+            return module
     return None
 
 
@@ -147,7 +275,8 @@ def resolve_class(class_name: Any, module: Any = None, custom_objects: Optional[
             f"(received {custom_names}); nothing a config names is imported or called."
         )
     cls = _GENERATIONS[generation].lookup(class_name)
-    if cls is None and module == _GENERATIONS[generation].public_module:  # as ``serialize`` writes it
+    if cls is None and module in (_GENERATIONS[generation].public_module,  # as ``serialize`` writes it
+                                  _GENERATIONS[generation].own_module):
         cls = _GENERATIONS[generation].exported.get(class_name)
     if cls is None:
         valid = sorted(name.lower() for name in _GENERATIONS[generation].classes)

@@ -31,8 +31,6 @@ from .keras_layers import CONTAINER_CLASSES, SUPPORTED_LAYERS, TORCH_COUNTERPART
 from .keras_result import KerasCheckpoint
 from .keras_subclassed import find_blocks, order_blocks
 from .keras_walk import (
-    KERAS3_OPTIMIZERS,
-    LEGACY_OPTIMIZERS,
     CheckpointFormatError,
     _check_unique,
     _guard,
@@ -48,10 +46,18 @@ from .keras_walk import (
     _optimizer_class,
     _strings,
     _Where,
+    readable_optimizers,
 )
 
 __all__ = ["KerasCheckpoint", "load_keras_checkpoint", "SUPPORTED_LAYERS", "TORCH_COUNTERPARTS",
-           "KERAS3_OPTIMIZERS", "LEGACY_OPTIMIZERS"]
+           "readable_optimizers"]
+
+
+def __getattr__(name: str) -> Any:
+    # KERAS3_OPTIMIZERS / LEGACY_OPTIMIZERS: derived from the registry when read (keras_walk.readable_optimizers).
+    if name in ("KERAS3_OPTIMIZERS", "LEGACY_OPTIMIZERS"):
+        return readable_optimizers("keras3" if name.startswith("KERAS3") else "legacy")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # -------------------------------------------------------------------------------------------------- readers
 def _optimizer_config(where: _Where, opt_config: Any) -> dict:

@@ -14,16 +14,27 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..engine import registry
 from ..engine.limits import check_json_depth
 from ..engine.naming import snake_case
 from . import _h5safe
 from .errors import CheckpointFormatError
 from .keras_layers import CONTAINER_CLASSES, SUPPORTED_LAYERS, layer_spec
 
-#: Optimizer classes a checkpoint can name, per generation (looked up in ``slotopt`` / ``slotopt.legacy``).
-KERAS3_OPTIMIZERS = ("SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion",
-                     "Adafactor", "Lamb", "LossScaleOptimizer")
-LEGACY_OPTIMIZERS = ("SGD", "Adam", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl")
+
+def readable_optimizers(kind: str) -> tuple[str, ...]:
+    """The optimizer classes a checkpoint of generation ``kind`` (``"keras3"``, ``"legacy"``) can name: those
+    registered with ``files=True`` (``engine/registry.py``), read at call time so none is listed here."""
+    return tuple(entry.cls.__name__ for entry in registry.registered(kind) if entry.files)
+
+
+def __getattr__(name: str) -> Any:
+    # The old constants, derived from the registry when read (the faces register after io is imported).
+    if name == "KERAS3_OPTIMIZERS":
+        return readable_optimizers("keras3")
+    if name == "LEGACY_OPTIMIZERS":
+        return readable_optimizers("legacy")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _REGULARIZED = {"kernel_regularizer": "kernel", "bias_regularizer": "bias", "recurrent_regularizer":
                 "recurrent_kernel", "embeddings_regularizer": "embeddings", "gamma_regularizer": "gamma",
@@ -95,13 +106,9 @@ class _Var:
 def _optimizer_class(where: _Where, class_name: Any, kind: str) -> type:
     """The class a saved optimizer names, through the one registry (``slotopt.engine.registry``), limited to the
     optimizers whose saved state this reader can lay out."""
-    import slotopt
-
-    from ..engine import registry
-
-    names = KERAS3_OPTIMIZERS if kind == "keras3" else LEGACY_OPTIMIZERS
+    names = readable_optimizers(kind)
     # Lamb is exported but not registered by name (as in Keras); a saved Lamb is still read.
-    unregistered = {"Lamb": slotopt.Lamb} if kind == "keras3" else None
+    unregistered = {entry.cls.__name__: entry.cls for entry in registry.registered(kind) if not entry.by_name}
     try:
         cls = registry.resolve_class(class_name, None, unregistered, default_generation=kind)
     except ValueError:

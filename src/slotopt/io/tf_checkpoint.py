@@ -36,6 +36,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from ..engine import registry
 from .bounds import check_object_graph, check_optimizer_values, iterations_of
 from .tensor_bundle import DTYPES, MetadataBundle, TensorBundle, TFCheckpointError, inside_directory
 from .tf_files import (
@@ -314,10 +315,8 @@ def _v1_class(optimizer_name: Optional[str], consts: dict[str, float], order: li
     graph's constants (``<name>/learning_rate``...) when every one is there."""
     if optimizer_name not in _V1_OPTIMIZERS:
         return None, None
-    import slotopt
-
     class_name, arguments = _V1_OPTIMIZERS[optimizer_name]
-    optimizer_class = getattr(slotopt.v1, class_name)
+    optimizer_class = registry.registered_classes("v1")[class_name]  # the one registry, not a lazy import
     config: dict[str, Any] = {arg: consts[f"{optimizer_name}/{const}"] for const, arg in arguments.items()
                               if f"{optimizer_name}/{const}" in consts}
     if config.keys() != set(arguments.values()):

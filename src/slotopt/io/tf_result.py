@@ -12,6 +12,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from ..engine import registry
 from .keras_layers import to_torch, torch_shape
 from .keras_result import _NamedWeights
 from .tf_files import OptimizerVariable, _op_base
@@ -93,8 +94,6 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
     # ---------------------------------------------------------------------------------------------- checks
     def _optimizer_for(self, optimizer: Any) -> Any:
         """The caller's optimizer, or one built from what the file names; checked for its generation."""
-        import slotopt
-
         if self.kind == "none":
             raise ValueError(f"{self.path} holds no optimizer state: only variables ({sorted(self.weights)[:8]}...).")
         if optimizer is None:
@@ -107,13 +106,12 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                     f"`optimizer={hint}`.")
             return self.optimizer_class(**self.optimizer_config)
         # tf-keras 2.11+'s Optimizer does Keras 3's arithmetic: the Keras 3 class continues it.
-        expected = {"keras3": slotopt.keras3.Optimizer, "tfkeras_new": slotopt.keras3.Optimizer,
-                    "legacy": slotopt.legacy.Optimizer, "v1": slotopt.v1.Optimizer}[self.kind]
+        expected = registry.base_class({"tfkeras_new": "keras3"}.get(self.kind, self.kind))
         if not isinstance(optimizer, expected):
             raise TypeError(
                 f"Argument `optimizer` must be a {expected.__module__}.{expected.__name__} for this checkpoint (its "
                 f"optimizer state is of generation {self.kind!r}). Received: optimizer={optimizer!r}")
-        built = optimizer.built if expected is slotopt.keras3.Optimizer else bool(
+        built = optimizer.built if expected is registry.base_class("keras3") else bool(
             optimizer.weights if self.kind == "legacy" else optimizer.variables())
         if built:
             raise ValueError(
@@ -309,8 +307,6 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         return opt
 
     def _composite(self, ordered: list[torch.Tensor], optimizers: Any) -> Any:
-        import slotopt
-
         if optimizers is None and all(p.optimizer_config is not None for p in self.parts):
             optimizers = [None] * len(self.parts)  # each part's class and hyperparameters from the .meta graph
         if not isinstance(optimizers, (list, tuple)) or len(optimizers) != len(self.parts):
@@ -323,7 +319,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         for part, opt in zip(self.parts, optimizers):  # every part checked before anything is built
             opt = part._optimizer_for(opt)
             checked.append((part, opt, part._probe(opt), [given[n] for n in part.variable_names]))
-        composite = slotopt.CompositeOptimizer([(opt, tensors) for _, opt, _, tensors in checked],
+        composite = registry.registered_classes("tfrs")["CompositeOptimizer"]([(opt, tensors) for _, opt, _, tensors in checked],
                                                params=list(given.items()))
         for part, opt, probe, tensors in checked:
             part._load_state(opt, probe, tensors, layout=False)

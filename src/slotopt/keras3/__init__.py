@@ -14,27 +14,14 @@ Example:
     (1, True)
 """
 
+from ..engine import registry
 from . import serialization
-from .adadelta import Adadelta
-from .adafactor import Adafactor
-from .adagrad import Adagrad
-from .adam import Adam, AdamW
-from .adamax import Adamax
-from .ftrl import Ftrl
-from .lamb import Lamb
-from .lion import Lion
-from .loss_scale import LossScaleOptimizer
-from .multi_optimizer import MultiOptimizer, OptimizerMap
-from .muon import Muon
-from .nadam import Nadam
 from .optimizer import Optimizer
-from .rmsprop import RMSprop
-from .schedule_free_adamw import ScheduleFreeAdamW
 from .serialization import deserialize, get, serialize
-from .sgd import SGD
 
-serialization.register(globals())
+# Every optimizer module registers its classes (``@registry.register("keras3")``); they are exported from there.
+registry.import_face(__name__, __path__)
+serialization.register()
+globals().update(registry.exported_classes("keras3"))
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Ftrl", "Lion",
-           "Adafactor", "Lamb", "LossScaleOptimizer", "Muon", "ScheduleFreeAdamW", "MultiOptimizer", "OptimizerMap",
-           "get", "serialize", "deserialize"]
+__all__ = ["Optimizer", *registry.exported_names("keras3"), "get", "serialize", "deserialize"]

@@ -8,12 +8,13 @@ from typing import Any, Optional
 import torch
 
 from .. import numerics
-from ..engine import checks
+from ..engine import checks, registry
 from ..engine import constants as K
 from ..kernels import adafactor as kernels
 from .optimizer import LearningRate, Optimizer
 
 
+@registry.register("keras3")
 class Adafactor(Optimizer):
     """Adafactor: factored second moments for matrices (Keras 3 numerics).
 

@@ -5,7 +5,7 @@ from typing import Any
 import torch
 
 from .. import numerics
-from ..engine import checks
+from ..engine import checks, registry
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
@@ -51,6 +51,7 @@ class MomentOptimizer(Optimizer):
         return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
 
 
+@registry.register("keras3")
 class Adam(MomentOptimizer):
     """Adam, optionally AMSGrad (Keras 3 numerics: ``1 - beta`` rounded once, epsilon outside the root).
 
@@ -105,6 +106,7 @@ class Adam(MomentOptimizer):
         return {**super().get_config(), "amsgrad": self.amsgrad}
 
 
+@registry.register("keras3")
 class AdamW(Adam):
     """Adam with decoupled weight decay ``w -= w * weight_decay * lr`` (default 0.004) before each update.
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import checks
+from ..engine import checks, registry
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
 from .adam import MomentOptimizer
 
 
+@registry.register("keras3")
 class Adamax(MomentOptimizer):
     """Adamax: Adam with the infinity norm in place of the second moment (Keras 3 numerics).
 

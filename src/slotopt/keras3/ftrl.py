@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import checks
+from ..engine import checks, registry
 from ..engine import constants as K
 from ..kernels import ftrl as kernels
 from .adam import square_terms
 from .optimizer import LearningRate, Optimizer
 
 
+@registry.register("keras3")
 class Ftrl(Optimizer):
     """FTRL-Proximal with L1, L2, L2-shrinkage, ``beta`` and a learning-rate power (Keras 3 numerics).
 

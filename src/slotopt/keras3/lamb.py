@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine import constants as K
+from ..engine import registry
 from ..kernels import adam as kernels
 from .adam import MomentOptimizer, square_terms
 
 
+@registry.register("keras3", by_name=False)
 class Lamb(MomentOptimizer):
     """LAMB: the Adam direction rescaled per variable by a trust ratio (Keras 3 numerics).
 

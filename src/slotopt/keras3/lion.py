@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..engine import checks
+from ..engine import checks, registry
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import lion as kernels
 from .optimizer import LearningRate, Optimizer
 
 
+@registry.register("keras3")
 class Lion(Optimizer):
     """Lion (evolved sign momentum; Keras 3 numerics, ``1 - beta`` computed in the variable's dtype, F-form).
 

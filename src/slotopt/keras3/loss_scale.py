@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import loss_scaling
+from ..engine import loss_scaling, registry
 from ..engine.clipping import map_gradient_values
 from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair
@@ -36,6 +36,7 @@ _BASE_DEFAULTS: dict[str, Any] = {
 }
 
 
+@registry.register("keras3")
 class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     """Dynamic loss scaling for mixed-precision training, wrapping a Keras 3 optimizer.
 

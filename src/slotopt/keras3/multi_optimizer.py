@@ -47,6 +47,7 @@ def _refuse_loss_scale_optimizer(optimizer: Any, where: str) -> None:
         )
 
 
+@registry.register("keras3", files=False)
 class OptimizerMap(MutableMapping):
     """``{variable path or regex: optimizer}`` with a default optimizer (Keras 3.15 ``keras.optimizers.OptimizerMap``).
 
@@ -168,6 +169,7 @@ class OptimizerMap(MutableMapping):
         return cls(default, mapping)
 
 
+@registry.register("keras3", files=False)
 class MultiOptimizer(ComposesOptimizers, Optimizer):
     """Delegates each variable to its own Keras 3 optimizer (Keras 3.15 ``keras.optimizers.MultiOptimizer``).
 

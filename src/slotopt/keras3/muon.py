@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import checks
+from ..engine import checks, registry
 from ..engine import constants as K
 from ..engine.core import Pair
 from ..engine.pattern import compile_pattern
@@ -26,6 +26,7 @@ def _number(name: str, value: Any, *, optional: bool = False, minimum: Optional[
         checks.check_number(name, value, checks.Range(minimum) if minimum is not None else checks.ANY)
 
 
+@registry.register("keras3", files=False)
 class Muon(Optimizer):
     """Muon (Keras 3.15): momentum orthogonalised by Newton–Schulz for 2-D variables, AdamW for the others.
 

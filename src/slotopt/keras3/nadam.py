@@ -8,6 +8,7 @@ import torch
 
 from .. import numerics
 from ..engine import constants as K
+from ..engine import registry
 from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
 from .adam import MomentOptimizer, square_terms
@@ -18,6 +19,7 @@ def _momentum_schedule(beta_1: float, decay: float, t: float, dtype: torch.dtype
     return K.evaluate(lambda b, d, t: b * (1.0 - 0.5 * numerics.libm.pow(d, t)), dtype, beta_1, decay, t)
 
 
+@registry.register("keras3")
 class Nadam(MomentOptimizer):
     """Nadam: Adam with Nesterov momentum and Dozat's momentum schedule (Keras 3 numerics).
 

@@ -6,12 +6,13 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import checks
+from ..engine import checks, registry
 from ..engine import constants as K
 from ..kernels import rmsprop as kernels
 from .optimizer import LearningRate, Optimizer
 
 
+@registry.register("keras3")
 class RMSprop(Optimizer):
     """RMSprop, optionally centered and with momentum (Keras 3 numerics: epsilon inside the square root).
 

@@ -6,12 +6,13 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import checks
+from ..engine import checks, registry
 from ..engine import constants as K
 from ..kernels import schedule_free as kernels
 from .optimizer import LearningRate, Optimizer
 
 
+@registry.register("keras3", files=False)
 class ScheduleFreeAdamW(Optimizer):
     """Schedule-free AdamW (Defazio et al., 2024) with Keras 3.15's arguments and numerics.
 

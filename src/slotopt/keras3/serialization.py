@@ -1,9 +1,10 @@
 """``get`` / ``serialize`` / ``deserialize`` for Keras 3 optimizers (spec §1.12).
 
-Built-in optimizers are found by name, case-insensitively, in the ``slotopt`` namespace at call time, so an
-optimizer class exported there later is picked up without touching this module. As in Keras, ``Lamb`` is exported
-but not registered: ``get("lamb")`` fails, and a config names it with its module (``serialize`` writes
-``"keras.optimizers"``), or through ``custom_objects``.
+Built-in optimizers are found by name, case-insensitively, in the engine's registry, where each class registers
+itself (``@registry.register("keras3")``), so a new optimizer is picked up without touching this module. As in
+Keras, ``Lamb`` is exported but not registered by name: ``get("lamb")`` fails, and a config names it with its
+module (``serialize`` writes ``"keras.optimizers"``), or through ``custom_objects``. A class Keras does not have
+serializes under ``"slotopt.optimizers"``, which only slotopt resolves.
 """
 
 from __future__ import annotations
@@ -19,38 +20,20 @@ __all__ = ["get", "serialize", "deserialize"]
 
 #: The Keras module written into serialized built-in optimizers.
 _MODULE = "keras.optimizers"
-
-#: Class names Keras registers under ``keras.optimizers`` that slotopt implements (looked up lazily).
-_REGISTERED = (
-    "Adadelta",
-    "Adafactor",
-    "Adagrad",
-    "Adam",
-    "Adamax",
-    "AdamW",
-    "Ftrl",
-    "Lion",
-    "LossScaleOptimizer",
-    "Muon",
-    "MultiOptimizer",
-    "Nadam",
-    "OptimizerMap",
-    "RMSprop",
-    "ScheduleFreeAdamW",
-    "SGD",
-)
-
+#: The module written for an optimizer of slotopt's own (Keras has no such class: it could not load it).
+_OWN_MODULE = "slotopt.optimizers"
 
 def _builtins() -> dict[str, type]:
     """``{lowercase name: class}`` for the Keras 3 optimizers ``get``/``deserialize`` know by name."""
     return {name.lower(): cls for name, cls in registry.registered_classes("keras3").items()}
 
 
-def register(namespace: Mapping[str, Any]) -> None:
-    """Registers the Keras 3 optimizers with the engine's resolver (``slotopt.keras3`` calls it with its names)."""
+def register() -> None:
+    """Says which module paths mean Keras 3 (``slotopt.keras3`` calls it; its classes register themselves)."""
+    from .optimizer import Optimizer
+
     registry.register_generation(
-        "keras3", public_module=_MODULE, classes={name: namespace[name] for name in _REGISTERED},
-        exported={"Lamb": namespace["Lamb"]},
+        "keras3", base=Optimizer, public_module=_MODULE, own_module=_OWN_MODULE,
         # Keras 3's public and source paths, tf.keras 2.11+'s new optimizers, slotopt's paths (old ones too).
         modules=("keras.optimizers", "keras.optimizers.experimental", "tf_keras.optimizers",
                  "tf.keras.optimizers", "slotopt", "slotopt.optimizer", "slotopt.multi_optimizer",

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import checks
+from ..engine import checks, registry
 from ..engine import constants as K
 from ..engine import sparse as sparse_rows
 from ..kernels import sgd as kernels
 from .optimizer import LearningRate, Optimizer
 
 
+@registry.register("keras3")
 class SGD(Optimizer):
     """Gradient descent with optional momentum and Nesterov momentum (Keras 3 numerics).
 

@@ -16,21 +16,16 @@ Example:
 """
 
 from ..engine import registry
-from .adagrad import Adadelta, Adagrad
-from .adam import Adam, Adamax, Nadam
-from .ftrl import Ftrl
-from .gradient_descent import SGD
-from .loss_scale import LossScaleOptimizer
 from .optimizer import Optimizer, OptimizerV2
-from .rmsprop import RMSProp, RMSprop
+
+# Every optimizer module registers its classes (``@registry.register("legacy")``); they are exported from there.
+registry.import_face(__name__, __path__)
+globals().update(registry.exported_classes("legacy"))
 
 # tf-keras writes these modules for its OptimizerV2 line and its mixed-precision wrapper (older releases wrote
 # ``keras.optimizers.optimizer_v2.*``); slotopt.legacy's own paths resolve too.
 registry.register_generation(
-    "legacy", public_module="keras.optimizers.legacy",
-    classes={"SGD": SGD, "Adam": Adam, "Adamax": Adamax, "Nadam": Nadam, "RMSprop": RMSprop, "Adagrad": Adagrad,
-             "Adadelta": Adadelta, "Ftrl": Ftrl, "LossScaleOptimizer": LossScaleOptimizer},
-    aliases={"RMSProp": RMSProp, "LossScaleOptimizerV1": LossScaleOptimizer},
+    "legacy", base=Optimizer, public_module="keras.optimizers.legacy", own_module="slotopt.legacy",
     modules=("keras.mixed_precision", "tf_keras.mixed_precision", "tf.keras.mixed_precision",
              "tf.keras.optimizers.legacy"),
     prefixes=("keras.optimizers.legacy", "tf_keras.optimizers.legacy", "keras.src.optimizers.legacy",
@@ -40,5 +35,4 @@ registry.register_generation(
               "slotopt.legacy"),
 )
 
-__all__ = ["Optimizer", "OptimizerV2", "SGD", "Adam", "Adamax", "Nadam", "RMSprop", "RMSProp", "Adagrad", "Adadelta",
-           "Ftrl", "LossScaleOptimizer"]
+__all__ = ["Optimizer", "OptimizerV2", *registry.exported_names("legacy")]

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..engine import registry
 from ..kernels import adadelta as adadelta_kernels
 from ..kernels import adagrad as adagrad_kernels
 from .hyperparameters import epsilon_or_default, floats, is_number, literal_scalar
@@ -21,6 +22,7 @@ def _prepend_iterations(optimizer: Optimizer, weights: Any) -> Any:
     return weights
 
 
+@registry.register("legacy")
 class Adagrad(Optimizer):
     """Adagrad (tf.keras legacy numerics: epsilon outside the square root).
 
@@ -102,6 +104,7 @@ class Adagrad(Optimizer):
         return config
 
 
+@registry.register("legacy")
 class Adadelta(Optimizer):
     """Adadelta (tf.keras legacy numerics, TensorFlow's ``ApplyAdadelta`` kernel).
 

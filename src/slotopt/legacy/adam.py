@@ -8,7 +8,7 @@ import torch
 
 from .. import numerics
 from .. import schedules as schedules_module
-from ..engine import checks
+from ..engine import checks, registry
 from ..kernels import adam as kernels
 from .hyperparameters import as_scalar, epsilon_or_default, floats, literal_scalar, step_scalar
 from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
@@ -48,6 +48,7 @@ class _AdamBase(Optimizer):
         return config
 
 
+@registry.register("legacy")
 class Adam(_AdamBase):
     """Adam, optionally AMSGrad (tf.keras legacy numerics: hyperparameters are float32, ``1 - beta`` is computed
     in the variable dtype).
@@ -132,6 +133,7 @@ class Adam(_AdamBase):
         return self._config(amsgrad=self.amsgrad)
 
 
+@registry.register("legacy")
 class Adamax(_AdamBase):
     """Adamax, Adam with the infinity norm (tf.keras legacy numerics).
 
@@ -198,6 +200,7 @@ class Adamax(_AdamBase):
         return self._config()
 
 
+@registry.register("legacy")
 class Nadam(_AdamBase):
     """Nadam, Adam with Nesterov momentum, with tf.keras legacy's momentum schedule.
 

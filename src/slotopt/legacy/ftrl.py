@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import checks
+from ..engine import checks, registry
 from ..kernels import ftrl as kernels
 from .hyperparameters import as_scalar, floats, is_number
 from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
@@ -15,6 +15,7 @@ from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
 __all__ = ["Ftrl"]
 
 
+@registry.register("legacy")
 class Ftrl(Optimizer):
     """FTRL-Proximal (tf.keras legacy; TensorFlow's ``ApplyFtrl`` / ``ApplyFtrlV2`` kernels).
 

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..engine import registry
 from ..kernels import sgd as kernels
 from .hyperparameters import floats, momentum_enabled
 from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
@@ -13,6 +14,7 @@ from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
 __all__ = ["SGD"]
 
 
+@registry.register("legacy")
 class SGD(Optimizer):
     """Gradient descent with momentum (tf.keras legacy numerics).
 

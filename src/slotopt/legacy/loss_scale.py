@@ -25,6 +25,7 @@ _DEFAULT_GROWTH_STEPS = 2000
 _MULTIPLIER = 2.0
 
 
+@registry.register("legacy", old_names=("LossScaleOptimizerV1",), files=False)
 class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     """Wraps a legacy optimizer with loss scaling, to keep small float16 gradients from underflowing.
 

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..engine import registry
 from ..kernels import rmsprop as kernels
 from .hyperparameters import epsilon_or_default, floats, literal_scalar, momentum_enabled
 from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
@@ -13,6 +14,7 @@ from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
 __all__ = ["RMSprop", "RMSProp"]
 
 
+@registry.register("legacy", aliases=("RMSProp",))
 class RMSprop(Optimizer):
     """RMSprop (tf.keras legacy numerics: where epsilon goes depends on whether momentum is on).
 

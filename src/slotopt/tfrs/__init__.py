@@ -12,12 +12,14 @@ Example:
 """
 
 from ..engine import registry
-from .composite import CompositeOptimizer
+
+registry.import_face(__name__, __path__)
+globals().update(registry.exported_classes("tfrs"))
 
 registry.register_generation(
-    "tfrs", public_module="slotopt.tfrs", classes={"CompositeOptimizer": CompositeOptimizer},
+    "tfrs", public_module="slotopt.tfrs",
     modules=("slotopt.composite",),
     prefixes=("slotopt.tfrs", "tensorflow_recommenders.experimental.optimizers"),
 )
 
-__all__ = ["CompositeOptimizer"]
+__all__ = [*registry.exported_names("tfrs")]

@@ -45,6 +45,7 @@ def _is_patterns(spec: Any) -> bool:
     return isinstance(spec, (list, tuple)) and len(spec) > 0 and all(isinstance(s, str) for s in spec)
 
 
+@registry.register("tfrs")
 class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
     """Routes each ``(gradient, variable)`` pair to the optimizer that owns the variable.
 

@@ -9,42 +9,18 @@ computed with autograd on; ``global_step`` is an integer tensor such as
 """
 
 from ..engine import registry
-from .adadelta import AdadeltaOptimizer
-from .adagrad import AdagradOptimizer, ProximalAdagradOptimizer
-from .adagrad_da import AdagradDAOptimizer
-from .adam import AdamOptimizer
-from .ftrl import FtrlOptimizer
-from .gradient_descent import GradientDescentOptimizer, ProximalGradientDescentOptimizer
-from .momentum import MomentumOptimizer
 from .optimizer import GATE_GRAPH, GATE_NONE, GATE_OP, InvalidArgumentError, Optimizer
-from .rmsprop import RMSPropOptimizer
+
+# Every optimizer module registers its classes (``@registry.register("v1")``); they are exported from there.
+registry.import_face(__name__, __path__)
+globals().update(registry.exported_classes("v1"))
 
 # TF1's optimizers have no Keras config; slotopt.v1's ``get_config`` writes ``slotopt.v1`` (TF's own module paths
 # resolve too).
 registry.register_generation(
-    "v1", public_module="slotopt.v1",
-    classes={cls.__name__: cls for cls in (GradientDescentOptimizer, MomentumOptimizer, AdamOptimizer,
-                                           AdagradOptimizer, AdadeltaOptimizer, RMSPropOptimizer, FtrlOptimizer,
-                                           ProximalGradientDescentOptimizer, ProximalAdagradOptimizer,
-                                           AdagradDAOptimizer)},
+    "v1", base=Optimizer, public_module="slotopt.v1",
     modules=("tf.compat.v1.train", "tensorflow.compat.v1.train", "tf.train"),
     prefixes=("slotopt.v1", "tensorflow.python.training"),
 )
 
-__all__ = [
-    "Optimizer",
-    "GradientDescentOptimizer",
-    "MomentumOptimizer",
-    "AdamOptimizer",
-    "AdagradOptimizer",
-    "AdadeltaOptimizer",
-    "RMSPropOptimizer",
-    "FtrlOptimizer",
-    "ProximalGradientDescentOptimizer",
-    "ProximalAdagradOptimizer",
-    "AdagradDAOptimizer",
-    "InvalidArgumentError",
-    "GATE_NONE",
-    "GATE_OP",
-    "GATE_GRAPH",
-]
+__all__ = ["Optimizer", *registry.exported_names("v1"), "InvalidArgumentError", "GATE_NONE", "GATE_OP", "GATE_GRAPH"]

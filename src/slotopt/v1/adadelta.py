@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine import constants as K
+from ..engine import registry
 from ..kernels import adadelta as kernels
 from .optimizer import BuiltinOptimizer
 
 
+@registry.register("v1")
 class AdadeltaOptimizer(BuiltinOptimizer):
     """Adadelta (TF ``ApplyAdadelta``), with ``rsqrt(x) = 1 / sqrt(x)``.
 

@@ -6,10 +6,12 @@ from typing import Any
 
 import torch
 
+from ..engine import registry
 from ..kernels import adagrad as kernels
 from .optimizer import BuiltinOptimizer
 
 
+@registry.register("v1")
 class AdagradOptimizer(BuiltinOptimizer):
     """Adagrad without epsilon (TF ``ApplyAdagrad``).
 
@@ -50,6 +52,7 @@ class AdagradOptimizer(BuiltinOptimizer):
                               scalar_rows=scalar_rows, rows=True)
 
 
+@registry.register("v1")
 class ProximalAdagradOptimizer(BuiltinOptimizer):
     """Adagrad step followed by the FOBOS proximal step (TF ``ApplyProximalAdagrad``), float32/float64 only.
 

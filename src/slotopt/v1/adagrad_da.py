@@ -7,10 +7,12 @@ from typing import Any
 import torch
 
 from ..engine import constants as K
+from ..engine import registry
 from ..kernels import adagrad as kernels
 from .optimizer import BuiltinOptimizer, InvalidArgumentError
 
 
+@registry.register("v1")
 class AdagradDAOptimizer(BuiltinOptimizer):
     """Adagrad dual averaging (TF ``ApplyAdagradDA``), float32/float64 only; the old ``w`` is not used.
 

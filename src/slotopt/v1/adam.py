@@ -7,12 +7,13 @@ from typing import Any
 import torch
 
 from .. import numerics
-from ..engine import checks
+from ..engine import checks, registry
 from ..engine import constants as K
 from ..kernels import adam as kernels
 from .optimizer import BuiltinOptimizer, cast
 
 
+@registry.register("v1")
 class AdamOptimizer(BuiltinOptimizer):
     """Adam with TF1's bias correction through two float32 "beta power" variables (TF ``ApplyAdam``).
 

@@ -7,10 +7,12 @@ from typing import Any, Optional
 import torch
 
 from ..engine import constants as K
+from ..engine import registry
 from ..kernels import ftrl as kernels
 from .optimizer import BuiltinOptimizer, cast
 
 
+@registry.register("v1")
 class FtrlOptimizer(BuiltinOptimizer):
     """FTRL-Proximal (TF ``ApplyFtrl``, or ``ApplyFtrlV2`` when ``l2_shrinkage_regularization_strength > 0``).
 

@@ -7,11 +7,13 @@ from typing import Any
 import torch
 
 from ..engine import constants as K
+from ..engine import registry
 from ..kernels import sgd as kernels
 from ..variables import IndexedSlices
 from .optimizer import BuiltinOptimizer
 
 
+@registry.register("v1")
 class GradientDescentOptimizer(BuiltinOptimizer):
     """Plain gradient descent: ``w <- w - g * lr`` (TF ``ApplyGradientDescent``).
 
@@ -51,6 +53,7 @@ class GradientDescentOptimizer(BuiltinOptimizer):
         self._scatter(grad.values, var, grad.indices)
 
 
+@registry.register("v1")
 class ProximalGradientDescentOptimizer(BuiltinOptimizer):
     """FOBOS proximal gradient descent (TF ``ApplyProximalGradientDescent``), float32/float64 only.
 

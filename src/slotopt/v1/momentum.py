@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine import constants as K
+from ..engine import registry
 from ..kernels import sgd as kernels
 from .optimizer import BuiltinOptimizer
 
 
+@registry.register("v1")
 class MomentumOptimizer(BuiltinOptimizer):
     """Momentum with the learning rate applied to the whole history (TF ``ApplyMomentum``).
 

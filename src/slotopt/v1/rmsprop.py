@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine import constants as K
+from ..engine import registry
 from ..kernels import rmsprop as kernels
 from .optimizer import BuiltinOptimizer
 
 
+@registry.register("v1")
 class RMSPropOptimizer(BuiltinOptimizer):
     """RMSProp with TF1's fused kernels (TF ``ApplyRMSProp`` / ``ApplyCenteredRMSProp``).
 
