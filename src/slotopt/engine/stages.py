@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -195,9 +195,28 @@ class GroupedUpdates(OptimizerCore):
     #: rule that rewrites every row, run a block of rows at a time; ``"whole"``: needs whole-tensor norms;
     #: ``None``: the gradient is densified first (custom optimizers, and rules whose divisor may be 0).
     _sparse_layout: Optional[str] = None
-    #: Whether a ``"blocks"`` rule's dense update is one compiled rule, so that slices can take one pass over the
-    #: table (engine/sparse_pass.py).
+    #: The kernels ``_update_group`` calls for a dense update (one of them per step). What the class can do is
+    #: read from them, not promised by a flag: see ``__init_subclass__``.
+    _update_kernels: tuple[Callable[..., None], ...] = ()
+    #: Whether the dense update is one compiled rule (every one of ``_update_kernels`` has a compiled twin), so
+    #: that a ``"blocks"`` rule's slices can take one pass over the table (engine/sparse_pass.py). Derived from
+    #: ``_update_kernels``; a class that sets it True with a kernel lacking the compiled form is refused.
     _sparse_one_pass: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kernels = cls._update_kernels
+        compiled = bool(kernels) and all(getattr(k, "rule", None) is not None for k in kernels)
+        if "_sparse_one_pass" in cls.__dict__:
+            if cls._sparse_one_pass and not compiled:
+                lacking = [getattr(k, "__qualname__", repr(k)) for k in kernels
+                           if getattr(k, "rule", None) is None] or ["no `_update_kernels` declared"]
+                raise TypeError(
+                    f"{cls.__qualname__} sets `_sparse_one_pass = True`, but its dense update is not one compiled "
+                    f"rule ({', '.join(lacking)}): the one-pass sparse update would hand the foreach kernel pieces of "
+                    "a table. Leave the flag out: it is derived from `_update_kernels`.")
+        elif "_update_kernels" in cls.__dict__:
+            cls._sparse_one_pass = compiled
 
     def _learning_rate_of_step(self) -> Any:
         """This update's learning rate (the face's)."""

@@ -30,7 +30,7 @@ class Adamax(MomentOptimizer):
         ['adamax/w_momentum', 'adamax/w_norm']
     """
 
-    _sparse_one_pass = True  # its dense update is one compiled rule (engine/sparse_pass.py)
+    _update_kernels = (kernels.adamax,)  # compiled: slices take one pass (engine/sparse_pass.py)
 
     _kernel_slots = ("momentum", "norm")
     _sparse_layout = "blocks"

@@ -29,7 +29,7 @@ class Lion(Optimizer):
     """
 
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
-    _sparse_one_pass = True  # its dense update is one compiled rule (engine/sparse_pass.py)
+    _update_kernels = (kernels.lion,)  # compiled: slices take one pass (engine/sparse_pass.py)
 
     _kernel_slots = ("momentum",)
     _sparse_layout = "blocks"

@@ -160,12 +160,9 @@ def _library_function(name: str, argtypes: list[Any], restype: Any = ctypes.c_in
 
 
 def _function(rule: str, dtype: torch.dtype) -> Any:
-    """The compiled element-wise rule ``rule`` for ``dtype`` (every library of this ABI has them all)."""
-    name = f"{rule}_{_SUFFIXES[dtype]}"
-    fn = _library_function(name, _ARGTYPES, None)
-    if fn is None:
-        raise AttributeError(f"{_library_path} has no {name}")
-    return fn
+    """The compiled element-wise rule ``rule`` for ``dtype``, or None when the built library has none (a rule
+    written in Python and not yet in C): found by name in what was built, so the foreach kernel runs instead."""
+    return _library_function(f"{rule}_{_SUFFIXES[dtype]}", _ARGTYPES, None)
 
 
 def use(mode: str) -> str:
@@ -230,6 +227,9 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     dtype = first[0].dtype
     if dtype not in _dtypes or first[0].device.type != "cpu":
         return False
+    function = _function(rule, dtype)
+    if function is None:  # no compiled form of this rule: the foreach kernel gives the same bits
+        return False
     n = len(first)
     verified = type(first) is Verified
     if verified:
@@ -284,8 +284,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     values = np.array(scalars, dtype=np.float64)
     if extents is not None:
         _check_table(table, offsets, extents.reshape(2, -1), first[0].element_size())
-    _function(rule, dtype)(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data,
-                           torch.get_num_threads())
+    function(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data, torch.get_num_threads())
     if tensor_table.active():
         tensor_table.bump_versions(bumped)
     else:
