@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import slotopt
-from slotopt.engine import blocks
+from slotopt.kernels import blocks
 
 SHAPES = [(600, 500), (5, 7), (7,), (3, 4), (2,), (40, 40), (5, 7), (9,)]
 

@@ -313,7 +313,7 @@ def test_unique_unsorted_indices_give_exactly_the_dense_result(case, dtype_name)
 @pytest.mark.parametrize("case", ["adam", "rmsprop_centered_momentum", "adadelta", "ftrl", "lion", "nadam"])
 def test_row_blocks_give_the_whole_table_result(case, monkeypatch):
     """Rules that rewrite every row run a block of rows at a time: tiny blocks, same bits."""
-    from slotopt.engine import blocks
+    from slotopt.kernels import blocks
 
     name, kw = OPTIMIZERS[case]
     init, steps = _inputs((40, 3), index_steps=[[7, 33, 7, 0, 39, 7], [12, 12], list(range(40))[::-3]])

@@ -136,10 +136,10 @@ def test_config_round_trip(entry):
     serialized = slotopt.serialize(opt)
     assert serialized["module"] == registry.serialized_module(entry.cls)
     assert serialized["registered_name"] is None
-    if entry.keras:
-        assert serialized["module"] != "slotopt.optimizers"
+    if entry.keras or entry.generation in ("v1", "tfrs"):  # (TF1's and TFRS's configs are slotopt's own)
+        assert serialized["module"] != "slotopt.keras3"
     else:  # Keras could not load it: slotopt's own module, which only slotopt resolves
-        assert not serialized["module"].startswith(("keras", "tf"))
+        assert serialized["module"].startswith("slotopt.")
     again = slotopt.deserialize(serialized)
     assert type(again) is entry.cls
     assert _unnamed(again.get_config()) == _unnamed(opt.get_config())
@@ -243,7 +243,7 @@ def test_a_class_keras_does_not_have_serializes_under_slotopts_own_module():
 
     try:
         config = slotopt.serialize(SlotoptOnlySGD(learning_rate=0.25))
-        assert config["module"] == "slotopt.optimizers" and config["registered_name"] is None
+        assert config["module"] == "slotopt.keras3" and config["registered_name"] is None
         again = slotopt.deserialize(config)
         assert type(again) is SlotoptOnlySGD and float(again.learning_rate) == 0.25
         assert slotopt.serialize(slotopt.SGD())["module"] == "keras.optimizers"

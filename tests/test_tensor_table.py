@@ -385,10 +385,10 @@ def test_the_index_range_check_finds_the_first_index_outside_the_table_as_torch_
         indices = indices.reshape(-1, 1) if n % 2 else indices.reshape(2, -1)
     expected = _python_first_out_of_range(indices, rows)
     assert tensor_table.first_out_of_range(indices, rows) == expected
-    assert slotopt.engine.sparse.first_out_of_range(indices, rows) == expected
+    assert slotopt.kernels.rows.first_out_of_range(indices, rows) == expected
     previous = tensor_table.use(False)
     try:
-        assert slotopt.engine.sparse.first_out_of_range(indices, rows) == expected  # the torch path
+        assert slotopt.kernels.rows.first_out_of_range(indices, rows) == expected  # the torch path
     finally:
         tensor_table.use(previous)
 
@@ -398,9 +398,9 @@ def test_the_index_range_check_leaves_other_kinds_of_indices_to_torch():
     assert tensor_table.first_out_of_range(torch.tensor([0.0, 5.0]), 3) is None
     assert tensor_table.first_out_of_range(torch.arange(10)[::2], 3) is None  # not contiguous
     assert tensor_table.first_out_of_range(torch.arange(3, device="meta"), 3) is None
-    assert slotopt.engine.sparse.first_out_of_range(torch.tensor([0, 5], dtype=torch.int16), 3) == 1
-    assert slotopt.engine.sparse.first_out_of_range(torch.arange(10)[::2], 5) == 3
-    assert slotopt.engine.sparse.first_out_of_range(torch.tensor([1, -2], dtype=torch.int16), 40000) == 1
+    assert slotopt.kernels.rows.first_out_of_range(torch.tensor([0, 5], dtype=torch.int16), 3) == 1
+    assert slotopt.kernels.rows.first_out_of_range(torch.arange(10)[::2], 5) == 3
+    assert slotopt.kernels.rows.first_out_of_range(torch.tensor([1, -2], dtype=torch.int16), 40000) == 1
 
 
 def test_a_learning_rate_is_read_in_place_with_the_bits_torch_gives():

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import slotopt
 from slotopt import legacy, v1
-from slotopt.engine import blocks
+from slotopt.kernels import blocks
 
 # Fast, reproducible: derandomized (CI sees the same examples every run), no per-example deadline on a shared box.
 FAST = settings(max_examples=100, deadline=None, derandomize=True, database=None,

@@ -18,9 +18,9 @@ from typing import Any, Callable, Optional, TypeVar
 import torch
 
 from .. import numerics
+from ..kernels.rows import segment_sum
 from ..variables import IndexedSlices, as_indexed_slices, is_sparse
 from .distributed import sum_over_shards
-from .sparse import segment_sum
 
 ShardGroups = Optional[Sequence[Sequence[Any]]]
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
+from ..kernels import rows as sparse_rows
 from ..kernels.native import tensor_table
 from ..variables import (
     IndexedSlices,
@@ -26,7 +27,6 @@ from ..variables import (
     variable_name,
 )
 from . import checks, distributed, resume, torch_arguments
-from . import sparse as sparse_rows
 from .eager import outside_dynamo
 from .group_sync import check_param_groups
 from .plan import Ordinary, Pair, StepPlan

@@ -13,7 +13,7 @@ decorator; everything else derives from that one registration: its package's exp
 generation's table of names, the readers' lists of classes they lay out, the API pages (built from ``__all__``)
 and the tests parametrised over :func:`registered`. Each face's ``__init__`` says once, with
 :func:`register_generation`, which module paths mean the generation. A class Keras does not have is registered
-with ``keras=False``: ``serialize`` writes the generation's own slotopt module for it (``slotopt.optimizers`` for
+with ``keras=False``: ``serialize`` writes the generation's own slotopt module for it (``slotopt.keras3`` for
 the Keras 3 face), never a Keras module that could not load it.
 """
 

@@ -21,12 +21,12 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..kernels import native
+from ..kernels import rows as sparse_rows
 from ..kernels.ema import moving_average
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
 from . import checks, sparse_pass
 from . import constants as K
-from . import sparse as sparse_rows
 from .core import OptimizerCore, Pair
 from .plan import GradientsByPosition, Ordinary
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from ..engine import checks, registry
 from ..engine import constants as K
-from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
+from ..kernels import rows as sparse_rows
 from .adam import MomentOptimizer
 
 

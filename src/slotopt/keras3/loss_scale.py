@@ -14,8 +14,8 @@ from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair
 from ..engine.group_sync import check_param_groups, is_param_group_list
 from ..engine.routing import set_weights_all_or_nothing, split_weights
-from ..engine.sparse import last_repeats
 from ..engine.stages import overwrites_with_gradient
+from ..kernels.rows import last_repeats
 from ..variables import IndexedSlices, named_variables
 from .optimizer import Optimizer
 

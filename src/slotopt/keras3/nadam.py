@@ -9,8 +9,8 @@ import torch
 from .. import numerics
 from ..engine import constants as K
 from ..engine import registry
-from ..engine import sparse as sparse_rows
 from ..kernels import adam as kernels
+from ..kernels import rows as sparse_rows
 from .adam import MomentOptimizer, square_terms
 
 

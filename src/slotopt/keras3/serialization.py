@@ -4,7 +4,7 @@ Built-in optimizers are found by name, case-insensitively, in the engine's regis
 itself (``@registry.register("keras3")``), so a new optimizer is picked up without touching this module. As in
 Keras, ``Lamb`` is exported but not registered by name: ``get("lamb")`` fails, and a config names it with its
 module (``serialize`` writes ``"keras.optimizers"``), or through ``custom_objects``. A class Keras does not have
-serializes under ``"slotopt.optimizers"``, which only slotopt resolves.
+serializes under ``"slotopt.keras3"`` (slotopt's own module, which only slotopt resolves and Keras never claims).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["get", "serialize", "deserialize"]
 #: The Keras module written into serialized built-in optimizers.
 _MODULE = "keras.optimizers"
 #: The module written for an optimizer of slotopt's own (Keras has no such class: it could not load it).
-_OWN_MODULE = "slotopt.optimizers"
+_OWN_MODULE = "slotopt.keras3"
 
 def _builtins() -> dict[str, type]:
     """``{lowercase name: class}`` for the Keras 3 optimizers ``get``/``deserialize`` know by name."""

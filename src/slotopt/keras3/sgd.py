@@ -4,7 +4,7 @@ from typing import Any
 
 from ..engine import checks, registry
 from ..engine import constants as K
-from ..engine import sparse as sparse_rows
+from ..kernels import rows as sparse_rows
 from ..kernels import sgd as kernels
 from .optimizer import LearningRate, Optimizer
 

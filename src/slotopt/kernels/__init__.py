@@ -6,3 +6,10 @@ Called with one-element lists it is the per-tensor path; with a whole (device, d
 multi-tensor path. Kernels only use ``torch._foreach_*`` ops, evaluated in the order of the reference libraries,
 with no fused multiply-adds, so results match Keras/TensorFlow bit for bit where the spec says they can.
 """
+
+from ..numerics import compiled as _compiled
+from . import native as _native
+
+# numerics calls two helpers of the compiled library (rsqrtps, the denormal mode): handed down from here, the
+# floor that loads it, so that numerics never imports a floor above it.
+_compiled.provide(_native._library)

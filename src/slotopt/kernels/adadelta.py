@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from .. import numerics
-from ..engine import sparse as sparse_rows
-from ..engine.blocks import elementwise
 from ..variables import IndexedSlices
 from . import roots
+from . import rows as sparse_rows
+from .blocks import elementwise
 from .native import compiled
 
 __all__ = ["adadelta", "adadelta_slices"]

@@ -8,9 +8,9 @@ from typing import Optional
 import torch
 
 from .. import numerics
-from ..engine import sparse as sparse_rows
-from ..engine.distributed import ShardLayout
 from . import roots
+from . import rows as sparse_rows
+from .shards import ShardLayout
 
 __all__ = ["adafactor"]
 

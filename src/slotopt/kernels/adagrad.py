@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from .. import numerics
-from ..engine import sparse as sparse_rows
-from ..engine.blocks import elementwise
 from . import native, roots
+from . import rows as sparse_rows
+from .blocks import elementwise
 from .native import compiled
 
 __all__ = ["adagrad", "adagrad_slices"]

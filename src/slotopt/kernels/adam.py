@@ -8,10 +8,10 @@ from typing import Optional
 import torch
 
 from .. import numerics
-from ..engine.blocks import elementwise
-from ..engine.distributed import ShardLayout, sum_over_layouts
 from . import roots
+from .blocks import elementwise
 from .native import compiled
+from .shards import ShardLayout, sum_over_layouts
 from .weight_decay import decoupled_weight_decay
 
 __all__ = ["adam", "adam_variable_update", "adam_moments", "second_moment", "adamax", "nadam",

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from ..engine.blocks import elementwise
+from .blocks import elementwise
 from .native import compiled
 
 __all__ = ["lion"]

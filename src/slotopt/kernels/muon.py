@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from ..engine.distributed import ShardLayout
+from .shards import ShardLayout
 
 __all__ = ["muon", "newton_schulz5"]
 

@@ -7,10 +7,10 @@ from typing import Optional
 import torch
 
 from .. import numerics
-from ..engine import sparse as sparse_rows
-from ..engine.blocks import elementwise
 from ..variables import IndexedSlices
 from . import roots
+from . import rows as sparse_rows
+from .blocks import elementwise
 from .native import compiled
 
 __all__ = ["rmsprop", "rmsprop_slices"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 from .. import numerics
-from ..engine.blocks import elementwise
 from . import roots
 from .adam import second_moment
+from .blocks import elementwise
 
 __all__ = ["schedule_free_adamw", "interpolate", "extrapolate"]
 

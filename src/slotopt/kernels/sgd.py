@@ -6,9 +6,9 @@ from typing import Optional
 
 import torch
 
-from ..engine import sparse as sparse_rows
-from ..engine.blocks import elementwise
 from . import native
+from . import rows as sparse_rows
+from .blocks import elementwise
 from .native import compiled
 from .weight_decay import decoupled_weight_decay
 

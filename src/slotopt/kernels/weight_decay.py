@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.blocks import elementwise
+from .blocks import elementwise
 from .native import compiled
 
 __all__ = ["decoupled_weight_decay"]

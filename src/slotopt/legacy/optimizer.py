@@ -24,11 +24,11 @@ from torch import nn
 
 from .. import schedules as schedules_module
 from ..engine import as_written, checks, clipping, gradients
-from ..engine import sparse as sparse_rows
 from ..engine.core import Pair, check_gradient_aggregator, count_step
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
+from ..kernels import rows as sparse_rows
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables
 from .hyperparameters import (
     Hyperparameter,

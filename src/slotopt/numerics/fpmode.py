@@ -18,6 +18,8 @@ from typing import Any, Optional
 
 import torch
 
+from . import compiled
+
 __all__ = ["flush_to_zero", "enter_flush_to_zero", "leave_flush_to_zero"]
 
 _FTZ_DAZ = 0x8040  # MXCSR bits
@@ -29,13 +31,9 @@ def _mode() -> Optional[Any]:
     """The compiled library's ``slotopt_denormal_mode`` (sets the bits, returns the previous ones), if built."""
     global _mode_function, _looked_up
     if not _looked_up:
-        from ..kernels import native
-
-        fn = getattr(native._library, "slotopt_denormal_mode", None) if native._library is not None else None
-        if fn is not None:
-            fn.argtypes = [ctypes.c_int]
-            fn.restype = ctypes.c_int
-        _mode_function, _looked_up = fn, True
+        # (handed down by slotopt.kernels, which loads the library: numerics does not reach up a floor for it)
+        _mode_function = compiled.function("slotopt_denormal_mode", [ctypes.c_int], ctypes.c_int)
+        _looked_up = compiled.provided()
     return _mode_function
 
 

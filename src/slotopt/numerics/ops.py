@@ -18,7 +18,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from . import eigen, libm, roots
+from . import compiled, eigen, libm, roots
 
 __all__ = ["sqrt", "pow", "sum", "mean", "norm", "rsqrt", "fused_rsqrt_exact", "cos", "exp", "log", "div_scalar",
            "div_scalar_"]
@@ -164,14 +164,8 @@ def norm(t: torch.Tensor) -> torch.Tensor:
 
 
 def _estimate_function():  # the compiled library's rsqrtps helper, if it was built with one
-    from ..kernels import native
-
-    library = native._library
-    fn = getattr(library, "slotopt_tf_rsqrt_f32", None) if library is not None else None
-    if fn is not None and fn.argtypes is None:
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-        fn.restype = None
-    return fn
+    return compiled.function("slotopt_tf_rsqrt_f32", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                                      ctypes.c_int64], None)
 
 
 def fused_rsqrt_exact() -> bool:

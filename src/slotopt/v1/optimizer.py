@@ -24,11 +24,11 @@ import numpy as np
 import torch
 
 from ..engine import as_written, checks, gradients, transaction
-from ..engine import sparse as sparse_rows
 from ..engine.core import Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
+from ..kernels import rows as sparse_rows
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
 from .config import constructor_config, from_constructor_config
 from .state import NamedState, cast, check_hyperparameter, convert_to_tensor, is_number

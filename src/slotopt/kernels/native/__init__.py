@@ -394,7 +394,7 @@ def _slice_address(rule: str, dtype: torch.dtype) -> int:
 def _refuse_indices(indices: torch.Tensor, rows: int) -> None:
     """Raises the torch path's error for an index outside ``[0, rows)`` (a compiled rule on slices found one and
     wrote nothing): one message on every path."""
-    from ...engine.sparse import check_rows  # (engine/sparse.py imports this package: imported when needed)
+    from ..rows import check_rows  # (rows.py imports this package: imported when needed)
 
     check_rows(indices, rows)
 

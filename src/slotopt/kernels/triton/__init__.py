@@ -184,7 +184,7 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     if k:
         low, high = torch.stack(torch.aminmax(indices)).tolist()  # one transfer from the device
         if low < 0 or high >= rows:  # the message names the first bad index, as the other paths do
-            from ...engine.sparse import check_rows
+            from ..rows import check_rows
 
             check_rows(indices, rows)
         import triton

@@ -8,9 +8,9 @@ from typing import Callable, Optional
 
 import torch
 
-from ..kernels.native import tensor_table
 from ..variables import IndexedSlices
 from . import blocks
+from .native import tensor_table
 
 __all__ = ["first_out_of_range", "check_rows", "deduplicate", "gather_rows", "scatter_rows", "densify", "scatter_add_", "segment_sum", "summed", "last_repeats",
            "update_by_row_blocks"]
@@ -123,7 +123,7 @@ def update_by_row_blocks(var: torch.Tensor, grad: IndexedSlices, slots: Sequence
     densification. Every block is visited (rows without a slice still decay); the extra memory is one block's.
     """
     n = var.shape[0]
-    # Several cache blocks per row block: the element-wise kernels cut each row block again (engine/blocks.py),
+    # Several cache blocks per row block: the element-wise kernels cut each row block again (kernels/blocks.py),
     # and fewer, larger row blocks keep the per-call overhead small next to the work.
     block_rows = max(1, (blocks.CPU_BLOCK_ELEMENTS * 8) // max(1, var[0].numel()))
     if n <= block_rows or var.device.type != "cpu":
