@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..native import SLICE_RULES as native_slice_rules
 from . import rules_tf
 
 #: The dense rules, each in multi-tensor form. For each: how many operand lists, and its compile-time flags as
@@ -44,8 +45,9 @@ LAYOUT: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     **rules_tf.LAYOUT,
 }
 RULES = tuple(LAYOUT)
-#: The rules on slices (``apply_slices``): name -> whether the rule has a state tensor.
-SLICE_RULES = {"sgd_slices": False, "adagrad_slices": True}
+#: The rules on slices (``apply_slices``): name -> whether the rule has a state tensor. The compiled CPU rules'
+#: table, described once (``kernels/native``); ``build`` defines a Triton twin of each.
+SLICE_RULES = native_slice_rules
 
 
 def build() -> dict[str, Any]:
