@@ -1,11 +1,14 @@
 """Build of the optional compiled kernels (everything else is in pyproject.toml).
 
 ``slotopt/kernels/native/slotopt_kernels.c`` becomes a plain shared library that slotopt loads with ctypes: no
-Python C API and no torch C++ ABI are involved, so one build serves every Python and torch version of the
-machine. It is compiled for the building machine's processor, with every operation rounded separately
-(``-ffp-contract=off``, no fast-math) so that it reproduces the foreach kernels bit for bit. The build is
-allowed to fail (no C compiler, no OpenMP): slotopt then runs its foreach kernels, with the same results, and
-``slotopt info`` says so.
+Python C API and no torch C++ ABI are involved, so one build serves every Python and torch version. On x86-64 it
+is compiled three times, each into its own library: for the baseline instruction set (SSE2, every x86-64
+processor: ``libslotopt_kernels.so.1``), for x86-64-v3 (AVX2: ``libslotopt_kernels_avx2.so.1``) and x86-64-v4
+(AVX-512: ``libslotopt_kernels_avx512.so.1``); the loader takes the best one the processor runs, so a wheel built
+on one machine runs on any other (never ``-march=native``). Every operation is rounded separately
+(``-ffp-contract=off``, no fast-math), so each variant reproduces the foreach kernels bit for bit. Each build is
+allowed to fail (no C compiler, no OpenMP, a compiler without the x86-64-v3/v4 levels): slotopt then runs the
+variants that were built, or its foreach kernels, with the same results, and ``slotopt info`` says which.
 
 ``slotopt/kernels/native/tensor_table.cpp`` is a small Python extension against torch's C++ API: the per-step
 checks of an ordinary step (engine/plan.py) in one pass. It is built only where torch is importable at build
@@ -14,6 +17,7 @@ is loaded only under that torch. It too may fail to build: the same checks then 
 """
 
 import os
+import platform
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -27,6 +31,12 @@ if os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() not in ("", "0"):
 
 
 TENSOR_TABLE = "slotopt.kernels.native._tensor_table"
+KERNELS = "slotopt.kernels.native._slotopt_kernels"
+# The compiled kernels' variants: the extension's name suffix -> the instruction set it is compiled for. Only the
+# baseline outside x86-64 (the compiler's default target there).
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+VARIANTS = {"": ["-march=x86-64", "-mtune=generic"], "_avx2": ["-march=x86-64-v3", "-mtune=generic"],
+            "_avx512": ["-march=x86-64-v4", "-mtune=generic"]} if X86_64 else {"": []}
 
 
 def _tensor_table_extension():
@@ -63,7 +73,7 @@ class OptionalNativeBuild(build_ext):
         parts = fullname.split(".")
         return os.path.join(*parts[:-1], f"lib{parts[-1].lstrip('_')}.so.1")
 
-    ATTEMPTS = (["-march=native", "-fopenmp"], ["-fopenmp"], ["-march=native"], [])
+    ATTEMPTS = (["-fopenmp"], [])
 
     def build_extension(self, ext):
         if ext.name == TENSOR_TABLE:
@@ -80,28 +90,35 @@ class OptionalNativeBuild(build_ext):
             if os.path.exists(stale):
                 os.remove(stale)
         base_compile, base_link = list(ext.extra_compile_args), list(ext.extra_link_args)
-        for extra in self.ATTEMPTS:
-            ext.extra_compile_args = base_compile + extra
-            ext.extra_link_args = base_link + [f for f in extra if f == "-fopenmp"]
-            try:
-                super().build_extension(ext)
-            except Exception as error:  # a compiler missing or refusing a flag: try the next configuration
-                print(f"slotopt: compiled kernels not built with {extra or 'plain flags'}: {error}")
-                continue
-            print(f"slotopt: compiled kernels built with {' '.join(FLAGS + extra)}")
-            return
-        print("slotopt: compiled kernels NOT built; the foreach kernels will run (same results, slower)")
+        # Each variant compiles the same source: its own temporary folder, or the objects would overwrite each other.
+        build_temp = self.build_temp
+        self.build_temp = os.path.join(build_temp, ext.name.rsplit(".", 1)[-1])
+        try:
+            for extra in self.ATTEMPTS:
+                ext.extra_compile_args = base_compile + extra
+                ext.extra_link_args = base_link + [f for f in extra if f == "-fopenmp"]
+                try:
+                    super().build_extension(ext)
+                except Exception as error:  # a compiler missing or refusing a flag: try the next configuration
+                    print(f"slotopt: {ext.name} not built with {extra or 'plain flags'}: {error}")
+                    continue
+                print(f"slotopt: {ext.name} built with {' '.join(ext.extra_compile_args)}")
+                return
+        finally:
+            self.build_temp = build_temp
+        print(f"slotopt: {ext.name} NOT built; " + ("the foreach kernels will run (same results, slower)"
+                                                    if ext.name == KERNELS else "the other variants will run"))
 
 
 setup(
     ext_modules=[
-        Extension(
-            "slotopt.kernels.native._slotopt_kernels",
+        *[Extension(
+            KERNELS + suffix,
             sources=[os.path.join(NATIVE, "slotopt_kernels.c")],
             depends=[os.path.join(NATIVE, "rules.inc")],
-            extra_compile_args=FLAGS,
+            extra_compile_args=FLAGS + isa,
             optional=True,
-        ),
+        ) for suffix, isa in VARIANTS.items()],
         *[extension for extension in [_tensor_table_extension()] if extension is not None],
     ],
     cmdclass={"build_ext": OptionalNativeBuild},

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import os
 import warnings
 from collections.abc import Sequence
@@ -70,33 +69,57 @@ class BoundsError(RuntimeError):
     """A compiled call whose pointer table leaves its tensors (raised instead of running it; debug mode)."""
 
 
-def _find_library() -> Optional[str]:
-    names = sorted(glob.glob(os.path.join(_HERE, "libslotopt_kernels.so.1")))
-    return names[0] if names else None
+#: The compiled library's variants, best first: name -> file (setup.py builds each for one instruction set).
+VARIANTS = {"avx512": "libslotopt_kernels_avx512.so.1", "avx2": "libslotopt_kernels_avx2.so.1",
+            "baseline": "libslotopt_kernels.so.1"}
+_variant: Optional[str] = None  # the variant loaded
+_skipped: list[str] = []  # the better variants not loaded, and why
+
+
+def _candidates() -> list[tuple[str, str]]:
+    """The variants to try, best first: ``SLOTOPT_KERNELS_ISA`` names one (tests compare them this way; a name
+    not in ``VARIANTS`` loads none, and ``status`` says why)."""
+    wanted = os.environ.get("SLOTOPT_KERNELS_ISA", "").strip()
+    names = [wanted] if wanted else list(VARIANTS)
+    return [(name, os.path.join(_HERE, VARIANTS[name])) for name in names if name in VARIANTS]
 
 
 def _load() -> None:
-    """Loads the library once; on any failure records why and leaves the foreach path in charge."""
-    global _library, _load_error, _library_path, _dtypes
-    path = os.environ.get("SLOTOPT_KERNELS_LIBRARY") or _find_library()
-    if path is None:
+    """Loads the best variant of the library this processor runs, once; on any failure records why and leaves
+    the foreach path in charge."""
+    global _library, _load_error, _library_path, _dtypes, _variant
+    override = os.environ.get("SLOTOPT_KERNELS_LIBRARY")
+    candidates = [("custom", override)] if override else [c for c in _candidates() if os.path.exists(c[1])]
+    if not candidates and os.environ.get("SLOTOPT_KERNELS_ISA", "").strip() not in ("", *VARIANTS):
+        _load_error = f"SLOTOPT_KERNELS_ISA must be one of {sorted(VARIANTS)}; no compiled library loaded"
+        return
+    if not candidates:
         _load_error = "compiled library not built (pip install -e . compiles it with the machine's C compiler)"
         return
-    _library_path = path
-    try:
-        library = ctypes.CDLL(path)
-        version = library.slotopt_abi_version()
-        supported = library.slotopt_cpu_supported()
-    except (OSError, AttributeError) as error:
-        _load_error = f"cannot load {path}: {error}"
+    for name, path in candidates:
+        _library_path = path
+        try:
+            library = ctypes.CDLL(path)
+            # Asked first: compiled for the baseline in every variant, so it runs on any x86-64 processor.
+            supported = library.slotopt_cpu_supported()
+            version = library.slotopt_abi_version()
+        except (OSError, AttributeError) as error:
+            _load_error = f"cannot load {path}: {error}"
+            _skipped.append(f"{name}: cannot load ({error})")
+            continue
+        if not supported:
+            _load_error = f"{path} was built for instructions this processor lacks (pip install -e . rebuilds it)"
+            _skipped.append(f"{name}: this processor lacks its instructions")
+            continue
+        if version != ABI_VERSION:
+            _load_error = f"{path} has ABI version {version}, this slotopt needs {ABI_VERSION}: rebuild it"
+            _skipped.append(f"{name}: ABI version {version}")
+            continue
+        _library, _variant, _load_error = library, name, None
+        break
+    else:
         return
-    if not supported:
-        _load_error = f"{path} was built for another processor (pip install -e . rebuilds it for this one)"
-        return
-    if version != ABI_VERSION:
-        _load_error = f"{path} has ABI version {version}, this slotopt needs {ABI_VERSION}: rebuild it"
-        return
-    _library = library
+    library = _library
     # A library built before the float16/bfloat16 variants existed has none of their rules: those dtypes then
     # run foreach.
     _dtypes = frozenset(dtype for dtype, suffix in _SUFFIXES.items() if hasattr(library, f"sgd_{suffix}"))
@@ -199,14 +222,16 @@ def dtypes() -> frozenset[torch.dtype]:
 
 
 def status() -> dict[str, Any]:
-    """Which kernel path is active and why: ``{"path", "mode", "library", "reason", "threads"}``."""
+    """Which kernel path is active and why: ``{"path", "mode", "library", "variant", "reason", "threads"}``
+    (``variant``: the instruction set of the library loaded, a key of ``VARIANTS``)."""
     if _mode == "foreach":
         path, reason = "foreach", "forced by SLOTOPT_KERNELS=foreach"
     elif _library is not None:
-        path, reason = "native", "compiled one-pass kernels loaded"
+        path, reason = "native", f"compiled one-pass kernels loaded ({_variant} variant"
+        reason += f"; not taken: {'; '.join(_skipped)})" if _skipped else ")"
     else:
         path, reason = "foreach", _load_error or "unavailable"
-    return {"path": path, "mode": _mode, "library": _library_path, "reason": reason,
+    return {"path": path, "mode": _mode, "library": _library_path, "variant": _variant, "reason": reason,
             "threads": torch.get_num_threads(), "error": _mode == "native" and _library is None}
 
 
