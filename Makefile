@@ -6,10 +6,11 @@
 #   - `make test` adds what the suite exercises for real: the test tools, scikit-learn for the digits demo,
 #     Lightning, transformers and Accelerate (integrations), Triton (its CPU interpreter runs the Triton kernels
 #     in the tests) and MkDocs (the suite builds the documentation site);
-#   - slotopt is built in the venv itself (--no-build-isolation: no second environment to set up; torch brings a
-#     recent setuptools);
-#   - either install compiles the one-pass C kernels with the machine's C compiler (a failed compile is not an
-#     error: the foreach kernels then run; `slotopt info` tells). An install is redone when pyproject.toml,
+#   - slotopt is built in the venv itself (--no-build-isolation: no second environment to set up, and the C++ step
+#     checks are compiled against the venv's torch), with setuptools >= 64 and wheel installed first where missing
+#     (an older torch brings neither, and an editable build with setuptools < 70.1 needs wheel);
+#   - either install compiles the one-pass C kernels with the machine's C compiler, for the x86-64 baseline, AVX2
+#     and AVX-512 (a failed compile is not an error: the foreach kernels then run; `slotopt info` tells). An install is redone when pyproject.toml,
 #     setup.py or the C kernels change.
 
 PYTHON ?= python3
@@ -50,19 +51,19 @@ $(PY):
 
 $(DEMO_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	@$(PY) -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64"
+	@$(PY) -c "import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64" wheel
 	$(PIP) install --no-build-isolation -e '.[demo]'
 	@touch $(DEMO_STAMP)
 
 $(TEST_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	@$(PY) -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64"
+	@$(PY) -c "import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64" wheel
 	$(PIP) install --no-build-isolation -e '.[demo,digits,test,keras,tf,integrations,triton,docs]'
 	@touch $(TEST_STAMP) $(DEMO_STAMP) $(DOCS_STAMP)
 
 $(DOCS_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	@$(PY) -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64"
+	@$(PY) -c "import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64" wheel
 	$(PIP) install --no-build-isolation -e '.[docs]'
 	@touch $(DOCS_STAMP)
 

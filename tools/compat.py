@@ -34,7 +34,8 @@ CORE = ["tests/test_native_kernels.py", "tests/test_native_bounds.py", "tests/te
         "tests/test_composite.py", "tests/test_native_portable.py"]
 # The README's install commands, after `pip install torch==<version>` (README.md, "Install"); {extras} are the
 # test tools the core suite needs.
-README_INSTALL = [["-m", "pip", "install", "--upgrade", "setuptools>=70.1", "wheel"],
+README_INSTALL = [["-m", "pip", "install", "setuptools>=64", "wheel"],
+                  ["-m", "pip", "install", "--no-build-isolation", "-e", "."],
                   ["-m", "pip", "install", "--no-build-isolation", "-e", ".[{extras}]"]]
 EXTRAS = "test,keras,tf"
 
