@@ -40,10 +40,12 @@ README_INSTALL = [["-m", "pip", "install", "setuptools>=64", "wheel"],
 EXTRAS = "test,keras,tf"
 
 
+ENV = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONNOUSERSITE": "1"}
+
+
 def run(command: list[str], cwd: str, log: list[str], timeout: float = 3600) -> subprocess.CompletedProcess:
     started = time.time()
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONNOUSERSITE": "1"})
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=ENV)
     log.append(f"$ {' '.join(command)}  [{result.returncode}, {time.time() - started:.0f} s]\n"
                f"{result.stdout[-4000:]}{result.stderr[-4000:]}")
     return result
@@ -129,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep each venv (several GB each)")
     parser.add_argument("--exitfirst", action="store_true")
     parser.add_argument("--test-timeout", type=float, default=1800)
+    parser.add_argument("--ignore-pip-config", action="store_true",
+                        help="pip without its configuration files (a machine-wide constraints file may cap torch)")
     args = parser.parse_args(argv)
+    if args.ignore_pip_config:
+        ENV["PIP_CONFIG_FILE"] = os.devnull
     log: list[str] = []
     reference = json.loads(args.reference) if args.reference else adam(sys.executable, ROOT, log)
     print(f"reference: torch {reference.get('torch')}, digest {str(reference.get('digest'))[:12]}", flush=True)
