@@ -47,7 +47,7 @@ def run(command: list[str], cwd: str, log: list[str], timeout: float = 3600) -> 
     started = time.time()
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=ENV)
     log.append(f"$ {' '.join(command)}  [{result.returncode}, {time.time() - started:.0f} s]\n"
-               f"{result.stdout[-4000:]}{result.stderr[-4000:]}")
+               f"{result.stdout[-20000:]}{result.stderr[-4000:]}")
     return result
 
 
@@ -60,8 +60,8 @@ def adam(python: str, cwd: str, log: list[str]) -> dict:
 
 
 def pytest_summary(output: str) -> str:
-    counts = re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", output.splitlines()[-1]
-                        if output.strip() else "")
+    lines = [line for line in output.splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    counts = re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", lines[-1] if lines else "")
     return ", ".join(f"{n} {what}" for n, what in counts) or "no summary"
 
 
@@ -92,7 +92,7 @@ def check(version: str, args: argparse.Namespace, reference: dict) -> dict:
                                  if line.startswith(("kernels:", "step checks:")))
         # In the clone (its tests and data); `slotopt` is the installed one (the wheel's, with --wheel: pytest puts
         # the clone's root on sys.path, not its src/).
-        tests = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-x"] if args.exitfirst else []),
+        tests = run([python, "-m", "pytest", "-p", "no:cacheprovider", *(["-x"] if args.exitfirst else []),
                      *CORE], source, log, timeout=args.test_timeout)
         row["core"] = pytest_summary(tests.stdout)
         result = adam(python, source, log)
