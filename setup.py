@@ -31,6 +31,8 @@ if os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() not in ("", "0"):
 
 
 TENSOR_TABLE = "slotopt.kernels.native._tensor_table"
+TENSOR_TABLE_RECORD = "tensor_table_build.txt"  # why the C++ checks were not built, for `slotopt info`
+_TORCH_BUILT = "?"  # the torch the C++ checks are built against
 KERNELS = "slotopt.kernels.native._slotopt_kernels"
 # The compiled kernels' variants: the extension's name suffix -> the instruction set it is compiled for. Only the
 # baseline outside x86-64 (the compiler's default target there).
@@ -48,6 +50,8 @@ def _tensor_table_extension():
         print("slotopt: torch not importable at build time: the tensor-table checks will run in Python")
         return None
     version = f"{torch.__version__}+{torch.version.git_version}"
+    global _TORCH_BUILT
+    _TORCH_BUILT = torch.__version__
     return Extension(
         TENSOR_TABLE,
         sources=[os.path.join(NATIVE, "tensor_table.cpp")],
@@ -75,13 +79,37 @@ class OptionalNativeBuild(build_ext):
 
     ATTEMPTS = (["-fopenmp"], [])
 
+    def _record_tensor_table(self, outcome):
+        """Writes why the C++ checks were not built (None: they were) next to where the module goes, as text that
+        ``slotopt info`` shows (tensor_table.py reads it; it is never imported)."""
+        folders = {os.path.dirname(self.get_ext_fullpath(TENSOR_TABLE))}
+        if self.inplace or getattr(self, "editable_mode", False):
+            folders.add(os.path.join(os.path.dirname(os.path.abspath(__file__)), NATIVE))
+        for folder in folders:
+            path = os.path.join(folder, TENSOR_TABLE_RECORD)
+            if outcome is None:
+                if os.path.exists(path):
+                    os.remove(path)
+                continue
+            os.makedirs(folder, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(outcome + "\n")
+
+    def run(self):
+        if not any(ext.name == TENSOR_TABLE for ext in self.extensions):
+            self._record_tensor_table("torch was not importable where slotopt was built (an isolated build)")
+        super().run()
+
     def build_extension(self, ext):
         if ext.name == TENSOR_TABLE:
             try:
                 super().build_extension(ext)
                 print("slotopt: tensor-table checks built")
+                self._record_tensor_table(None)
             except Exception as error:
                 print(f"slotopt: tensor-table checks NOT built ({error}); they will run in Python")
+                self._record_tensor_table(f"the build against torch {_TORCH_BUILT} failed ({error}; the build log "
+                                          "has the compiler's message)")
             return
         # A failed rebuild must not leave an older library to be loaded (an editable install copies the
         # library into the source tree; a wheel's build leaves the tree's libraries alone).
