@@ -7,7 +7,7 @@ venv this script runs from, or ``--reference``). ``--wheel`` installs a built wh
 slotopt commands (the wheel check of docs/compatibility.md). Prints a Markdown table row per version; each venv is
 deleted when its row is done (a CUDA build of torch from the index is about 3 GB with its libraries).
 
-    python tools/compat.py 2.5.1 2.10.0 2.15.0            # the table of docs/compatibility.md
+    python tools/compat.py 2.4.1 2.9.1 2.15.0             # the table of docs/compatibility.md
     python tools/compat.py --wheel dist/slotopt-*.whl 2.13.0
 
 Needs the package index and a C compiler, and takes minutes per version; it is a tool, not a test.
