@@ -1,7 +1,9 @@
 """The compiled CPU path: every element-wise update rule as one pass over memory, one call per group.
 
 ``slotopt_kernels.c`` (with ``rules.inc``) is built at install time into a plain shared library (no Python C
-API, no torch C++ ABI, so one build serves every torch version) and loaded here with ``ctypes``. Each rule
+API, no torch C++ ABI, so one build serves every torch version) and loaded here with ``ctypes``. On x86-64 it is
+built once per instruction set (``VARIANTS``: baseline SSE2, AVX2, AVX-512; all give the same bits) and the best
+one this processor runs is loaded; ``SLOTOPT_KERNELS_ISA`` names one instead. Each rule
 reproduces the foreach kernel of the same name operation for operation, so both paths give the same bits;
 the foreach kernels stay the specification and the fallback.
 
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import os
 import warnings
 from collections.abc import Sequence
@@ -33,10 +34,12 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
-from . import tensor_table
+from . import tensor_table, variants
+from .variants import VARIANTS
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
-           "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES"]
+           "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES",
+           "VARIANTS"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -70,33 +73,19 @@ class BoundsError(RuntimeError):
     """A compiled call whose pointer table leaves its tensors (raised instead of running it; debug mode)."""
 
 
-def _find_library() -> Optional[str]:
-    names = sorted(glob.glob(os.path.join(_HERE, "libslotopt_kernels.so.1")))
-    return names[0] if names else None
+_variant: Optional[str] = None  # the variant loaded (variants.VARIANTS)
+_skipped: list[str] = []  # the better variants not loaded, and why
 
 
 def _load() -> None:
-    """Loads the library once; on any failure records why and leaves the foreach path in charge."""
-    global _library, _load_error, _library_path, _dtypes
-    path = os.environ.get("SLOTOPT_KERNELS_LIBRARY") or _find_library()
-    if path is None:
-        _load_error = "compiled library not built (pip install -e . compiles it with the machine's C compiler)"
+    """Loads the best variant of the library this processor runs, once; on any failure records why and leaves
+    the foreach path in charge."""
+    global _library, _load_error, _library_path, _dtypes, _variant, _skipped
+    loaded = variants.load(_HERE, ABI_VERSION)
+    _library_path, _load_error, _variant, _skipped = loaded.path, loaded.error, loaded.variant, loaded.skipped
+    if loaded.library is None:
         return
-    _library_path = path
-    try:
-        library = ctypes.CDLL(path)
-        version = library.slotopt_abi_version()
-        supported = library.slotopt_cpu_supported()
-    except (OSError, AttributeError) as error:
-        _load_error = f"cannot load {path}: {error}"
-        return
-    if not supported:
-        _load_error = f"{path} was built for another processor (pip install -e . rebuilds it for this one)"
-        return
-    if version != ABI_VERSION:
-        _load_error = f"{path} has ABI version {version}, this slotopt needs {ABI_VERSION}: rebuild it"
-        return
-    _library = library
+    _library = library = loaded.library
     # A library built before the float16/bfloat16 variants existed has none of their rules: those dtypes then
     # run foreach.
     _dtypes = frozenset(dtype for dtype, suffix in _SUFFIXES.items() if hasattr(library, f"sgd_{suffix}"))
@@ -199,14 +188,16 @@ def dtypes() -> frozenset[torch.dtype]:
 
 
 def status() -> dict[str, Any]:
-    """Which kernel path is active and why: ``{"path", "mode", "library", "reason", "threads"}``."""
+    """Which kernel path is active and why: ``{"path", "mode", "library", "variant", "reason", "threads"}``
+    (``variant``: the instruction set of the library loaded, a key of ``VARIANTS``)."""
     if _mode == "foreach":
         path, reason = "foreach", "forced by SLOTOPT_KERNELS=foreach"
     elif _library is not None:
-        path, reason = "native", "compiled one-pass kernels loaded"
+        path, reason = "native", f"compiled one-pass kernels loaded ({_variant} variant"
+        reason += f"; not taken: {'; '.join(_skipped)})" if _skipped else ")"
     else:
         path, reason = "foreach", _load_error or "unavailable"
-    return {"path": path, "mode": _mode, "library": _library_path, "reason": reason,
+    return {"path": path, "mode": _mode, "library": _library_path, "variant": _variant, "reason": reason,
             "threads": torch.get_num_threads(), "error": _mode == "native" and _library is None}
 
 

@@ -39,11 +39,20 @@ def _load() -> None:
         # (by name: an import statement of this package's own module reads, to the layout check, as a circle)
         built = importlib.import_module(f"{__package__}._tensor_table")
     except ImportError as error:
-        _load_error = f"not built ({error}); the checks run in Python"
+        why = f"not built ({error})"
+        try:  # what setup.py recorded: the build failed, or had no torch (plain text, never imported)
+            with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tensor_table_build.txt"),
+                      encoding="utf-8") as record:
+                why = f"not built: {record.read(2000).strip()}"
+        except OSError:
+            pass
+        _load_error = (f"{why}; `pip install --no-build-isolation` from a source checkout builds it against the "
+                       "torch of the environment; the checks run in Python")
         return
     if built.torch_version != _torch_build():
-        _load_error = (f"built for torch {built.torch_version}, this is {_torch_build()}: rebuild it "
-                       "(pip install --no-build-isolation -e .); the checks run in Python meanwhile")
+        _load_error = (f"built for torch {built.torch_version}, this is {_torch_build()}: rebuild slotopt from its "
+                       "source against this torch (`pip install --no-build-isolation --force-reinstall --no-deps "
+                       "<checkout>`); the checks run in Python meanwhile")
         return
     _module = built
 
