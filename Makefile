@@ -59,6 +59,10 @@ $(TEST_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
 	@$(PY) -c "import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64" wheel
 	$(PIP) install --no-build-isolation -e '.[demo,digits,test,keras,tf,integrations,triton,docs]'
+	@# timm's own Lookahead and schedulers, for the recipes' tests: without its dependencies, since PyPI's
+	@# torchvision for this torch is a CUDA build that breaks the CPU torch's imports (the tests load timm's
+	@# optim/ and scheduler/ files, which need torch only; pyproject's `timm` extra is the full install).
+	$(PIP) install --no-deps "timm==1.0.31"
 	@touch $(TEST_STAMP) $(DEMO_STAMP) $(DOCS_STAMP)
 
 $(DOCS_STAMP): $(SOURCES) | $(PY)
