@@ -38,14 +38,19 @@ def _tensor_table_extension():
         print("slotopt: torch not importable at build time: the tensor-table checks will run in Python")
         return None
     version = f"{torch.__version__}+{torch.version.git_version}"
+    # The language standard the installed torch's headers require (C++20 from torch 2.14 on), all warnings on and
+    # fatal for slotopt's own code; torch's headers are system headers (-isystem: their warnings are theirs).
+    major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    standard = "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
     return Extension(
         TENSOR_TABLE,
         sources=[os.path.join(NATIVE, "tensor_table.cpp")],
-        include_dirs=include_paths(),
         library_dirs=library_paths(),
         runtime_library_dirs=library_paths(),
         libraries=["c10", "torch", "torch_cpu", "torch_python"],
-        extra_compile_args=["-O2", "-std=c++17", "-w", f'-DSLOTOPT_TORCH_VERSION="{version}"',
+        extra_compile_args=["-O2", standard, "-Wall", "-Wextra", "-Werror",
+                            *[flag for path in include_paths() for flag in ("-isystem", path)],
+                            f'-DSLOTOPT_TORCH_VERSION="{version}"',
                             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"],
         language="c++",
         optional=True,

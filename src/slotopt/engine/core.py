@@ -471,6 +471,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         if ordinary is not None:
             return ordinary
         self._check_variables_unchanged(pairs)
+        self._check_writable(pairs)
         out: list[Pair] = []
         for pair in pairs:
             grad, var = pair
@@ -500,6 +501,18 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 f"{type(self).__name__} cannot update the complex variable {self._name_of(var)} (dtype {var.dtype}): "
                 f"{reason} (it raises too)."
             )
+
+    def _check_writable(self, pairs: Sequence[Pair]) -> None:
+        """An inference tensor cannot be written outside inference mode: refused before any variable of the step
+        is (torch's own error would come from the first kernel that writes it, after the variables before it)."""
+        if torch.is_inference_mode_enabled():
+            return
+        for _, var in pairs:
+            if isinstance(var, torch.Tensor) and var.is_inference():
+                raise RuntimeError(
+                    f"Variable {self._name_of(var)} is an inference tensor (made under torch.inference_mode()): "
+                    "it cannot be updated in place outside inference mode. Train a clone made outside it "
+                    "(torch.optim raises too).")
 
     def _check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
         """A variable whose dtype, device or shape changed since its state was made (``model.double()`` after

@@ -32,7 +32,7 @@ import torch
 from ..kernels import native
 from ..kernels.native import tensor_table
 
-__all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "split"]
+__all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "split", "direct", "in_storage"]
 
 Pair = tuple[Any, torch.Tensor]
 
@@ -191,26 +191,30 @@ class StepPlan:
         key = ("state", name, id(group))
         memo = self.memo.get(key)
         if memo is not None and memo[0] is group:
-            matched = memo[4]
-            if tensor_table.active() and type(tensors) in (list, tuple):
-                # The rule writes them next: their version counters move in the same pass (``bumped``).
-                if tensor_table.same_addresses(tensors, memo[1], memo[5], bump=True):
+            matched, record = memo[4], memo[5]
+            if record is not None and tensor_table.active() and type(tensors) in (list, tuple):
+                # Identity, address, dtype, device, sizes, contiguity, storage bounds and kind, proven again in one
+                # pass; the rule writes them next: their version counters move in the same pass (``bumped``).
+                if tensor_table.same_tensors(record, tensors, bump=True):
                     matched.bumped = True
                     return matched
             elif all(map(_is, tensors, memo[1])) and list(map(_address, tensors)) == memo[2] \
-                    and all(map(_contiguous, tensors)):
+                    and list(map(_shape, tensors)) == memo[3] and all(map(_is, map(_dtype, tensors), repeat(memo[6]))) \
+                    and all(map(_contiguous, tensors)) and all(map(direct, tensors)):
                 matched.bumped = False
                 return matched
         shapes = [self.shapes[self.index_of[p]] for p in group]
         dtype = self.dtypes[self.index_of[group[0]]]
         if not (native.takes(tensors[0]) and all([t.dtype is dtype and t.is_cpu and t.is_contiguous()
-                                                   for t in tensors]) and list(map(_shape, tensors)) == shapes):
+                                                   for t in tensors]) and list(map(_shape, tensors)) == shapes
+                and all(map(direct, tensors))):
             self.memo.pop(key, None)
             return list(tensors)
         matched = native.Matched(tensors)
         addresses = list(map(_address, tensors))
         matched.addresses = np.array(addresses, dtype=np.uint64)
-        self.memo[key] = (group, list(tensors), addresses, shapes, matched, matched.addresses.tobytes())
+        record = tensor_table.make_plan(list(tensors))  # (None when the C++ checks are off)
+        self.memo[key] = (group, list(tensors), addresses, shapes, matched, record, dtype)
         return matched
 
     @staticmethod
@@ -225,7 +229,8 @@ class StepPlan:
             if type(g) is not tensor or g.layout is not strided or v.layout is not strided or id(v) not in index \
                     or g.is_nested or v.is_nested or g.dtype is not v.dtype or g.shape != v.shape \
                     or g.device != v.device or not v.is_contiguous() \
-                    or getattr(v, "overwrite_with_gradient", False) is True:  # Keras 3: such steps run in full
+                    or getattr(v, "overwrite_with_gradient", False) is True \
+                    or not direct(v):  # Keras 3: such steps run in full; kinds read by address only
                 return False
         return len({id(v) for _, v in pairs}) == len(pairs)
 
@@ -262,8 +267,13 @@ class StepPlan:
         variables = [pair[1] for pair in pairs]
         if not all(map(_is, variables, self.variables)):
             return None
-        if list(map(_address, variables)) != self.addresses or not all(map(_contiguous, variables)):
-            return None  # moved or re-strided since (``p.data = ...``): checked in full again
+        # Everything the kernels rely on, proven again (a plan caches work, never trust): each variable's address,
+        # dtype, device, sizes, contiguity, storage bounds and kind. ``p.data = ...`` can give a tensor of another
+        # size at the same address; ``resize_``, ``set_`` and dtype views change sizes or dtype in place.
+        if list(map(_address, variables)) != self.addresses or list(map(_dtype, variables)) != self.dtypes \
+                or list(map(_shape, variables)) != self.shapes or list(map(_device, variables)) != self.devices \
+                or not all(map(_contiguous, variables)) or not all(map(direct, variables)):
+            return None  # changed since: checked in full again (the full path refuses a changed variable)
         # One C-level pass per property (no Python loop per gradient): the type, layout, dtype, device and shape
         # of each gradient against its variable's, as the plan recorded them. The layout comes first: a sparse
         # COO gradient has a dtype, a shape, a device and even a contiguity (False) like a dense one, and only
@@ -275,7 +285,8 @@ class StepPlan:
                 and (all(map(_on_cpu, grads)) if self.on_cpu else list(map(_device, grads)) == self.devices)
                 and list(map(_shape, grads)) == self.shapes):
             return None
-        contiguous = all(map(_contiguous, grads))  # strided, not nested: contiguity is defined
+        # (strided, not nested: contiguity is defined; a gradient read by address must lie inside its storage)
+        contiguous = all(map(_contiguous, grads)) and all(map(in_storage, grads))
         return Ordinary.of(pairs, self, grads, list(map(_address, grads)) if contiguous else None)
 
 
@@ -316,6 +327,29 @@ def split(step: Ordinary, key: Any, route: Callable[[], dict[int, list[Pair]]],
         shares[owner] = group if plan is None else Ordinary.of(
             group, plan, list(take(step.grads)), None if addresses is None else np.asarray(addresses)[indices])
     return shares
+
+
+def in_storage(t: torch.Tensor) -> bool:
+    """Whether the elements of a contiguous tensor lie inside its storage (a storage shrunk under its tensor, as
+    ``untyped_storage().resize_`` does, fails this even where the allocator gave the old address back)."""
+    numel = t.numel()
+    if not numel:
+        return True
+    storage = t.untyped_storage()
+    return storage.data_ptr() != 0 and (t.storage_offset() + numel) * t.element_size() <= storage.nbytes()
+
+
+_no_dispatch = torch._C._disabled_torch_dispatch_impl
+_is_functional = torch._is_functional_tensor
+
+
+def direct(t: torch.Tensor) -> bool:
+    """Whether a kernel may read a tensor by address: no wrapper subclass (``__torch_dispatch__``: torchao, float8,
+    fake tensors), no functional wrapper, lazily negated or conjugated view; inside its storage; and writable now
+    (no inference tensor outside inference mode). The C++ checks' ``dense``, ``in_storage`` and ``writable``."""
+    return (getattr(type(t), "__torch_dispatch__", _no_dispatch) is _no_dispatch and not _is_functional(t)
+            and not t.is_neg() and not t.is_conj() and in_storage(t)
+            and (not t.is_inference() or torch.is_inference_mode_enabled()))
 
 
 def _from_table(addresses: Optional[bytes]) -> Optional[np.ndarray]:

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_addresses", "bump_versions",
+__all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_tensors", "readable", "bump_versions",
            "gradients", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode", "same_kind"]
 
 _module: Any = None
@@ -95,11 +95,18 @@ def fits_params(table: Any, params: list[torch.Tensor]) -> Optional[tuple[
     return _module.fits_params(table, params)
 
 
-def same_addresses(tensors: Sequence[torch.Tensor], expected: list[torch.Tensor], addresses: bytes,
-                   bump: bool = False) -> bool:
-    """Whether ``tensors`` are the ``expected`` objects, each contiguous at its recorded address; with ``bump``,
-    when they are, each one's version counter moves as well (they are about to be written)."""
-    return bool(_module.same_addresses(tensors, expected, addresses, bump))
+def same_tensors(record: Any, tensors: Sequence[torch.Tensor], bump: bool = False) -> bool:
+    """Whether ``tensors`` are the tensors ``record`` (a ``make_plan`` of them) recorded, each unchanged: the same
+    object, address, dtype, device and sizes, contiguous, inside its storage and writable now; with ``bump``, when
+    they are, each one's version counter moves as well (they are about to be written)."""
+    return bool(_module.same_tensors(record, tensors, bump))
+
+
+def readable(tensors: Sequence[torch.Tensor], written: bool = False) -> bool:
+    """Whether a kernel may take every tensor by address: a tensor read directly (no wrapper subclass, functional or
+    nested tensor), contiguous and inside its storage, and, when ``written``, writable now (no inference tensor
+    outside inference mode)."""
+    return _module.readable(tensors, written) is True
 
 
 def bump_versions(tensors: list[torch.Tensor]) -> None:
