@@ -27,7 +27,7 @@ from ..variables import (
 )
 from . import checks, distributed, resume
 from . import sparse as sparse_rows
-from .plan import Ordinary, Pair, StepPlan
+from .plan import Ordinary, Pair, StepPlan, is_python_dispatch, within_storage
 from .torch_protocol import TorchProtocol, is_param_group_list
 
 __all__ = ["OptimizerCore", "Pairs", "Pair", "count_step"]
@@ -471,7 +471,6 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         if ordinary is not None:
             return ordinary
         self._check_variables_unchanged(pairs)
-        self._check_writable(pairs)
         out: list[Pair] = []
         for pair in pairs:
             grad, var = pair
@@ -503,20 +502,32 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             )
 
     def _check_writable(self, pairs: Sequence[Pair]) -> None:
-        """An inference tensor cannot be written outside inference mode: refused before any variable of the step
-        is (torch's own error would come from the first kernel that writes it, after the variables before it)."""
-        if torch.is_inference_mode_enabled():
-            return
-        for _, var in pairs:
-            if isinstance(var, torch.Tensor) and var.is_inference():
+        """Refused before any variable of the step is written (torch's own error would come from the first kernel
+        that writes it, after the variables before it): an inference tensor outside inference mode, and a variable
+        whose storage no longer holds its elements (``untyped_storage().resize_(0)``, as FSDP frees a parameter)."""
+        variables = [pair[1] for pair in pairs if pair[0] is not None]
+        if tensor_table.readable(variables, True):
+            return  # (one C++ pass: every variable plain, contiguous, inside its storage and writable)
+        inference_ok = torch.is_inference_mode_enabled()
+        for var in variables:
+            if not isinstance(var, torch.Tensor) or is_python_dispatch(var):
+                continue  # (checked as a variable elsewhere; a wrapper subclass is torch's to check)
+            if var.is_inference() and not inference_ok:
                 raise RuntimeError(
                     f"Variable {self._name_of(var)} is an inference tensor (made under torch.inference_mode()): "
                     "it cannot be updated in place outside inference mode. Train a clone made outside it "
                     "(torch.optim raises too).")
+            if not within_storage(var):
+                raise RuntimeError(
+                    f"Variable {self._name_of(var)} of shape {tuple(var.shape)} lies outside its storage of "
+                    f"{var.untyped_storage().nbytes()} bytes (the storage was resized under it, e.g. freed by "
+                    "untyped_storage().resize_(0)): restore its storage before stepping.")
 
     def _check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
         """A variable whose dtype, device or shape changed since its state was made (``model.double()`` after
-        the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it."""
+        the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it. So is a
+        variable no kernel may write (``_check_writable``)."""
+        self._check_writable(pairs)
         kinds = self.__dict__.get("_var_kinds")
         if not kinds:
             return

@@ -106,7 +106,7 @@ def readable(tensors: Sequence[torch.Tensor], written: bool = False) -> bool:
     """Whether a kernel may take every tensor by address: a tensor read directly (no wrapper subclass, functional or
     nested tensor), contiguous and inside its storage, and, when ``written``, writable now (no inference tensor
     outside inference mode)."""
-    return _module.readable(tensors, written) is True
+    return _enabled and _module is not None and _module.readable(tensors, written) is True
 
 
 def bump_versions(tensors: list[torch.Tensor]) -> None:
