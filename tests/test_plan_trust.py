@@ -38,8 +38,9 @@ FACES = {
 
 
 def _snapshot(opt, variables):
-    """Every value a step may write, as (dtype, shape, bits)."""
-    return [(t.dtype, tuple(t.shape), t.detach().clone()) for t in [*variables, *optimizer_weights(opt)]]
+    """Every value a step may write, as (dtype, shape, bytes): NaNs compare equal to themselves."""
+    return [(t.dtype, tuple(t.shape), t.detach().contiguous().reshape(-1).view(torch.uint8).clone())
+            for t in [*variables, *optimizer_weights(opt)]]
 
 
 def _same(a, b):
@@ -204,3 +205,115 @@ def test_a_kernel_is_never_given_a_tensor_outside_its_storage():
         with torch.inference_mode():
             frozen = torch.ones(3)
         assert tensor_table.readable([frozen], False) and not tensor_table.readable([frozen], True)
+
+
+# ------------------------------------------------------------------------------------------- property test
+def _swap_storage(v):
+    v.data = v.data.clone()  # same values, another storage
+
+
+def _reuse_storage(v):
+    fresh = torch.empty_like(v)
+    fresh.copy_(v)
+    v.data = fresh
+
+
+def _restride(v):
+    v.data = v.data.t().contiguous().t()  # same values, column-major
+
+
+def _set_same(v):
+    if v.numel() == 12 and v.is_contiguous():
+        _set(v, (3, 4))  # set_ again to the sizes it has
+
+
+def _shrink(v):
+    v.data = v.data[:2]
+
+
+def _retype(v):
+    v.data = v.data.view(torch.bfloat16)  # the same bytes as another dtype (and twice the columns)
+
+
+def _requires_grad(v):
+    v.requires_grad_(not v.requires_grad)
+
+
+VARIABLE_CHANGES = [None, _swap_storage, _reuse_storage, _restride, _set_same, _shrink, _shrink, _retype, _retype,
+                    _requires_grad]
+
+
+def _gradient(v, seed, kind):
+    g = torch.Generator().manual_seed(seed)
+    if kind == "strided":
+        return torch.randn(v.shape[::-1], generator=g).t() if v.dim() == 2 else torch.randn(v.shape, generator=g)
+    if kind == "float64":
+        return torch.randn(v.shape, generator=g, dtype=torch.float64)
+    if kind == "stale":
+        return torch.randn(3, 4, generator=g)
+    return torch.randn(v.shape, generator=g)
+
+
+PROPERTY_FACES = {
+    "keras3": lambda: slotopt.Adam(learning_rate=0.1),
+    "legacy": lambda: slotopt.legacy.SGD(learning_rate=0.1, momentum=0.9),
+    "v1": lambda: slotopt.v1.AdamOptimizer(0.1),
+}
+
+
+@pytest.mark.parametrize("face", list(PROPERTY_FACES))
+@pytest.mark.parametrize("seed", range(4))
+def test_every_step_equals_a_planless_twins_step_or_is_refused_with_nothing_changed(face, seed, path):
+    # Between steps, variables, gradients and slots are changed in every way torch allows; each step of a planning
+    # optimizer must either give the bits of a twin that plans nothing (its full path, on the same inputs), or be
+    # refused as the twin refuses it, with nothing changed.
+    import random
+
+    rng = random.Random(seed)
+    runs = []
+    for plans in (True, False):
+        torch.manual_seed(seed)
+        variables = [torch.randn(3, 4) for _ in range(4)]
+        opt = PROPERTY_FACES[face]()
+        if not plans:
+            opt.__dict__["_plans_steps"] = False
+        runs.append((opt, variables))
+    refused = 0
+    for step in range(12):
+        # (the first two steps build the state and leave a plan)
+        changes = [(rng.choice(VARIABLE_CHANGES), rng.randrange(4)) for _ in range(rng.randrange(3) if step > 1 else 0)]
+        kinds = [rng.choice(["dense"] * 6 + ["strided", "float64", "stale"]) for _ in range(4)]
+        for _, i in changes:  # a changed variable's gradient is often of the variable as it was
+            kinds[i] = "stale" if rng.random() < 0.6 else kinds[i]
+        slot_change = rng.random() < 0.3
+        outcomes = []
+        for opt, variables in runs:
+            for change, i in changes:
+                if change is not None:
+                    try:
+                        with torch.no_grad():
+                            change(variables[i])
+                    except RuntimeError:
+                        pass  # (torch refuses this change of this tensor: the same in both runs)
+            if slot_change and optimizer_weights(opt):
+                slot = max(optimizer_weights(opt), key=lambda t: t.numel())
+                slot.data = slot.data.clone()  # a slot moved to another storage
+            grads = [_gradient(v, 100 * step + i, kinds[i]) for i, v in enumerate(variables)]
+            before = _snapshot(opt, variables)
+            try:
+                opt.apply_gradients(zip(grads, variables))
+            except (ValueError, TypeError, RuntimeError) as error:
+                assert _same(before, _snapshot(opt, variables)), f"step {step} refused after writing: {error}"
+                outcomes.append(type(error))
+            else:
+                outcomes.append(None)
+        assert outcomes[0] == outcomes[1], f"step {step}: {outcomes}"
+        refused += outcomes[0] is not None
+        (planned, planned_vars), (twin, twin_vars) = runs
+        assert _same(_snapshot(planned, planned_vars), _snapshot(twin, twin_vars)), f"step {step} differs"
+        if outcomes[0] is not None:  # a refused variable is given back its kind (in both runs), and training goes on
+            for v in (planned_vars, twin_vars):
+                for i in range(4):
+                    if v[i].shape != (3, 4) or v[i].dtype != torch.float32:
+                        v[i].data = torch.full((3, 4), float(i))
+    assert refused < 12
