@@ -317,3 +317,28 @@ def test_every_step_equals_a_planless_twins_step_or_is_refused_with_nothing_chan
                     if v[i].shape != (3, 4) or v[i].dtype != torch.float32:
                         v[i].data = torch.full((3, 4), float(i))
     assert refused < 12
+
+
+SLOT_CHANGES = {
+    "resize_": lambda s: s.resize_(2, 4),
+    "re-typed view": lambda s: setattr(s, "data", s.data.view(torch.int32)),
+    "int32 storage": lambda s: setattr(s, "data", torch.zeros(3, 4, dtype=torch.int32)),
+}
+
+
+@pytest.mark.parametrize("face", ["keras3", "legacy", "v1"])
+@pytest.mark.parametrize("change", list(SLOT_CHANGES))
+def test_a_slot_resized_or_retyped_in_place_is_refused_with_nothing_written(face, change, path):
+    # Issue 35, item 5: such a slot was accepted (stepped with float bits, its state_dict no longer loading).
+    opt, variables = _trained(face)
+    slot = max(optimizer_weights(opt), key=lambda t: t.numel())
+    with torch.no_grad():
+        SLOT_CHANGES[change](slot)
+    before = _snapshot(opt, variables)
+    with pytest.raises(ValueError, match="State .* is now torch"):
+        opt.apply_gradients(zip(_grads(variables, 7), variables))
+    assert _same(before, _snapshot(opt, variables))
+    with torch.no_grad():  # a new storage of the slot's own kind is fine, and training goes on
+        slot.data = torch.zeros(3, 4)
+    opt.apply_gradients(zip(_grads(variables, 8), variables))
+    assert not _same(before, _snapshot(opt, variables))

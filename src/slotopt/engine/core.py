@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -316,6 +316,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         state["_plan"] = None
         state.pop("_updating_plan", None)
         state.pop("_routes", None)  # (a composite's last grouping of its variables, likewise)
+        state.pop("_slot_record", None)  # (the slots as objects, in C++: the copy records its own)
         return state
 
     def _after_copy(self) -> None:
@@ -328,6 +329,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         self._var_index.update({id(v): i for i, v in enumerate(self.__dict__.get("_originals", ()))})
         self._group_cache = {}
         self._plan = None
+        self.__dict__.pop("_slot_record", None)
 
     def _name_of(self, var: torch.Tensor) -> str:
         pos = self._position(var)
@@ -378,6 +380,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     # ----------------------------------------------------------------------------------------- slots
     def _set_slot(self, slot_name: str, pos: int, tensor: torch.Tensor) -> None:
         self._slots.setdefault(slot_name, {})[pos] = tensor
+        # The kind the slot was made with: a slot resized or re-typed in place is refused before a step writes
+        # (``_check_slots_unchanged``).
+        self.__dict__.setdefault("_slot_kinds", {})[(slot_name, pos)] = (tensor.dtype, tensor.shape)
         # What ``del opt.state[p]`` writes back (engine/resume.py): one number for a constant-filled slot.
         self.__dict__.setdefault("_slot_initials", {})[(slot_name, pos)] = resume.initial_fill(tensor)
 
@@ -456,12 +461,15 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             return None
         if type(pairs) is Ordinary and pairs.plan is plan:
             return pairs  # checked by this plan in this very step (a composite validates its groups first)
-        return plan.fits(pairs)
+        ordinary = plan.fits(pairs)
+        # The slots too are proven unchanged before anything is written (else the full path checks and refuses).
+        return ordinary if ordinary is not None and self._slots_hold() else None
 
     def _planned_params_step(self, params: list[torch.Tensor]) -> Optional[Ordinary]:
         """``step()``'s parameters with their ``.grad`` as an ``Ordinary`` step of the last step's plan, or None."""
         plan = self._current_plan()
-        return None if plan is None else plan.fits_params(params)
+        ordinary = None if plan is None else plan.fits_params(params)
+        return ordinary if ordinary is not None and self._slots_hold() else None
 
     def _checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
         """``_check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
@@ -501,6 +509,50 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 f"{reason} (it raises too)."
             )
 
+    def _slots_hold(self) -> bool:
+        """Whether every slot is still the tensor last checked, unchanged (address, dtype, device, sizes, storage
+        bounds, kind), in one C++ pass over them all; False where that cannot be told (the Python checks then run)."""
+        kinds = self.__dict__.get("_slot_kinds")
+        if not kinds:
+            return True
+        slots = list(chain.from_iterable(map(dict.values, self._slots.values())))
+        record = self.__dict__.get("_slot_record")
+        if record is not None and tensor_table.active() and len(slots) == record[0] \
+                and tensor_table.same_tensors(record[1], slots):
+            return True
+        # Not recorded (yet, or since a slot moved), or without the C++ checks: each slot's dtype, sizes and storage
+        # bounds in Python (slower, the same verdicts), recorded again for the next steps.
+        expected = [kinds.get(key) for key in chain.from_iterable(
+            ((name, pos) for pos in table) for name, table in self._slots.items())]
+        if not all(kind is None or not isinstance(slot, torch.Tensor) or (
+                slot.dtype == kind[0] and slot.shape == kind[1] and within_storage(slot))
+                for slot, kind in zip(slots, expected)):
+            self.__dict__.pop("_slot_record", None)
+            return False
+        record = tensor_table.make_plan(slots) if slots else None  # (None: off, or a slot not read directly)
+        self.__dict__["_slot_record"] = None if record is None else (len(slots), record)
+        return True
+
+    def _check_slots_unchanged(self) -> None:
+        """A slot resized or re-typed in place since it was made (``resize_``, ``set_``, ``.data = `` a tensor of
+        another dtype or shape) is refused before anything is written: its rule would read it as the kind it was
+        made (its ``state_dict`` would no longer load, an int32 slot would get float bits). Values assigned in place
+        (``copy_``), or a new storage of the same kind, are fine."""
+        if self._slots_hold():
+            return
+        kinds = self.__dict__["_slot_kinds"]
+        for name, table in self._slots.items():
+            for pos, slot in table.items():
+                kind = kinds.get((name, pos))
+                if kind is None or not isinstance(slot, torch.Tensor):
+                    continue
+                if slot.dtype != kind[0] or slot.shape != kind[1] or not within_storage(slot):
+                    where = self._var_names[pos] if pos < len(self._var_names) else pos
+                    raise ValueError(
+                        f"State {name!r} of variable {where} is now {slot.dtype} of shape {tuple(slot.shape)}; the "
+                        f"optimizer made it {kind[0]} of shape {tuple(kind[1])}. Assign a slot's values in place "
+                        "(slot.copy_(...)) rather than resizing or re-typing it.")
+
     def _check_writable(self, pairs: Sequence[Pair]) -> None:
         """Refused before any variable of the step is written (torch's own error would come from the first kernel
         that writes it, after the variables before it): an inference tensor outside inference mode, and a variable
@@ -526,8 +578,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     def _check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
         """A variable whose dtype, device or shape changed since its state was made (``model.double()`` after
         the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it. So is a
-        variable no kernel may write (``_check_writable``)."""
+        variable no kernel may write (``_check_writable``), and a slot changed in kind (``_check_slots_unchanged``)."""
         self._check_writable(pairs)
+        self._check_slots_unchanged()
         kinds = self.__dict__.get("_var_kinds")
         if not kinds:
             return
