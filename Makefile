@@ -48,7 +48,8 @@ setup: $(TEST_STAMP)
 # AddressSanitizer run of the C kernels' tests, a separate job (not part of `make test`): both compiled modules
 # (slotopt_kernels.c and the tensor table) are rebuilt with -fsanitize=address in a copy of the sources under
 # build/asan, and the tests that drive them run against that copy with the ASan runtime preloaded (Python itself
-# is not instrumented: leaks are not reported, out-of-bounds reads and writes and use after free are).
+# is not instrumented: leaks are not reported, out-of-bounds reads and writes and use after free are). libstdc++
+# is preloaded with the runtime so that ASan finds the real __cxa_throw (else torch's first C++ exception aborts).
 ASAN_DIR := build/asan
 ASAN_TESTS := tests/test_native_kernels.py tests/test_native_bounds.py tests/test_native_slices.py \
 	tests/test_tensor_table.py tests/test_step_plan.py tests/test_plan_trust.py
@@ -60,7 +61,8 @@ asan: $(TEST_STAMP)
 		$(abspath $(PY)) setup.py -q build_ext --inplace
 	test -n "$$(ls $(ASAN_DIR)/src/slotopt/kernels/native/libslotopt_kernels.so.1)"
 	test -n "$$(ls $(ASAN_DIR)/src/slotopt/kernels/native/_tensor_table*.so)"
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
+		LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 		PYTHONPATH=$(ASAN_DIR)/src $(PY) -m pytest -p no:cacheprovider -q -x $(ASAN_TESTS)
 
 $(PY):

@@ -6,9 +6,11 @@ something from the variables alone: their positions in the registry, that none i
 and per stage, that bookkeeping costs far more than the update itself on many small tensors (2000 tensors of
 1024 elements: about 3 ms of Python against 0.5 ms of arithmetic).
 
-So a step that passed every check leaves a ``StepPlan``. The next step is *ordinary* when its variables are
-the plan's, in the plan's order, still where they were in memory and contiguous, and every gradient is a dense
-contiguous tensor of its variable's dtype, shape and device: one pass over the gradients decides it
+So a step that passed every check leaves a ``StepPlan``. A plan is a cache of work, never of trust: the next
+step is *ordinary* when its variables are the plan's, in the plan's order, each still of the dtype, sizes and
+device it had, where it was in memory, contiguous, inside its storage, of a kind read directly (no wrapper
+subclass) and writable now, and every gradient is a dense tensor of its variable's dtype, shape and device, inside
+its storage: one pass over the variables and gradients re-proves all of it on every step
 (``StepPlan.fits``), and the stages then take what they need from the plan (``Ordinary.plan``) instead of
 deriving it again. Anything else (a sparse or missing gradient, another variable list, a variable moved in
 memory, a registry that changed since) takes the full path, which checks everything as before. The numbers are

@@ -1,8 +1,9 @@
 """The per-step checks of an ordinary step in C++ (``tensor_table.cpp``), where they were built for this torch.
 
 An ordinary step (``engine/plan.py``) is checked in full on every step: each gradient's type, layout, dtype,
-device, sizes, contiguity and address, each variable's identity, contiguity and address, and the identity and
-address of every state tensor a compiled rule writes. Asked from Python, each property is a call into torch's
+device, sizes, contiguity, address and storage bounds, each variable's identity, dtype, device, sizes, contiguity,
+address, storage bounds, kind and writability, and the same of every state tensor a compiled rule writes. The
+module uses public ATen/c10 and CPython APIs only, and builds with all warnings as errors. Asked from Python, each property is a call into torch's
 bindings; on many small tensors those calls were most of a step. The C++ module reads them from the tensors
 themselves, in one pass per list, with exactly the Python path's verdicts (it refuses a few more exotic tensors
 outright: lazily negated or conjugated views and Python-dispatch wrappers, which then take the full path).
