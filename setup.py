@@ -14,6 +14,7 @@ is loaded only under that torch. It too may fail to build: the same checks then 
 """
 
 import os
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -39,7 +40,8 @@ def _tensor_table_extension():
         return None
     version = f"{torch.__version__}+{torch.version.git_version}"
     # The language standard the installed torch's headers require (C++20 from torch 2.14 on), all warnings on and
-    # fatal for slotopt's own code; torch's headers are system headers (-isystem: their warnings are theirs).
+    # fatal for slotopt's own code; torch's and Python's headers are system headers (-isystem: their warnings are
+    # theirs; GCC then ignores the same directory given with -I).
     major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
     standard = "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
     return Extension(
@@ -49,7 +51,8 @@ def _tensor_table_extension():
         runtime_library_dirs=library_paths(),
         libraries=["c10", "torch", "torch_cpu", "torch_python"],
         extra_compile_args=["-O2", standard, "-Wall", "-Wextra", "-Werror",
-                            *[flag for path in include_paths() for flag in ("-isystem", path)],
+                            *[flag for path in [*include_paths(), sysconfig.get_paths()["include"]]
+                              for flag in ("-isystem", path)],
                             f'-DSLOTOPT_TORCH_VERSION="{version}"',
                             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"],
         language="c++",
