@@ -238,11 +238,13 @@ int has_constraint(PyObject* variable) {
 #if PY_VERSION_HEX >= 0x030D0000
   int found = PyObject_GetOptionalAttr(variable, name, &value);
 #else
-  int found = 1;
-  value = PyObject_GetAttr(variable, name);
-  if (value == nullptr) {
-    found = PyErr_ExceptionMatches(PyExc_AttributeError) ? 0 : -1;
-    if (found == 0) PyErr_Clear();
+  // (PyObject_HasAttr first: a missing attribute, the common case, then raises no AttributeError object, which
+  // would cost more than the whole check of a tensor. It also answers 0 where reading the attribute raised: such a
+  // ``constraint`` is then not seen here, as Python 3.13's lookup would report it; no tensor class defines one.)
+  int found = PyObject_HasAttr(variable, name);
+  if (found == 1) {
+    value = PyObject_GetAttr(variable, name);
+    if (value == nullptr) found = -1;
   }
 #endif
   if (found < 0) {
