@@ -14,7 +14,7 @@ import slotopt
 from slotopt.engine.plan import direct, in_storage, within_storage
 from slotopt.engine.routing import optimizer_weights
 from slotopt.kernels import native
-from slotopt.kernels.native import tensor_table
+from slotopt.kernels.native import operands, tensor_table
 
 PATHS = [("auto", True), ("auto", False), ("foreach", True), ("foreach", False)]
 
@@ -170,16 +170,16 @@ def test_torch_2_4_increment_version_signature_cannot_fail_after_a_kernel(monkey
     if not native.active():
         pytest.skip("the compiled kernels are not built here")
 
-    bump = native._torch_increment_version
+    bump = operands._torch_increment_version
 
     def one_tensor_only(tensor):  # torch 2.4's signature, with torch's own bump
         if not isinstance(tensor, torch.Tensor):
             raise TypeError("increment_version(): argument 'tensor' must be Tensor, not list")
         bump([tensor])
 
-    monkeypatch.setattr(native, "_torch_increment_version", one_tensor_only)
-    monkeypatch.setattr(native, "_LIST_VERSIONS", native._takes_lists())
-    assert native._LIST_VERSIONS is False
+    monkeypatch.setattr(operands, "_torch_increment_version", one_tensor_only)
+    monkeypatch.setattr(operands, "_LIST_VERSIONS", operands._takes_lists())
+    assert operands._LIST_VERSIONS is False
     previous = tensor_table.use(False)  # (the C++ bump is not torch's function: the Python one runs)
     try:
         params = [torch.ones(5), torch.ones(5)]

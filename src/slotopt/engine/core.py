@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import chain, repeat
+from itertools import repeat
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -25,9 +25,9 @@ from ..variables import (
     named_variables,
     variable_name,
 )
-from . import checks, distributed, resume
+from . import checks, distributed, resume, unchanged
 from . import sparse as sparse_rows
-from .plan import Ordinary, Pair, StepPlan, is_python_dispatch, within_storage
+from .plan import Ordinary, Pair, StepPlan
 from .torch_protocol import TorchProtocol, is_param_group_list
 
 __all__ = ["OptimizerCore", "Pairs", "Pair", "count_step"]
@@ -381,7 +381,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     def _set_slot(self, slot_name: str, pos: int, tensor: torch.Tensor) -> None:
         self._slots.setdefault(slot_name, {})[pos] = tensor
         # The kind the slot was made with: a slot resized or re-typed in place is refused before a step writes
-        # (``_check_slots_unchanged``).
+        # (engine/unchanged.py).
         self.__dict__.setdefault("_slot_kinds", {})[(slot_name, pos)] = (tensor.dtype, tensor.shape)
         # What ``del opt.state[p]`` writes back (engine/resume.py): one number for a constant-filled slot.
         self.__dict__.setdefault("_slot_initials", {})[(slot_name, pos)] = resume.initial_fill(tensor)
@@ -510,77 +510,15 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             )
 
     def _slots_hold(self) -> bool:
-        """Whether every slot is still the tensor last checked, unchanged (address, dtype, device, sizes, storage
-        bounds, kind), in one C++ pass over them all; False where that cannot be told (the Python checks then run)."""
-        kinds = self.__dict__.get("_slot_kinds")
-        if not kinds:
-            return True
-        slots = list(chain.from_iterable(map(dict.values, self._slots.values())))
-        record = self.__dict__.get("_slot_record")
-        if record is not None and tensor_table.active() and len(slots) == record[0] \
-                and tensor_table.same_tensors(record[1], slots):
-            return True
-        # Not recorded (yet, or since a slot moved), or without the C++ checks: each slot's dtype, sizes and storage
-        # bounds in Python (slower, the same verdicts), recorded again for the next steps.
-        expected = [kinds.get(key) for key in chain.from_iterable(
-            ((name, pos) for pos in table) for name, table in self._slots.items())]
-        if not all(kind is None or not isinstance(slot, torch.Tensor) or (
-                slot.dtype == kind[0] and slot.shape == kind[1] and within_storage(slot))
-                for slot, kind in zip(slots, expected)):
-            self.__dict__.pop("_slot_record", None)
-            return False
-        record = tensor_table.make_plan(slots) if slots else None  # (None: off, or a slot not read directly)
-        self.__dict__["_slot_record"] = None if record is None else (len(slots), record)
-        return True
-
-    def _check_slots_unchanged(self) -> None:
-        """A slot resized or re-typed in place since it was made (``resize_``, ``set_``, ``.data = `` a tensor of
-        another dtype or shape) is refused before anything is written: its rule would read it as the kind it was
-        made (its ``state_dict`` would no longer load, an int32 slot would get float bits). Values assigned in place
-        (``copy_``), or a new storage of the same kind, are fine."""
-        if self._slots_hold():
-            return
-        kinds = self.__dict__["_slot_kinds"]
-        for name, table in self._slots.items():
-            for pos, slot in table.items():
-                kind = kinds.get((name, pos))
-                if kind is None or not isinstance(slot, torch.Tensor):
-                    continue
-                if slot.dtype != kind[0] or slot.shape != kind[1] or not within_storage(slot):
-                    where = self._var_names[pos] if pos < len(self._var_names) else pos
-                    raise ValueError(
-                        f"State {name!r} of variable {where} is now {slot.dtype} of shape {tuple(slot.shape)}; the "
-                        f"optimizer made it {kind[0]} of shape {tuple(kind[1])}. Assign a slot's values in place "
-                        "(slot.copy_(...)) rather than resizing or re-typing it.")
-
-    def _check_writable(self, pairs: Sequence[Pair]) -> None:
-        """Refused before any variable of the step is written (torch's own error would come from the first kernel
-        that writes it, after the variables before it): an inference tensor outside inference mode, and a variable
-        whose storage no longer holds its elements (``untyped_storage().resize_(0)``, as FSDP frees a parameter)."""
-        variables = [pair[1] for pair in pairs if pair[0] is not None]
-        if tensor_table.readable(variables, True):
-            return  # (one C++ pass: every variable plain, contiguous, inside its storage and writable)
-        inference_ok = torch.is_inference_mode_enabled()
-        for var in variables:
-            if not isinstance(var, torch.Tensor) or is_python_dispatch(var):
-                continue  # (checked as a variable elsewhere; a wrapper subclass is torch's to check)
-            if var.is_inference() and not inference_ok:
-                raise RuntimeError(
-                    f"Variable {self._name_of(var)} is an inference tensor (made under torch.inference_mode()): "
-                    "it cannot be updated in place outside inference mode. Train a clone made outside it "
-                    "(torch.optim raises too).")
-            if not within_storage(var):
-                raise RuntimeError(
-                    f"Variable {self._name_of(var)} of shape {tuple(var.shape)} lies outside its storage of "
-                    f"{var.untyped_storage().nbytes()} bytes (the storage was resized under it, e.g. freed by "
-                    "untyped_storage().resize_(0)): restore its storage before stepping.")
+        """Whether every slot is unchanged since it was checked (engine/unchanged.py)."""
+        return unchanged.slots_hold(self)
 
     def _check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
         """A variable whose dtype, device or shape changed since its state was made (``model.double()`` after
         the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it. So is a
-        variable no kernel may write (``_check_writable``), and a slot changed in kind (``_check_slots_unchanged``)."""
-        self._check_writable(pairs)
-        self._check_slots_unchanged()
+        variable no kernel may write, and a slot changed in kind (engine/unchanged.py)."""
+        unchanged.check_writable(self, pairs)
+        unchanged.check_slots(self)
         kinds = self.__dict__.get("_var_kinds")
         if not kinds:
             return

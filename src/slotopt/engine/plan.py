@@ -33,6 +33,7 @@ import torch
 
 from ..kernels import native
 from ..kernels.native import tensor_table
+from ..kernels.native.operands import direct, in_storage, is_python_dispatch, within_storage
 
 __all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "split", "direct", "in_storage", "within_storage",
            "is_python_dispatch"]
@@ -330,48 +331,6 @@ def split(step: Ordinary, key: Any, route: Callable[[], dict[int, list[Pair]]],
         shares[owner] = group if plan is None else Ordinary.of(
             group, plan, list(take(step.grads)), None if addresses is None else np.asarray(addresses)[indices])
     return shares
-
-
-def in_storage(t: torch.Tensor) -> bool:
-    """Whether the elements of a contiguous tensor lie inside its storage (a storage shrunk under its tensor, as
-    ``untyped_storage().resize_`` does, fails this even where the allocator gave the old address back)."""
-    numel = t.numel()
-    if not numel:
-        return True
-    storage = t.untyped_storage()
-    return storage.data_ptr() != 0 and (t.storage_offset() + numel) * t.element_size() <= storage.nbytes()
-
-
-def within_storage(t: torch.Tensor) -> bool:
-    """``in_storage`` for a tensor of any strides: its last element's byte lies inside its storage."""
-    numel = t.numel()
-    if not numel:
-        return True
-    if t.is_contiguous():
-        return in_storage(t)
-    if is_python_dispatch(t) or t.layout is not torch.strided or t.is_nested:
-        return True  # (no storage of its own elements to check: torch's ops handle it)
-    last = t.storage_offset() + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
-    storage = t.untyped_storage()
-    return storage.data_ptr() != 0 and (last + 1) * t.element_size() <= storage.nbytes()
-
-
-_no_dispatch = torch._C._disabled_torch_dispatch_impl
-_is_functional = torch._is_functional_tensor
-
-
-def is_python_dispatch(t: torch.Tensor) -> bool:
-    """Whether ``t``'s class dispatches torch's ops itself (a wrapper subclass: torchao, float8, fake tensors)."""
-    return getattr(type(t), "__torch_dispatch__", _no_dispatch) is not _no_dispatch
-
-
-def direct(t: torch.Tensor) -> bool:
-    """Whether a kernel may read a tensor by address: no wrapper subclass (``__torch_dispatch__``: torchao, float8,
-    fake tensors), no functional wrapper, lazily negated or conjugated view; inside its storage; and writable now
-    (no inference tensor outside inference mode). The C++ checks' ``dense``, ``in_storage`` and ``writable``."""
-    return (not is_python_dispatch(t) and not _is_functional(t)
-            and not t.is_neg() and not t.is_conj() and in_storage(t)
-            and (not t.is_inference() or torch.is_inference_mode_enabled()))
 
 
 def _from_table(addresses: Optional[bytes]) -> Optional[np.ndarray]:

@@ -34,6 +34,7 @@ import torch
 from torch._C._nn import unflatten_dense_tensors
 
 from . import tensor_table
+from .operands import _direct_type, _in_storage, _increment_version, _readable
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
            "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES"]
@@ -51,32 +52,6 @@ _library_path: Optional[str] = None
 _mode = "auto"
 _dtypes: frozenset[torch.dtype] = frozenset()  # the dtypes the loaded library has rules for
 _functions: dict[str, Any] = {}  # the library's functions, looked up and typed once (``_library_function``)
-try:
-    from torch.autograd.graph import increment_version as _torch_increment_version
-except ImportError:  # older torch
-    _torch_increment_version = torch._C._increment_version  # type: ignore[attr-defined]
-
-
-def _takes_lists() -> bool:
-    """Whether this torch's ``increment_version`` takes a list (2.5 on); torch 2.4's takes one tensor and raises on
-    a list, which a compiled call found only after its kernel had written."""
-    try:
-        _torch_increment_version([torch.zeros(1)])
-    except (TypeError, RuntimeError):
-        return False
-    return True
-
-
-def _increment_version(tensors: Sequence[torch.Tensor]) -> None:
-    """Moves the version counter of each of ``tensors``, on every torch (called before a kernel writes them)."""
-    if _LIST_VERSIONS:
-        _torch_increment_version(tensors)
-    else:
-        for tensor in tensors:
-            _torch_increment_version(tensor)
-
-
-_LIST_VERSIONS = _takes_lists()
 _calls = 0  # compiled calls made so far (tests check that the compiled path really ran)
 #: Whether every call's pointer table is checked in C against its tensors' extents first (``check_bounds``).
 _bounds_checks = False
@@ -215,30 +190,6 @@ def takes(tensor: torch.Tensor) -> bool:
     wrapper subclass such as torchao's or float8's, whose storage is not its elements, goes to torch's ops)."""
     return _library is not None and _mode != "foreach" and tensor.dtype in _dtypes and tensor.is_cpu \
         and _direct_type(tensor)
-
-
-_NO_DISPATCH = torch._C._disabled_torch_dispatch_impl
-
-
-def _direct_type(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor``'s class leaves dispatch to torch (no ``__torch_dispatch__`` of its own)."""
-    return getattr(type(tensor), "__torch_dispatch__", _NO_DISPATCH) is _NO_DISPATCH
-
-
-def _in_storage(tensor: torch.Tensor) -> bool:
-    from ...engine.plan import in_storage  # (engine/plan.py imports this package: imported when needed)
-
-    return in_storage(tensor)
-
-
-def _readable(tensors: Sequence[torch.Tensor], written: bool) -> bool:
-    """Whether a kernel may take every one of ``tensors`` by address (``engine.plan.direct``: kind, contiguity,
-    storage bounds, and writability when ``written``), in one C++ pass where the table is built."""
-    if tensor_table.active():
-        return tensor_table.readable(tensors, written)
-    from ...engine.plan import direct  # (engine/plan.py imports this package: imported when needed)
-
-    return all([t.is_contiguous() and direct(t) for t in tensors])
 
 
 def dtypes() -> frozenset[torch.dtype]:

@@ -238,14 +238,10 @@ int has_constraint(PyObject* variable) {
 #if PY_VERSION_HEX >= 0x030D0000
   int found = PyObject_GetOptionalAttr(variable, name, &value);
 #else
-  // (PyObject_HasAttr first: a missing attribute, the common case, then raises no AttributeError object, which
-  // would cost more than the whole check of a tensor. It also answers 0 where reading the attribute raised: such a
-  // ``constraint`` is then not seen here, as Python 3.13's lookup would report it; no tensor class defines one.)
-  int found = PyObject_HasAttr(variable, name);
-  if (found == 1) {
-    value = PyObject_GetAttr(variable, name);
-    if (value == nullptr) found = -1;
-  }
+  // (Before 3.13 the same function is named ``_PyObject_LookupAttr``: 3.13 made it public under the name above. A
+  // missing attribute, the common case, then raises no AttributeError object, which would cost more than the
+  // whole check of a tensor; a ``constraint`` that raises when read is told apart from a missing one.)
+  int found = _PyObject_LookupAttr(variable, name, &value);
 #endif
   if (found < 0) {
     PyErr_Clear();
