@@ -150,7 +150,8 @@ def test_an_inference_variable_is_refused_before_any_other_is_written(face, plan
     if planned:
         opt, variables = _trained(face)
         with torch.inference_mode():
-            variables[1] = variables[1].clone()
+            frozen = variables[1].clone()
+        variables[1].data = frozen  # the same (registered) variable, now an inference tensor
     else:
         opt = FACES[face]()
         with torch.inference_mode():
