@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..kernels.native import tensor_table
+from ..kernels.native.operands import Held
 from .plan import Pair, is_python_dispatch, within_storage
 
 __all__ = ["slots_hold", "check_slots", "check_writable"]
@@ -33,9 +34,12 @@ def slots_hold(opt: Any) -> bool:
         return True
     slots = _all_slots(opt)
     record = opt.__dict__.get("_slot_record")
-    if record is not None and tensor_table.active() and len(slots) == record[0] \
-            and tensor_table.same_tensors(record[1], slots):
-        return True
+    if record is not None and len(slots) == record[0]:
+        if type(record[1]) is Held:
+            if not tensor_table.active() and record[1].holds(slots):
+                return True
+        elif tensor_table.active() and tensor_table.same_tensors(record[1], slots):
+            return True
     expected = [kinds.get(key) for key in chain.from_iterable(
         ((name, pos) for pos in table) for name, table in opt._slots.items())]
     if not all(kind is None or not isinstance(slot, torch.Tensor) or (
@@ -43,7 +47,10 @@ def slots_hold(opt: Any) -> bool:
             for slot, kind in zip(slots, expected)):
         opt.__dict__.pop("_slot_record", None)
         return False
-    record = tensor_table.make_plan(slots) if slots else None  # (None: off, or a slot not read directly)
+    if tensor_table.active():
+        record = tensor_table.make_plan(slots) if slots else None  # (None: a slot not read directly)
+    else:
+        record = Held.of(slots)
     opt.__dict__["_slot_record"] = None if record is None else (len(slots), record)
     return True
 

@@ -10,12 +10,14 @@ or refuse it. A write moves the tensor's version counter, on every torch slotopt
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter, is_
+from typing import Any, Optional
 
 import torch
 
 from . import tensor_table
 
-__all__ = ["in_storage", "within_storage", "is_python_dispatch", "direct"]
+__all__ = ["in_storage", "within_storage", "is_python_dispatch", "direct", "Held"]
 
 try:
     from torch.autograd.graph import increment_version as _torch_increment_version
@@ -102,3 +104,40 @@ def _readable(tensors: Sequence[torch.Tensor], written: bool) -> bool:
     if tensor_table.active():
         return tensor_table.readable(tensors, written)
     return all([t.is_contiguous() and direct(t) for t in tensors])
+
+
+_data_ptr = torch.Tensor.data_ptr
+_storage_ptr = torch.UntypedStorage.data_ptr
+_storage_bytes = torch.UntypedStorage.nbytes
+_dtype, _shape = attrgetter("dtype"), attrgetter("shape")
+
+
+class Held:
+    """The Python checks' record of tensors found whole (each of its kind, inside its storage): the tensors, their
+    addresses, dtypes and sizes, and their storages, held. A tensor still the same object at the same address, of
+    the same dtype and sizes, whose held storage still has the same base and bytes, covers the same bytes of that
+    storage, which the record keeps alive: proven with a handful of C-level passes, instead of reading every
+    tensor's storage through torch's bindings again (several hundred ns each)."""
+
+    def __init__(self, tensors: list[Any]) -> None:
+        self.tensors = tensors
+        self.addresses = list(map(_data_ptr, tensors))
+        self.dtypes = list(map(_dtype, tensors))
+        self.shapes = list(map(_shape, tensors))
+        self.storages = [t.untyped_storage() for t in tensors]
+        self.bases = list(map(_storage_ptr, self.storages))
+        self.sizes = list(map(_storage_bytes, self.storages))
+
+    @classmethod
+    def of(cls, tensors: list[Any]) -> Optional[Held]:
+        """A record of ``tensors``, or None when one is not a tensor read directly (checked in full every step)."""
+        if not tensors or not all([isinstance(t, torch.Tensor) and direct(t) for t in tensors]):
+            return None
+        return cls(tensors)
+
+    def holds(self, tensors: list[Any]) -> bool:
+        return (all(map(is_, tensors, self.tensors)) and list(map(_data_ptr, tensors)) == self.addresses
+                and list(map(_dtype, tensors)) == self.dtypes and list(map(_shape, tensors)) == self.shapes
+                and list(map(_storage_ptr, self.storages)) == self.bases
+                and list(map(_storage_bytes, self.storages)) == self.sizes
+                and (torch.is_inference_mode_enabled() or not any(map(torch.Tensor.is_inference, tensors))))
