@@ -176,7 +176,7 @@ def test_torch_2_4_increment_version_signature_cannot_fail_after_a_kernel(monkey
     def one_tensor_only(tensor):  # torch 2.4's signature, with torch's own bump
         if not isinstance(tensor, torch.Tensor):
             raise TypeError("increment_version(): argument 'tensor' must be Tensor, not list")
-        bump([tensor])
+        bump(tensor)
 
     monkeypatch.setattr(operands, "_torch_increment_version", one_tensor_only)
     monkeypatch.setattr(operands, "_LIST_VERSIONS", operands._takes_lists())
