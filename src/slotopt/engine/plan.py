@@ -33,7 +33,7 @@ import torch
 
 from ..kernels import native
 from ..kernels.native import tensor_table
-from ..kernels.native.operands import Held, direct, in_storage, is_python_dispatch, within_storage
+from ..kernels.native.operands import direct, in_storage, is_python_dispatch, within_storage
 
 __all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "split", "direct", "in_storage", "within_storage",
            "is_python_dispatch"]
@@ -56,10 +56,6 @@ _dtype, _shape, _device, _on_cpu, _layout, _nested = (
     operator.attrgetter(name) for name in ("dtype", "shape", "device", "is_cpu", "layout", "is_nested"))
 _contiguous = torch.Tensor.is_contiguous
 
-
-def _lazy(t: torch.Tensor) -> bool:
-    """Whether ``t`` is a lazily negated or conjugated view, or a wrapper subclass (not read by address)."""
-    return t.is_neg() or t.is_conj() or is_python_dispatch(t)
 _strided = torch.strided
 _address = torch.Tensor.data_ptr
 
@@ -129,8 +125,7 @@ class StepPlan:
         self.groups = opt._groups(self.positions)  # the (device, dtype) groups of the positions
         self.kinds = list(dict.fromkeys(zip(self.devices, self.dtypes)))  # the (device, dtype) pairs, in order
         self.table = tensor_table.make_plan(variables)  # the C++ checks' record of the variables, or None
-        #: The Python checks' record of the variables (their storages held), or None: read in full every step.
-        self.held = Held.of(variables) if self.table is None else None
+
         #: Values a stage derived from the variables, by the stage's key (e.g. the decayed positions for one
         #: exclusion list); dropped with the plan.
         self.memo: dict[Any, Any] = {}
@@ -281,14 +276,12 @@ class StepPlan:
         # Everything the kernels rely on, proven again (a plan caches work, never trust): each variable's address,
         # dtype, device, sizes, contiguity, storage bounds and kind. ``p.data = ...`` can give a tensor of another
         # size at the same address; ``resize_``, ``set_`` and dtype views change sizes or dtype in place.
-        if self.held is not None:  # (the same objects, addresses, dtypes, sizes, held storages: see ``Held``)
-            if not (self.held.holds(variables) and list(map(_device, variables)) == self.devices
-                    and all(map(_contiguous, variables)) and not any(map(_lazy, variables))):
-                return None  # changed since: checked in full again (the full path refuses a changed variable)
-        elif list(map(_address, variables)) != self.addresses or list(map(_dtype, variables)) != self.dtypes \
+        # (Each variable's storage is read again, not held by the plan: a storage the user let go, as FSDP and
+        # weight-swapping code do with ``p.data = ...`` between steps, must be freed then, not at the next step.)
+        if list(map(_address, variables)) != self.addresses or list(map(_dtype, variables)) != self.dtypes \
                 or list(map(_shape, variables)) != self.shapes or list(map(_device, variables)) != self.devices \
                 or not all(map(_contiguous, variables)) or not all(map(direct, variables)):
-            return None
+            return None  # changed since: checked in full again (the full path refuses a changed variable)
         # One C-level pass per property (no Python loop per gradient): the type, layout, dtype, device and shape
         # of each gradient against its variable's, as the plan recorded them. The layout comes first: a sparse
         # COO gradient has a dtype, a shape, a device and even a contiguity (False) like a dense one, and only

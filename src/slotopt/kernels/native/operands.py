@@ -117,7 +117,8 @@ class Held:
     addresses, dtypes and sizes, and their storages, held. A tensor still the same object at the same address, of
     the same dtype and sizes, whose held storage still has the same base and bytes, covers the same bytes of that
     storage, which the record keeps alive: proven with a handful of C-level passes, instead of reading every
-    tensor's storage through torch's bindings again (several hundred ns each)."""
+    tensor's storage through torch's bindings again (several hundred ns each). (For the optimizer's own slots: the
+    user's variables are not held, so that a storage let go between steps is freed then.)"""
 
     def __init__(self, tensors: list[Any]) -> None:
         self.tensors = tensors
