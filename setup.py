@@ -18,6 +18,7 @@ is loaded only under that torch. It too may fail to build: the same checks then 
 
 import os
 import platform
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -52,14 +53,21 @@ def _tensor_table_extension():
     version = f"{torch.__version__}+{torch.version.git_version}"
     global _TORCH_BUILT
     _TORCH_BUILT = torch.__version__
+    # The language standard the installed torch's headers require (C++20 from torch 2.14 on), all warnings on and
+    # fatal for slotopt's own code; torch's and Python's headers are system headers (-isystem: their warnings are
+    # theirs; GCC then ignores the same directory given with -I).
+    major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    standard = "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
     return Extension(
         TENSOR_TABLE,
         sources=[os.path.join(NATIVE, "tensor_table.cpp")],
-        include_dirs=include_paths(),
         library_dirs=library_paths(),
         runtime_library_dirs=library_paths(),
         libraries=["c10", "torch", "torch_cpu", "torch_python"],
-        extra_compile_args=["-O2", "-std=c++17", "-w", f'-DSLOTOPT_TORCH_VERSION="{version}"',
+        extra_compile_args=["-O2", standard, "-Wall", "-Wextra", "-Werror",
+                            *[flag for path in [*include_paths(), sysconfig.get_paths()["include"]]
+                              for flag in ("-isystem", path)],
+                            f'-DSLOTOPT_TORCH_VERSION="{version}"',
                             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"],
         language="c++",
         optional=True,

@@ -35,6 +35,7 @@ import torch
 from torch._C._nn import unflatten_dense_tensors
 
 from . import tensor_table, variants
+from .operands import _direct_type, _in_storage, _increment_version, _readable
 from .variants import VARIANTS
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
@@ -54,10 +55,6 @@ _library_path: Optional[str] = None
 _mode = "auto"
 _dtypes: frozenset[torch.dtype] = frozenset()  # the dtypes the loaded library has rules for
 _functions: dict[str, Any] = {}  # the library's functions, looked up and typed once (``_library_function``)
-try:
-    from torch.autograd.graph import increment_version as _increment_version
-except ImportError:  # older torch
-    _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
 _calls = 0  # compiled calls made so far (tests check that the compiled path really ran)
 #: Whether every call's pointer table is checked in C against its tensors' extents first (``check_bounds``).
 _bounds_checks = False
@@ -178,8 +175,10 @@ def active() -> bool:
 
 
 def takes(tensor: torch.Tensor) -> bool:
-    """Whether the compiled path runs element-wise rules on tensors like ``tensor`` (device and dtype)."""
-    return _library is not None and _mode != "foreach" and tensor.dtype in _dtypes and tensor.is_cpu
+    """Whether the compiled path runs element-wise rules on tensors like ``tensor`` (device, dtype and kind: a
+    wrapper subclass such as torchao's or float8's, whose storage is not its elements, goes to torch's ops)."""
+    return _library is not None and _mode != "foreach" and tensor.dtype in _dtypes and tensor.is_cpu \
+        and _direct_type(tensor)
 
 
 def dtypes() -> frozenset[torch.dtype]:
@@ -254,7 +253,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         whole = getattr(tensors, "flat", None) if len(tensors) == n else None
         if (len(tensors) == 1 and n > 1) or whole is not None:  # one flat buffer for the whole group
             flat = tensors[0] if whole is None else whole
-            if not (flat.is_contiguous() and flat.dtype == dtype and flat.is_cpu and flat.numel() == total):
+            if not (flat.is_contiguous() and flat.dtype == dtype and flat.is_cpu and flat.numel() == total
+                    and _readable([flat], j not in read_only)):
                 return False
             table[j] = flat.data_ptr() + offsets[:-1].astype(np.uint64) * flat.element_size()
             if j not in read_only:
@@ -262,8 +262,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
             continue
         # Each property once per tensor, in bulk: these loops are the whole Python cost of a step. What the
         # engine has checked already (``Matched``) is not checked again.
-        if len(tensors) != n or not all([t.is_contiguous() for t in tensors]):
-            return False
+        if len(tensors) != n or not _readable(tensors, j not in read_only):
+            return False  # (not contiguous, or a kind or a storage a kernel must not take by address)
         if numels is None:
             numels = np.diff(offsets).tolist()
         if (j == 0 or type(tensors) is not Matched) and (any([t.dtype != dtype or not t.is_cpu for t in tensors])
@@ -275,12 +275,14 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     values = np.array(scalars, dtype=np.float64)
     if extents is not None:
         _check_table(table, offsets, extents.reshape(2, -1), first[0].element_size())
-    _function(rule, dtype)(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data,
-                           torch.get_num_threads())
+    kernel = _function(rule, dtype)
+    # The written tensors' versions move before the kernel runs, as torch's in-place ops move them: whatever
+    # refuses that (an inference tensor outside inference mode) refuses it with nothing written.
     if tensor_table.active():
         tensor_table.bump_versions(bumped)
     else:
         _increment_version(bumped)
+    kernel(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data, torch.get_num_threads())
     global _calls
     _calls += 1
     return True
@@ -354,12 +356,17 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
         indices = indices.contiguous()
     k, rows = values.shape[0], param.shape[0]
     width = param.numel() // rows if rows else 0
+    if not all(map(_direct_type, (param, indices, values, *([] if state is None else [state])))):
+        return False  # a wrapper subclass: torch's ops take it
+    written = [param] if state is None else [param, state]
+    if not (all(map(_in_storage, (param, indices, values, *written[1:])))
+            and (torch.is_inference_mode_enabled() or not any([t.is_inference() for t in written]))):
+        return False  # (torch's ops refuse or handle it; the versions below can then not fail after the kernel)
     values_array = _DOUBLES[len(scalars)](*scalars)
     bad = fn(rows, width, k, indices.data_ptr(), values.data_ptr(), param.data_ptr(),
              state.data_ptr() if state is not None else None, values_array)
     if bad != -1:
         _refuse_indices(indices, rows)
-    written = [param] if state is None else [param, state]
     if tensor_table.active():
         tensor_table.bump_versions(written)
     else:
