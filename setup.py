@@ -1,11 +1,14 @@
 """Build of the optional compiled kernels (everything else is in pyproject.toml).
 
 ``slotopt/kernels/native/slotopt_kernels.c`` becomes a plain shared library that slotopt loads with ctypes: no
-Python C API and no torch C++ ABI are involved, so one build serves every Python and torch version of the
-machine. It is compiled for the building machine's processor, with every operation rounded separately
-(``-ffp-contract=off``, no fast-math) so that it reproduces the foreach kernels bit for bit. The build is
-allowed to fail (no C compiler, no OpenMP): slotopt then runs its foreach kernels, with the same results, and
-``slotopt info`` says so.
+Python C API and no torch C++ ABI are involved, so one build serves every Python and torch version. On x86-64 it
+is compiled three times, each into its own library: for the baseline instruction set (SSE2, every x86-64
+processor: ``libslotopt_kernels.so.1``), for x86-64-v3 (AVX2: ``libslotopt_kernels_avx2.so.1``) and x86-64-v4
+(AVX-512: ``libslotopt_kernels_avx512.so.1``); the loader takes the best one the processor runs, so a wheel built
+on one machine runs on any other (never ``-march=native``). Every operation is rounded separately
+(``-ffp-contract=off``, no fast-math), so each variant reproduces the foreach kernels bit for bit. Each build is
+allowed to fail (no C compiler, no OpenMP, a compiler without the x86-64-v3/v4 levels): slotopt then runs the
+variants that were built, or its foreach kernels, with the same results, and ``slotopt info`` says which.
 
 ``slotopt/kernels/native/tensor_table.cpp`` is a small Python extension against torch's C++ API: the per-step
 checks of an ordinary step (engine/plan.py) in one pass. It is built only where torch is importable at build
@@ -14,6 +17,8 @@ is loaded only under that torch. It too may fail to build: the same checks then 
 """
 
 import os
+import platform
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -27,6 +32,14 @@ if os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() not in ("", "0"):
 
 
 TENSOR_TABLE = "slotopt.kernels.native._tensor_table"
+TENSOR_TABLE_RECORD = "tensor_table_build.txt"  # why the C++ checks were not built, for `slotopt info`
+_TORCH_BUILT = "?"  # the torch the C++ checks are built against
+KERNELS = "slotopt.kernels.native._slotopt_kernels"
+# The compiled kernels' variants: the extension's name suffix -> the instruction set it is compiled for. Only the
+# baseline outside x86-64 (the compiler's default target there).
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+VARIANTS = {"": ["-march=x86-64", "-mtune=generic"], "_avx2": ["-march=x86-64-v3", "-mtune=generic"],
+            "_avx512": ["-march=x86-64-v4", "-mtune=generic"]} if X86_64 else {"": []}
 
 
 def _tensor_table_extension():
@@ -38,14 +51,23 @@ def _tensor_table_extension():
         print("slotopt: torch not importable at build time: the tensor-table checks will run in Python")
         return None
     version = f"{torch.__version__}+{torch.version.git_version}"
+    global _TORCH_BUILT
+    _TORCH_BUILT = torch.__version__
+    # The language standard the installed torch's headers require (C++20 from torch 2.14 on), all warnings on and
+    # fatal for slotopt's own code; torch's and Python's headers are system headers (-isystem: their warnings are
+    # theirs; GCC then ignores the same directory given with -I).
+    major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    standard = "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
     return Extension(
         TENSOR_TABLE,
         sources=[os.path.join(NATIVE, "tensor_table.cpp")],
-        include_dirs=include_paths(),
         library_dirs=library_paths(),
         runtime_library_dirs=library_paths(),
         libraries=["c10", "torch", "torch_cpu", "torch_python"],
-        extra_compile_args=["-O2", "-std=c++17", "-w", f'-DSLOTOPT_TORCH_VERSION="{version}"',
+        extra_compile_args=["-O2", standard, "-Wall", "-Wextra", "-Werror",
+                            *[flag for path in [*include_paths(), sysconfig.get_paths()["include"]]
+                              for flag in ("-isystem", path)],
+                            f'-DSLOTOPT_TORCH_VERSION="{version}"',
                             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"],
         language="c++",
         optional=True,
@@ -63,45 +85,99 @@ class OptionalNativeBuild(build_ext):
         parts = fullname.split(".")
         return os.path.join(*parts[:-1], f"lib{parts[-1].lstrip('_')}.so.1")
 
-    ATTEMPTS = (["-march=native", "-fopenmp"], ["-fopenmp"], ["-march=native"], [])
+    ATTEMPTS = (["-fopenmp"], [])
+
+    def _record_tensor_table(self, outcome):
+        """Writes why the C++ checks were not built (None: they were) next to where the module goes, as text that
+        ``slotopt info`` shows (tensor_table.py reads it; it is never imported)."""
+        folders = {os.path.dirname(self.get_ext_fullpath(TENSOR_TABLE))}
+        if self.inplace or getattr(self, "editable_mode", False):
+            folders.add(os.path.join(os.path.dirname(os.path.abspath(__file__)), NATIVE))
+        for folder in folders:
+            path = os.path.join(folder, TENSOR_TABLE_RECORD)
+            if outcome is None:
+                if os.path.exists(path):
+                    os.remove(path)
+                continue
+            os.makedirs(folder, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(outcome + "\n")
+
+    def run(self):
+        if not any(ext.name == TENSOR_TABLE for ext in self.extensions):
+            self._record_tensor_table("torch was not importable where slotopt was built (an isolated build)")
+        super().run()
 
     def build_extension(self, ext):
         if ext.name == TENSOR_TABLE:
             try:
                 super().build_extension(ext)
                 print("slotopt: tensor-table checks built")
+                self._record_tensor_table(None)
             except Exception as error:
                 print(f"slotopt: tensor-table checks NOT built ({error}); they will run in Python")
+                self._record_tensor_table(f"the build against torch {_TORCH_BUILT} failed ({error}; the build log "
+                                          "has the compiler's message)")
             return
         # A failed rebuild must not leave an older library to be loaded (an editable install copies the
-        # library into the source tree).
-        in_tree = os.path.join(os.path.dirname(os.path.abspath(__file__)), "src", self.get_ext_filename(ext.name))
-        for stale in {self.get_ext_fullpath(ext.name), in_tree}:
+        # library into the source tree; a wheel's build leaves the tree's libraries alone).
+        stales = {self.get_ext_fullpath(ext.name)}
+        if self.inplace or getattr(self, "editable_mode", False):
+            stales.add(os.path.join(os.path.dirname(os.path.abspath(__file__)), "src", self.get_ext_filename(ext.name)))
+        for stale in stales:
             if os.path.exists(stale):
                 os.remove(stale)
         base_compile, base_link = list(ext.extra_compile_args), list(ext.extra_link_args)
-        for extra in self.ATTEMPTS:
-            ext.extra_compile_args = base_compile + extra
-            ext.extra_link_args = base_link + [f for f in extra if f == "-fopenmp"]
-            try:
-                super().build_extension(ext)
-            except Exception as error:  # a compiler missing or refusing a flag: try the next configuration
-                print(f"slotopt: compiled kernels not built with {extra or 'plain flags'}: {error}")
-                continue
-            print(f"slotopt: compiled kernels built with {' '.join(FLAGS + extra)}")
-            return
-        print("slotopt: compiled kernels NOT built; the foreach kernels will run (same results, slower)")
+        # Each variant compiles the same source: its own temporary folder, or the objects would overwrite each other.
+        build_temp = self.build_temp
+        self.build_temp = os.path.join(build_temp, ext.name.rsplit(".", 1)[-1])
+        try:
+            for extra in self.ATTEMPTS:
+                ext.extra_compile_args = base_compile + extra
+                ext.extra_link_args = base_link + [f for f in extra if f == "-fopenmp"]
+                try:
+                    super().build_extension(ext)
+                except Exception as error:  # a compiler missing or refusing a flag: try the next configuration
+                    print(f"slotopt: {ext.name} not built with {extra or 'plain flags'}: {error}")
+                    continue
+                print(f"slotopt: {ext.name} built with {' '.join(ext.extra_compile_args)}")
+                return
+        finally:
+            self.build_temp = build_temp
+        print(f"slotopt: {ext.name} NOT built; " + ("the foreach kernels will run (same results, slower)"
+                                                    if ext.name == KERNELS else "the other variants will run"))
+
+
+try:  # setuptools >= 70.1 has the command itself; older ones take it from the wheel package
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+    except ImportError:  # neither: no wheel can be built here (pip says so); the other commands still run
+        bdist_wheel = object
+
+
+class PortableWheel(bdist_wheel):
+    """A wheel whose only compiled parts are the ctypes kernels is tagged ``py3-none-<platform>``: they use no
+    Python C API, so one wheel serves every Python. With the C++ tensor-table module (a build against the torch of
+    a ``--no-build-isolation`` build) it keeps setuptools' CPython tag."""
+
+    def get_tag(self):
+        python, abi, platform_tag = super().get_tag()
+        if not any(ext.name == TENSOR_TABLE for ext in self.distribution.ext_modules or []):
+            return "py3", "none", platform_tag
+        return python, abi, platform_tag
 
 
 setup(
     ext_modules=[
-        Extension(
-            "slotopt.kernels.native._slotopt_kernels",
+        *[Extension(
+            KERNELS + suffix,
             sources=[os.path.join(NATIVE, "slotopt_kernels.c")],
             depends=[os.path.join(NATIVE, "rules.inc")],
-            extra_compile_args=FLAGS,
+            extra_compile_args=FLAGS + isa,
             optional=True,
-        ),
+        ) for suffix, isa in VARIANTS.items()],
         *[extension for extension in [_tensor_table_extension()] if extension is not None],
         # issue 40: the readers' CRC-32C (SSE4.2 chosen at run time, tables elsewhere), a library of its own so
         # that reading checkpoints never depends on the update kernels' build (slotopt/io/crc32c.py loads it).
@@ -112,5 +188,5 @@ setup(
             optional=True,
         ),
     ],
-    cmdclass={"build_ext": OptionalNativeBuild},
+    cmdclass={"build_ext": OptionalNativeBuild, **({"bdist_wheel": PortableWheel} if bdist_wheel is not object else {})},
 )

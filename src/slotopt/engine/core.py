@@ -26,7 +26,7 @@ from ..variables import (
     named_variables,
     variable_name,
 )
-from . import checks, distributed, resume, torch_arguments
+from . import checks, distributed, resume, torch_arguments, unchanged
 from .eager import outside_dynamo
 from .group_sync import check_param_groups
 from .plan import Ordinary, Pair, StepPlan
@@ -327,6 +327,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         state["_plan"] = None
         state.pop("_updating_plan", None)
         state.pop("_routes", None)  # (a composite's last grouping of its variables, likewise)
+        state.pop("_slot_record", None)  # (the slots as objects, in C++: the copy records its own)
         return state
 
     def _after_copy(self) -> None:
@@ -342,6 +343,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         flat = self.__dict__.get("_flat_state")
         if flat is not None:  # (a pickle writes each packed slot apart from its buffer: tied again)
             flat.relink(self._slots)
+        self.__dict__.pop("_slot_record", None)
 
     def _name_of(self, var: torch.Tensor) -> str:
         pos = self._position(var)
@@ -392,6 +394,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     # ----------------------------------------------------------------------------------------- slots
     def _set_slot(self, slot_name: str, pos: int, tensor: torch.Tensor) -> None:
         self._slots.setdefault(slot_name, {})[pos] = tensor
+        # The kind the slot was made with: a slot resized or re-typed in place is refused before a step writes
+        # (engine/unchanged.py).
+        self.__dict__.setdefault("_slot_kinds", {})[(slot_name, pos)] = (tensor.dtype, tensor.shape)
         # What ``del opt.state[p]`` writes back (engine/resume.py): one number for a constant-filled slot.
         self.__dict__.setdefault("_slot_initials", {})[(slot_name, pos)] = resume.initial_fill(tensor)
 
@@ -470,12 +475,15 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             return None
         if type(pairs) is Ordinary and pairs.plan is plan:
             return pairs  # checked by this plan in this very step (a composite validates its groups first)
-        return plan.fits(pairs)
+        ordinary = plan.fits(pairs)
+        # The slots too are proven unchanged before anything is written (else the full path checks and refuses).
+        return ordinary if ordinary is not None and self._slots_hold() else None
 
     def _planned_params_step(self, params: list[torch.Tensor]) -> Optional[Ordinary]:
         """``step()``'s parameters with their ``.grad`` as an ``Ordinary`` step of the last step's plan, or None."""
         plan = self._current_plan()
-        return None if plan is None else plan.fits_params(params)
+        ordinary = None if plan is None else plan.fits_params(params)
+        return ordinary if ordinary is not None and self._slots_hold() else None
 
     def _checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
         """``_check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
@@ -515,9 +523,16 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
                 f"{reason} (it raises too)."
             )
 
+    def _slots_hold(self) -> bool:
+        """Whether every slot is unchanged since it was checked (engine/unchanged.py)."""
+        return unchanged.slots_hold(self)
+
     def _check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
         """A variable whose dtype, device or shape changed since its state was made (``model.double()`` after
-        the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it."""
+        the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it. So is a
+        variable no kernel may write, and a slot changed in kind (engine/unchanged.py)."""
+        unchanged.check_writable(self, pairs)
+        unchanged.check_slots(self)
         kinds = self.__dict__.get("_var_kinds")
         if not kinds:
             return

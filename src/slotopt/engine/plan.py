@@ -6,9 +6,11 @@ something from the variables alone: their positions in the registry, that none i
 and per stage, that bookkeeping costs far more than the update itself on many small tensors (2000 tensors of
 1024 elements: about 3 ms of Python against 0.5 ms of arithmetic).
 
-So a step that passed every check leaves a ``StepPlan``. The next step is *ordinary* when its variables are
-the plan's, in the plan's order, still where they were in memory and contiguous, and every gradient is a dense
-contiguous tensor of its variable's dtype, shape and device: one pass over the gradients decides it
+So a step that passed every check leaves a ``StepPlan``. A plan is a cache of work, never of trust: the next
+step is *ordinary* when its variables are the plan's, in the plan's order, each still of the dtype, sizes and
+device it had, where it was in memory, contiguous, inside its storage, of a kind read directly (no wrapper
+subclass) and writable now, and every gradient is a dense tensor of its variable's dtype, shape and device, inside
+its storage: one pass over the variables and gradients re-proves all of it on every step
 (``StepPlan.fits``), and the stages then take what they need from the plan (``Ordinary.plan``) instead of
 deriving it again. Anything else (a sparse or missing gradient, another variable list, a variable moved in
 memory, a registry that changed since) takes the full path, which checks everything as before. The numbers are
@@ -31,8 +33,10 @@ import torch
 
 from ..kernels import native
 from ..kernels.native import tensor_table
+from ..kernels.native.operands import direct, in_storage, is_python_dispatch, within_storage
 
-__all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "split"]
+__all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "split", "direct", "in_storage", "within_storage",
+           "is_python_dispatch"]
 
 Pair = tuple[Any, torch.Tensor]
 
@@ -51,6 +55,7 @@ _is = operator.is_
 _dtype, _shape, _device, _on_cpu, _layout, _nested = (
     operator.attrgetter(name) for name in ("dtype", "shape", "device", "is_cpu", "layout", "is_nested"))
 _contiguous = torch.Tensor.is_contiguous
+
 _strided = torch.strided
 _address = torch.Tensor.data_ptr
 
@@ -120,6 +125,7 @@ class StepPlan:
         self.groups = opt._groups(self.positions)  # the (device, dtype) groups of the positions
         self.kinds = list(dict.fromkeys(zip(self.devices, self.dtypes)))  # the (device, dtype) pairs, in order
         self.table = tensor_table.make_plan(variables)  # the C++ checks' record of the variables, or None
+
         #: Values a stage derived from the variables, by the stage's key (e.g. the decayed positions for one
         #: exclusion list); dropped with the plan.
         self.memo: dict[Any, Any] = {}
@@ -191,26 +197,30 @@ class StepPlan:
         key = ("state", name, id(group))
         memo = self.memo.get(key)
         if memo is not None and memo[0] is group:
-            matched = memo[4]
-            if tensor_table.active() and type(tensors) in (list, tuple):
-                # The rule writes them next: their version counters move in the same pass (``bumped``).
-                if tensor_table.same_addresses(tensors, memo[1], memo[5], bump=True):
+            matched, record = memo[4], memo[5]
+            if record is not None and tensor_table.active() and type(tensors) in (list, tuple):
+                # Identity, address, dtype, device, sizes, contiguity, storage bounds and kind, proven again in one
+                # pass; the rule writes them next: their version counters move in the same pass (``bumped``).
+                if tensor_table.same_tensors(record, tensors, bump=True):
                     matched.bumped = True
                     return matched
             elif all(map(_is, tensors, memo[1])) and list(map(_address, tensors)) == memo[2] \
-                    and all(map(_contiguous, tensors)):
+                    and list(map(_shape, tensors)) == memo[3] and all(map(_is, map(_dtype, tensors), repeat(memo[6]))) \
+                    and all(map(_contiguous, tensors)) and all(map(direct, tensors)):
                 matched.bumped = False
                 return matched
         shapes = [self.shapes[self.index_of[p]] for p in group]
         dtype = self.dtypes[self.index_of[group[0]]]
         if not (native.takes(tensors[0]) and all([t.dtype is dtype and t.is_cpu and t.is_contiguous()
-                                                   for t in tensors]) and list(map(_shape, tensors)) == shapes):
+                                                   for t in tensors]) and list(map(_shape, tensors)) == shapes
+                and all(map(direct, tensors))):
             self.memo.pop(key, None)
             return list(tensors)
         matched = native.Matched(tensors)
         addresses = list(map(_address, tensors))
         matched.addresses = np.array(addresses, dtype=np.uint64)
-        self.memo[key] = (group, list(tensors), addresses, shapes, matched, matched.addresses.tobytes())
+        record = tensor_table.make_plan(list(tensors))  # (None when the C++ checks are off)
+        self.memo[key] = (group, list(tensors), addresses, shapes, matched, record, dtype)
         return matched
 
     @staticmethod
@@ -225,7 +235,8 @@ class StepPlan:
             if type(g) is not tensor or g.layout is not strided or v.layout is not strided or id(v) not in index \
                     or g.is_nested or v.is_nested or g.dtype is not v.dtype or g.shape != v.shape \
                     or g.device != v.device or not v.is_contiguous() \
-                    or getattr(v, "overwrite_with_gradient", False) is True:  # Keras 3: such steps run in full
+                    or getattr(v, "overwrite_with_gradient", False) is True \
+                    or not direct(v):  # Keras 3: such steps run in full; kinds read by address only
                 return False
         return len({id(v) for _, v in pairs}) == len(pairs)
 
@@ -262,8 +273,15 @@ class StepPlan:
         variables = [pair[1] for pair in pairs]
         if not all(map(_is, variables, self.variables)):
             return None
-        if list(map(_address, variables)) != self.addresses or not all(map(_contiguous, variables)):
-            return None  # moved or re-strided since (``p.data = ...``): checked in full again
+        # Everything the kernels rely on, proven again (a plan caches work, never trust): each variable's address,
+        # dtype, device, sizes, contiguity, storage bounds and kind. ``p.data = ...`` can give a tensor of another
+        # size at the same address; ``resize_``, ``set_`` and dtype views change sizes or dtype in place.
+        # (Each variable's storage is read again, not held by the plan: a storage the user let go, as FSDP and
+        # weight-swapping code do with ``p.data = ...`` between steps, must be freed then, not at the next step.)
+        if list(map(_address, variables)) != self.addresses or list(map(_dtype, variables)) != self.dtypes \
+                or list(map(_shape, variables)) != self.shapes or list(map(_device, variables)) != self.devices \
+                or not all(map(_contiguous, variables)) or not all(map(direct, variables)):
+            return None  # changed since: checked in full again (the full path refuses a changed variable)
         # One C-level pass per property (no Python loop per gradient): the type, layout, dtype, device and shape
         # of each gradient against its variable's, as the plan recorded them. The layout comes first: a sparse
         # COO gradient has a dtype, a shape, a device and even a contiguity (False) like a dense one, and only
@@ -275,7 +293,8 @@ class StepPlan:
                 and (all(map(_on_cpu, grads)) if self.on_cpu else list(map(_device, grads)) == self.devices)
                 and list(map(_shape, grads)) == self.shapes):
             return None
-        contiguous = all(map(_contiguous, grads))  # strided, not nested: contiguity is defined
+        # (strided, not nested: contiguity is defined; a gradient read by address must lie inside its storage)
+        contiguous = all(map(_contiguous, grads)) and all(map(in_storage, grads))
         return Ordinary.of(pairs, self, grads, list(map(_address, grads)) if contiguous else None)
 
 

@@ -1,7 +1,9 @@
 """The compiled CPU path: every element-wise update rule as one pass over memory, one call per group.
 
 ``slotopt_kernels.c`` (with ``rules.inc``) is built at install time into a plain shared library (no Python C
-API, no torch C++ ABI, so one build serves every torch version) and loaded here with ``ctypes``. Each rule
+API, no torch C++ ABI, so one build serves every torch version) and loaded here with ``ctypes``. On x86-64 it is
+built once per instruction set (``VARIANTS``: baseline SSE2, AVX2, AVX-512; all give the same bits) and the best
+one this processor runs is loaded; ``SLOTOPT_KERNELS_ISA`` names one instead. Each rule
 reproduces the foreach kernel of the same name operation for operation, so both paths give the same bits;
 the foreach kernels stay the specification and the fallback.
 
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import os
 import warnings
 from collections.abc import Sequence
@@ -33,10 +34,14 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
-from . import tensor_table
+from ..triton import rules as triton_rules
+from . import tensor_table, variants
+from .operands import _direct_type, _in_storage, _increment_version, _readable
+from .variants import VARIANTS
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
-           "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES"]
+           "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES",
+           "VARIANTS"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -51,10 +56,6 @@ _library_path: Optional[str] = None
 _mode = "auto"
 _dtypes: frozenset[torch.dtype] = frozenset()  # the dtypes the loaded library has rules for
 _functions: dict[str, Any] = {}  # the library's functions, looked up and typed once (``_library_function``)
-try:
-    from torch.autograd.graph import increment_version as _increment_version
-except ImportError:  # older torch
-    _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
 _calls = 0  # compiled calls made so far (tests check that the compiled path really ran)
 #: Whether every call's pointer table is checked in C against its tensors' extents first (``check_bounds``).
 _bounds_checks = False
@@ -70,33 +71,19 @@ class BoundsError(RuntimeError):
     """A compiled call whose pointer table leaves its tensors (raised instead of running it; debug mode)."""
 
 
-def _find_library() -> Optional[str]:
-    names = sorted(glob.glob(os.path.join(_HERE, "libslotopt_kernels.so.1")))
-    return names[0] if names else None
+_variant: Optional[str] = None  # the variant loaded (variants.VARIANTS)
+_skipped: list[str] = []  # the better variants not loaded, and why
 
 
 def _load() -> None:
-    """Loads the library once; on any failure records why and leaves the foreach path in charge."""
-    global _library, _load_error, _library_path, _dtypes
-    path = os.environ.get("SLOTOPT_KERNELS_LIBRARY") or _find_library()
-    if path is None:
-        _load_error = "compiled library not built (pip install -e . compiles it with the machine's C compiler)"
+    """Loads the best variant of the library this processor runs, once; on any failure records why and leaves
+    the foreach path in charge."""
+    global _library, _load_error, _library_path, _dtypes, _variant, _skipped
+    loaded = variants.load(_HERE, ABI_VERSION)
+    _library_path, _load_error, _variant, _skipped = loaded.path, loaded.error, loaded.variant, loaded.skipped
+    if loaded.library is None:
         return
-    _library_path = path
-    try:
-        library = ctypes.CDLL(path)
-        version = library.slotopt_abi_version()
-        supported = library.slotopt_cpu_supported()
-    except (OSError, AttributeError) as error:
-        _load_error = f"cannot load {path}: {error}"
-        return
-    if not supported:
-        _load_error = f"{path} was built for another processor (pip install -e . rebuilds it for this one)"
-        return
-    if version != ABI_VERSION:
-        _load_error = f"{path} has ABI version {version}, this slotopt needs {ABI_VERSION}: rebuild it"
-        return
-    _library = library
+    _library = library = loaded.library
     # A library built before the float16/bfloat16 variants existed has none of their rules: those dtypes then
     # run foreach.
     _dtypes = frozenset(dtype for dtype, suffix in _SUFFIXES.items() if hasattr(library, f"sgd_{suffix}"))
@@ -186,8 +173,10 @@ def active() -> bool:
 
 
 def takes(tensor: torch.Tensor) -> bool:
-    """Whether the compiled path runs element-wise rules on tensors like ``tensor`` (device and dtype)."""
-    return _library is not None and _mode != "foreach" and tensor.dtype in _dtypes and tensor.is_cpu
+    """Whether the compiled path runs element-wise rules on tensors like ``tensor`` (device, dtype and kind: a
+    wrapper subclass such as torchao's or float8's, whose storage is not its elements, goes to torch's ops)."""
+    return _library is not None and _mode != "foreach" and tensor.dtype in _dtypes and tensor.is_cpu \
+        and _direct_type(tensor)
 
 
 def dtypes() -> frozenset[torch.dtype]:
@@ -196,14 +185,16 @@ def dtypes() -> frozenset[torch.dtype]:
 
 
 def status() -> dict[str, Any]:
-    """Which kernel path is active and why: ``{"path", "mode", "library", "reason", "threads"}``."""
+    """Which kernel path is active and why: ``{"path", "mode", "library", "variant", "reason", "threads"}``
+    (``variant``: the instruction set of the library loaded, a key of ``VARIANTS``)."""
     if _mode == "foreach":
         path, reason = "foreach", "forced by SLOTOPT_KERNELS=foreach"
     elif _library is not None:
-        path, reason = "native", "compiled one-pass kernels loaded"
+        path, reason = "native", f"compiled one-pass kernels loaded ({_variant} variant"
+        reason += f"; not taken: {'; '.join(_skipped)})" if _skipped else ")"
     else:
         path, reason = "foreach", _load_error or "unavailable"
-    return {"path": path, "mode": _mode, "library": _library_path, "reason": reason,
+    return {"path": path, "mode": _mode, "library": _library_path, "variant": _variant, "reason": reason,
             "threads": torch.get_num_threads(), "error": _mode == "native" and _library is None}
 
 
@@ -263,7 +254,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         whole = getattr(tensors, "flat", None) if len(tensors) == n else None
         if (len(tensors) == 1 and n > 1) or whole is not None:  # one flat buffer for the whole group
             flat = tensors[0] if whole is None else whole
-            if not (flat.is_contiguous() and flat.dtype == dtype and flat.is_cpu and flat.numel() == total):
+            if not (flat.is_contiguous() and flat.dtype == dtype and flat.is_cpu and flat.numel() == total
+                    and _readable([flat], j not in read_only)):
                 return False
             table[j] = flat.data_ptr() + offsets[:-1].astype(np.uint64) * flat.element_size()
             if j not in read_only:
@@ -271,8 +263,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
             continue
         # Each property once per tensor, in bulk: these loops are the whole Python cost of a step. What the
         # engine has checked already (``Matched``) is not checked again.
-        if len(tensors) != n or not all([t.is_contiguous() for t in tensors]):
-            return False
+        if len(tensors) != n or not _readable(tensors, j not in read_only):
+            return False  # (not contiguous, or a kind or a storage a kernel must not take by address)
         if numels is None:
             numels = np.diff(offsets).tolist()
         if (j == 0 or type(tensors) is not Matched) and (any([t.dtype != dtype or not t.is_cpu for t in tensors])
@@ -284,18 +276,21 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     values = np.array(scalars, dtype=np.float64)
     if extents is not None:
         _check_table(table, offsets, extents.reshape(2, -1), first[0].element_size())
-    function(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data, torch.get_num_threads())
+    # The written tensors' versions move before the kernel runs, as torch's in-place ops move them: whatever
+    # refuses that (an inference tensor outside inference mode) refuses it with nothing written.
     if tensor_table.active():
         tensor_table.bump_versions(bumped)
     else:
         _increment_version(bumped)
+    function(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data, torch.get_num_threads())
     global _calls
     _calls += 1
     return True
 
 
-#: The compiled rules on slices (``apply_slices``): name -> whether the rule has a state tensor.
-SLICE_RULES = {"sgd_slices": False, "adagrad_slices": True}
+#: The compiled rules on slices (``apply_slices``): name -> whether the rule has a state tensor (one table with
+#: the Triton twins').
+SLICE_RULES = triton_rules.SLICE_RULES
 _SLICE_ARGTYPES = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 5
 _DOUBLES = [ctypes.c_double * n for n in range(4)]  # the scalar vectors' types (made once: a class per call is slow)
 
@@ -362,12 +357,17 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
         indices = indices.contiguous()
     k, rows = values.shape[0], param.shape[0]
     width = param.numel() // rows if rows else 0
+    if not all(map(_direct_type, (param, indices, values, *([] if state is None else [state])))):
+        return False  # a wrapper subclass: torch's ops take it
+    written = [param] if state is None else [param, state]
+    if not (all(map(_in_storage, (param, indices, values, *written[1:])))
+            and (torch.is_inference_mode_enabled() or not any([t.is_inference() for t in written]))):
+        return False  # (torch's ops refuse or handle it; the versions below can then not fail after the kernel)
     values_array = _DOUBLES[len(scalars)](*scalars)
     bad = fn(rows, width, k, indices.data_ptr(), values.data_ptr(), param.data_ptr(),
              state.data_ptr() if state is not None else None, values_array)
     if bad != -1:
         _refuse_indices(indices, rows)
-    written = [param] if state is None else [param, state]
     if tensor_table.active():
         tensor_table.bump_versions(written)
     else:

@@ -27,15 +27,36 @@
 #endif
 
 #define SLOTOPT_ABI_VERSION 1
-int slotopt_abi_version(void) { return SLOTOPT_ABI_VERSION; }
 
-/* The build targets the building machine's processor (-march=native). Loading it on a processor without one
- * of the extensions it was compiled for must be refused, not crash: this check itself is compiled for the
- * baseline architecture, and the loader calls it before any rule. */
+/* The build compiles this file once per instruction set (setup.py): for the x86-64 baseline (SSE2), which runs on
+ * every x86-64 processor, and where the compiler can, for x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), each into its
+ * own library. The loader (kernels/native) loads the best one whose slotopt_cpu_supported() says yes, so a wheel
+ * built on one machine runs on any other. The two functions the loader calls before that answer are themselves
+ * compiled for the baseline in every variant, so asking never executes an instruction the processor lacks
+ * (tests/test_native_portable.py reads the machine code to check it). Every variant computes the same bits: the
+ * rules round each operation separately (-ffp-contract=off, no fast-math), so a wider vector changes no result. */
 #if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("arch=x86-64")))
+#define BASELINE_ __attribute__((target("arch=x86-64")))
+#else
+#define BASELINE_
 #endif
-int slotopt_cpu_supported(void) {
+
+BASELINE_ int slotopt_abi_version(void) { return SLOTOPT_ABI_VERSION; }
+
+/* The instruction set this variant was compiled for ("x86-64", "x86-64-v3", "x86-64-v4", or "other"). */
+#if defined(__AVX512F__)
+#define SLOTOPT_ISA_ "x86-64-v4"
+#elif defined(__AVX2__)
+#define SLOTOPT_ISA_ "x86-64-v3"
+#elif defined(__x86_64__)
+#define SLOTOPT_ISA_ "x86-64"
+#else
+#define SLOTOPT_ISA_ "other"
+#endif
+BASELINE_ const char *slotopt_isa(void) { return SLOTOPT_ISA_; }
+
+/* Whether this processor has every extension this variant was compiled for: the loader asks before any rule. */
+BASELINE_ int slotopt_cpu_supported(void) {
 #if defined(__GNUC__) && defined(__x86_64__)
     __builtin_cpu_init();
 #ifdef __AVX512F__
@@ -47,6 +68,12 @@ int slotopt_cpu_supported(void) {
 #ifdef __AVX512VL__
     if (!__builtin_cpu_supports("avx512vl")) return 0;
 #endif
+#ifdef __AVX512DQ__
+    if (!__builtin_cpu_supports("avx512dq")) return 0;
+#endif
+#ifdef __AVX512CD__
+    if (!__builtin_cpu_supports("avx512cd")) return 0;
+#endif
 #ifdef __AVX2__
     if (!__builtin_cpu_supports("avx2")) return 0;
 #endif
@@ -56,8 +83,35 @@ int slotopt_cpu_supported(void) {
 #ifdef __FMA__
     if (!__builtin_cpu_supports("fma")) return 0;
 #endif
+#ifdef __F16C__
+    if (!__builtin_cpu_supports("f16c")) return 0;
+#endif
+#ifdef __BMI__
+    if (!__builtin_cpu_supports("bmi")) return 0;
+#endif
 #ifdef __BMI2__
     if (!__builtin_cpu_supports("bmi2")) return 0;
+#endif
+#ifdef __LZCNT__
+    if (!__builtin_cpu_supports("lzcnt")) return 0;
+#endif
+#ifdef __MOVBE__
+    if (!__builtin_cpu_supports("movbe")) return 0;
+#endif
+#ifdef __POPCNT__
+    if (!__builtin_cpu_supports("popcnt")) return 0;
+#endif
+#ifdef __SSE4_2__
+    if (!__builtin_cpu_supports("sse4.2")) return 0;
+#endif
+#ifdef __SSE4_1__
+    if (!__builtin_cpu_supports("sse4.1")) return 0;
+#endif
+#ifdef __SSSE3__
+    if (!__builtin_cpu_supports("ssse3")) return 0;
+#endif
+#ifdef __SSE3__
+    if (!__builtin_cpu_supports("sse3")) return 0;
 #endif
 #endif
     return 1;
@@ -174,8 +228,9 @@ static inline int64_t first_at_least_(const int64_t *sorted, int64_t n, int64_t 
  * rsqrtps estimate refined by one Newton step, each multiply and add rounded (TensorFlow's wheels are built for
  * AVX without FMA); the remaining elements take 1 / sqrt(x). The estimate's bits are the CPU vendor's, so these
  * results match TensorFlow's on the same vendor's processors (numerics/ops.py: rsqrt uses this helper too). The
- * scalar rsqrtss gives the same estimate as each lane of the packed instruction. */
-#if defined(__AVX__)
+ * scalar rsqrtss gives the same estimate as each lane of the packed instruction, and the SSE and AVX encodings the
+ * same bits, so every x86-64 variant of this library has it. */
+#if defined(__SSE__)
 #include <immintrin.h>
 #define SLOTOPT_HAS_RSQRT_ESTIMATE 1
 static inline float tf_prsqrt_f32_(float a) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -83,7 +84,14 @@ void free_plan(PyObject* capsule) {
 PyObject* recycled_pair(Plan* plan, size_t i, PyObject* grad, PyObject* param, std::vector<PyObject*>& released) {
   if (plan->pairs.size() != plan->variables.size()) plan->pairs.assign(plan->variables.size(), nullptr);
   PyObject*& kept = plan->pairs[i];
-  if (kept != nullptr && Py_REFCNT(kept) == 1 && PyTuple_GET_ITEM(kept, 1) == param) {
+#ifdef Py_GIL_DISABLED
+  // A free-threaded Python: a tuple's reference count says nothing about other threads' borrowed references, so
+  // no tuple is ever changed after it was handed out (a new one per pair).
+  constexpr bool kRecycle = false;
+#else
+  constexpr bool kRecycle = true;
+#endif
+  if (kRecycle && kept != nullptr && Py_REFCNT(kept) == 1 && PyTuple_GET_ITEM(kept, 1) == param) {
     PyObject* old = PyTuple_GET_ITEM(kept, 0);
     if (old != grad) {
       Py_INCREF(grad);
@@ -117,9 +125,33 @@ inline const at::Tensor* dense(PyObject* object) {
   if (!is_tensor_object(object)) return nullptr;
   const at::Tensor& t = THPVariable_Unpack(object);
   if (!t.defined() || t.layout() != c10::kStrided || t.is_nested() || !t.has_storage() || t.is_neg() ||
-      t.is_conj() || t.unsafeGetTensorImpl()->is_python_dispatch())
+      t.is_conj() || t.unsafeGetTensorImpl()->is_python_dispatch() ||
+      t.key_set().has(c10::DispatchKey::Functionalize))  // (a functional wrapper's storage is not its data)
     return nullptr;
   return &t;
+}
+
+// Whether the elements of a contiguous tensor lie inside its storage: ``(offset + numel) * itemsize`` bytes, no
+// more than the storage holds, from a data pointer that is the storage's own plus the offset. A storage shrunk
+// under its tensor (``untyped_storage().resize_``, FSDP's way to free a parameter) fails this even when the
+// allocator gave the tensor its old address back.
+inline bool in_storage(const at::Tensor& t) {
+  const int64_t numel = t.numel();
+  if (numel == 0) return true;
+  const int64_t offset = t.storage_offset();
+  const auto itemsize = static_cast<uint64_t>(t.element_size());
+  const c10::Storage& storage = t.storage();
+  const auto base = static_cast<const char*>(storage.data());
+  if (base == nullptr || offset < 0 || t.const_data_ptr() != base + offset * static_cast<int64_t>(itemsize))
+    return false;
+  const uint64_t elements = static_cast<uint64_t>(offset) + static_cast<uint64_t>(numel);  // (both < 2^63)
+  return elements <= storage.nbytes() / itemsize;
+}
+
+// Whether a kernel may write ``t`` now: not an inference tensor outside inference mode (torch refuses that write;
+// it is refused before any tensor of the step is written).
+inline bool writable(const at::Tensor& t) {
+  return !t.is_inference() || c10::InferenceMode::is_enabled();
 }
 
 // Reading a tensor's properties chases pointers: the Python object, its TensorImpl, its StorageImpl, its version
@@ -150,12 +182,6 @@ inline const c10::TensorImpl* impl_of(PyObject* object) {
 // What ``warm`` requests of each tensor besides its object and TensorImpl.
 enum Links : unsigned { kStorage = 1, kVersion = 2 };
 
-// The version counter's shared block of a tensor (a hint's address only: the first word of ``VariableVersion``
-// is its pointer to that block).
-inline const void* version_block(const c10::TensorImpl* impl) {
-  return *reinterpret_cast<const void* const*>(&impl->version_counter());
-}
-
 // Requests, level by level, the memory the checks will read of ``m`` (<= kBlock) tensor objects (the k-th is
 // ``object_of(k)``): the objects, their TensorImpls, then the ``links`` of each.
 template <typename ObjectOf>
@@ -169,8 +195,9 @@ void warm(Py_ssize_t m, ObjectOf object_of, unsigned links) {
   for (Py_ssize_t i = 0; i < m; ++i) {
     const c10::TensorImpl* impl = impls[i];
     if (impl == nullptr) continue;
-    if (links & kStorage) prefetch_bytes(impl->unsafe_storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
-    if (links & kVersion) prefetch_bytes(version_block(impl), 64, true);
+    // (Only what public headers show: the version counter's block is private to c10, so it is not requested.)
+    if (links & (kStorage | kVersion))
+      prefetch_bytes(impl->unsafe_storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
   }
 }
 
@@ -187,7 +214,7 @@ PyObject* make_plan(PyObject*, PyObject* variables) {
     for (Py_ssize_t i = 0; i < n; ++i) {
       PyObject* object = PyList_GET_ITEM(variables, i);
       const at::Tensor* t = dense(object);
-      if (t == nullptr || !t->is_contiguous()) {
+      if (t == nullptr || !t->is_contiguous() || !in_storage(*t)) {
         delete plan;
         Py_RETURN_NONE;
       }
@@ -211,6 +238,9 @@ int has_constraint(PyObject* variable) {
 #if PY_VERSION_HEX >= 0x030D0000
   int found = PyObject_GetOptionalAttr(variable, name, &value);
 #else
+  // (Before 3.13 the same function is named ``_PyObject_LookupAttr``: 3.13 made it public under the name above. A
+  // missing attribute, the common case, then raises no AttributeError object, which would cost more than the
+  // whole check of a tensor; a ``constraint`` that raises when read is told apart from a missing one.)
   int found = _PyObject_LookupAttr(variable, name, &value);
 #endif
   if (found < 0) {
@@ -223,21 +253,9 @@ int has_constraint(PyObject* variable) {
 }
 
 // ``warm`` for reading the attributes of the variables of the block of a plan starting at ``begin`` (m <= kBlock):
-// each object with what precedes it (CPython keeps an object's instance dictionary, or its inline attribute
-// values, just before it), then that dictionary or those values.
+// the objects themselves (where CPython keeps an instance's attributes is its own business: not requested).
 void warm_attributes(const Plan* plan, Py_ssize_t begin, Py_ssize_t m) {
-  constexpr size_t kBefore = 4 * sizeof(PyObject*);
-  for (Py_ssize_t k = 0; k < m; ++k)
-    prefetch_bytes(reinterpret_cast<const char*>(plan->variables[begin + k].variable) - kBefore, kBefore + 64);
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
-  for (Py_ssize_t k = 0; k < m; ++k) {
-    PyObject* object = plan->variables[begin + k].variable;
-    if (!PyType_HasFeature(Py_TYPE(object), Py_TPFLAGS_MANAGED_DICT)) continue;
-    auto before = reinterpret_cast<const void* const*>(object);
-    prefetch_bytes(before[-4], 64);  // the inline values
-    prefetch_bytes(before[-3], 64);  // the dictionary, once one was made
-  }
-#endif
+  for (Py_ssize_t k = 0; k < m; ++k) prefetch_bytes(plan->variables[begin + k].variable, sizeof(THPVariable));
 }
 
 // ``warm`` for the block of a step starting at ``begin`` (m <= kBlock items): the variables (known from the plan)
@@ -265,10 +283,6 @@ void warm_step(const Plan* plan, PyObject** items, Py_ssize_t begin, Py_ssize_t 
     grads[k] = nullptr;
     if (v != nullptr) {
       prefetch_bytes(v->unsafe_storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
-      if (from_params) {
-        auto meta = static_cast<const torch::autograd::AutogradMeta*>(v->autograd_meta());
-        if (meta != nullptr) prefetch_bytes(&meta->grad_, 8);
-      }
     }
     if (grad_objects[k] != nullptr) {
       grads[k] = impl_of(grad_objects[k]);
@@ -278,8 +292,8 @@ void warm_step(const Plan* plan, PyObject** items, Py_ssize_t begin, Py_ssize_t 
   if (from_params) {
     for (Py_ssize_t k = 0; k < m; ++k) {
       const c10::TensorImpl* v = variables[k];
-      auto meta = v != nullptr ? static_cast<const torch::autograd::AutogradMeta*>(v->autograd_meta()) : nullptr;
-      grads[k] = meta != nullptr && meta->grad_.defined() ? meta->grad_.unsafeGetTensorImpl() : nullptr;
+      const at::Tensor& grad = v != nullptr ? v->grad() : kUndefined;  // (TensorImpl::grad: public)
+      grads[k] = grad.defined() ? grad.unsafeGetTensorImpl() : nullptr;
       if (grads[k] != nullptr) prefetch_bytes(grads[k], sizeof(c10::TensorImpl));
       if (static_cast<size_t>(begin + k) < plan->pairs.size() && plan->pairs[begin + k] != nullptr)
         prefetch_bytes(plan->pairs[begin + k], 48, true);
@@ -289,7 +303,6 @@ void warm_step(const Plan* plan, PyObject** items, Py_ssize_t begin, Py_ssize_t 
     const c10::TensorImpl* g = grads[k];
     if (g == nullptr) continue;
     prefetch_bytes(g->unsafe_storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
-    if (from_params) prefetch_bytes(g->pyobj_slot()->load_pyobj(), 32, true);
   }
 }
 
@@ -353,16 +366,21 @@ PyObject* check_step(Plan* plan, PyObject* sequence, bool from_params) {
         ok = false;
         break;
       }
+      // Everything the kernels will rely on, proven again on every step (a plan caches work, never trust): the
+      // variable's address, dtype, device, sizes, contiguity, storage bounds and kind. ``p.data = ...`` may give
+      // a tensor of another size at the same address (the allocator reuses it), ``resize_``/``set_``/a dtype view
+      // change the sizes or dtype in place: any difference takes the full path, which refuses it clearly.
       const at::Tensor* v = dense(r.variable);
-      if (v == nullptr || v->const_data_ptr() != r.address || !v->is_contiguous()) {
-        ok = false;  // moved or re-strided since (``p.data = ...``): checked in full again
+      if (v == nullptr || v->const_data_ptr() != r.address || v->scalar_type() != r.dtype ||
+          v->device() != r.device || v->sizes() != c10::IntArrayRef(r.sizes) || !v->is_contiguous() ||
+          !in_storage(*v) || !writable(*v)) {
+        ok = false;
         break;
       }
       if (from_params) {
         // The ``.grad`` autograd keeps for a leaf, read from its metadata (what ``Tensor::grad()`` returns, without
         // its warning checks for non-leaf tensors: a parameter of a plan is a leaf, or has no gradient here).
-        auto meta = static_cast<torch::autograd::AutogradMeta*>(v->unsafeGetTensorImpl()->autograd_meta());
-        const at::Tensor& grad = meta != nullptr ? meta->grad_ : kUndefined;
+        const at::Tensor& grad = v->unsafeGetTensorImpl()->grad();  // (TensorImpl::grad: public, no warning)
         if (!grad.defined()) {
           ok = false;
           break;
@@ -384,10 +402,10 @@ PyObject* check_step(Plan* plan, PyObject* sequence, bool from_params) {
         ok = false;
         break;
       }
-      if (contiguous && g->is_contiguous()) {
+      if (contiguous && g->is_contiguous() && in_storage(*g)) {
         out[i] = reinterpret_cast<uint64_t>(g->const_data_ptr());
       } else {
-        contiguous = false;
+        contiguous = false;  // (a gradient read by address must lie inside its storage; else torch reads it)
       }
       if (from_params) {
         PyObject* pair = recycled_pair(plan, static_cast<size_t>(i), object, item, released);
@@ -446,46 +464,68 @@ PyObject* fits_params(PyObject*, PyObject* args) {
 void bump_all(PyObject** items, Py_ssize_t n) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     if (i % kBlock == 0) warm(std::min(kBlock, n - i), [&](Py_ssize_t k) { return items[i + k]; }, kVersion);
-    torch::autograd::impl::bump_version(THPVariable_Unpack(items[i]));
+    THPVariable_Unpack(items[i]).unsafeGetTensorImpl()->bump_version();
   }
 }
 
-// same_addresses(tensors, expected, addresses, bump=False) -> bool: ``tensors`` (a list or tuple) are the
-// ``expected`` objects (a list), each still contiguous at its address in ``addresses`` (bytes of uint64), as
-// StepPlan.state_operands requires. With ``bump``, when they are, each one's version counter moves too (the
-// tensors are about to be written, as torch bumps a tensor before its in-place kernel runs): one pass over the
-// tensors instead of two.
-PyObject* same_addresses(PyObject*, PyObject* args) {
-  PyObject *tensors, *expected;
-  Py_buffer addresses;
+// same_tensors(record, tensors, bump=False) -> bool: ``tensors`` (a list or tuple) are the tensors ``record`` (a
+// ``make_plan`` of them) recorded, each still the same object with the same address, dtype, device and sizes,
+// contiguous, inside its storage, of a kind read directly and writable now, as StepPlan.state_operands requires
+// (a slot resized or re-typed in place, or swapped for one at the same address, is read again in full). With
+// ``bump``, when they are, each one's version counter moves too (the tensors are about to be written, as torch
+// bumps a tensor before its in-place kernel runs): one pass over the tensors instead of two.
+PyObject* same_tensors(PyObject*, PyObject* args) {
+  PyObject *capsule, *tensors;
   int bump = 0;
-  if (!PyArg_ParseTuple(args, "OOy*|p", &tensors, &expected, &addresses, &bump)) return nullptr;
-  bool ok = (PyList_Check(tensors) || PyTuple_Check(tensors)) && PyList_Check(expected);
+  if (!PyArg_ParseTuple(args, "OO|p", &capsule, &tensors, &bump)) return nullptr;
+  auto record = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
+  if (record == nullptr) return nullptr;
+  bool ok = PyList_Check(tensors) || PyTuple_Check(tensors);
   Py_ssize_t n = ok ? PySequence_Fast_GET_SIZE(tensors) : 0;
-  ok = ok && PyList_GET_SIZE(expected) == n && addresses.len == n * static_cast<Py_ssize_t>(sizeof(uint64_t));
+  ok = ok && n == static_cast<Py_ssize_t>(record->variables.size());
   try {
-    auto recorded = static_cast<const uint64_t*>(addresses.buf);
     PyObject** items = ok ? PySequence_Fast_ITEMS(tensors) : nullptr;
     for (Py_ssize_t i = 0; i < n && ok; ++i) {
       if (i % kBlock == 0)
-        warm(std::min(kBlock, n - i), [&](Py_ssize_t k) { return items[i + k]; }, kStorage | (bump ? kVersion : 0));
-      PyObject* object = items[i];
-      const at::Tensor* t = object == PyList_GET_ITEM(expected, i) ? dense(object) : nullptr;
-      ok = t != nullptr && reinterpret_cast<uint64_t>(t->const_data_ptr()) == recorded[i] && t->is_contiguous();
+        warm(std::min(kBlock, n - i), [&](Py_ssize_t k) { return items[i + k]; }, kStorage);
+      const Recorded& r = record->variables[i];
+      const at::Tensor* t = items[i] == r.variable ? dense(items[i]) : nullptr;
+      ok = t != nullptr && t->const_data_ptr() == r.address && t->scalar_type() == r.dtype &&
+           t->device() == r.device && t->sizes() == c10::IntArrayRef(r.sizes) && t->is_contiguous() &&
+           in_storage(*t) && writable(*t);
     }
     if (ok && bump) {  // (all checked first: a refused list bumps nothing)
       bump_all(PySequence_Fast_ITEMS(tensors), n);
     }
   } catch (const std::exception& error) {
-    if (bump && ok) {  // an inference tensor outside inference mode, as torch's in-place op would report it
-      PyBuffer_Release(&addresses);
+    if (bump && ok) {  // (writable was checked: torch refused the bump for another reason, reported as such)
       PyErr_SetString(PyExc_RuntimeError, error.what());
       return nullptr;
     }
     ok = false;
   }
-  PyBuffer_Release(&addresses);
   return PyBool_FromLong(ok);
+}
+
+// readable(tensors, written) -> bool: every tensor (a list or tuple) a kernel may take by address: a tensor read
+// directly (``dense``: no wrapper subclass, functional, nested or lazily negated tensor), contiguous, inside its
+// storage, and (when ``written``) writable now. What ``native.apply`` requires of an operand list it reads itself.
+PyObject* readable(PyObject*, PyObject* args) {
+  PyObject* tensors;
+  int written = 0;
+  if (!PyArg_ParseTuple(args, "O|p", &tensors, &written)) return nullptr;
+  if (!PyList_Check(tensors) && !PyTuple_Check(tensors)) Py_RETURN_FALSE;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(tensors);
+  PyObject** items = PySequence_Fast_ITEMS(tensors);
+  try {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      const at::Tensor* t = dense(items[i]);
+      if (t == nullptr || !t->is_contiguous() || !in_storage(*t) || (written && !writable(*t))) Py_RETURN_FALSE;
+    }
+  } catch (const std::exception&) {
+    Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
 }
 
 // bump_versions(tensors): each tensor's version counter moves, as after an in-place torch op, so that autograd
@@ -517,7 +557,8 @@ PyObject* bump_versions(PyObject*, PyObject* tensors) {
 // (``dense``) of ``type`` that autograd does not track.
 inline const at::Tensor* cpu_scalar(PyObject* object, c10::ScalarType type) {
   const at::Tensor* t = dense(object);
-  if (t == nullptr || !t->is_cpu() || t->scalar_type() != type || t->numel() != 1 || t->requires_grad())
+  if (t == nullptr || !t->is_cpu() || t->scalar_type() != type || t->numel() != 1 || t->requires_grad() ||
+      !in_storage(*t))
     return nullptr;
   return t;
 }
@@ -563,7 +604,7 @@ PyObject* first_out_of_range(PyObject*, PyObject* args) {
   long long rows;
   if (!PyArg_ParseTuple(args, "OL", &object, &rows)) return nullptr;
   const at::Tensor* t = dense(object);
-  if (t == nullptr || !t->is_cpu() || !t->is_contiguous()) Py_RETURN_NONE;
+  if (t == nullptr || !t->is_cpu() || !t->is_contiguous() || !in_storage(*t)) Py_RETURN_NONE;
   const int64_t bad = first_index_outside(*t, rows);
   if (bad == -2) Py_RETURN_NONE;
   return PyLong_FromLongLong(bad);
@@ -592,7 +633,7 @@ PyObject* slices_fit(PyObject*, PyObject* args) {
     const bool complex = type == c10::kComplexFloat || type == c10::kComplexDouble;
     if (!(complex ? values->scalar_type() == type : real(type) && real(values->scalar_type()))) Py_RETURN_NONE;
     if (values->device() != variable->device()) Py_RETURN_NONE;
-    if (!indices->is_cpu() || !indices->is_contiguous()) Py_RETURN_NONE;
+    if (!indices->is_cpu() || !indices->is_contiguous() || !in_storage(*indices)) Py_RETURN_NONE;
     if (values->size(0) != indices->numel()) Py_RETURN_NONE;  // one row of values per index
     if (first_index_outside(*indices, variable->size(0)) != -1) Py_RETURN_NONE;
     if (shape_object != Py_None && same_shape(shape_object, variable->sizes()) != 1) Py_RETURN_NONE;
@@ -631,7 +672,7 @@ PyObject* same_kind(PyObject*, PyObject* args) {
 // for anything else (the caller asks torch). A learning rate is read on every step: this costs no dispatch.
 PyObject* scalar(PyObject*, PyObject* object) {
   const at::Tensor* t = dense(object);
-  if (t == nullptr || !t->is_cpu() || t->numel() != 1) Py_RETURN_NONE;
+  if (t == nullptr || !t->is_cpu() || t->numel() != 1 || !in_storage(*t)) Py_RETURN_NONE;
   if (t->scalar_type() == c10::kFloat) return PyFloat_FromDouble(*t->const_data_ptr<float>());
   if (t->scalar_type() == c10::kDouble) return PyFloat_FromDouble(*t->const_data_ptr<double>());
   Py_RETURN_NONE;
@@ -645,7 +686,7 @@ PyObject* increment(PyObject*, PyObject* object) {
   const at::Tensor* t = cpu_scalar(object, c10::kLong);
   if (t == nullptr || t->is_inference()) Py_RETURN_FALSE;
   try {
-    torch::autograd::impl::bump_version(*t);
+    t->unsafeGetTensorImpl()->bump_version();  // (throws for an inference tensor)
   } catch (const std::exception&) {
     Py_RETURN_FALSE;
   }
@@ -692,7 +733,8 @@ PyObject* slices(PyObject*, PyObject* args) {
   try {
     const bool grad_mode = at::GradMode::is_enabled();
     auto plain = [&](const at::Tensor* t) {
-      return t->is_cpu() && t->is_contiguous() && !t->is_inference() && !(grad_mode && t->requires_grad());
+      return t->is_cpu() && t->is_contiguous() && in_storage(*t) && !t->is_inference() &&
+             !(grad_mode && t->requires_grad());
     };
     if (!plain(param) || !plain(indices) || !plain(values) || (state != nullptr && !plain(state))) Py_RETURN_NONE;
     if (param->scalar_type() != dtype || values->scalar_type() != dtype || indices->scalar_type() != c10::kLong ||
@@ -715,8 +757,8 @@ PyObject* slices(PyObject*, PyObject* args) {
                                                scalars);
     Py_END_ALLOW_THREADS
     if (bad == -1) {
-      torch::autograd::impl::bump_version(*param);
-      if (state != nullptr) torch::autograd::impl::bump_version(*state);
+      param->unsafeGetTensorImpl()->bump_version();
+      if (state != nullptr) state->unsafeGetTensorImpl()->bump_version();
     }
     return PyLong_FromLongLong(bad);
   } catch (const std::exception&) {
@@ -802,7 +844,8 @@ PyMethodDef methods[] = {
     {"make_plan", make_plan, METH_O, "The recorded variables of a step plan (a capsule), or None."},
     {"fits", fits, METH_VARARGS, "The gradients of an ordinary step of the plan and their addresses, or None."},
     {"fits_params", fits_params, METH_VARARGS, "fits for the .grad of parameters, with the pairs, or None."},
-    {"same_addresses", same_addresses, METH_VARARGS, "Whether tensors are the expected ones, where they were."},
+    {"same_tensors", same_tensors, METH_VARARGS, "Whether tensors are the recorded ones, unchanged."},
+    {"readable", readable, METH_VARARGS, "Whether every tensor may be taken by address (and written)."},
     {"bump_versions", bump_versions, METH_O, "Moves each tensor's version counter (an in-place write)."},
     {"gradients", gradients, METH_O, "The (grad, param) pairs of the parameters that have a gradient."},
     {"first_out_of_range", first_out_of_range, METH_VARARGS, "The first index outside [0, rows), or -1."},
@@ -818,7 +861,7 @@ PyMethodDef methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tensor_table", "slotopt's per-step tensor checks in C++.", -1,
-                      methods};
+                      methods, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 

@@ -1,8 +1,9 @@
 """The per-step checks of an ordinary step in C++ (``tensor_table.cpp``), where they were built for this torch.
 
 An ordinary step (``engine/plan.py``) is checked in full on every step: each gradient's type, layout, dtype,
-device, sizes, contiguity and address, each variable's identity, contiguity and address, and the identity and
-address of every state tensor a compiled rule writes. Asked from Python, each property is a call into torch's
+device, sizes, contiguity, address and storage bounds, each variable's identity, dtype, device, sizes, contiguity,
+address, storage bounds, kind and writability, and the same of every state tensor a compiled rule writes. The
+module uses public ATen/c10 and CPython APIs only, and builds with all warnings as errors. Asked from Python, each property is a call into torch's
 bindings; on many small tensors those calls were most of a step. The C++ module reads them from the tensors
 themselves, in one pass per list, with exactly the Python path's verdicts (it refuses a few more exotic tensors
 outright: lazily negated or conjugated views and Python-dispatch wrappers, which then take the full path).
@@ -21,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_addresses", "bump_versions",
+__all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_tensors", "readable", "bump_versions",
            "gradients", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode", "same_kind"]
 
 _module: Any = None
@@ -39,11 +40,20 @@ def _load() -> None:
         # (by name: an import statement of this package's own module reads, to the layout check, as a circle)
         built = importlib.import_module(f"{__package__}._tensor_table")
     except ImportError as error:
-        _load_error = f"not built ({error}); the checks run in Python"
+        why = f"not built ({error})"
+        try:  # what setup.py recorded: the build failed, or had no torch (plain text, never imported)
+            with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tensor_table_build.txt"),
+                      encoding="utf-8") as record:
+                why = f"not built: {record.read(2000).strip()}"
+        except OSError:
+            pass
+        _load_error = (f"{why}; `pip install --no-build-isolation` from a source checkout builds it against the "
+                       "torch of the environment; the checks run in Python")
         return
     if built.torch_version != _torch_build():
-        _load_error = (f"built for torch {built.torch_version}, this is {_torch_build()}: rebuild it "
-                       "(pip install --no-build-isolation -e .); the checks run in Python meanwhile")
+        _load_error = (f"built for torch {built.torch_version}, this is {_torch_build()}: rebuild slotopt from its "
+                       "source against this torch (`pip install --no-build-isolation --force-reinstall --no-deps "
+                       "<checkout>`); the checks run in Python meanwhile")
         return
     _module = built
 
@@ -95,11 +105,18 @@ def fits_params(table: Any, params: list[torch.Tensor]) -> Optional[tuple[
     return _module.fits_params(table, params)
 
 
-def same_addresses(tensors: Sequence[torch.Tensor], expected: list[torch.Tensor], addresses: bytes,
-                   bump: bool = False) -> bool:
-    """Whether ``tensors`` are the ``expected`` objects, each contiguous at its recorded address; with ``bump``,
-    when they are, each one's version counter moves as well (they are about to be written)."""
-    return bool(_module.same_addresses(tensors, expected, addresses, bump))
+def same_tensors(record: Any, tensors: Sequence[torch.Tensor], bump: bool = False) -> bool:
+    """Whether ``tensors`` are the tensors ``record`` (a ``make_plan`` of them) recorded, each unchanged: the same
+    object, address, dtype, device and sizes, contiguous, inside its storage and writable now; with ``bump``, when
+    they are, each one's version counter moves as well (they are about to be written)."""
+    return bool(_module.same_tensors(record, tensors, bump))
+
+
+def readable(tensors: Sequence[torch.Tensor], written: bool = False) -> bool:
+    """Whether a kernel may take every tensor by address: a tensor read directly (no wrapper subclass, functional or
+    nested tensor), contiguous and inside its storage, and, when ``written``, writable now (no inference tensor
+    outside inference mode)."""
+    return _enabled and _module is not None and _module.readable(tensors, written) is True
 
 
 def bump_versions(tensors: list[torch.Tensor]) -> None:

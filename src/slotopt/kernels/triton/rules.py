@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..native import SLICE_RULES as native_slice_rules
 from . import rules_tf
 
 #: The dense rules, each in multi-tensor form. For each: how many operand lists, and its compile-time flags as
@@ -45,9 +44,9 @@ LAYOUT: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     **rules_tf.LAYOUT,
 }
 RULES = tuple(LAYOUT)
-#: The rules on slices (``apply_slices``): name -> whether the rule has a state tensor. The compiled CPU rules'
-#: table, described once (``kernels/native``); ``build`` defines a Triton twin of each.
-SLICE_RULES = native_slice_rules
+#: The rules on slices (``apply_slices``): name -> whether the rule has a state tensor. Described once, here:
+#: ``build`` defines a Triton kernel of each name, and ``kernels/native`` takes this table for its compiled ones.
+SLICE_RULES = {"sgd_slices": False, "adagrad_slices": True}
 
 
 def build() -> dict[str, Any]:

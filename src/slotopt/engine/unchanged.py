@@ -1,0 +1,98 @@
+"""What a step proves unchanged before it writes anything, beyond its variables' own kind (engine/core.py): that no
+variable is one a kernel may not write, and that every slot is still of the kind it was made.
+
+A plan (engine/plan.py) caches work, never trust: these checks run on every step, the slots in one C++ pass over
+them all where the tensor table is built (``kernels/native/tensor_table.py``), in Python elsewhere, with the same
+verdicts. A step that fails them is refused before its first write, with a message naming the tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+from typing import Any
+
+import torch
+
+from ..kernels.native import tensor_table
+from ..kernels.native.operands import Held
+from .plan import Pair, is_python_dispatch, within_storage
+
+__all__ = ["slots_hold", "check_slots", "check_writable"]
+
+
+def _all_slots(opt: Any) -> list[Any]:
+    return list(chain.from_iterable(map(dict.values, opt._slots.values())))
+
+
+def slots_hold(opt: Any) -> bool:
+    """Whether every slot of ``opt`` is still the tensor last checked, unchanged (address, dtype, device, sizes,
+    storage bounds, kind), in one C++ pass over them all; else, or without the C++ checks, whether each still has
+    the dtype and sizes it was made with and lies inside its storage (read in Python, then recorded again)."""
+    kinds = opt.__dict__.get("_slot_kinds")
+    if not kinds:
+        return True
+    slots = _all_slots(opt)
+    record = opt.__dict__.get("_slot_record")
+    if record is not None and len(slots) == record[0]:
+        if type(record[1]) is Held:
+            if not tensor_table.active() and record[1].holds(slots):
+                return True
+        elif tensor_table.active() and tensor_table.same_tensors(record[1], slots):
+            return True
+    expected = [kinds.get(key) for key in chain.from_iterable(
+        ((name, pos) for pos in table) for name, table in opt._slots.items())]
+    if not all(kind is None or not isinstance(slot, torch.Tensor) or (
+            slot.dtype == kind[0] and slot.shape == kind[1] and within_storage(slot))
+            for slot, kind in zip(slots, expected)):
+        opt.__dict__.pop("_slot_record", None)
+        return False
+    if tensor_table.active():
+        record = tensor_table.make_plan(slots) if slots else None  # (None: a slot not read directly)
+    else:
+        record = Held.of(slots)
+    opt.__dict__["_slot_record"] = None if record is None else (len(slots), record)
+    return True
+
+
+def check_slots(opt: Any) -> None:
+    """A slot resized or re-typed in place since it was made (``resize_``, ``set_``, ``.data =`` a tensor of
+    another dtype or shape) is refused before anything is written: its rule would read it as the kind it was made
+    (its ``state_dict`` would no longer load, an int32 slot would get float bits). Values assigned in place
+    (``copy_``), or a new storage of the same kind, are fine."""
+    if slots_hold(opt):
+        return
+    kinds = opt.__dict__["_slot_kinds"]
+    for name, table in opt._slots.items():
+        for pos, slot in table.items():
+            kind = kinds.get((name, pos))
+            if kind is None or not isinstance(slot, torch.Tensor):
+                continue
+            if slot.dtype != kind[0] or slot.shape != kind[1] or not within_storage(slot):
+                where = opt._var_names[pos] if pos < len(opt._var_names) else pos
+                raise ValueError(
+                    f"State {name!r} of variable {where} is now {slot.dtype} of shape {tuple(slot.shape)}; the "
+                    f"optimizer made it {kind[0]} of shape {tuple(kind[1])}. Assign a slot's values in place "
+                    "(slot.copy_(...)) rather than resizing or re-typing it.")
+
+
+def check_writable(opt: Any, pairs: Sequence[Pair]) -> None:
+    """Refused before any variable of the step is written (torch's own error would come from the first kernel that
+    writes it, after the variables before it): an inference tensor outside inference mode, and a variable whose
+    storage no longer holds its elements (``untyped_storage().resize_(0)``, as FSDP frees a parameter)."""
+    variables = [pair[1] for pair in pairs if pair[0] is not None]
+    if tensor_table.readable(variables, True):
+        return  # (one C++ pass: every variable plain, contiguous, inside its storage and writable)
+    inference_ok = torch.is_inference_mode_enabled()
+    for var in variables:
+        if not isinstance(var, torch.Tensor) or is_python_dispatch(var):
+            continue  # (checked as a variable elsewhere; a wrapper subclass is torch's to check)
+        if var.is_inference() and not inference_ok:
+            raise RuntimeError(
+                f"Variable {opt._name_of(var)} is an inference tensor (made under torch.inference_mode()): it cannot "
+                "be updated in place outside inference mode. Train a clone made outside it (torch.optim raises too).")
+        if not within_storage(var):
+            raise RuntimeError(
+                f"Variable {opt._name_of(var)} of shape {tuple(var.shape)} lies outside its storage of "
+                f"{var.untyped_storage().nbytes()} bytes (the storage was resized under it, e.g. freed by "
+                "untyped_storage().resize_(0)): restore its storage before stepping.")

@@ -1,0 +1,144 @@
+"""What the compiled path requires of a tensor it takes by address, and how it records a write (``native.apply``).
+
+A kernel reads and writes memory at the addresses it is given: a tensor qualifies only when its class leaves
+dispatch to torch (a wrapper subclass such as torchao's or float8's, or a fake tensor, keeps no elements in its
+storage), it is contiguous, its elements lie inside its storage, and, when written, it is writable now (no
+inference tensor outside inference mode). Anything else goes to torch's ops (the foreach kernels), which handle
+or refuse it. A write moves the tensor's version counter, on every torch slotopt supports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter, is_
+from typing import Any, Optional
+
+import torch
+
+from . import tensor_table
+
+__all__ = ["in_storage", "within_storage", "is_python_dispatch", "direct", "Held"]
+
+try:
+    from torch.autograd.graph import increment_version as _torch_increment_version
+except ImportError:  # older torch
+    _torch_increment_version = torch._C._increment_version  # type: ignore[attr-defined]
+
+_NO_DISPATCH = torch._C._disabled_torch_dispatch_impl
+
+
+def _takes_lists() -> bool:
+    """Whether this torch's ``increment_version`` takes a list (2.5 on); torch 2.4's takes one tensor and raises on
+    a list, which a compiled call found only after its kernel had written."""
+    try:
+        _torch_increment_version([torch.zeros(1)])
+    except (TypeError, RuntimeError):
+        return False
+    return True
+
+
+_LIST_VERSIONS = _takes_lists()
+
+
+def _increment_version(tensors: Sequence[torch.Tensor]) -> None:
+    """Moves the version counter of each of ``tensors``, on every torch (called before a kernel writes them)."""
+    if _LIST_VERSIONS:
+        _torch_increment_version(tensors)
+    else:
+        for tensor in tensors:
+            _torch_increment_version(tensor)
+
+
+def _direct_type(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s class leaves dispatch to torch (no ``__torch_dispatch__`` of its own)."""
+    return getattr(type(tensor), "__torch_dispatch__", _NO_DISPATCH) is _NO_DISPATCH
+
+
+def in_storage(t: torch.Tensor) -> bool:
+    """Whether the elements of a contiguous tensor lie inside its storage (a storage shrunk under its tensor, as
+    ``untyped_storage().resize_`` does, fails this even where the allocator gave the old address back)."""
+    numel = t.numel()
+    if not numel:
+        return True
+    storage = t.untyped_storage()
+    return storage.data_ptr() != 0 and (t.storage_offset() + numel) * t.element_size() <= storage.nbytes()
+
+
+def within_storage(t: torch.Tensor) -> bool:
+    """``in_storage`` for a tensor of any strides: its last element's byte lies inside its storage."""
+    numel = t.numel()
+    if not numel:
+        return True
+    if t.is_contiguous():
+        return in_storage(t)
+    if is_python_dispatch(t) or t.layout is not torch.strided or t.is_nested:
+        return True  # (no storage of its own elements to check: torch's ops handle it)
+    last = t.storage_offset() + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+    storage = t.untyped_storage()
+    return storage.data_ptr() != 0 and (last + 1) * t.element_size() <= storage.nbytes()
+
+
+_is_functional = torch._is_functional_tensor
+
+
+def is_python_dispatch(t: torch.Tensor) -> bool:
+    """Whether ``t``'s class dispatches torch's ops itself (a wrapper subclass: torchao, float8, fake tensors)."""
+    return getattr(type(t), "__torch_dispatch__", _NO_DISPATCH) is not _NO_DISPATCH
+
+
+def direct(t: torch.Tensor) -> bool:
+    """Whether a kernel may read a tensor by address: no wrapper subclass (``__torch_dispatch__``: torchao, float8,
+    fake tensors), no functional wrapper, lazily negated or conjugated view; inside its storage; and writable now
+    (no inference tensor outside inference mode). The C++ checks' ``dense``, ``in_storage`` and ``writable``."""
+    return (not is_python_dispatch(t) and not _is_functional(t)
+            and not t.is_neg() and not t.is_conj() and in_storage(t)
+            and (not t.is_inference() or torch.is_inference_mode_enabled()))
+
+
+_in_storage = in_storage
+
+
+def _readable(tensors: Sequence[torch.Tensor], written: bool) -> bool:
+    """Whether a kernel may take every one of ``tensors`` by address (``direct``: kind, contiguity,
+    storage bounds, and writability when ``written``), in one C++ pass where the table is built."""
+    if tensor_table.active():
+        return tensor_table.readable(tensors, written)
+    return all([t.is_contiguous() and direct(t) for t in tensors])
+
+
+_data_ptr = torch.Tensor.data_ptr
+_storage_ptr = torch.UntypedStorage.data_ptr
+_storage_bytes = torch.UntypedStorage.nbytes
+_dtype, _shape = attrgetter("dtype"), attrgetter("shape")
+
+
+class Held:
+    """The Python checks' record of tensors found whole (each of its kind, inside its storage): the tensors, their
+    addresses, dtypes and sizes, and their storages, held. A tensor still the same object at the same address, of
+    the same dtype and sizes, whose held storage still has the same base and bytes, covers the same bytes of that
+    storage, which the record keeps alive: proven with a handful of C-level passes, instead of reading every
+    tensor's storage through torch's bindings again (several hundred ns each). (For the optimizer's own slots: the
+    user's variables are not held, so that a storage let go between steps is freed then.)"""
+
+    def __init__(self, tensors: list[Any]) -> None:
+        self.tensors = tensors
+        self.addresses = list(map(_data_ptr, tensors))
+        self.dtypes = list(map(_dtype, tensors))
+        self.shapes = list(map(_shape, tensors))
+        self.storages = [t.untyped_storage() for t in tensors]
+        self.bases = list(map(_storage_ptr, self.storages))
+        self.sizes = list(map(_storage_bytes, self.storages))
+
+    @classmethod
+    def of(cls, tensors: list[Any]) -> Optional[Held]:
+        """A record of ``tensors``, or None when one is not a tensor read directly (checked in full every step)."""
+        if not tensors or not all([isinstance(t, torch.Tensor) and direct(t) for t in tensors]):
+            return None
+        return cls(tensors)
+
+    def holds(self, tensors: list[Any]) -> bool:
+        return (all(map(is_, tensors, self.tensors)) and list(map(_data_ptr, tensors)) == self.addresses
+                and list(map(_dtype, tensors)) == self.dtypes and list(map(_shape, tensors)) == self.shapes
+                and list(map(_storage_ptr, self.storages)) == self.bases
+                and list(map(_storage_bytes, self.storages)) == self.sizes
+                and (torch.is_inference_mode_enabled() or not any(map(torch.Tensor.is_inference, tensors))))
