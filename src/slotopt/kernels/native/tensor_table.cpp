@@ -598,7 +598,7 @@ int same_shape(PyObject* shape, c10::IntArrayRef sizes) {
 // first_out_of_range(indices, rows) -> -1 when every element of ``indices`` (a dense contiguous CPU int64 or
 // int32 tensor of any shape) is in [0, rows), else the flat position of the first that is not; None when the
 // tensor is of another kind (the caller checks with torch). One read of the indices, no tensor made: the
-// range check of sparse gradients (engine/sparse.py) on every step.
+// range check of sparse gradients (kernels/rows.py) on every step.
 PyObject* first_out_of_range(PyObject*, PyObject* args) {
   PyObject* object;
   long long rows;
