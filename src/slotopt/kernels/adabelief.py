@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from . import roots
 from .blocks import elementwise
 
 __all__ = ["adabelief"]
@@ -33,8 +34,7 @@ def adabelief(params: Tensors, grads: Tensors, m: Tensors, s: Tensors, *, lr: fl
     torch._foreach_mul_(s, beta_2)
     torch._foreach_add_(s, belief)
     torch._foreach_add_(s, epsilon)
-    denom = torch._foreach_div(s, bias_correction_2)
-    torch._foreach_sqrt_(denom)  # correctly rounded (IEEE), as the reference's
+    denom = roots.sqrt(torch._foreach_div(s, bias_correction_2))  # correctly rounded, as the reference's
     torch._foreach_add_(denom, epsilon)
     step = torch._foreach_div(m, bias_correction_1)
     torch._foreach_div_(step, denom)
