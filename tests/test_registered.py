@@ -260,3 +260,26 @@ def test_the_readers_lists_derive_from_the_registry():
     assert "Lamb" in keras_io.KERAS3_OPTIMIZERS and "Muon" not in keras_io.KERAS3_OPTIMIZERS
     assert set(keras_io.LEGACY_OPTIMIZERS) == {"SGD", "Adam", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta",
                                                "Ftrl"}
+
+
+@pytest.mark.parametrize("face", ["slotopt", "keras3", "legacy", "v1"])
+def test_the_static_names_for_type_checkers_are_the_registrys(face: str) -> None:
+    """The faces export their classes at run time from the registry, which type checkers do not run: each face's
+    ``if TYPE_CHECKING:`` block (tools/write_typing_blocks.py) must bind exactly the registry's names, each to its
+    registered class. Run with TYPE_CHECKING true, here, so a stale or wrong import fails."""
+    import ast
+    import importlib
+
+    from slotopt.engine import registry
+
+    package = "slotopt" if face == "slotopt" else f"slotopt.{face}"
+    module = importlib.import_module(package)
+    tree = ast.parse(Path(module.__file__).read_text())
+    blocks = [node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"]
+    assert len(blocks) == 1, f"{package}: one `if TYPE_CHECKING:` block (run tools/write_typing_blocks.py)"
+    namespace: dict = {"__name__": package, "__package__": package}
+    exec(compile(ast.Module(body=blocks[0].body, type_ignores=[]), module.__file__, "exec"), namespace)
+    bound = {name: value for name, value in namespace.items() if not name.startswith("__")}
+    expected = registry.exported_classes("keras3" if face == "slotopt" else face)
+    assert bound.keys() == expected.keys(), "run tools/write_typing_blocks.py"
+    assert all(bound[name] is expected[name] for name in expected)

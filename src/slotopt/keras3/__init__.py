@@ -14,7 +14,30 @@ Example:
     (1, True)
 """
 
+from typing import TYPE_CHECKING
+
 from ..engine import registry
+
+if TYPE_CHECKING:  # derived from the registry by tools/write_typing_blocks.py; do not edit
+    from .adabelief import AdaBelief as AdaBelief
+    from .adadelta import Adadelta as Adadelta
+    from .adafactor import Adafactor as Adafactor
+    from .adagrad import Adagrad as Adagrad
+    from .adam import Adam as Adam
+    from .adam import AdamW as AdamW
+    from .adamax import Adamax as Adamax
+    from .ftrl import Ftrl as Ftrl
+    from .lamb import Lamb as Lamb
+    from .lion import Lion as Lion
+    from .loss_scale import LossScaleOptimizer as LossScaleOptimizer
+    from .multi_optimizer import MultiOptimizer as MultiOptimizer
+    from .multi_optimizer import OptimizerMap as OptimizerMap
+    from .muon import Muon as Muon
+    from .nadam import Nadam as Nadam
+    from .rmsprop import RMSprop as RMSprop
+    from .schedule_free_adamw import ScheduleFreeAdamW as ScheduleFreeAdamW
+    from .sgd import SGD as SGD
+# end of the derived block
 from . import serialization
 from .optimizer import Optimizer
 from .serialization import deserialize, get, serialize

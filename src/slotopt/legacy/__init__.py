@@ -15,7 +15,23 @@ Example:
     (1, ['m', 'v'], 5)
 """
 
+from typing import TYPE_CHECKING
+
 from ..engine import registry
+
+if TYPE_CHECKING:  # derived from the registry by tools/write_typing_blocks.py; do not edit
+    from .adabelief import AdaBelief as AdaBelief
+    from .adagrad import Adadelta as Adadelta
+    from .adagrad import Adagrad as Adagrad
+    from .adam import Adam as Adam
+    from .adam import Adamax as Adamax
+    from .adam import Nadam as Nadam
+    from .ftrl import Ftrl as Ftrl
+    from .gradient_descent import SGD as SGD
+    from .loss_scale import LossScaleOptimizer as LossScaleOptimizer
+    from .rmsprop import RMSprop as RMSprop
+    RMSProp = RMSprop
+# end of the derived block
 from .optimizer import Optimizer, OptimizerV2
 
 # Every optimizer module registers its classes (``@registry.register("legacy")``); they are exported from there.

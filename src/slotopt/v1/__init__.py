@@ -8,7 +8,23 @@ computed with autograd on; ``global_step`` is an integer tensor such as
 ``slotopt.Variable(0, name="global_step", dtype=torch.int64)``. See ``docs/tf1_migration.md``.
 """
 
+from typing import TYPE_CHECKING
+
 from ..engine import registry
+
+if TYPE_CHECKING:  # derived from the registry by tools/write_typing_blocks.py; do not edit
+    from .adabelief import AdaBeliefOptimizer as AdaBeliefOptimizer
+    from .adadelta import AdadeltaOptimizer as AdadeltaOptimizer
+    from .adagrad import AdagradOptimizer as AdagradOptimizer
+    from .adagrad import ProximalAdagradOptimizer as ProximalAdagradOptimizer
+    from .adagrad_da import AdagradDAOptimizer as AdagradDAOptimizer
+    from .adam import AdamOptimizer as AdamOptimizer
+    from .ftrl import FtrlOptimizer as FtrlOptimizer
+    from .gradient_descent import GradientDescentOptimizer as GradientDescentOptimizer
+    from .gradient_descent import ProximalGradientDescentOptimizer as ProximalGradientDescentOptimizer
+    from .momentum import MomentumOptimizer as MomentumOptimizer
+    from .rmsprop import RMSPropOptimizer as RMSPropOptimizer
+# end of the derived block
 from .optimizer import GATE_GRAPH, GATE_NONE, GATE_OP, InvalidArgumentError, Optimizer
 
 # Every optimizer module registers its classes (``@registry.register("v1")``); they are exported from there.
