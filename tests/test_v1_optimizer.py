@@ -1,5 +1,7 @@
 """TF1 base-class behaviour (tf1_optimizers.md §1): errors, slots, variables(), global_step, gradients, hooks."""
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +9,7 @@ from torch import nn
 
 import slotopt
 from slotopt import IndexedSlices
+from slotopt.engine import gradients
 from slotopt.v1 import (
     AdadeltaOptimizer,
     AdagradDAOptimizer,
@@ -473,6 +476,33 @@ def test_compute_gradients_of_a_tensor_loss():
     with pytest.raises(ValueError, match=r"^No variables to optimize\.$"):
         opt.compute_gradients((w * w).sum(), var_list=[])
 
+
+
+def test_graph_leaves_holds_the_nodes_it_walks():
+    """torch 2.9 frees a backward node's Python object once nothing holds it and gives its id to the next node's: a
+    walk that kept only the ids took the inner SumBackward for the outer one, already visited, and missed ``w``.
+    These stand-in nodes make a new Python object per access, as torch 2.9 does, on every torch."""
+
+    class Node:
+        def __init__(self, order, *children):
+            self.order, self.children = order, children
+
+        def _sequence_nr(self):
+            return self.order
+
+        @property
+        def next_functions(self):
+            return tuple((make(), 0) for make in self.children)
+
+    class Leaf:
+        def __init__(self, variable):
+            self.variable = variable
+
+    w, b = var([1.0, 2.0], "w"), var([0.5], "b")
+    # ((w * 3).sum() + b).sum(): Sum <- Add <- (Sum <- Mul <- w, b)
+    grad_fn = Node(3, lambda: Node(2, lambda: Node(1, lambda: Node(0, lambda: Leaf(w))), lambda: Leaf(b)))
+    leaves = gradients.graph_leaves(types.SimpleNamespace(grad_fn=grad_fn))
+    assert len(leaves) == 2 and leaves[0] is w and leaves[1] is b
 
 def test_minimize_updates_and_counts():
     w = var([1.0, 2.0])

@@ -119,16 +119,19 @@ def graph_leaves(value: torch.Tensor) -> list[torch.Tensor]:
     """Leaf tensors of ``value``'s autograd graph in the order the forward pass first used them.
 
     A leaf's first use is the earliest-created backward node (``_sequence_nr``) that consumes it.
+
+    The walk holds every node it visited: torch may free a node's Python object once nothing references it and give
+    its ``id`` to the next node's (torch 2.9 does), which would then pass for visited and its leaves be missed.
     """
     first_use: dict[int, tuple[int, int]] = {}
     leaves: dict[int, torch.Tensor] = {}
-    visited: set[int] = set()
+    visited: dict[int, Any] = {}  # id -> the node itself, so that no id is reused while the walk runs
     stack = [value.grad_fn]
     while stack:
         node = stack.pop()
         if node is None or id(node) in visited:
             continue
-        visited.add(id(node))
+        visited[id(node)] = node
         order = node._sequence_nr() if hasattr(node, "_sequence_nr") else 0
         for position, (child, _) in enumerate(node.next_functions):
             variable = getattr(child, "variable", None)
