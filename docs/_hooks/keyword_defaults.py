@@ -13,7 +13,7 @@ from griffe import Class, Extension, Parameter, ParameterKind, Parameters
 
 #: Defaults of the arguments taken through ``**kwargs`` that are not None (tf.keras's ``decay``).
 DEFAULTS = {"decay": "0.0"}
-#: Taken by every optimizer's constructor through the engine's metaclass (``engine/core.py``).
+#: Taken by every optimizer's constructor through the engine's metaclass (``engine/construction.py``).
 METACLASS_KEYWORDS = ("params", "gradient_aggregator")
 
 
