@@ -14,9 +14,8 @@ One step is ``engine.pipeline.run_step``; this class only decides what its stage
 
 from __future__ import annotations
 
-import inspect
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional
 
 import torch
@@ -28,8 +27,7 @@ from ..engine.core import Pair, check_gradient_aggregator, count_step
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
-from ..kernels import rows as sparse_rows
-from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, named_variables
+from ..variables import IndexedSlices, Variable, named_variables
 from .hyperparameters import (
     Hyperparameter,
     HyperparameterStore,
@@ -38,23 +36,13 @@ from .hyperparameters import (
     is_number,
     step_scalar,
 )
+from .torch_hooks import TorchHooks
+from .updates import ApplyState, Updates, grouped_dense
 from .weights import SlotWeights
 
 __all__ = ["Optimizer", "OptimizerV2", "ApplyState", "Hyperparameter", "grouped_dense"]
 
-#: ``{(device, dtype): {coefficient name: 0-dim CPU tensor in that dtype}}``, built once per step.
-ApplyState = dict[tuple[torch.device, torch.dtype], dict[str, Any]]
-
 _ALLOWED_KWARGS = ("clipnorm", "clipvalue", "lr", "decay", "global_clipnorm")
-_GROUPED = "_slotopt_grouped"
-
-
-def grouped_dense(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Marks a built-in ``_resource_apply_dense`` whose class also runs dense gradients by (device, dtype) group
-    through ``_apply_dense_group``. A subclass that overrides ``_resource_apply_dense`` loses the mark, and its
-    own per-variable method is called instead."""
-    setattr(method, _GROUPED, True)
-    return method
 
 
 def _clip_argument(key: str, doc: str) -> Any:
@@ -71,7 +59,7 @@ def _clip_argument(key: str, doc: str) -> Any:
     return property(get, set_checked, doc=doc)
 
 
-class Optimizer(SlotWeights, HyperparameterStore):
+class Optimizer(TorchHooks, Updates, SlotWeights, HyperparameterStore):
     """Base class of the tf.keras legacy optimizers (``tf.keras.optimizers.legacy.Optimizer``, OptimizerV2).
 
     A custom optimizer implements ``_create_slots(var_list)`` (calling ``add_slot``), optionally
@@ -128,8 +116,6 @@ class Optimizer(SlotWeights, HyperparameterStore):
     _optional_arguments = checks.OPTIONAL | {"epsilon"}  # tf.keras: ``epsilon or 1e-7``
     _native_torch_spellings = frozenset({"lr"})  # tf.keras takes ``lr`` itself (with its deprecation warning)
     _plans_steps = True  # a checked step leaves a plan; the stages above take an ordinary step's shortcuts
-    #: Per-class cache: does a method accept ``apply_state``?
-    _accepts_apply_state: dict[tuple[type, str], bool] = {}
 
     def __init__(
         self,
@@ -344,83 +330,6 @@ class Optimizer(SlotWeights, HyperparameterStore):
         return loss
 
 
-    # -------------------------------------------------------------------------------------------- torch protocol
-    # The hooks of ``engine/torch_protocol.py``: a group carries the ``_set_hyper`` hyperparameters and ``epsilon``.
-    def _has_learning_rate(self) -> bool:
-        return "learning_rate" in self._hyper
-
-    def _configuration_values(self) -> dict[str, Any]:
-        values = {name: value for name, value in self._hyper.items() if not isinstance(value, Variable)}
-        values.update(decay=self._initial_decay, clipnorm=self._clipnorm, clipvalue=self._clipvalue,
-                      global_clipnorm=self._global_clipnorm)
-        if is_number(self.__dict__.get("epsilon")):
-            values["epsilon"] = self.epsilon
-        return values
-
-    def _hyperparameter_keys(self) -> tuple[str, ...]:
-        keys = tuple(k for k in self._hyper if k not in ("learning_rate", "decay"))
-        return keys + ("epsilon",) if is_number(self.__dict__.get("epsilon")) else keys
-
-    def _read_hyperparameter(self, key: str) -> Any:
-        if key == "epsilon":
-            return self.epsilon
-        value = self._hyper[key]
-        if is_number(value) or isinstance(value, torch.Tensor):
-            return as_written.shown(self.__dict__.get("_as_written", {}), key, float(value))
-        return value
-
-    def _write_hyperparameter(self, key: str, value: Any) -> None:
-        if key == "epsilon":
-            object.__setattr__(self, key, value)
-        else:
-            self._set_hyper(key, value)
-
-    def _current_lr(self) -> float:
-        value = self._hyper["learning_rate"]
-        if isinstance(value, schedules_module.LearningRateSchedule):
-            return float(value(self.iterations.detach().to(torch.float32)))
-        return as_written.shown(self.__dict__.get("_as_written", {}), "learning_rate",
-                                float(self._call_if_callable(value)))
-
-    def _write_learning_rate(self, value: float) -> None:
-        self._set_hyper("learning_rate", value)
-
-    def _lr_is_driven(self) -> bool:
-        value = self._hyper.get("learning_rate")
-        return isinstance(value, schedules_module.LearningRateSchedule) or (
-            callable(value) and not isinstance(value, torch.Tensor))
-
-    def _swap_hyperparameters(self, overrides: Mapping[str, Any]) -> Callable[[], None]:
-        saved_hyper, saved_state, saved_epsilon = dict(self._hyper), self._apply_state, self.__dict__.get("epsilon")
-        for key, value in overrides.items():
-            if key == "epsilon":
-                object.__setattr__(self, "epsilon", value)
-            else:  # a float32 value, as a number hyperparameter is kept
-                self._hyper["learning_rate" if key == "lr" else key] = torch.tensor(float(value), dtype=torch.float32)
-        self._apply_state = None  # coefficients are recomputed from the group's values
-
-        def restore() -> None:
-            self._hyper.clear()
-            self._hyper.update(saved_hyper)
-            self._apply_state = saved_state
-            object.__setattr__(self, "epsilon", saved_epsilon)
-        return restore
-
-    def _state_counter(self) -> Optional[torch.Tensor]:
-        return self._iterations
-
-    def _state_variables(self) -> list[torch.Tensor]:
-        return self._weights
-
-    def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
-        self.build(groups)
-
-    def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
-        if "weights" not in state_dict:
-            return False
-        self.set_weights(list(state_dict["weights"]))  # slotopt 0.1's {"config", "weights"}
-        return True
-
     # -------------------------------------------------------------------------------------------- stages
     def _prepare_pairs(self, grads_and_vars: Any, **options: Any) -> Optional[list[Pair]]:
         """Validates every pair, creates the weights and computes ``apply_state``; raises before any change."""
@@ -528,33 +437,6 @@ class Optimizer(SlotWeights, HyperparameterStore):
                     f"gradient of variable {self._name_of(var)}."
                 )
 
-    def _prepare(self, var_list: Sequence[torch.Tensor]) -> ApplyState:
-        """``apply_state`` for this step: ``_prepare_local`` once per (device, dtype) of ``var_list``."""
-        return self._prepare_kinds(dict.fromkeys((v.device, v.dtype) for v in var_list))
-
-    def _prepare_kinds(self, kinds: Iterable[tuple[torch.device, torch.dtype]]) -> ApplyState:
-        """``apply_state`` for the (device, dtype) pairs ``kinds``."""
-        apply_state: ApplyState = {}
-        for key in kinds:
-            apply_state[key] = {}
-            self._prepare_local(key[0], key[1], apply_state)
-        return apply_state
-
-    def _prepare_local(self, var_device: torch.device, var_dtype: torch.dtype, apply_state: ApplyState) -> None:
-        """Per-(device, dtype) coefficients of this step; the base sets ``lr_t`` (see ``_decayed_lr``)."""
-        if "learning_rate" in self._hyper:
-            apply_state[(var_device, var_dtype)]["lr_t"] = self._decayed_lr(var_dtype)
-
-    def _fallback_apply_state(self, var_device: torch.device, var_dtype: torch.dtype) -> dict[str, Any]:
-        """Coefficients computed on demand, for a ``_resource_apply_*`` called without ``apply_state``."""
-        apply_state: ApplyState = {(var_device, var_dtype): {}}
-        self._prepare_local(var_device, var_dtype, apply_state)
-        return apply_state[(var_device, var_dtype)]
-
-    def _coefficients(self, var: torch.Tensor, apply_state: Optional[ApplyState]) -> dict[str, Any]:
-        key = (var.device, var.dtype)
-        return (apply_state or {}).get(key) or self._fallback_apply_state(*key)
-
     def _transform_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
         """Clips by value, then by norm, then by global norm, then runs each ``gradient_transformers`` fn."""
         if self._clipvalue is None and self._clipnorm is None and self._global_clipnorm is None \
@@ -575,99 +457,11 @@ class Optimizer(SlotWeights, HyperparameterStore):
             pairs = list(fn(pairs))
         return pairs
 
-    def _apply_updates(self, pairs: list[Pair]) -> None:
-        apply_state = self._apply_state
-        if type(pairs) is Ordinary and getattr(type(self)._resource_apply_dense, _GROUPED, False):
-            plan = pairs.plan  # its groups, their variables and the gradients' addresses, read once
-            self.__dict__["_updating_plan"] = plan  # and the slots' (``_slot_lists``)
-            try:
-                for group in plan.groups:
-                    params = plan.group_params(group, self._vars)
-                    key = (params[0].device, params[0].dtype)
-                    coefficients = (apply_state or {}).get(key) or self._fallback_apply_state(*key)
-                    self._apply_dense_group(params, pairs.gradients(group), group, coefficients)
-            finally:
-                self.__dict__["_updating_plan"] = None
-            return
-        dense: list[Pair] = []
-        for grad, var in pairs:
-            if grad is None:
-                continue
-            if is_sparse(grad):
-                grad = as_indexed_slices(grad)
-                values = grad.values if grad.values.dtype == var.dtype else grad.values.to(var.dtype)
-                self._call_with_state("_resource_apply_sparse", self._resource_apply_sparse_duplicate_indices,
-                                      (values, var, grad.indices), apply_state)
-            else:
-                dense.append((grad if grad.dtype == var.dtype else grad.to(var.dtype), var))
-        if not dense:
-            return
-        if getattr(type(self)._resource_apply_dense, _GROUPED, False):
-            by_pos = {self._position(v): g for g, v in dense}
-            for group in self._groups(list(by_pos)):
-                params = [self._vars[p] for p in group]
-                key = (params[0].device, params[0].dtype)
-                coefficients = (apply_state or {}).get(key) or self._fallback_apply_state(*key)
-                self._apply_dense_group(params, [by_pos[p] for p in group], group, coefficients)
-        else:
-            for grad, var in dense:
-                self._call_with_state("_resource_apply_dense", self._resource_apply_dense, (grad, var), apply_state)
-
-    def _call_with_state(self, hook_name: str, fn: Callable[..., Any], args: tuple, apply_state: Any) -> Any:
-        """Calls ``fn(*args)``, adding ``apply_state=`` when ``hook_name`` accepts it (as tf.keras does)."""
-        key = (type(self), hook_name)
-        accepts = self._accepts_apply_state.get(key)
-        if accepts is None:
-            try:
-                params = inspect.signature(getattr(self, hook_name)).parameters
-                accepts = "apply_state" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
-            except (TypeError, ValueError):
-                accepts = False
-            self._accepts_apply_state[key] = accepts
-        return fn(*args, apply_state=apply_state) if accepts else fn(*args)
-
     def _finish_step(self, pairs: list[Pair], **options: Any) -> torch.Tensor:
         self._apply_state = None
         iterations = self.iterations
         count_step(iterations)
         return iterations
-
-    # -------------------------------------------------------------------------------------------- update hooks
-    def _apply_dense_group(self, params: list[torch.Tensor], grads: list[torch.Tensor], positions: list[int],
-                           coefficients: dict[str, Any]) -> None:
-        """Built-ins: one multi-tensor update of a (device, dtype) group of dense gradients."""
-        raise NotImplementedError
-
-    def _resource_apply_dense(self, grad: torch.Tensor, var: torch.Tensor,
-                              apply_state: Optional[ApplyState] = None) -> Any:
-        """Updates ``var`` in place with the dense gradient ``grad``. Subclasses implement this."""
-        raise NotImplementedError("Must be implemented in subclasses.")
-
-    def _resource_apply_sparse_duplicate_indices(self, grad: torch.Tensor, handle: torch.Tensor,
-                                                 indices: torch.Tensor, **kwargs: Any) -> Any:
-        """Sums the rows of repeated ``indices``, then calls ``_resource_apply_sparse`` with unique indices."""
-        unique_indices, summed = sparse_rows.deduplicate(IndexedSlices(grad, indices))
-        return self._resource_apply_sparse(summed, handle, unique_indices, **kwargs)
-
-    def _resource_apply_sparse(self, grad: torch.Tensor, handle: torch.Tensor, indices: torch.Tensor,
-                               apply_state: Optional[ApplyState] = None) -> Any:
-        """Updates rows ``indices`` (unique) of ``handle`` with ``grad[i]``. Subclasses implement this."""
-        raise NotImplementedError("Must be implemented in subclasses.")
-
-    @staticmethod
-    def _resource_scatter_add(x: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``x[i] += v`` in place; returns ``x``."""
-        return x.index_add_(0, i, v.to(x.dtype))
-
-    @staticmethod
-    def _resource_scatter_update(x: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``x[i] = v`` in place; returns ``x``."""
-        return x.index_copy_(0, i, v.to(x.dtype))
-
-    def _lazy_rows(self, var: torch.Tensor, grad: torch.Tensor, indices: torch.Tensor,
-                   slots: Sequence[torch.Tensor], update: Callable[..., None]) -> None:
-        """Built-ins: ``update`` on the touched rows only (``indices`` already unique)."""
-        self._update_touched_rows(var, IndexedSlices(grad, indices), slots, update, deduplicate=False)
 
     def __repr__(self) -> str:
         return as_written.describe(self, f"slotopt.legacy.{type(self).__name__}", self._name)
