@@ -60,7 +60,8 @@ def _tensor_table_extension():
     standard = "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
     return Extension(
         TENSOR_TABLE,
-        sources=[os.path.join(NATIVE, "tensor_table.cpp")],
+        sources=[os.path.join(NATIVE, "tensor_table.cpp"), os.path.join(NATIVE, "tensor_checks.cpp")],
+        depends=[os.path.join(NATIVE, "tensor_table.h")],
         library_dirs=library_paths(),
         runtime_library_dirs=library_paths(),
         libraries=["c10", "torch", "torch_cpu", "torch_python"],

@@ -9,29 +9,17 @@
 // Unlike the rule library (slotopt_kernels.c, plain C), this module uses torch's C++ API, so it only works with
 // the torch it was built against: the build records that torch's version, and slotopt loads the module only
 // under the same one (kernels/native/tensor_table.py); anywhere else the Python path runs, with the same result.
+//
+// This file holds the step plans and the module's method table; tensor_checks.cpp the per-tensor checks and calls
+// (tensor_table.h: what both read of a tensor object).
 
-#include <Python.h>
-
-#include <cstdint>
-#include <algorithm>
-#include <cstring>
-#include <vector>
-
-#include <ATen/core/grad_mode.h>
-#include <c10/core/InferenceMode.h>
-#include <torch/csrc/Device.h>
-#include <torch/csrc/Dtype.h>
-#include <torch/csrc/autograd/python_variable.h>
-#include <torch/csrc/autograd/variable.h>
-
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
+#include "tensor_table.h"
 
 #ifndef SLOTOPT_TORCH_VERSION
 #define SLOTOPT_TORCH_VERSION "unknown"
 #endif
 
+namespace slotopt_tensor_table {
 namespace {
 
 // torch.nn.Parameter (looked up once; a borrowed, immortal-for-our-purposes reference kept by the module).
@@ -110,49 +98,6 @@ PyObject* recycled_pair(Plan* plan, size_t i, PyObject* grad, PyObject* param, s
   return pair;
 }
 
-// A tensor object slotopt may read directly: torch.Tensor or a subclass (Parameter, slotopt.Variable) whose
-// storage holds its elements (no wrapper, functional or meta tensor, no lazy negation or conjugation).
-// (Its type is checked as a C type, without Python's ``isinstance`` protocol: no ``__instancecheck__`` or
-// ``__class__`` of another object can make a non-tensor pass, and a subclass such as slotopt.Variable is not
-// sent through ``isinstance`` on every step.)
-inline bool is_tensor_object(PyObject* object) {
-  return THPVariableClass != nullptr &&
-         (THPVariable_CheckExact(object) ||
-          PyType_IsSubtype(Py_TYPE(object), reinterpret_cast<PyTypeObject*>(THPVariableClass)));
-}
-
-inline const at::Tensor* dense(PyObject* object) {
-  if (!is_tensor_object(object)) return nullptr;
-  const at::Tensor& t = THPVariable_Unpack(object);
-  if (!t.defined() || t.layout() != c10::kStrided || t.is_nested() || !t.has_storage() || t.is_neg() ||
-      t.is_conj() || t.unsafeGetTensorImpl()->is_python_dispatch() ||
-      t.key_set().has(c10::DispatchKey::Functionalize))  // (a functional wrapper's storage is not its data)
-    return nullptr;
-  return &t;
-}
-
-// Whether the elements of a contiguous tensor lie inside its storage: ``(offset + numel) * itemsize`` bytes, no
-// more than the storage holds, from a data pointer that is the storage's own plus the offset. A storage shrunk
-// under its tensor (``untyped_storage().resize_``, FSDP's way to free a parameter) fails this even when the
-// allocator gave the tensor its old address back.
-inline bool in_storage(const at::Tensor& t) {
-  const int64_t numel = t.numel();
-  if (numel == 0) return true;
-  const int64_t offset = t.storage_offset();
-  const auto itemsize = static_cast<uint64_t>(t.element_size());
-  const c10::Storage& storage = t.storage();
-  const auto base = static_cast<const char*>(storage.data());
-  if (base == nullptr || offset < 0 || t.const_data_ptr() != base + offset * static_cast<int64_t>(itemsize))
-    return false;
-  const uint64_t elements = static_cast<uint64_t>(offset) + static_cast<uint64_t>(numel);  // (both < 2^63)
-  return elements <= storage.nbytes() / itemsize;
-}
-
-// Whether a kernel may write ``t`` now: not an inference tensor outside inference mode (torch refuses that write;
-// it is refused before any tensor of the step is written).
-inline bool writable(const at::Tensor& t) {
-  return !t.is_inference() || c10::InferenceMode::is_enabled();
-}
 
 // Reading a tensor's properties chases pointers: the Python object, its TensorImpl, its StorageImpl, its version
 // counter, its autograd metadata. Over thousands of small tensors out of cache each link is a miss, and a loop that
@@ -553,245 +498,6 @@ PyObject* bump_versions(PyObject*, PyObject* tensors) {
   Py_RETURN_NONE;
 }
 
-// A 0-d (or one-element) CPU tensor whose single element may be read or written here: a plain dense tensor
-// (``dense``) of ``type`` that autograd does not track.
-inline const at::Tensor* cpu_scalar(PyObject* object, c10::ScalarType type) {
-  const at::Tensor* t = dense(object);
-  if (t == nullptr || !t->is_cpu() || t->scalar_type() != type || t->numel() != 1 || t->requires_grad() ||
-      !in_storage(*t))
-    return nullptr;
-  return t;
-}
-
-// -1 when every one of the n elements of ``x`` is in [0, rows), else the position of the first that is not.
-template <typename Index>
-int64_t first_outside(const Index* x, int64_t n, long long rows) {
-  for (int64_t i = 0; i < n; ++i)
-    if (x[i] < 0 || static_cast<long long>(x[i]) >= rows) return i;
-  return -1;
-}
-
-// first_outside over the indices in ``t`` (contiguous, on the CPU); -2 when they are neither int64 nor int32.
-int64_t first_index_outside(const at::Tensor& t, long long rows) {
-  if (t.scalar_type() == c10::kLong) return first_outside(t.const_data_ptr<int64_t>(), t.numel(), rows);
-  if (t.scalar_type() == c10::kInt) return first_outside(t.const_data_ptr<int32_t>(), t.numel(), rows);
-  return -2;
-}
-
-// Whether ``shape`` (a tuple or list of Python ints, e.g. torch.Size) equals ``sizes``: 1 yes, 0 no, -1 when this
-// cannot tell (another kind of sequence or number: the caller compares in Python).
-int same_shape(PyObject* shape, c10::IntArrayRef sizes) {
-  if (!PyTuple_Check(shape) && !PyList_Check(shape)) return -1;
-  const Py_ssize_t dims = PySequence_Fast_GET_SIZE(shape);
-  if (dims != static_cast<Py_ssize_t>(sizes.size())) return 0;
-  PyObject** items = PySequence_Fast_ITEMS(shape);
-  for (Py_ssize_t d = 0; d < dims; ++d) {
-    if (!PyLong_CheckExact(items[d])) return -1;
-    int overflow = 0;
-    const long long size = PyLong_AsLongLongAndOverflow(items[d], &overflow);
-    if (overflow != 0) return -1;
-    if (size != sizes[d]) return 0;
-  }
-  return 1;
-}
-
-// first_out_of_range(indices, rows) -> -1 when every element of ``indices`` (a dense contiguous CPU int64 or
-// int32 tensor of any shape) is in [0, rows), else the flat position of the first that is not; None when the
-// tensor is of another kind (the caller checks with torch). One read of the indices, no tensor made: the
-// range check of sparse gradients (kernels/rows.py) on every step.
-PyObject* first_out_of_range(PyObject*, PyObject* args) {
-  PyObject* object;
-  long long rows;
-  if (!PyArg_ParseTuple(args, "OL", &object, &rows)) return nullptr;
-  const at::Tensor* t = dense(object);
-  if (t == nullptr || !t->is_cpu() || !t->is_contiguous() || !in_storage(*t)) Py_RETURN_NONE;
-  const int64_t bad = first_index_outside(*t, rows);
-  if (bad == -2) Py_RETURN_NONE;
-  return PyLong_FromLongLong(bad);
-}
-
-// slices_fit(values, indices, dense_shape, variable) -> True when slices with these parts fit ``variable`` as
-// ``OptimizerCore._check_gradient`` requires (rows of the variable's row shape, floating values (of the variable's
-// dtype for a complex one) on its device, integer indices all inside the table, a dense shape that is None or the
-// variable's), read in one call; None when this cannot tell (anything
-// else: the Python checks then decide, and raise where they must). Never False: a refusal is Python's to word.
-PyObject* slices_fit(PyObject*, PyObject* args) {
-  PyObject *values_object, *indices_object, *shape_object, *variable_object;
-  if (!PyArg_ParseTuple(args, "OOOO", &values_object, &indices_object, &shape_object, &variable_object))
-    return nullptr;
-  const at::Tensor* variable = dense(variable_object);
-  const at::Tensor* values = dense(values_object);
-  const at::Tensor* indices = dense(indices_object);
-  if (variable == nullptr || values == nullptr || indices == nullptr) Py_RETURN_NONE;
-  try {
-    if (variable->dim() == 0 || values->dim() == 0 || values->sizes().slice(1) != variable->sizes().slice(1)) Py_RETURN_NONE;
-    // Real variables take floating values (of any float dtype: cast later), complex ones values of their dtype.
-    auto real = [](c10::ScalarType t) {
-      return t == c10::kHalf || t == c10::kBFloat16 || t == c10::kFloat || t == c10::kDouble;
-    };
-    const c10::ScalarType type = variable->scalar_type();
-    const bool complex = type == c10::kComplexFloat || type == c10::kComplexDouble;
-    if (!(complex ? values->scalar_type() == type : real(type) && real(values->scalar_type()))) Py_RETURN_NONE;
-    if (values->device() != variable->device()) Py_RETURN_NONE;
-    if (!indices->is_cpu() || !indices->is_contiguous() || !in_storage(*indices)) Py_RETURN_NONE;
-    if (values->size(0) != indices->numel()) Py_RETURN_NONE;  // one row of values per index
-    if (first_index_outside(*indices, variable->size(0)) != -1) Py_RETURN_NONE;
-    if (shape_object != Py_None && same_shape(shape_object, variable->sizes()) != 1) Py_RETURN_NONE;
-  } catch (const std::exception&) {
-    Py_RETURN_NONE;
-  }
-  Py_RETURN_TRUE;
-}
-
-// same_kind(variable, dtype, device, shape) -> True when the variable still has this torch.dtype, torch.device
-// and shape (a tuple of ints, e.g. torch.Size), False when it surely has not, None when this cannot tell (the
-// caller compares in Python). What the optimizer recorded when it built a variable's state is checked on every
-// step (``OptimizerCore._check_variables_unchanged``).
-PyObject* same_kind(PyObject*, PyObject* args) {
-  PyObject *variable_object, *dtype_object, *device_object, *shape_object;
-  if (!PyArg_ParseTuple(args, "OOOO", &variable_object, &dtype_object, &device_object, &shape_object))
-    return nullptr;
-  if (!is_tensor_object(variable_object) || !THPDtype_Check(dtype_object) || !THPDevice_Check(device_object) ||
-      !PyTuple_Check(shape_object))  // (the recorded torch.Size)
-    Py_RETURN_NONE;
-  try {
-    const at::Tensor& t = THPVariable_Unpack(variable_object);
-    if (!t.defined() || t.is_nested() || t.unsafeGetTensorImpl()->is_python_dispatch()) Py_RETURN_NONE;
-    if (t.scalar_type() != reinterpret_cast<THPDtype*>(dtype_object)->scalar_type ||
-        t.device() != reinterpret_cast<THPDevice*>(device_object)->device)
-      Py_RETURN_FALSE;
-    const int same = same_shape(shape_object, t.sizes());
-    if (same == -1) Py_RETURN_NONE;
-    return PyBool_FromLong(same);
-  } catch (const std::exception&) {
-    Py_RETURN_NONE;
-  }
-}
-
-// scalar(tensor) -> the value of a one-element float32 or float64 CPU tensor as a Python float (exact), or None
-// for anything else (the caller asks torch). A learning rate is read on every step: this costs no dispatch.
-PyObject* scalar(PyObject*, PyObject* object) {
-  const at::Tensor* t = dense(object);
-  if (t == nullptr || !t->is_cpu() || t->numel() != 1 || !in_storage(*t)) Py_RETURN_NONE;
-  if (t->scalar_type() == c10::kFloat) return PyFloat_FromDouble(*t->const_data_ptr<float>());
-  if (t->scalar_type() == c10::kDouble) return PyFloat_FromDouble(*t->const_data_ptr<double>());
-  Py_RETURN_NONE;
-}
-
-// increment(tensor) -> True after ``tensor += 1`` for a one-element int64 CPU tensor that autograd does not
-// track (its version counter moves first, as torch's in-place add would move it), else False with nothing done
-// (the caller runs torch's ``add_``, which also raises what torch raises: an inference tensor outside inference
-// mode). The iteration counter moves on every step.
-PyObject* increment(PyObject*, PyObject* object) {
-  const at::Tensor* t = cpu_scalar(object, c10::kLong);
-  if (t == nullptr || t->is_inference()) Py_RETURN_FALSE;
-  try {
-    t->unsafeGetTensorImpl()->bump_version();  // (throws for an inference tensor)
-  } catch (const std::exception&) {
-    Py_RETURN_FALSE;
-  }
-  ++*static_cast<int64_t*>(t->unsafeGetTensorImpl()->mutable_data());
-  Py_RETURN_TRUE;
-}
-
-// The signature of the compiled rules on slices (rules.inc, SLICE_RULE): -1 when the rule ran, else the position
-// of the first index outside [0, rows), with nothing written.
-using SliceRule = int64_t (*)(int64_t rows, int64_t width, int64_t k, const int64_t* indices, const void* values,
-                              void* param, void* state, const double* scalars);
-
-// slices(rule, param, indices, values, state, scalars) -> -1 (done), the position of the first bad index
-// (nothing written), or None when the call is not taken here (the caller's Python path decides; it takes
-// everything this refuses). ``rule`` is the address of one compiled rule of the library, for ``param``'s dtype
-// (``dtype`` below is its scalar type); ``state`` is a tensor or None; ``scalars`` a tuple of floats (at most 4).
-// The operand checks of ``native.apply_slices`` in one pass: every tensor a plain dense contiguous CPU tensor,
-// ``values`` and ``state`` of ``param``'s dtype, ``values`` shaped (k, *param.shape[1:]), ``state`` shaped like
-// ``param``, ``indices`` int64 of k elements, and no tensor autograd would see changed. The written tensors'
-// version counters move after the rule ran, as torch's in-place ops move them.
-PyObject* slices(PyObject*, PyObject* args) {
-  unsigned long long address;
-  int dtype_code;
-  PyObject *param_object, *indices_object, *values_object, *state_object, *scalar_tuple;
-  if (!PyArg_ParseTuple(args, "KiOOOOO!", &address, &dtype_code, &param_object, &indices_object, &values_object,
-                        &state_object, &PyTuple_Type, &scalar_tuple))
-    return nullptr;
-  if (address == 0) Py_RETURN_NONE;
-  const auto dtype = static_cast<c10::ScalarType>(dtype_code);
-  const at::Tensor* param = dense(param_object);
-  const at::Tensor* indices = dense(indices_object);
-  const at::Tensor* values = dense(values_object);
-  const at::Tensor* state = state_object == Py_None ? nullptr : dense(state_object);
-  if (param == nullptr || indices == nullptr || values == nullptr || (state_object != Py_None && state == nullptr))
-    Py_RETURN_NONE;
-  double scalars[4];
-  Py_ssize_t count = PyTuple_GET_SIZE(scalar_tuple);
-  if (count > 4) Py_RETURN_NONE;
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    PyObject* item = PyTuple_GET_ITEM(scalar_tuple, i);
-    if (!PyFloat_CheckExact(item)) Py_RETURN_NONE;
-    scalars[i] = PyFloat_AS_DOUBLE(item);
-  }
-  try {
-    const bool grad_mode = at::GradMode::is_enabled();
-    auto plain = [&](const at::Tensor* t) {
-      return t->is_cpu() && t->is_contiguous() && in_storage(*t) && !t->is_inference() &&
-             !(grad_mode && t->requires_grad());
-    };
-    if (!plain(param) || !plain(indices) || !plain(values) || (state != nullptr && !plain(state))) Py_RETURN_NONE;
-    if (param->scalar_type() != dtype || values->scalar_type() != dtype || indices->scalar_type() != c10::kLong ||
-        (state != nullptr && state->scalar_type() != dtype))
-      Py_RETURN_NONE;
-    const int64_t dims = param->dim();
-    if (dims == 0 || values->dim() != dims || indices->dim() != 1) Py_RETURN_NONE;
-    const int64_t k = values->size(0), rows = param->size(0);
-    if (indices->size(0) != k || values->sizes().slice(1) != param->sizes().slice(1) ||
-        (state != nullptr && state->sizes() != param->sizes()))
-      Py_RETURN_NONE;
-    const int64_t width = rows ? param->numel() / rows : 0;
-    const int64_t* index_data = indices->const_data_ptr<int64_t>();
-    const void* value_data = values->const_data_ptr();
-    void* param_data = param->unsafeGetTensorImpl()->mutable_data();
-    void* state_data = state != nullptr ? state->unsafeGetTensorImpl()->mutable_data() : nullptr;
-    int64_t bad;
-    Py_BEGIN_ALLOW_THREADS  // (as ctypes does: the arguments' references keep the tensors alive meanwhile)
-    bad = reinterpret_cast<SliceRule>(address)(rows, width, k, index_data, value_data, param_data, state_data,
-                                               scalars);
-    Py_END_ALLOW_THREADS
-    if (bad == -1) {
-      param->unsafeGetTensorImpl()->bump_version();
-      if (state != nullptr) state->unsafeGetTensorImpl()->bump_version();
-    }
-    return PyLong_FromLongLong(bad);
-  } catch (const std::exception&) {
-    Py_RETURN_NONE;
-  }
-}
-
-#if defined(__SSE__)
-// What a step sets on its thread (engine/pipeline.py): autograd off, as ``torch.no_grad()``, and subnormals flushed
-// to zero, as TensorFlow's kernels run (numerics/fpmode.py; MXCSR flush-to-zero | denormals-are-zero). In two
-// calls instead of four through torch's bindings and ctypes.
-constexpr unsigned kDenormalBits = 0x8040u;
-
-// enter_step() -> a token for leave_step: the previous grad mode (bit 0) and denormal bits.
-PyObject* enter_step(PyObject*, PyObject*) {
-  long token = at::GradMode::is_enabled() ? 1 : 0;
-  at::GradMode::set_enabled(false);
-  const unsigned csr = _mm_getcsr();
-  _mm_setcsr(csr | kDenormalBits);
-  token |= static_cast<long>(csr & kDenormalBits);
-  return PyLong_FromLong(token);
-}
-
-// leave_step(token): puts back what enter_step found.
-PyObject* leave_step(PyObject*, PyObject* token_object) {
-  const long token = PyLong_AsLong(token_object);
-  if (token == -1 && PyErr_Occurred()) return nullptr;
-  _mm_setcsr((_mm_getcsr() & ~kDenormalBits) | (static_cast<unsigned>(token) & kDenormalBits));
-  at::GradMode::set_enabled((token & 1) != 0);
-  Py_RETURN_NONE;
-}
-#endif
-
 // gradients(params) -> [(p.grad, p) for p in params if p.grad is not None], reading each ``.grad`` in C++ for
 // plain tensors and parameters (a subclass, whose ``grad`` a Python property may define, goes through getattr).
 PyObject* gradients(PyObject*, PyObject* params) {
@@ -864,9 +570,10 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tensor_table", "slotopt's per-ste
                       methods, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
+}  // namespace slotopt_tensor_table
 
 PyMODINIT_FUNC PyInit__tensor_table(void) {
-  PyObject* m = PyModule_Create(&module);
+  PyObject* m = PyModule_Create(&slotopt_tensor_table::module);
   if (m != nullptr && PyModule_AddStringConstant(m, "torch_version", SLOTOPT_TORCH_VERSION) != 0) {
     Py_DECREF(m);
     return nullptr;
