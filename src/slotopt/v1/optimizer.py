@@ -16,7 +16,6 @@ Everything is validated before anything changes: a call that raises leaves varia
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Optional, Union
 
@@ -28,10 +27,11 @@ from ..engine.core import Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
-from ..kernels import rows as sparse_rows
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
 from .config import constructor_config, from_constructor_config
-from .state import NamedState, cast, check_hyperparameter, convert_to_tensor, is_number
+from .hooks import SubclassHooks
+from .state import NamedState, cast, check_hyperparameter, convert_to_tensor
+from .torch_hooks import TorchHooks, argument_name
 
 __all__ = ["Optimizer", "InvalidArgumentError", "GATE_NONE", "GATE_OP", "GATE_GRAPH"]
 
@@ -45,21 +45,11 @@ _VALID_DTYPES_TEXT = "[torch.float32, torch.float64, torch.float16, torch.bfloat
 Loss = Union[Callable[[], torch.Tensor], torch.Tensor]
 
 
-#: The constructor argument behind each short hyperparameter key (TF1 keeps ``l1`` for
-#: ``l1_regularization_strength``...): messages name the argument the caller wrote.
-_ARGUMENT_NAMES = {"l1": "l1_regularization_strength", "l2": "l2_regularization_strength",
-                   "l2_shrinkage": "l2_shrinkage_regularization_strength", "lr": "learning_rate"}
-
-
-def argument_name(key: str) -> str:
-    return _ARGUMENT_NAMES.get(key, key)
-
-
 class InvalidArgumentError(ValueError):
     """TensorFlow's ``tf.errors.InvalidArgumentError``: a kernel rejected an argument's value at apply time."""
 
 
-class Optimizer(NamedState):
+class Optimizer(SubclassHooks, TorchHooks, NamedState):
     """Base class of the TF1 optimizers (``tf.compat.v1.train.Optimizer``), on PyTorch tensors.
 
     Subclasses implement TF1's hooks. ``_create_slots(var_list)`` creates per-variable state with
@@ -399,76 +389,6 @@ class Optimizer(NamedState):
         self._update_ops = []
         return None
 
-    # ------------------------------------------------------------------------------------------ subclass hooks
-    def _create_slots(self, var_list: list[torch.Tensor]) -> None:
-        """Creates the slots of the variables that have a gradient in this call (idempotent)."""
-
-    def _prepare(self) -> None:
-        """Converts hyperparameters (called once per ``apply_gradients``, after ``_create_slots``)."""
-
-    def _finish(self, update_ops: list[Any], name_scope: str) -> Any:
-        """Runs after every variable of the call was updated (Adam advances its beta powers here)."""
-        return None
-
-    def _resource_apply_dense(self, grad: torch.Tensor, handle: torch.Tensor) -> Any:
-        """Updates ``handle`` in place from a dense gradient. Defaults to ``_apply_dense``."""
-        return self._apply_dense(grad, handle)
-
-    def _apply_dense(self, grad: torch.Tensor, var: torch.Tensor) -> Any:
-        """Updates ``var`` in place from a dense gradient (built-ins: their kernel on a one-element list)."""
-        if type(self)._dense_update is Optimizer._dense_update:
-            raise NotImplementedError(
-                f"{type(self).__name__} must implement `_apply_dense(grad, var)` or "
-                "`_resource_apply_dense(grad, handle)`.")
-        pos = self._position(var)
-        self._dense_update([var], [grad], self._slot_lists(self._kernel_slots, [pos]))
-        return None
-
-    def _resource_apply_sparse_duplicate_indices(self, grad: torch.Tensor, handle: torch.Tensor,
-                                                 indices: torch.Tensor) -> Any:
-        """Sums the rows of repeated indices, then calls ``_resource_apply_sparse``."""
-        if type(self)._apply_sparse_duplicate_indices is not Optimizer._apply_sparse_duplicate_indices:
-            return self._apply_sparse_duplicate_indices(IndexedSlices(grad, indices, tuple(handle.shape)), handle)
-        unique, summed = sparse_rows.deduplicate(IndexedSlices(grad, indices, tuple(handle.shape)))
-        return self._resource_apply_sparse(summed, handle, unique)
-
-    def _apply_sparse_duplicate_indices(self, grad: IndexedSlices, var: torch.Tensor) -> Any:
-        """Sums the rows of repeated indices, then calls ``_apply_sparse``."""
-        unique, summed = sparse_rows.deduplicate(grad)
-        return self._apply_sparse(IndexedSlices(summed, unique, tuple(var.shape)), var)
-
-    def _resource_apply_sparse(self, grad: torch.Tensor, handle: torch.Tensor, indices: torch.Tensor) -> Any:
-        """Updates the rows ``indices`` (unique) of ``handle``. Defaults to ``_apply_sparse``; built-ins update
-        only the touched rows of the variable and its slots."""
-        if type(self)._sparse_update is Optimizer._sparse_update:
-            return self._apply_sparse(IndexedSlices(grad, indices, tuple(handle.shape)), handle)
-        pos = self._position(handle)
-        names = self._kernel_slots
-        scalar_rows = math.prod(handle.shape[1:]) == 1
-        self._update_touched_rows(
-            handle, IndexedSlices(grad, indices, tuple(handle.shape)), [self._slots[n][pos] for n in names],
-            lambda params, grads, slots: self._sparse_update(
-                params, grads, {n: [s] for n, s in zip(names, slots)}, scalar_rows=scalar_rows),
-            deduplicate=False)
-        return None
-
-    def _apply_sparse(self, grad: IndexedSlices, var: torch.Tensor) -> Any:
-        """Updates ``var`` from an ``IndexedSlices`` gradient with unique indices."""
-        if type(self)._sparse_update is Optimizer._sparse_update:
-            raise NotImplementedError(
-                f"{type(self).__name__} must implement `_apply_sparse(grad, var)` or "
-                "`_resource_apply_sparse(grad, handle, indices)` to take sparse gradients.")
-        return self._resource_apply_sparse(grad.values, var, grad.indices)
-
-    # Built-in optimizers implement these two with their multi-tensor kernels.
-    def _dense_update(self, params: list[torch.Tensor], grads: list[torch.Tensor],
-                      slots: dict[str, list[torch.Tensor]]) -> None:
-        raise NotImplementedError
-
-    def _sparse_update(self, params: list[torch.Tensor], grads: list[torch.Tensor],
-                       slots: dict[str, list[torch.Tensor]], scalar_rows: bool) -> None:
-        raise NotImplementedError
-
     # ------------------------------------------------------------------------------------------ torch protocol
     # The hooks of ``engine/torch_protocol.py``: a group carries the constructor's hyperparameters (TF1 names).
     def build(self, var_list: Any) -> None:
@@ -484,72 +404,6 @@ class Optimizer(NamedState):
         except BaseException:
             transaction.restore(self, saved)  # no slot is left behind by a build that raised
             raise
-
-    def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
-        self.build(groups)
-
-    def _hypers(self) -> dict[str, Any]:
-        return self.__dict__.get("_hyper", {})
-
-    def _configuration_values(self) -> dict[str, Any]:
-        return dict(self._hypers())
-
-    def _check_configuration(self) -> None:
-        """TF1's kernels check the ranges at apply time (``InvalidArgumentError``, see ``_check_positive``), and
-        slotopt keeps that; but a NaN or infinite number is refused here, since no kernel would catch it."""
-        for key, value in {**self._attribute_values(), **self._configuration_values()}.items():
-            if key in checks.FLAGS:
-                checks.check_flag(key, value)
-            elif value is not None and not (callable(value) and not isinstance(value, torch.Tensor)):
-                # a number of any kind (np.bool_ too: refused), a tensor, or something convert_to_tensor refuses
-                checks.check_number(argument_name(key), value, self._hyperparameter_ranges.get(key, checks.ANY))
-
-    def _check_hyperparameter(self, key: str, value: Any) -> None:
-        key = "learning_rate" if key == "lr" else key
-        checks.check_number(argument_name(key), value, self._hyperparameter_ranges.get(key, checks.ANY))
-
-    def _has_learning_rate(self) -> bool:
-        return "learning_rate" in self._hypers()
-
-    def _hyperparameter_keys(self) -> tuple[str, ...]:
-        return tuple(k for k in self._hypers() if k != "learning_rate")
-
-    def _read_hyperparameter(self, key: str) -> Any:
-        value = self._hypers()[key]
-        return float(value) if is_number(value) or isinstance(value, torch.Tensor) else value
-
-    def _write_hyperparameter(self, key: str, value: Any) -> None:
-        self._hypers()[key] = value
-
-    def _current_lr(self) -> float:
-        return float(self._call_if_callable(self._hypers()["learning_rate"]))
-
-    def _write_learning_rate(self, value: float) -> None:
-        self._hypers()["learning_rate"] = value
-
-    def _lr_is_driven(self) -> bool:
-        value = self._hypers().get("learning_rate")
-        return callable(value) and not isinstance(value, torch.Tensor)
-
-    def _swap_hyperparameters(self, overrides: Mapping[str, Any]) -> Callable[[], None]:
-        hypers = self._hypers()
-        saved = dict(hypers)
-        hypers.update({("learning_rate" if k == "lr" else k): v for k, v in overrides.items()})
-        self._prepare()
-
-        def restore() -> None:
-            hypers.clear()
-            hypers.update(saved)
-            self._prepare()
-        return restore
-
-    def _state_variables(self) -> list[torch.Tensor]:
-        return list(self._non_slot_variables())
-
-    # ------------------------------------------------------------------------------------------ hyperparameters
-    @staticmethod
-    def _call_if_callable(param: Any) -> Any:
-        return param() if callable(param) and not isinstance(param, torch.Tensor) else param
 
     def __repr__(self) -> str:
         return as_written.describe(self, f"slotopt.v1.{type(self).__name__}", self._name)
