@@ -75,14 +75,16 @@ _DOUBLE = {"cos": _c_unary(math.cos, math.nan), "exp": _c_unary(math.exp, math.i
 _SINGLE = {"cos": _cosf, "exp": _expf, "log": _logf}
 
 
-def _host_exact(t: torch.Tensor) -> bool:
-    """A float32/float64 tensor on a GPU (not while a CUDA graph is captured): computed from a host copy."""
+def on_host(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a float32/float64 tensor on a device with data (CUDA, ...) whose exact value is computed
+    from a host copy: a GPU's libraries give other bits. Not while a CUDA graph is captured on its device (no host
+    copy can be taken: the device's own functions are recorded instead). ``numerics.ops`` asks the same."""
     return t.device.type not in ("cpu", "meta") and t.dtype in (torch.float32, torch.float64) and not (
         t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
 def _elementwise(name: str, t: torch.Tensor, torch_fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    if _host_exact(t):
+    if on_host(t):
         return _elementwise(name, t.detach().cpu(), torch_fn).to(t.device)  # the C library's bits, on a GPU too
     if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
         return torch_fn(t)
@@ -117,7 +119,7 @@ def scalar_pow(x: float, y: float, single: bool) -> float:
 def pow(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``x ** y`` element by element (broadcast) with the C library: what TensorFlow computes for the elements
     that do not fill a whole packet. For whole tensors use :func:`slotopt.numerics.pow`."""
-    if _host_exact(x):
+    if on_host(x):
         y = y.detach().cpu() if isinstance(y, torch.Tensor) else y
         return pow(x.detach().cpu(), y).to(x.device)  # the C library's bits, on a GPU too
     if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):

@@ -36,18 +36,6 @@ def _cpu_exact(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and t.dtype in _EXACT
 
 
-def _on_host(t: torch.Tensor) -> bool:
-    """Whether ``t`` is a float32/float64 tensor on a device with data (CUDA, ...) whose exact value is computed
-    from a host copy."""
-    return t.device.type not in ("cpu", "meta") and t.dtype in _EXACT and not _capturing(t)
-
-
-def _capturing(t: torch.Tensor) -> bool:
-    """Whether a CUDA graph is being captured on ``t``'s device (no host copy can be taken: the device's own
-    functions are recorded instead)."""
-    return t.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
 def _device_divides(tensors: Sequence[torch.Tensor], divisor: object) -> bool:
     """Whether ``tensors`` are float32/float64 tensors on a GPU divided by a number (the CPU, other dtypes and
     tensor divisors keep torch's own division)."""
@@ -108,7 +96,7 @@ def pow(x: torch.Tensor, exponent: Union[Number, torch.Tensor], rows: bool = Fal
 
     ``exponent`` is a number (rounded to ``x``'s dtype) or a tensor broadcastable to ``x``.
     """
-    if _on_host(x):
+    if libm.on_host(x):
         return pow(x.detach().cpu(), exponent, rows).to(x.device)
     if not _cpu_exact(x):
         return torch.pow(x, exponent)
@@ -123,7 +111,7 @@ def pow(x: torch.Tensor, exponent: Union[Number, torch.Tensor], rows: bool = Fal
 
 def sum(t: torch.Tensor) -> torch.Tensor:  # noqa: A001 - TensorFlow's name
     """The sum of every element (a 0-d tensor) in Eigen's full-reduction order (``tf.reduce_sum``)."""
-    if _on_host(t):
+    if libm.on_host(t):
         return sum(t.detach().cpu()).to(t.device)
     if not _cpu_exact(t):
         return torch.sum(t)
@@ -133,7 +121,7 @@ def sum(t: torch.Tensor) -> torch.Tensor:  # noqa: A001 - TensorFlow's name
 def mean(t: torch.Tensor, dim: Optional[int] = None, keepdim: bool = False) -> torch.Tensor:
     """``tf.reduce_mean``: the sum (Eigen's order) divided by the count. Over the innermost axis every row is
     reduced like a whole tensor; over another axis the elements are added in order from 0."""
-    if _on_host(t):
+    if libm.on_host(t):
         return mean(t.detach().cpu(), dim, keepdim).to(t.device)
     if not _cpu_exact(t):
         return torch.mean(t) if dim is None else torch.mean(t, dim=dim, keepdim=keepdim)
