@@ -36,7 +36,7 @@ from torch._C._nn import unflatten_dense_tensors
 
 from ..triton import rules as triton_rules
 from . import tensor_table, variants
-from .operands import _direct_type, _in_storage, _increment_version, _readable
+from .operands import _increment_version, _readable, in_storage, is_python_dispatch
 from .variants import VARIANTS
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
@@ -176,7 +176,7 @@ def takes(tensor: torch.Tensor) -> bool:
     """Whether the compiled path runs element-wise rules on tensors like ``tensor`` (device, dtype and kind: a
     wrapper subclass such as torchao's or float8's, whose storage is not its elements, goes to torch's ops)."""
     return _library is not None and _mode != "foreach" and tensor.dtype in _dtypes and tensor.is_cpu \
-        and _direct_type(tensor)
+        and not is_python_dispatch(tensor)
 
 
 def dtypes() -> frozenset[torch.dtype]:
@@ -357,10 +357,10 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
         indices = indices.contiguous()
     k, rows = values.shape[0], param.shape[0]
     width = param.numel() // rows if rows else 0
-    if not all(map(_direct_type, (param, indices, values, *([] if state is None else [state])))):
+    if any(map(is_python_dispatch, (param, indices, values, *([] if state is None else [state])))):
         return False  # a wrapper subclass: torch's ops take it
     written = [param] if state is None else [param, state]
-    if not (all(map(_in_storage, (param, indices, values, *written[1:])))
+    if not (all(map(in_storage, (param, indices, values, *written[1:])))
             and (torch.is_inference_mode_enabled() or not any([t.is_inference() for t in written]))):
         return False  # (torch's ops refuse or handle it; the versions below can then not fail after the kernel)
     values_array = _DOUBLES[len(scalars)](*scalars)

@@ -49,11 +49,6 @@ def _increment_version(tensors: Sequence[torch.Tensor]) -> None:
             _torch_increment_version(tensor)
 
 
-def _direct_type(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor``'s class leaves dispatch to torch (no ``__torch_dispatch__`` of its own)."""
-    return getattr(type(tensor), "__torch_dispatch__", _NO_DISPATCH) is _NO_DISPATCH
-
-
 def in_storage(t: torch.Tensor) -> bool:
     """Whether the elements of a contiguous tensor lie inside its storage (a storage shrunk under its tensor, as
     ``untyped_storage().resize_`` does, fails this even where the allocator gave the old address back)."""
@@ -93,9 +88,6 @@ def direct(t: torch.Tensor) -> bool:
     return (not is_python_dispatch(t) and not _is_functional(t)
             and not t.is_neg() and not t.is_conj() and in_storage(t)
             and (not t.is_inference() or torch.is_inference_mode_enabled()))
-
-
-_in_storage = in_storage
 
 
 def _readable(tensors: Sequence[torch.Tensor], written: bool) -> bool:
