@@ -149,7 +149,7 @@ def _expression(entry: Entry, rule: str, arguments: set[str], constants: dict[st
                 raise TypeError(f"scalars of {rule!r}: argument {value!r} of {entry.name!r} is neither a name nor "
                                 "a bool, an int or None")
         return f"_f{index}({', '.join(parts)})"
-    raise TypeError(f"scalars of {rule!r}: {entry!r} is not a Scalar, a Flag or an Integer")
+    raise AssertionError(entry)  # (_generate checked the kinds)
 
 
 def _generate(rule: str, positional: list[str], keywords: list[inspect.Parameter], entries: tuple[Entry, ...],
@@ -158,6 +158,9 @@ def _generate(rule: str, positional: list[str], keywords: list[inspect.Parameter
     ones with the kernel's defaults, returning the tuple (or None where ``foreach_if`` holds)."""
     arguments = set(positional) | {p.name for p in keywords}
     constants: dict[str, Any] = {}
+    for entry in entries:
+        if not isinstance(entry, (Scalar, Flag, Integer)):
+            raise TypeError(f"scalars of {rule!r}: {entry!r} is not a Scalar, a Flag or an Integer")
     names = {entry.name for entry in entries}
     if len(names) != len(entries):
         raise TypeError(f"scalars of {rule!r}: a name is given twice")
