@@ -169,6 +169,9 @@ def _unassigned_reads(sources: dict[str, str]) -> list[str]:
 
 def test_the_header_is_the_one_generated_from_the_descriptions():
     assert HEADER == scalars.header(), "run tools/write_rules_scalars.py, then pip install -e ."
+    # a rule described outside slotopt (a test's) has no C form: not in the header
+    native.compiled("test_rule_scalars_outside", 2, (Scalar("lr"),))(_kernel)
+    assert "test_rule_scalars_outside" in scalars.DESCRIPTIONS and HEADER == scalars.header()
 
 
 def test_every_c_rule_reads_exactly_its_described_scalars_by_name_and_kind():

@@ -242,11 +242,14 @@ _HEADER_TOP = """\
 
 
 def header(descriptions: Optional[dict[str, Description]] = None) -> str:
-    """The text of ``rules_scalars.h`` for ``descriptions`` (default: every registered one), rules in name order."""
+    """The text of ``rules_scalars.h`` for ``descriptions`` (default: every registered one), rules in name order;
+    only the rules of slotopt's own modules (a rule described elsewhere, e.g. in a test, has no C form here)."""
     descriptions = DESCRIPTIONS if descriptions is None else descriptions
     lines = [_HEADER_TOP]
     for rule in sorted(descriptions):
         description = descriptions[rule]
+        if not description.module.startswith("slotopt."):
+            continue
         listed = ", ".join(entry.name + ("" if entry.kind == "scalar" else f" ({entry.kind})")
                            for entry in description.entries)
         lines.append("\n" + "\n".join(textwrap.wrap(f"/* {rule} ({description.module}): {listed} */", 116,
