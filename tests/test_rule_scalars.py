@@ -278,7 +278,8 @@ def _kernel(params, grads, v_hat=None, *, lr, beta, flag=False, optional=None):
     ((Scalar("lr"), Scalar("lr")), None, "a name is given twice"),
     ((Scalar("lr"), Flag("unknown")), None, "flag 'unknown' is not an argument of the kernel"),
     ((Scalar("lr"), Integer("rows", len, ("params", 1.5))), None, "neither a name nor a bool"),
-    ((Scalar("lr"), Scalar("optional", absent="0")), None, "`absent` of 'optional' must be a number"),
+    ((Scalar("lr"), Scalar("optional", absent="0")), None, "`absent` of 'optional' must be a finite number"),
+    ((Scalar("lr"), Scalar("optional", absent=float("inf"))), None, "must be a finite number"),
     ((Scalar("lr"),), "not flg", "foreach_if names 'flg'"),
     ((Scalar("lr"), "beta"), None, "is not a Scalar, a Flag or an Integer"),
 ])

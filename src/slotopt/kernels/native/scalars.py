@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import keyword
+import math
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
@@ -126,8 +127,9 @@ def _expression(entry: Entry, rule: str, arguments: set[str], constants: dict[st
         name = argument(entry.name, "scalar")
         if entry.absent is None:
             return name
-        if not isinstance(entry.absent, (int, float)) or isinstance(entry.absent, bool):
-            raise TypeError(f"scalars of {rule!r}: `absent` of {name!r} must be a number")
+        if not isinstance(entry.absent, (int, float)) or isinstance(entry.absent, bool) \
+                or not math.isfinite(entry.absent):
+            raise TypeError(f"scalars of {rule!r}: `absent` of {name!r} must be a finite number")
         return f"({name} or {float(entry.absent)!r})"
     if isinstance(entry, Flag):
         _identifier(entry.name, "flag", rule)
