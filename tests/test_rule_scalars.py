@@ -183,7 +183,8 @@ def test_every_c_rule_reads_exactly_its_described_scalars_by_name_and_kind():
 def test_every_triton_kernel_reads_its_scalars_at_their_described_positions():
     assert check_triton(scalars.DESCRIPTIONS, TRITON_SOURCES, RULES_INC) == []
     assert _unassigned_reads(TRITON_SOURCES) == []
-    changed = TRITON_SOURCES["rules.py"].replace("w - (w * wd) * wd_lr", "w - (w * _sv(s_ptr, 6, S6, BY_VALUE)) * wd_lr", 1)
+    inline = "w - (w * _sv(s_ptr, 6, S6, BY_VALUE)) * wd_lr"  # a read with no local to check its name by
+    changed = TRITON_SOURCES["rules.py"].replace("w - (w * wd) * wd_lr", inline, 1)
     assert len(_unassigned_reads({**TRITON_SOURCES, "rules.py": changed})) == 1
 
 

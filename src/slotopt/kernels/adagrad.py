@@ -89,7 +89,8 @@ def _scalar_over(scalar: float, tensors: Tensors) -> Tensors:
     return out
 
 
-@compiled("apply_adagrad", 3, (Scalar("lr"), Flag("scalar_rows"), Integer("packet_row", packet_row, ("params", "rows"))))
+@compiled("apply_adagrad", 3, (Scalar("lr"), Flag("scalar_rows"),
+                               Integer("packet_row", packet_row, ("params", "rows"))))
 def apply_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float,
                   scalar_rows: bool = False, rows: bool = False) -> None:
     """TensorFlow's ``ApplyAdagrad`` / ``SparseApplyAdagrad`` (no epsilon; TF1 ``AdagradOptimizer``).
