@@ -204,7 +204,7 @@ def test_a_rule_without_a_compiled_form_falls_back_to_foreach(kernel_mode):
     if not native.dtypes():
         pytest.skip("the compiled kernels are not built here")
 
-    @native.compiled("slotopt_has_no_such_rule", 2, lambda params, grads, *, lr: [lr])
+    @native.compiled("slotopt_has_no_such_rule", 2, (native.Scalar("lr"),))
     def halve(params: list[torch.Tensor], grads: list[torch.Tensor], *, lr: float) -> None:
         torch._foreach_add_(params, grads, alpha=-lr)
 

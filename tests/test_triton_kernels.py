@@ -148,11 +148,12 @@ def test_the_kernels_compile_for_a_hopper_gpu_without_contraction_or_approximati
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from slotopt.kernels.native.scalars import DESCRIPTIONS
     from slotopt.kernels.triton import rules
 
     kernels = rules.build()
     for name, dtype, aligned in (("adam", "fp32", True), ("rmsprop", "fp64", False)):
-        flags = {flag: 1 for flag, _ in rules.LAYOUT[name][1]}
+        flags = {flag: 1 for flag, _ in DESCRIPTIONS[name].flags}
         # float32 takes its scalars by value (kernel arguments), float64 from the scalar vector
         constants = {**flags, "BY_VALUE": dtype == "fp32", "ALIGNED": aligned, "BLOCK": 1024}
         signature = {"tab_ptr": "*i64", "meta_ptr": "*i64", "s_ptr": f"*{dtype}", "T": "i32",

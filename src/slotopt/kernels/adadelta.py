@@ -8,8 +8,9 @@ from .. import numerics
 from ..variables import IndexedSlices
 from . import roots
 from . import rows as sparse_rows
+from .adagrad import packet_row
 from .blocks import elementwise
-from .native import compiled
+from .native import Integer, Scalar, compiled
 
 __all__ = ["adadelta", "adadelta_slices"]
 
@@ -42,7 +43,7 @@ def _adadelta_deltas(grads: Tensors, accumulated_grad: Tensors, accumulated_delt
     return delta
 
 
-@compiled("adadelta", 4, lambda p, g, eg, ed, *, lr, rho, one_minus_rho, epsilon: (lr, rho, one_minus_rho, epsilon))
+@compiled("adadelta", 4, (Scalar("lr"), Scalar("rho"), Scalar("one_minus_rho"), Scalar("epsilon")))
 @elementwise
 def adadelta(params: Tensors, grads: Tensors, accumulated_grad: Tensors, accumulated_delta: Tensors, *,
              lr: float, rho: float, one_minus_rho: float, epsilon: float) -> None:
@@ -76,14 +77,8 @@ def adadelta_slices(param: torch.Tensor, grad: IndexedSlices, accumulated_grad: 
     sparse_rows.scatter_add_(param, indices, delta[0].mul_(lr))
 
 
-def _packet_row(tensors: Tensors, rows: bool) -> int:
-    from .adagrad import packet_row
-
-    return packet_row(tensors, rows)
-
-
-@compiled("apply_adadelta", 4, lambda p, g, a, u, *, lr, rho, one_minus_rho, epsilon, rows=False: (
-    lr, rho, one_minus_rho, epsilon, _packet_row(p, rows)))
+@compiled("apply_adadelta", 4, (Scalar("lr"), Scalar("rho"), Scalar("one_minus_rho"), Scalar("epsilon"),
+                                Integer("packet_row", packet_row, ("params", "rows"))))
 def apply_adadelta(params: Tensors, grads: Tensors, accum: Tensors, accum_update: Tensors, *, lr: float,
                    rho: float, one_minus_rho: float, epsilon: float, rows: bool = False) -> None:
     """TensorFlow's ``ApplyAdadelta`` / ``SparseApplyAdadelta`` kernel (TF1 ``AdadeltaOptimizer`` and the

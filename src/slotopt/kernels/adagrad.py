@@ -8,7 +8,7 @@ from .. import numerics
 from . import native, roots
 from . import rows as sparse_rows
 from .blocks import elementwise
-from .native import compiled
+from .native import Flag, Integer, Scalar, compiled
 
 __all__ = ["adagrad", "adagrad_slices"]
 
@@ -29,7 +29,7 @@ def _adagrad_steps(grads: Tensors, accumulators: Tensors, *, lr: float, epsilon:
     return step
 
 
-@compiled("adagrad", 3, lambda p, g, a, *, lr, epsilon, epsilon_inside_root=True: (lr, epsilon, epsilon_inside_root))
+@compiled("adagrad", 3, (Scalar("lr"), Scalar("epsilon"), Flag("epsilon_inside_root")))
 @elementwise
 def adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, epsilon: float,
             epsilon_inside_root: bool = True) -> None:
@@ -44,6 +44,10 @@ def adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float
                                                epsilon_inside_root=epsilon_inside_root))
 
 
+#: The scalar vector of the compiled rule on slices ``adagrad_slices`` (and of its Triton twin).
+_ADAGRAD_SLICES = native.slices("adagrad_slices", True, (Scalar("lr"), Scalar("epsilon")), __name__)
+
+
 def adagrad_slices(param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, accumulator: torch.Tensor, *,
                    lr: float, epsilon: float) -> None:
     """Keras 3 ``Adagrad`` on slices (TensorFlow backend, keras3_sparse.md §4.6), touching only their rows:
@@ -56,7 +60,8 @@ def adagrad_slices(param: torch.Tensor, indices: torch.Tensor, values: torch.Ten
     bits), CUDA float32/float64 tensors its Triton twin (``kernels.triton.apply_slices``); this torch code is the
     specification and the fallback.
     """
-    if native.apply_slices("adagrad_slices", param, indices, values, accumulator, (lr, epsilon)):
+    if native.apply_slices("adagrad_slices", param, indices, values, accumulator,
+                           _ADAGRAD_SLICES.vector(lr=lr, epsilon=epsilon)):
         return
     sparse_rows.check_rows(indices, param.shape[0])
     sparse_rows.scatter_add_(accumulator, indices, values * values)
@@ -84,8 +89,8 @@ def _scalar_over(scalar: float, tensors: Tensors) -> Tensors:
     return out
 
 
-@compiled("apply_adagrad", 3, lambda p, g, a, *, lr, scalar_rows=False, rows=False: (
-    lr, scalar_rows, packet_row(p, rows)))
+@compiled("apply_adagrad", 3, (Scalar("lr"), Flag("scalar_rows"),
+                               Integer("packet_row", packet_row, ("params", "rows"))))
 def apply_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float,
                   scalar_rows: bool = False, rows: bool = False) -> None:
     """TensorFlow's ``ApplyAdagrad`` / ``SparseApplyAdagrad`` (no epsilon; TF1 ``AdagradOptimizer``).
@@ -105,8 +110,9 @@ def apply_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr:
     torch._foreach_sub_(params, step)
 
 
-@compiled("apply_proximal_adagrad", 3, lambda p, g, a, *, lr, l1, l2, l1_positive, scalar_rows=False, rows=False: (
-    None if scalar_rows else (lr, l1, l2, l1_positive, packet_row(p, rows))))  # scalar rows divide in float64
+@compiled("apply_proximal_adagrad", 3, (Scalar("lr"), Scalar("l1"), Scalar("l2"), Flag("l1_positive"),
+                                        Integer("packet_row", packet_row, ("params", "rows"))),
+          foreach_if="scalar_rows")  # scalar rows divide in float64
 def apply_proximal_adagrad(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, l1: float,
                            l2: float, l1_positive: bool, scalar_rows: bool = False, rows: bool = False) -> None:
     """TensorFlow's ``ApplyProximalAdagrad`` / ``SparseApplyProximalAdagrad`` (TF1 ``ProximalAdagradOptimizer``).
@@ -133,7 +139,7 @@ def apply_proximal_adagrad(params: Tensors, grads: Tensors, accumulators: Tensor
     fobos_shrink(params, threshold, denominator, l1_positive=l1_positive, widen=scalar_rows)
 
 
-@compiled("apply_adagrad_da", 4, lambda p, g, ga, gg, *, lr, t_l1, l2_t_lr, l1_positive: (lr, t_l1, l2_t_lr, l1_positive))
+@compiled("apply_adagrad_da", 4, (Scalar("lr"), Scalar("t_l1"), Scalar("l2_t_lr"), Flag("l1_positive")))
 @elementwise
 def apply_adagrad_da(params: Tensors, grads: Tensors, grad_sums: Tensors, squared_sums: Tensors, *, lr: float,
                      t_l1: float, l2_t_lr: float, l1_positive: bool) -> None:
@@ -161,7 +167,7 @@ def apply_adagrad_da(params: Tensors, grads: Tensors, grad_sums: Tensors, square
     torch._foreach_copy_(params, numerator)
 
 
-@compiled("apply_adagrad_da_rows", 4, lambda p, g, ga, gg, *, t, l1, l2, t_lr, l1_positive: (t, l1, l2, t_lr, l1_positive))
+@compiled("apply_adagrad_da_rows", 4, (Scalar("t"), Scalar("l1"), Scalar("l2"), Scalar("t_lr"), Flag("l1_positive")))
 @elementwise
 def apply_adagrad_da_rows(params: Tensors, grads: Tensors, grad_sums: Tensors, squared_sums: Tensors, *,
                           t: float, l1: float, l2: float, t_lr: float, l1_positive: bool) -> None:

@@ -10,7 +10,7 @@ import torch
 from .. import numerics
 from . import roots
 from .blocks import elementwise
-from .native import compiled
+from .native import Flag, Scalar, compiled
 from .shards import ShardLayout, sum_over_layouts
 from .weight_decay import decoupled_weight_decay
 
@@ -45,10 +45,9 @@ def second_moment(grads: Tensors, v: Tensors, squares: Optional[Tensors] = None,
     torch._foreach_add_(v, delta)
 
 
-@compiled("adam", 5, lambda p, g, m, v, vh, *, alpha, one_minus_beta_1, one_minus_beta_2, epsilon,
-          weight_decay=None, weight_decay_lr=0.0: (
-    alpha, one_minus_beta_1, one_minus_beta_2, epsilon, vh is not None, weight_decay is not None,
-    weight_decay or 0.0, weight_decay_lr))
+@compiled("adam", 5, (Scalar("alpha"), Scalar("one_minus_beta_1"), Scalar("one_minus_beta_2"), Scalar("epsilon"),
+                      Flag("amsgrad", given="v_hat"), Flag("decay", given="weight_decay"),
+                      Scalar("weight_decay", absent=0.0), Scalar("weight_decay_lr")))
 @elementwise
 def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors],
          squares: Optional[Tensors] = None, *, alpha: float, one_minus_beta_1: float, one_minus_beta_2: float,
@@ -67,7 +66,7 @@ def adam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
     adam_variable_update(params, m, v, v_hat, alpha=alpha, epsilon=epsilon)
 
 
-@compiled("adam_variable_update", 4, lambda p, m, v, vh, *, alpha, epsilon: (alpha, epsilon, vh is not None),
+@compiled("adam_variable_update", 4, (Scalar("alpha"), Scalar("epsilon"), Flag("amsgrad", given="v_hat")),
           read_only=(1, 2))
 @elementwise
 def adam_variable_update(params: Tensors, m: Tensors, v: Tensors, v_hat: Optional[Tensors], *, alpha: float,
@@ -84,9 +83,9 @@ def adam_variable_update(params: Tensors, m: Tensors, v: Tensors, v_hat: Optiona
     torch._foreach_sub_(params, step)
 
 
-@compiled("adamax", 4, lambda p, g, m, u, *, lr, one_minus_beta_1, beta_2, epsilon, one_minus_beta_1_power,
-          scaled_lr=None: (lr, one_minus_beta_1, beta_2, epsilon, one_minus_beta_1_power, scaled_lr is not None,
-                           scaled_lr or 0.0))
+@compiled("adamax", 4, (Scalar("lr"), Scalar("one_minus_beta_1"), Scalar("beta_2"), Scalar("epsilon"),
+                        Scalar("one_minus_beta_1_power"), Flag("scaled", given="scaled_lr"),
+                        Scalar("scaled_lr", absent=0.0)))
 @elementwise
 def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, abs_grads: Optional[Tensors] = None, *,
            lr: float, one_minus_beta_1: float, beta_2: float, epsilon: float, one_minus_beta_1_power: float,
@@ -115,10 +114,9 @@ def adamax(params: Tensors, grads: Tensors, m: Tensors, u: Tensors, abs_grads: O
     torch._foreach_sub_(params, step)
 
 
-@compiled("nadam", 4, lambda p, g, m, v, *, lr, one_minus_beta_1, one_minus_beta_2, mu_next, one_minus_mu,
-          one_minus_product, one_minus_product_next, one_minus_beta_2_power, epsilon: (
-    lr, one_minus_beta_1, one_minus_beta_2, mu_next, one_minus_mu, one_minus_product, one_minus_product_next,
-    one_minus_beta_2_power, epsilon))
+@compiled("nadam", 4, (Scalar("lr"), Scalar("one_minus_beta_1"), Scalar("one_minus_beta_2"), Scalar("mu_next"),
+                       Scalar("one_minus_mu"), Scalar("one_minus_product"), Scalar("one_minus_product_next"),
+                       Scalar("one_minus_beta_2_power"), Scalar("epsilon")))
 @elementwise
 def nadam(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, squares: Optional[Tensors] = None,
           gradient_terms: Optional[Tensors] = None, *, lr: float, one_minus_beta_1: float,
@@ -256,10 +254,10 @@ def _nadam_denominator(v_rows: Tensors, *, one_minus_beta_2_power: float, epsilo
     return denom
 
 
-@compiled("nadam_cached", 4, lambda p, g, m, v, *, lr, beta_1, beta_2, one_minus_beta_1, one_minus_beta_2,
-          one_minus_mu, mu_next, one_minus_product, one_minus_product_next, one_minus_beta_2_power, epsilon: (
-    lr, beta_1, beta_2, one_minus_beta_1, one_minus_beta_2, one_minus_mu, mu_next, one_minus_product,
-    one_minus_product_next, one_minus_beta_2_power, epsilon))
+@compiled("nadam_cached", 4, (Scalar("lr"), Scalar("beta_1"), Scalar("beta_2"), Scalar("one_minus_beta_1"),
+                              Scalar("one_minus_beta_2"), Scalar("one_minus_mu"), Scalar("mu_next"),
+                              Scalar("one_minus_product"), Scalar("one_minus_product_next"),
+                              Scalar("one_minus_beta_2_power"), Scalar("epsilon")))
 @elementwise
 def nadam_cached(params: Tensors, grads: Tensors, m: Tensors, v: Tensors, *, lr: float, beta_1: float,
                  beta_2: float, one_minus_beta_1: float, one_minus_beta_2: float, one_minus_mu: float,

@@ -5,15 +5,14 @@ from __future__ import annotations
 import torch
 
 from .blocks import elementwise
-from .native import compiled
+from .native import Scalar, compiled
 
 __all__ = ["moving_average"]
 
 Tensors = list[torch.Tensor]
 
 
-@compiled("moving_average", 2, lambda p, a, *, momentum, one_minus_momentum: (momentum, one_minus_momentum),
-          read_only=(0,))
+@compiled("moving_average", 2, (Scalar("momentum"), Scalar("one_minus_momentum")), read_only=(0,))
 @elementwise(scale=2)
 def moving_average(params: Tensors, averages: Tensors, *, momentum: float, one_minus_momentum: float) -> None:
     """``avg <- avg * momentum + w * (1 - momentum)`` (after the update; momentum 0 on the first step)."""

@@ -8,15 +8,15 @@ import torch
 
 from .. import numerics
 from . import roots
-from .native import compiled
+from .native import Flag, Scalar, compiled
 
 __all__ = ["ftrl"]
 
 Tensors = list[torch.Tensor]
 
 
-@compiled("ftrl_root", 4, lambda p, g, n, z, *, lr, power, l1, two_l2, shrinkage, scalar_rows=False, root=False,
-          rows=False: (lr, l1, two_l2, shrinkage, scalar_rows) if root else None)  # pow: numerics.pow on both paths
+@compiled("ftrl_root", 4, (Scalar("lr"), Scalar("l1"), Scalar("two_l2"), Scalar("shrinkage"), Flag("scalar_rows")),
+          foreach_if="not root")  # pow: numerics.pow on both paths
 def ftrl(params: Tensors, grads: Tensors, accumulators: Tensors, linears: Tensors,
          squares: Optional[Tensors] = None, *, lr: float, power: float, l1: float, two_l2: float, shrinkage: float,
          scalar_rows: bool = False, root: bool = False, rows: bool = False) -> None:

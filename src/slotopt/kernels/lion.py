@@ -7,15 +7,15 @@ from typing import Optional
 import torch
 
 from .blocks import elementwise
-from .native import compiled
+from .native import Scalar, compiled
 
 __all__ = ["lion"]
 
 Tensors = list[torch.Tensor]
 
 
-@compiled("lion", 3, lambda p, g, m, *, lr, beta_1, one_minus_beta_1, beta_2, one_minus_beta_2: (
-    lr, beta_1, one_minus_beta_1, beta_2, one_minus_beta_2))
+@compiled("lion", 3, (Scalar("lr"), Scalar("beta_1"), Scalar("one_minus_beta_1"), Scalar("beta_2"),
+                      Scalar("one_minus_beta_2")))
 @elementwise
 def lion(params: Tensors, grads: Tensors, momenta: Tensors, scaled_1: Optional[Tensors] = None,
          scaled_2: Optional[Tensors] = None, *, lr: float, beta_1: float, one_minus_beta_1: float, beta_2: float,

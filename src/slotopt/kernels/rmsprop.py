@@ -10,8 +10,9 @@ from .. import numerics
 from ..variables import IndexedSlices
 from . import roots
 from . import rows as sparse_rows
+from .adagrad import packet_row
 from .blocks import elementwise
-from .native import compiled
+from .native import Flag, Integer, Scalar, compiled
 
 __all__ = ["rmsprop", "rmsprop_slices"]
 
@@ -54,9 +55,9 @@ def _rmsprop_increments(grads: Tensors, denom: Tensors, *, lr: float) -> Tensors
     return increment
 
 
-@compiled("rmsprop", 5, lambda p, g, v, mom, avg, *, lr, rho, one_minus_rho, momentum_decay, epsilon,
-          epsilon_inside_root=True: (lr, rho, one_minus_rho, momentum_decay, epsilon, epsilon_inside_root,
-                                     mom is not None, avg is not None))
+@compiled("rmsprop", 5, (Scalar("lr"), Scalar("rho"), Scalar("one_minus_rho"), Scalar("momentum_decay"),
+                         Scalar("epsilon"), Flag("epsilon_inside_root"), Flag("has_momentum", given="momentum"),
+                         Flag("centered", given="average_gradient")))
 @elementwise
 def rmsprop(params: Tensors, grads: Tensors, velocity: Tensors, momentum: Optional[Tensors],
             average_gradient: Optional[Tensors], *, lr: float, rho: float, one_minus_rho: float,
@@ -112,8 +113,8 @@ def rmsprop_slices(param: torch.Tensor, grad: IndexedSlices, velocity: torch.Ten
         sparse_rows.scatter_add_(param, grad.indices, increment.neg_())
 
 
-@compiled("apply_rmsprop", 5, lambda p, g, ms, mom, mg, *, lr, one_minus_rho, momentum, epsilon: (
-    lr, one_minus_rho, momentum, epsilon, mg is not None))
+@compiled("apply_rmsprop", 5, (Scalar("lr"), Scalar("one_minus_rho"), Scalar("momentum"), Scalar("epsilon"),
+                               Flag("centered", given="mg")))
 @elementwise
 def apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg: Tensors | None, *, lr: float,
                   one_minus_rho: float, momentum: float, epsilon: float) -> None:
@@ -144,14 +145,9 @@ def apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg
     torch._foreach_sub_(params, mom)
 
 
-def _packet_row(tensors: Tensors) -> int:
-    from .adagrad import packet_row
-
-    return packet_row(tensors, True)
-
-
-@compiled("sparse_apply_rmsprop", 5, lambda p, g, ms, mom, mg, *, lr, rho, one_minus_rho, momentum, epsilon: (
-    lr, rho, one_minus_rho, momentum, epsilon, mg is not None, _packet_row(p)))
+@compiled("sparse_apply_rmsprop", 5, (Scalar("lr"), Scalar("rho"), Scalar("one_minus_rho"), Scalar("momentum"),
+                                      Scalar("epsilon"), Flag("centered", given="mg"),
+                                      Integer("packet_row", packet_row, ("params", True))))
 def sparse_apply_rmsprop(params: Tensors, grads: Tensors, ms: Tensors, mom: Tensors, mg: Tensors | None, *,
                          lr: float, rho: float, one_minus_rho: float, momentum: float, epsilon: float) -> None:
     """TensorFlow's ``SparseApplyRMSProp`` / ``SparseApplyCenteredRMSProp`` on the touched rows (other forms

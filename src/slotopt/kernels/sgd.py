@@ -9,7 +9,7 @@ import torch
 from . import native
 from . import rows as sparse_rows
 from .blocks import elementwise
-from .native import compiled
+from .native import Flag, Scalar, compiled
 from .weight_decay import decoupled_weight_decay
 
 __all__ = ["sgd", "keras_momentum"]
@@ -17,8 +17,8 @@ __all__ = ["sgd", "keras_momentum"]
 Tensors = list[torch.Tensor]
 
 
-@compiled("sgd", 2, lambda p, g, *, lr, weight_decay=None, weight_decay_lr=0.0: (
-    lr, weight_decay is not None, weight_decay or 0.0, weight_decay_lr))
+@compiled("sgd", 2, (Scalar("lr"), Flag("decay", given="weight_decay"), Scalar("weight_decay", absent=0.0),
+                     Scalar("weight_decay_lr")))
 @elementwise(scale=2)
 def sgd(params: Tensors, grads: Tensors, *, lr: float, weight_decay: Optional[float] = None,
         weight_decay_lr: float = 0.0) -> None:
@@ -28,8 +28,8 @@ def sgd(params: Tensors, grads: Tensors, *, lr: float, weight_decay: Optional[fl
     torch._foreach_sub_(params, torch._foreach_mul(grads, lr))
 
 
-@compiled("keras_momentum", 3, lambda p, g, m, *, lr, momentum, nesterov, weight_decay=None, weight_decay_lr=0.0: (
-    lr, momentum, nesterov, weight_decay is not None, weight_decay or 0.0, weight_decay_lr))
+@compiled("keras_momentum", 3, (Scalar("lr"), Scalar("momentum"), Flag("nesterov"), Flag("decay", given="weight_decay"),
+                                Scalar("weight_decay", absent=0.0), Scalar("weight_decay_lr")))
 @elementwise(scale=2)
 def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, steps: Optional[Tensors] = None, *,
                    lr: float, momentum: float, nesterov: bool, weight_decay: Optional[float] = None,
@@ -54,8 +54,8 @@ def keras_momentum(params: Tensors, grads: Tensors, momenta: Tensors, steps: Opt
 
 
 
-@compiled("momentum", 3, lambda p, g, a, *, lr, momentum, nesterov, lr_times_momentum=None: (
-    lr, momentum, nesterov, lr_times_momentum is not None, lr_times_momentum or 0.0))
+@compiled("momentum", 3, (Scalar("lr"), Scalar("momentum"), Flag("nesterov"),
+                          Flag("fused_product", given="lr_times_momentum"), Scalar("lr_times_momentum", absent=0.0)))
 @elementwise(scale=2)
 def momentum(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: float, momentum: float,
              nesterov: bool, lr_times_momentum: float | None = None) -> None:
@@ -80,6 +80,10 @@ def momentum(params: Tensors, grads: Tensors, accumulators: Tensors, *, lr: floa
     torch._foreach_sub_(params, step)
 
 
+#: The scalar vector of the compiled rule on slices ``sgd_slices`` (and of its Triton twin).
+_SGD_SLICES = native.slices("sgd_slices", False, (Scalar("lr"),), __name__)
+
+
 def scatter_sgd(param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, *, lr: float) -> None:
     """``w[i_k] <- w[i_k] + (-g_k) * lr`` for every row k in order, duplicates NOT summed first.
 
@@ -91,7 +95,7 @@ def scatter_sgd(param: torch.Tensor, indices: torch.Tensor, values: torch.Tensor
     CUDA float32/float64 tensors its Triton twin (``kernels.triton.apply_slices``); this torch code is the
     specification and the fallback.
     """
-    if native.apply_slices("sgd_slices", param, indices, values, None, (lr,)):
+    if native.apply_slices("sgd_slices", param, indices, values, None, _SGD_SLICES.vector(lr=lr)):
         return
     sparse_rows.check_rows(indices, param.shape[0])
     sparse_rows.scatter_add_(param, indices, torch.neg(values).mul_(lr))
@@ -123,8 +127,8 @@ def fobos_shrink(prox: Tensors, threshold: float | Tensors, denominator: float |
     torch._foreach_copy_(prox, numerator)
 
 
-@compiled("proximal_gradient_descent", 2, lambda p, g, *, lr, lr_l1, denominator, l1_positive, widen=False: (
-    None if widen else (lr, lr_l1, denominator, l1_positive)))
+@compiled("proximal_gradient_descent", 2, (Scalar("lr"), Scalar("lr_l1"), Scalar("denominator"), Flag("l1_positive")),
+          foreach_if="widen")
 @elementwise
 def proximal_gradient_descent(params: Tensors, grads: Tensors, *, lr: float, lr_l1: float, denominator: float,
                               l1_positive: bool, widen: bool = False) -> None:

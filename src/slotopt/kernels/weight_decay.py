@@ -5,15 +5,14 @@ from __future__ import annotations
 import torch
 
 from .blocks import elementwise
-from .native import compiled
+from .native import Scalar, compiled
 
 __all__ = ["decoupled_weight_decay"]
 
 Tensors = list[torch.Tensor]
 
 
-@compiled("decoupled_weight_decay", 1, lambda p, *, weight_decay, lr: (weight_decay, lr),
-          read_only=())
+@compiled("decoupled_weight_decay", 1, (Scalar("weight_decay"), Scalar("lr")), read_only=())
 @elementwise(scale=2)
 def decoupled_weight_decay(params: Tensors, *, weight_decay: float, lr: float) -> None:
     """``w <- w - ((w * weight_decay) * lr)``, before the optimizer's own update, with the same learning rate."""

@@ -34,14 +34,14 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
-from ..triton import rules as triton_rules
 from . import tensor_table, variants
 from .operands import _increment_version, _readable, in_storage, is_python_dispatch
+from .scalars import SLICE_RULES, Flag, Integer, Scalar, describe, slices
 from .variants import VARIANTS
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
            "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES",
-           "VARIANTS"]
+           "VARIANTS", "Scalar", "Flag", "Integer", "slices"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -288,9 +288,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     return True
 
 
-#: The compiled rules on slices (``apply_slices``): name -> whether the rule has a state tensor (one table with
-#: the Triton twins').
-SLICE_RULES = triton_rules.SLICE_RULES
+# SLICE_RULES, the compiled rules on slices (``apply_slices``): name -> whether the rule has a state tensor, derived
+# from their descriptions (``scalars.slices``, next to their torch forms), one table with the Triton twins'.
 _SLICE_ARGTYPES = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 5
 _DOUBLES = [ctypes.c_double * n for n in range(4)]  # the scalar vectors' types (made once: a class per call is slow)
 
@@ -466,24 +465,29 @@ def _triton_apply(rule: str, lists: Sequence[Any], values: Sequence[float], read
     return rule in triton.RULES and triton.apply(rule, lists, values, read_only)
 
 
-def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[float]]],
-             read_only: Sequence[int] = (1,)) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def compiled(rule: str, operands: int, scalars: Sequence[Scalar | Flag | Integer], read_only: Sequence[int] = (1,),
+             foreach_if: Optional[str] = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Decorates a foreach kernel with its compiled twin ``rule``.
 
-    ``operands`` is how many positional arguments are tensor lists; ``scalars(*lists, **kwargs)`` maps the
-    kernel's arguments to the compiled rule's scalar vector (flags included, e.g. whether an optional list is
-    present), or returns None for a variant that has no compiled form (the foreach kernel then runs).
-    ``read_only``: the positions of the lists the rule does not write (the gradients by default).
+    ``operands`` is how many positional arguments are tensor lists; ``scalars`` describes the compiled rule's
+    scalar vector, in order (``native.scalars``: a ``Scalar`` for a number, a ``Flag`` for 0/1, e.g. whether an
+    optional list is present, an ``Integer`` computed from the arguments): the Python marshalling is generated
+    from it (``run.scalar_vector``), and so is the C header the rule reads it through (``rules_scalars.h``).
+    ``foreach_if``: a keyword argument (or ``"not <argument>"``) under which the variant has no compiled form (the
+    foreach kernel then runs). ``read_only``: the positions of the lists the rule does not write (the gradients by
+    default).
     """
 
     def decorate(kernel: Callable[..., None]) -> Callable[..., None]:
+        scalar_vector = describe(rule, kernel, operands, tuple(scalars), foreach_if).vector
+
         @functools.wraps(kernel)
         def run(*lists: Any, **kwargs: Any) -> None:
             while len(lists) > operands and lists[-1] is None:  # absent optional terms: the dense rule
                 lists = lists[:-1]
             if _mode != "foreach" and len(lists) == operands and lists[0]:
                 on_cuda = lists[0][0].device.type == "cuda"
-                if (_library is not None or on_cuda) and (values := scalars(*lists, **kwargs)) is not None \
+                if (_library is not None or on_cuda) and (values := scalar_vector(*lists, **kwargs)) is not None \
                         and all([isinstance(v, (float, int)) for v in values]):
                     # Python numbers only: a tensor-valued hyperparameter is a different foreach op.
                     if apply(rule, lists, values, read_only) if not on_cuda else _triton_apply(rule, lists, values, read_only):
@@ -494,7 +498,7 @@ def compiled(rule: str, operands: int, scalars: Callable[..., Optional[Sequence[
 
         run.foreach = kernel  # type: ignore[attr-defined]
         run.rule = rule  # type: ignore[attr-defined]
-        run.scalar_vector = scalars  # type: ignore[attr-defined]
+        run.scalar_vector = scalar_vector  # type: ignore[attr-defined]
         return run
 
     return decorate

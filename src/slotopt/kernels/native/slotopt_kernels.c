@@ -13,7 +13,7 @@
  *   n       number of tensors in the group;
  *   ptr     list-major table of data pointers: ptr[j * n + k] is tensor k of operand list j;
  *   off     n + 1 prefix sums of the element counts (off[0] = 0, off[n] = total);
- *   s       the rule's scalars (flags as 0.0 / 1.0), in the order documented at each rule;
+ *   s       the rule's scalars (flags as 0.0 / 1.0), in the order of its description (rules_scalars.h);
  *   threads OpenMP threads to use (the caller passes torch.get_num_threads()).
  * The elements of the whole group are split into one contiguous range per thread, so 2000 small tensors cost
  * one call and one parallel region, not 2000.
@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
+#include "rules_scalars.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif

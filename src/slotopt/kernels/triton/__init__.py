@@ -21,8 +21,10 @@ from typing import Any, Optional
 
 import torch
 
+from ..native.scalars import DESCRIPTIONS
+from ..native.scalars import SLICE_RULES as _SLICE_STATE
 from . import table
-from .rules import LAYOUT, RULES, SLICE_RULES, build
+from .rules import RULES, SLICE_RULES, build
 
 try:
     from torch.autograd.graph import increment_version as _increment_version
@@ -34,8 +36,9 @@ __all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES
 BLOCK = table.BLOCK
 configure = table.configure
 
-#: Scalar arguments of a dense kernel (S0..S10): the longest scalar vector of ``RULES``.
+#: Scalar arguments of a dense kernel (S0..S10): the longest scalar vector of ``RULES`` (tests/test_rule_scalars.py).
 _SCALARS = 11
+_RULES = frozenset(RULES)
 _kernels: Optional[dict[str, Any]] = None
 _import_error: Optional[str] = None
 _launches = 0
@@ -99,20 +102,20 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     """
     global _launches
     first = lists[0]
-    if rule not in LAYOUT or not first or not available():
+    if rule not in _RULES or not first or not available():
         return False
     dtype, device = first[0].dtype, first[0].device
     if dtype not in (torch.float32, torch.float64):
         return False
     if device.type != "cuda" and not _interpreting():
         return False
-    operands, flag_positions = LAYOUT[rule]
-    if len(lists) != operands:
+    description = DESCRIPTIONS.get(rule)  # its operand lists and flags (kernels/native/scalars.py)
+    if description is None or len(lists) != description.operands:
         return False
     launch = table.launch_table(lists, read_only)
     if launch is None:
         return False
-    flags = {name: bool(scalars[i]) for name, i in flag_positions}
+    flags = {name: bool(scalars[i]) for name, i in description.flags}
     if flags.get("DECAY") and launch.aliased:
         return False  # a gradient that IS its variable must be read after the decay: the separate ops do that
     if launch.programs:
@@ -160,7 +163,7 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     it, and nothing changes.
     """
     global _launches
-    if rule not in SLICE_RULES or SLICE_RULES[rule] != (state is not None) \
+    if rule not in SLICE_RULES or _SLICE_STATE.get(rule) != (state is not None) \
             or not all([isinstance(v, (float, int)) for v in scalars]):  # Python numbers, as the compiled rule
         return False
     dtype, device = param.dtype, param.device

@@ -18,35 +18,16 @@ from typing import Any
 
 from . import rules_tf
 
-#: The dense rules, each in multi-tensor form. For each: how many operand lists, and its compile-time flags as
-#: (name, position in the scalar vector). The scalar vector of each is the compiled CPU rule's
-#: (``kernels/native/rules.inc``).
-LAYOUT: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
-    "sgd": (2, (("DECAY", 1),)),
-    "keras_momentum": (3, (("NESTEROV", 2), ("DECAY", 3))),
-    "momentum": (3, (("NESTEROV", 2), ("FUSED_PRODUCT", 3))),
-    "decoupled_weight_decay": (1, ()),
-    "adam": (5, (("AMSGRAD", 4), ("DECAY", 5))),
-    "rmsprop": (5, (("INSIDE", 5), ("MOMENTUM", 6), ("CENTERED", 7))),
-    "apply_rmsprop": (5, (("CENTERED", 4),)),
-    "adagrad": (3, (("INSIDE", 2),)),
-    "apply_adagrad": (3, (("SCALAR_ROWS", 1),)),
-    "proximal_gradient_descent": (2, (("L1_POSITIVE", 3),)),
-    "moving_average": (2, ()),
-    "adam_variable_update": (4, (("AMSGRAD", 2),)),
-    "adamax": (4, (("SCALED", 5),)),
-    "nadam": (4, ()),
-    "nadam_cached": (4, ()),
-    "lion": (3, ()),
-    "adadelta": (4, ()),
-    "apply_adadelta": (4, ()),
-    "ftrl_root": (4, (("SCALAR_ROWS", 4),)),
-    **rules_tf.LAYOUT,
-}
-RULES = tuple(LAYOUT)
-#: The rules on slices (``apply_slices``): name -> whether the rule has a state tensor. Described once, here:
-#: ``build`` defines a Triton kernel of each name, and ``kernels/native`` takes this table for its compiled ones.
-SLICE_RULES = {"sgd_slices": False, "adagrad_slices": True}
+#: The rules with a Triton kernel, each in multi-tensor form. A kernel's operand lists and scalar vector are the
+#: compiled CPU rule's, described once next to its foreach kernel (``kernels/native/scalars.py``): each ``Flag`` of
+#: the description is the kernel's ``constexpr`` parameter of its name in capitals, and each number the kernel
+#: reads is ``_sv(s_ptr, k, Sk, BY_VALUE)`` at its position ``k`` (``tests/test_rule_scalars.py`` checks both).
+RULES = ("sgd", "keras_momentum", "momentum", "decoupled_weight_decay", "adam", "rmsprop", "apply_rmsprop", "adagrad",
+         "apply_adagrad", "proximal_gradient_descent", "moving_average", "adam_variable_update", "adamax", "nadam",
+         "nadam_cached", "lion", "adadelta", "apply_adadelta", "ftrl_root", *rules_tf.RULES)
+#: The rules on slices with a Triton kernel (whether each has a state tensor: their descriptions,
+#: ``native.scalars.SLICE_RULES``).
+SLICE_RULES = ("sgd_slices", "adagrad_slices")
 
 
 def build() -> dict[str, Any]:
@@ -116,7 +97,9 @@ def build() -> dict[str, Any]:
         lr = _sv(s_ptr, 0, S0, BY_VALUE)
         w = tl.load(w_ptr, mask=mask)
         if DECAY:  # Keras 3's decoupled weight decay first, in the same pass
-            w = w - (w * _sv(s_ptr, 2, S2, BY_VALUE)) * _sv(s_ptr, 3, S3, BY_VALUE)
+            wd = _sv(s_ptr, 2, S2, BY_VALUE)
+            wd_lr = _sv(s_ptr, 3, S3, BY_VALUE)
+            w = w - (w * wd) * wd_lr
         g = tl.load(g_ptr, mask=mask)
         tl.store(w_ptr, w - g * lr, mask=mask)
 
@@ -136,7 +119,9 @@ def build() -> dict[str, Any]:
         tl.store(m_ptr, m, mask=mask)
         w = tl.load(w_ptr, mask=mask)
         if DECAY:
-            w = w - (w * _sv(s_ptr, 4, S4, BY_VALUE)) * _sv(s_ptr, 5, S5, BY_VALUE)
+            wd = _sv(s_ptr, 4, S4, BY_VALUE)
+            wd_lr = _sv(s_ptr, 5, S5, BY_VALUE)
+            w = w - (w * wd) * wd_lr
         if NESTEROV:
             w = w + (m * mu - step)
         else:
@@ -204,12 +189,15 @@ def build() -> dict[str, Any]:
             tl.store(vh_ptr, v, mask=mask)
         w = tl.load(w_ptr, mask=mask)
         if DECAY:  # AdamW: the decoupled weight decay first, in the same pass
-            w = w - (w * _sv(s_ptr, 6, S6, BY_VALUE)) * _sv(s_ptr, 7, S7, BY_VALUE)
+            wd = _sv(s_ptr, 6, S6, BY_VALUE)
+            wd_lr = _sv(s_ptr, 7, S7, BY_VALUE)
+            w = w - (w * wd) * wd_lr
         tl.store(w_ptr, w - _div_rn(m * alpha, _sqrt_rn(v) + eps), mask=mask)
 
     @triton.jit
     def rmsprop(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, INSIDE: tl.constexpr, MOMENTUM: tl.constexpr, CENTERED: tl.constexpr,
+            BY_VALUE: tl.constexpr, EPSILON_INSIDE_ROOT: tl.constexpr, HAS_MOMENTUM: tl.constexpr,
+                CENTERED: tl.constexpr,
                 ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
@@ -228,18 +216,18 @@ def build() -> dict[str, Any]:
             avg = tl.load(avg_ptr, mask=mask) * rho + g * omr
             tl.store(avg_ptr, avg, mask=mask)
             d = vel - avg * avg
-            if INSIDE:
+            if EPSILON_INSIDE_ROOT:
                 d = d + eps
             d = _sqrt_rn(d)
-        elif INSIDE:
+        elif EPSILON_INSIDE_ROOT:
             d = _sqrt_rn(vel + eps)
         else:
             d = _sqrt_rn(vel)
-        if not INSIDE:
+        if not EPSILON_INSIDE_ROOT:
             d = d + eps
         inc = _div_rn(g * lr, d)
         w = tl.load(w_ptr, mask=mask)
-        if MOMENTUM:
+        if HAS_MOMENTUM:
             mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
             mom = tl.load(mom_ptr, mask=mask) * mu + inc
             tl.store(mom_ptr, mom, mask=mask)
@@ -280,7 +268,8 @@ def build() -> dict[str, Any]:
 
     @triton.jit
     def adagrad(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, INSIDE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+            BY_VALUE: tl.constexpr, EPSILON_INSIDE_ROOT: tl.constexpr, ALIGNED: tl.constexpr,
+                BLOCK: tl.constexpr):
         t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
         w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
         g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
@@ -290,7 +279,7 @@ def build() -> dict[str, Any]:
         g = tl.load(g_ptr, mask=mask)
         acc = tl.load(acc_ptr, mask=mask) + g * g
         tl.store(acc_ptr, acc, mask=mask)
-        if INSIDE:
+        if EPSILON_INSIDE_ROOT:
             d = _sqrt_rn(acc + eps)
         else:
             d = _sqrt_rn(acc) + eps
@@ -589,7 +578,7 @@ def build() -> dict[str, Any]:
             w = tl.load(w_ptr + at, mask=mask)
             tl.store(w_ptr + at, w - _div_rn(g * lr, d), mask=mask)
 
-    kernels = {name: fn for name, fn in locals().items() if name in LAYOUT or name in SLICE_RULES}
+    kernels = {name: fn for name, fn in locals().items() if name in RULES or name in SLICE_RULES}
     kernels.update(rules_tf.build({"_div_rn": _div_rn, "_sqrt_rn": _sqrt_rn, "_chunk": _chunk, "_operand": _operand,
                                    "_sign": _sign, "_sv": _sv}))
     return kernels

@@ -8,13 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-#: As ``rules.LAYOUT``: operand lists, and compile-time flags with their place in the scalar vector.
-LAYOUT: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
-    "sparse_apply_rmsprop": (5, (("CENTERED", 5),)),
-    "apply_proximal_adagrad": (3, (("L1_POSITIVE", 3),)),
-    "apply_adagrad_da": (4, (("L1_POSITIVE", 3),)),
-    "apply_adagrad_da_rows": (4, (("L1_POSITIVE", 4),)),
-}
+#: As ``rules.RULES``: the rules with a kernel here (operands and flags: their descriptions).
+RULES = ("sparse_apply_rmsprop", "apply_proximal_adagrad", "apply_adagrad_da", "apply_adagrad_da_rows")
 
 
 def build(helpers: dict[str, Any]) -> dict[str, Any]:
@@ -131,4 +126,4 @@ def build(helpers: dict[str, Any]) -> dict[str, Any]:
             num = -_div_rn(ga, steps)  # noqa: F821
         tl.store(w_ptr, _div_rn(num, den), mask=mask)  # noqa: F821
 
-    return {name: fn for name, fn in locals().items() if name in LAYOUT}
+    return {name: fn for name, fn in locals().items() if name in RULES}
