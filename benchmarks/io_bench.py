@@ -14,8 +14,13 @@ subtracted from its peak): ``load`` (the reader), ``+ optimizer`` (load, ``param
 built with its state), ``inspect`` (``slotopt inspect``), and ``plain read`` (the file's bytes read into one
 buffer: what the disk and page cache allow). The machine's load (``os.getloadavg``) is printed with the figures.
 
+With ``--tensorflow PYTHON`` (a Python that has TensorFlow, e.g. a venv of its own), TensorFlow's restore of the
+same files is measured too (``benchmarks/io_tensorflow.py``, each run in a fresh process) and shown in the same
+table. The last thing printed is a markdown table of the best runs.
+
     python benchmarks/io_bench.py --gb 1 --dir /tmp/io_bench
     python benchmarks/io_bench.py --gb 0.05 --formats tf1 --keep
+    python benchmarks/io_bench.py --gb 1 --repeat 3 --tensorflow /work/tfvenv/bin/python
 """
 
 from __future__ import annotations
@@ -239,6 +244,51 @@ def _measure(what: str, kind: str, path: str, files: list[str]) -> dict[str, flo
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _tensorflow(python: str, kind: str, path: str, repeat: int) -> dict[str, float]:
+    """TensorFlow's restore of the same file (benchmarks/io_tensorflow.py under ``python``): the best of ``repeat``
+    fresh processes. TF1's importable ``.meta`` is exported once first (untimed, next to the checkpoint)."""
+    script = str(HERE / "io_tensorflow.py")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    if kind == "tf1":
+        done = subprocess.run([python, script, "--prepare", kind, path], capture_output=True, text=True, env=env,
+                              check=False)
+        if done.returncode != 0:
+            return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    runs = []
+    for _ in range(repeat):
+        done = subprocess.run([python, script, kind, path], capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return min(runs, key=lambda r: r["total_s"])
+
+
+def _markdown(results: dict[str, Any], load: tuple[float, float, float]) -> str:
+    """The best runs as a markdown table (the figures io_bench printed above, one row per format)."""
+    gib = 2 ** 30
+
+    def cell(row: dict[str, Any], what: str, key: str = "total_s") -> str:
+        r = row.get(what) or {}
+        return "error" if "error" in r else f"{r[key]:.2f} s" if key in r else "-"
+
+    def peak(row: dict[str, Any], what: str) -> str:
+        r = row.get(what) or {}
+        return "-" if "peak_bytes" not in r else f"{r['peak_bytes'] / gib:.2f}"
+
+    lines = ["| file | size | plain read | slotopt load | + optimizer | inspect | slotopt peak GiB (load / + opt) "
+             "| TensorFlow/Keras restore | TF peak GiB |", "|---|---|---|---|---|---|---|---|---|"]
+    for kind, row in results.items():
+        tf = row.get("tensorflow") or {}
+        restore = cell(row, "tensorflow")
+        if "build_s" in tf:
+            restore = f"{tf['restore_s']:.2f} s (+{tf['build_s']:.2f} s build)"
+        lines.append(f"| {kind} | {row['bytes'] / gib:.2f} GiB | {cell(row, 'plain')} | {cell(row, 'load')} | "
+                     f"{cell(row, 'optimizer')} | {cell(row, 'inspect')} | {peak(row, 'load')} / "
+                     f"{peak(row, 'optimizer')} | {restore if tf else '-'} | {peak(row, 'tensorflow')} |")
+    lines.append(f"\nload average before / after: {load[0]:.2f} / {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")
+    return "\n".join(lines)
+
+
 def _files(kind: str, path: str) -> list[str]:
     if kind == "keras":
         return [path]
@@ -252,7 +302,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--formats", default="tf1,tf2,keras", help="comma-separated: tf1, tf2, keras")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement (the best is shown)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
+    parser.add_argument("--measure", default="plain,load,optimizer,inspect",
+                        help="comma-separated: plain, load, optimizer, inspect (e.g. leave out optimizer where the "
+                        "machine lacks the memory for it)")
+    parser.add_argument("--tensorflow", metavar="PYTHON", help="also time TensorFlow's restore of the same files "
+                        "with this Python (one that has tensorflow, keras; see benchmarks/io_tensorflow.py)")
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()
     layers = _layers(args.gb)
     print(f"model: {layers} Dense layers of {WIDTH}x{WIDTH} + bias, {layers * (WIDTH * WIDTH + WIDTH) * 4 / 2 ** 30:.2f}"
           f" GiB of float32 weights, Adam (m, v); load average {os.getloadavg()}, {os.cpu_count()} CPUs")
@@ -273,7 +329,7 @@ def main(argv: list[str]) -> int:
         size = sum(os.path.getsize(f) for f in files)
         print(f"\n{kind}: wrote {size / 2 ** 30:.2f} GiB in {time.perf_counter() - start:.1f} s ({path})")
         row = {}
-        for what in ("plain", "load", "optimizer", "inspect"):
+        for what in args.measure.split(","):
             runs = [_measure(what, kind, path, files) for _ in range(args.repeat)]
             good = [r for r in runs if "error" not in r]
             row[what] = min(good, key=lambda r: r["total_s"]) if good else runs[0]
@@ -283,10 +339,16 @@ def main(argv: list[str]) -> int:
                 continue
             print(f"  {what:10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB "
                   f"({r['peak_bytes'] / size:5.2f}x the file)   load average {os.getloadavg()[0]:.2f}")
+        if args.tensorflow:
+            r = row["tensorflow"] = _tensorflow(args.tensorflow, kind, path, args.repeat)
+            print(f"  {'tensorflow':10s} error: {r['error']}" if "error" in r else
+                  f"  {'tensorflow':10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB "
+                  f"({r['peak_bytes'] / size:5.2f}x the file)   load average {os.getloadavg()[0]:.2f}")
         results[kind] = {"bytes": size, **row}
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
     print("\n" + json.dumps(results))
+    print("\n" + _markdown(results, load_before))
     return 0
 
 

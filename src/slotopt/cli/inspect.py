@@ -5,6 +5,7 @@ or a directory with a ``checkpoint`` state file)."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import Any, Optional, TextIO
@@ -102,7 +103,8 @@ def _print_variables(ck: Any, out: TextIO) -> list[str]:
 def _inspect_keras(path: str, out: TextIO) -> None:
     from ..io.keras import load_keras_checkpoint
 
-    ck = load_keras_checkpoint(path)
+    # metadata only (issue 40): the config, the datasets' shapes and dtypes, and one-element values; no weights
+    ck = load_keras_checkpoint(path, metadata_only=True)
     kind = "Keras 3 .keras file" if ck.kind == "keras3" else "tf.keras .h5 file"
     print(f"{kind} {ck.path}" + (f" (Keras {ck.keras_version})" if ck.keras_version else ""), file=out)
     cls = ck.optimizer_class
@@ -122,9 +124,10 @@ def _inspect_keras(path: str, out: TextIO) -> None:
     own = []
     for var, owner in zip(variables, owners):
         label = f"{str(getattr(var, 'path', ''))} {_shape(var.shape)} {_dtype(var.dtype)}"
-        if owner is None:
-            stored = torch.as_tensor(np.asarray(values[id(var)])).to(var.dtype)
-            own.append((str(getattr(var, "path", "")), _shape(var.shape), _dtype(var.dtype) + _scalar(stored)))
+        if owner is None:  # its value shown where it has one element (read even by a metadata-only load)
+            stored = values[id(var)]
+            shown = _scalar(torch.as_tensor(np.asarray(stored)).to(var.dtype)) if math.prod(stored.shape) == 1 else ""
+            own.append((str(getattr(var, "path", "")), _shape(var.shape), _dtype(var.dtype) + shown))
         else:
             slots.setdefault(ck.variable_names[owner], []).append(label)
     if slots:

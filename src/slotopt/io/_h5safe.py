@@ -14,7 +14,11 @@ The child reads metadata only: for each dataset stored as Keras stores it (conti
 reports where its bytes lie, and this process reads them itself, straight from the file into the array it
 returns, after checking the extent against the file: one copy, no pickled arrays through a pipe, no temporary
 file for a ``.keras`` member stored uncompressed (read in place in the zip, see :func:`snapshot_member`).
-Datasets stored otherwise (chunked, compressed, compact) are read by the child and sent. Since the walk does
+Such a member is read once, in file order, so its zip CRC-32 is checked on the same pass: each dataset's bytes
+are read straight into their array and checksummed there while in cache, the bytes between them (HDF5
+metadata) into a small scratch buffer. Datasets stored otherwise (chunked, compressed, compact) are read by
+the child and sent. ``metadata_only`` (``slotopt inspect``) reads no dataset of more than one element: each
+becomes a read-only placeholder of its shape and dtype that holds no memory, and no checksum is computed. Since the walk does
 not grow with the weights, its time limit is one no loaded machine reaches on a sound file, and the size bound
 is the file's own (``max_bytes`` defaults to 16 TiB: it bounds what a caller chooses to allow).
 """
@@ -28,6 +32,7 @@ import struct
 import tempfile
 import traceback
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -60,6 +65,8 @@ class H5Snapshot:
     groups: set[str] = field(default_factory=set)
     #: datasets whose bytes this process reads itself: path → (offset in the HDF5 file, shape, dtype string)
     located: dict[str, tuple[int, tuple[int, ...], str]] = field(default_factory=dict)
+    #: metadata_only: the datasets left unread (in ``datasets`` as placeholders: zero strides, no memory)
+    unread: set[str] = field(default_factory=set)
 
 
 class _Region(io.RawIOBase):
@@ -132,7 +139,13 @@ def _contiguous_offset(obj: Any, nbytes: int) -> Optional[int]:
     return int(offset)
 
 
-def _walk(path: str, source: Any, max_bytes: int) -> H5Snapshot:
+def _placeholder(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An array of ``shape`` and ``dtype`` that holds one element (zero strides, read-only): a dataset listed but
+    not read."""
+    return np.broadcast_to(np.zeros((), dtype=dtype.newbyteorder("=")), shape)
+
+
+def _walk(path: str, source: Any, max_bytes: int, metadata_only: bool = False) -> H5Snapshot:
     import h5py
 
     snap = H5Snapshot()
@@ -175,6 +188,10 @@ def _walk(path: str, source: Any, max_bytes: int) -> H5Snapshot:
             if total > max_bytes:
                 raise CheckpointFormatError(path, entry, f"the datasets declare more than max_bytes={max_bytes} bytes.")
             attributes(obj, entry)
+            if metadata_only and nbytes > dtype.itemsize:  # listed, not read (its shape and dtype only)
+                snap.unread.add(entry)
+                snap.located[entry] = (-1, tuple(int(d) for d in shape), dtype.str)
+                continue
             offset = _contiguous_offset(obj, nbytes) if nbytes else None
             if offset is not None:
                 snap.located[entry] = (offset, tuple(int(d) for d in shape), dtype.str)
@@ -191,41 +208,84 @@ def _walk(path: str, source: Any, max_bytes: int) -> H5Snapshot:
     return snap
 
 
-def _fill(path: str, snap: H5Snapshot, file_name: str, base: int, size: int) -> H5Snapshot:
+def _fill(path: str, snap: H5Snapshot, file_name: str, base: int, size: int,
+          checksum: Optional[tuple[str, int]] = None) -> H5Snapshot:
     """Reads every located dataset straight from the file into its array, its extent checked against the HDF5
-    file's bytes (the child's word is not trusted for it)."""
+    file's bytes (the child's word is not trusted for it). ``checksum`` = (zip member, its CRC-32): the HDF5 file
+    is a stored zip member, read whole in one pass with its CRC-32 checked (:func:`_read_checked`)."""
+    for entry in snap.unread:  # metadata_only: a placeholder, nothing read
+        _, shape, dtype_str = snap.located.pop(entry)
+        snap.datasets[entry] = _placeholder(shape, np.dtype(dtype_str))
     spans = sorted((offset, offset + int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype_str).itemsize, entry)
                    for entry, (offset, shape, dtype_str) in snap.located.items())
     for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
         if start < end:  # two datasets on the same bytes: one stored tensor would be allocated once per name
             raise CheckpointFormatError(path, second, f"shares bytes [{start}, {end}) of the file with {first!r}: "
                                         "refused.")
+    for start, end, entry in spans:
+        if start < 0 or end > size:
+            raise CheckpointFormatError(path, entry, f"declares bytes [{start}, {end}) past the end of its HDF5 "
+                                        f"file ({size} bytes): refused.")
+    arrays = {entry: np.empty(shape, dtype=np.dtype(dtype_str).newbyteorder("="))
+              for entry, (_, shape, dtype_str) in snap.located.items()}
     with open(file_name, "rb", buffering=0) as f:
-        for entry, (offset, shape, dtype_str) in snap.located.items():
-            dtype = np.dtype(dtype_str)
-            nbytes = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
-            if offset < 0 or offset + nbytes > size:
-                raise CheckpointFormatError(path, entry, f"declares bytes [{offset}, {offset + nbytes}) past the end "
-                                            f"of its HDF5 file ({size} bytes): refused.")
-            array = np.empty(shape, dtype=dtype.newbyteorder("="))
-            view = memoryview(array.reshape(-1).view(np.uint8))
-            f.seek(base + offset)
-            done = 0
-            while done < nbytes:
-                got = f.readinto(view[done:done + _CHUNK])
-                if not got:
-                    raise CheckpointFormatError(path, entry, "is truncated: the file ends inside it.")
-                done += got
-            if not dtype.isnative and dtype.itemsize > 1:
-                array.byteswap(inplace=True)  # stored big-endian: swapped in place
-            snap.datasets[entry] = array
+        if checksum is not None:
+            _read_checked(path, f, base, size, [(s, e, arrays[entry]) for s, e, entry in spans], *checksum)
+        else:
+            for start, _end, entry in spans:
+                f.seek(base + start)
+                _read_into(path, entry, f, memoryview(arrays[entry].reshape(-1).view(np.uint8)), None)
+    for entry, (_, _, dtype_str) in snap.located.items():
+        array = arrays[entry]
+        if not np.dtype(dtype_str).isnative and array.dtype.itemsize > 1:
+            array.byteswap(inplace=True)  # stored big-endian: swapped in place
+        snap.datasets[entry] = array
     snap.located = {}
     return snap
 
 
-def _walk_guarded(path: str, source: Any, max_bytes: int) -> H5Snapshot:
+def _read_into(path: str, entry: str, f: Any, view: memoryview, crc: Optional[int]) -> Optional[int]:
+    """Fills ``view`` from ``f`` (at its position) in chunks; with ``crc``, continues it over each chunk while
+    it is in cache and returns it."""
+    done = 0
+    while done < len(view):
+        got = f.readinto(view[done:done + _CHUNK])
+        if not got:
+            raise CheckpointFormatError(path, entry, "is truncated: the file ends inside it.")
+        if crc is not None:
+            crc = zlib.crc32(view[done:done + got], crc)
+        done += got
+    return crc
+
+
+def _read_checked(path: str, f: Any, base: int, size: int, spans: list[tuple[int, int, np.ndarray]],
+                  member: str, expected: int) -> None:
+    """One sequential pass over a stored zip member (bytes [base, base + size) of ``f``): the datasets' bytes
+    straight into their arrays, the rest into a scratch buffer, all of it through the zip's CRC-32 as it is
+    read. One copy and one pass (not a second read of a multi-gigabyte file to check it)."""
+    scratch = memoryview(bytearray(min(_CHUNK, max(size, 1))))
+    crc, position = 0, 0
+    f.seek(base)
+
+    def skip_to(stop: int) -> None:
+        nonlocal crc, position
+        while position < stop:
+            crc = _read_into(path, member, f, scratch[:min(len(scratch), stop - position)], crc)
+            position = min(stop, position + len(scratch))
+
+    for start, end, array in spans:
+        skip_to(start)
+        crc = _read_into(path, member, f, memoryview(array.reshape(-1).view(np.uint8)), crc)
+        position = end
+    skip_to(size)
+    if crc != expected:
+        raise CheckpointFormatError(path, member, f"fails its zip CRC-32 check (computed {crc:#010x}, the zip "
+                                    f"records {expected:#010x}): the file is corrupted.")
+
+
+def _walk_guarded(path: str, source: Any, max_bytes: int, metadata_only: bool = False) -> H5Snapshot:
     try:
-        return _walk(path, source, max_bytes)
+        return _walk(path, source, max_bytes, metadata_only)
     except CheckpointFormatError:
         raise
     except (OSError, KeyError, IndexError, ValueError, TypeError, AttributeError, RuntimeError, MemoryError,
@@ -233,7 +293,7 @@ def _walk_guarded(path: str, source: Any, max_bytes: int) -> H5Snapshot:
         raise CheckpointFormatError(path, None, f"malformed HDF5 ({type(err).__name__}: {err})") from err
 
 
-def _child(conn: Any, path: str, source: Any, max_bytes: int) -> None:  # pragma: no cover - runs in the child
+def _child(conn: Any, path: str, source: Any, max_bytes: int, metadata_only: bool) -> None:  # pragma: no cover - runs in the child
     try:
         import resource
 
@@ -246,7 +306,7 @@ def _child(conn: Any, path: str, source: Any, max_bytes: int) -> None:  # pragma
     except (ImportError, OSError, ValueError):
         pass
     try:
-        conn.send(("ok", _walk_guarded(path, source, max_bytes)))
+        conn.send(("ok", _walk_guarded(path, source, max_bytes, metadata_only)))
     except CheckpointFormatError as err:
         conn.send(("error", (err.path, err.entry, err.reason)))
     except BaseException as err:  # noqa: BLE001 - everything is reported to the parent as a format error
@@ -257,19 +317,24 @@ def _child(conn: Any, path: str, source: Any, max_bytes: int) -> None:  # pragma
 
 
 def snapshot(path: str, source: str, max_bytes: int, isolate: Optional[bool] = None,
-             region: Optional[tuple[int, int]] = None) -> H5Snapshot:
+             region: Optional[tuple[int, int]] = None, *, metadata_only: bool = False,
+             checksum: Optional[tuple[str, int]] = None) -> H5Snapshot:
     """The checked content of the HDF5 file at ``source`` (errors name ``path``, the file the user gave), or of
     the bytes ``region`` = (offset, size) of ``source``. ``isolate`` (default: where ``fork`` exists) runs the
-    HDF5 library in a child process."""
+    HDF5 library in a child process. ``metadata_only``: datasets of more than one element are placeholders
+    (listed in ``unread``), nothing else is read. ``checksum`` = (zip member, CRC-32): the region is that stored
+    member, checked as it is read (not with ``metadata_only``, which reads too little to check it)."""
     if isolate is None:
         isolate = "fork" in multiprocessing.get_all_start_methods()
     base, size = region if region is not None else (0, os.path.getsize(source))
     where = (source, (base, size))
+    checksum = None if metadata_only else checksum
     if not isolate:
-        return _fill(path, _walk_guarded(path, where, max_bytes), source, base, size)
+        return _fill(path, _walk_guarded(path, where, max_bytes, metadata_only), source, base, size, checksum)
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(send, path, where, max_bytes), daemon=True)
+    child = context.Process(target=_child, args=(send, path, where, max_bytes, metadata_only),
+                            daemon=True)
     child.start()
     send.close()
     timeout = TIMEOUT_SECONDS + size / 2 ** 30
@@ -289,17 +354,18 @@ def snapshot(path: str, source: str, max_bytes: int, isolate: Optional[bool] = N
         child.join(5)
     if status == "error":
         raise CheckpointFormatError(*payload)
-    return _fill(path, payload, source, base, size)
+    return _fill(path, payload, source, base, size, checksum)
 
 
 def snapshot_member(path: str, archive: zipfile.ZipFile, member: str, max_bytes: int,
-                    isolate: Optional[bool] = None) -> H5Snapshot:
+                    isolate: Optional[bool] = None, *, metadata_only: bool = False) -> H5Snapshot:
     """:func:`snapshot` of the HDF5 file stored as zip ``member`` of ``path``: read in place when the member is
-    stored uncompressed (as Keras writes it), else through a temporary file."""
+    stored uncompressed (as Keras writes it; its zip CRC-32 checked on the one pass that reads it), else through
+    a temporary file (decompressed, its CRC-32 checked by ``zipfile``, as it is written there)."""
     info = archive.getinfo(member)
     if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1 or info.file_size != info.compress_size:
         with zip_member_to_tempfile(path, archive, member, max_bytes) as blob:
-            return snapshot(path, blob.name, max_bytes, isolate)
+            return snapshot(path, blob.name, max_bytes, isolate, metadata_only=metadata_only)
     if info.file_size > max_bytes:
         raise CheckpointFormatError(path, member, f"declares {info.file_size} bytes, over max_bytes={max_bytes}: "
                                     "refused.")
@@ -314,7 +380,8 @@ def snapshot_member(path: str, archive: zipfile.ZipFile, member: str, max_bytes:
     if base + info.file_size > total:
         raise CheckpointFormatError(path, member, f"declares {info.file_size} bytes from byte {base}; the file has "
                                     f"{total}: refused.")
-    return snapshot(path, path, max_bytes, isolate, region=(base, info.file_size))
+    return snapshot(path, path, max_bytes, isolate, region=(base, info.file_size), metadata_only=metadata_only,
+                    checksum=(member, info.CRC))
 
 
 def zip_member_to_tempfile(path: str, archive: zipfile.ZipFile, member: str, max_bytes: int) -> Any:
@@ -328,7 +395,7 @@ def zip_member_to_tempfile(path: str, archive: zipfile.ZipFile, member: str, max
         raise CheckpointFormatError(path, member, "declares a size its compressed data cannot hold: refused.")
     out = tempfile.NamedTemporaryFile(suffix=".h5")
     try:
-        with archive.open(info) as src:
+        with archive.open(info) as src:  # zipfile checks the CRC-32 when the member's end is read
             copied = 0
             while True:
                 chunk = src.read(1 << 20)
@@ -340,6 +407,9 @@ def zip_member_to_tempfile(path: str, archive: zipfile.ZipFile, member: str, max
                 out.write(chunk)
         out.flush()
         return out
+    except (zipfile.BadZipFile, zlib.error) as err:  # a bad CRC-32, or a deflate stream that does not decode
+        out.close()
+        raise CheckpointFormatError(path, member, f"fails its zip check ({err}): the file is corrupted.") from err
     except BaseException:
         out.close()
         raise

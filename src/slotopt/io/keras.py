@@ -69,7 +69,20 @@ def _optimizer_config(where: _Where, opt_config: Any) -> dict:
     return dict(opt_config)
 
 
-def _finish(ckpt: KerasCheckpoint, model: _Model, where: _Where) -> KerasCheckpoint:
+def _tensor(snap: _h5safe.H5Snapshot, entry: str) -> torch.Tensor:
+    """A dataset as a torch tensor: the array read for it (fresh: no copy), or, where it was left unread
+    (``metadata_only``), an empty tensor of its shape and dtype on the ``meta`` device."""
+    value = snap.datasets[entry]
+    if entry in snap.unread:
+        return torch.empty(value.shape, dtype=_torch_dtype(value), device="meta")
+    return torch.from_numpy(np.require(value, requirements=['C', 'W']))
+
+
+def _torch_dtype(value: np.ndarray) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype=np.asarray(value).dtype.newbyteorder("="))).dtype
+
+
+def _finish(ckpt: KerasCheckpoint, model: _Model, where: _Where, snap: _h5safe.H5Snapshot) -> KerasCheckpoint:
     ckpt.regularizers, ckpt.constraints = model.regularizers, model.constraints
     ckpt.torch_options, ckpt.notes = model.torch_options, list(model.notes)
     policies = [p for p in model.policies if p]
@@ -82,6 +95,9 @@ def _finish(ckpt: KerasCheckpoint, model: _Model, where: _Where) -> KerasCheckpo
     ckpt._owners = ckpt._probe()
     if ckpt.optimizer_class.__name__ == "LossScaleOptimizer":
         ckpt.loss_scale = float(np.asarray(ckpt.optimizer_state[3]))
+    if snap.unread:  # metadata_only: an unread value is a meta tensor once checked, so no use can take its zeros
+        ckpt.optimizer_state = [_tensor(snap, e) if e in snap.unread else value
+                                for e, value in zip(ckpt.optimizer_entries, ckpt.optimizer_state)]
     return ckpt
 
 
@@ -132,7 +148,9 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
             e = f"optimizer/inner_optimizer/vars/{i}"
             value = datasets[e]
             tail = state[len(state) - n_inner + i] if n_inner <= len(state) else None
-            if tail is None or tail.shape != value.shape or not np.array_equal(tail, value, equal_nan=True):
+            unread = e in snap.unread or state_entries[len(state) - n_inner + i] in snap.unread
+            if tail is None or tail.shape != value.shape or \
+                    not (unread or np.array_equal(tail, value, equal_nan=True)):
                 raise where.fail("differs from the LossScaleOptimizer's copy of its inner optimizer's variables.", e)
             claimed.add(e)
             skipped[e] = f"the inner optimizer's copy of optimizer/vars/{len(state) - n_inner + i} (equal)"
@@ -159,12 +177,12 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
         if str(snap.attrs.get(v.entry, {}).get("dtype", "")) == "bfloat16":
             raise where.fail("is bfloat16, which the Keras checkpoint reader does not support.", v.entry)
         _check_trainable_dtype(where, v, datasets[v.entry])
-        weights[v.name] = torch.from_numpy(np.require(datasets[v.entry], requirements=['C', 'W']))  # fresh: no copy
+        weights[v.name] = _tensor(snap, v.entry)
     floatx = None
     opt_inner = _mapping(where, opt_config.get("config") or {}, "compile_config.optimizer.config")
     if cls.__name__ != "LossScaleOptimizer" and not isinstance(opt_inner.get("learning_rate"), Mapping) \
             and len(state) > 1:
-        floatx = torch.from_numpy(state[1]).dtype  # Keras 3: iteration, then the learning rate in floatx
+        floatx = _torch_dtype(state[1])  # Keras 3: iteration, then the learning rate in floatx
     ckpt = KerasCheckpoint(
         path=where.path, kind="keras3", keras_version=version,
         variable_names=[v.name for v in model.variables if v.trainable],
@@ -175,10 +193,10 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
         optimizer_state=state, floatx=floatx, _keras_paths={v.name: v.keras_path for v in model.variables},
         optimizer_entries=state_entries, skipped=skipped,
     )
-    return _finish(ckpt, model, where)
+    return _finish(ckpt, model, where, snap)
 
 
-def _read_keras3(path: str, max_bytes: int, isolate: Optional[bool]) -> KerasCheckpoint:
+def _read_keras3(path: str, max_bytes: int, isolate: Optional[bool], metadata_only: bool) -> KerasCheckpoint:
     where = _Where(path)
     with _guard(where):
         with zipfile.ZipFile(path) as archive:
@@ -204,14 +222,16 @@ def _read_keras3(path: str, max_bytes: int, isolate: Optional[bool]) -> KerasChe
                     "tf-keras 2.11+'s optimizer are supported (a tf.keras 2.x model with a legacy optimizer can be "
                     "read from its `.h5` file).", "metadata.json")
             where.entry = "model.weights.h5"
-            snap = _h5safe.snapshot_member(path, archive, "model.weights.h5", max_bytes, isolate)  # issue 40: in place
+            snap = _h5safe.snapshot_member(path, archive, "model.weights.h5", max_bytes, isolate,  # issue 40: in place
+                                           metadata_only=metadata_only)
         return _read_keras3_weights(where, snap, config, version)
 
 
-def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Optional[bool]) -> KerasCheckpoint:
+def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Optional[bool],
+             metadata_only: bool) -> KerasCheckpoint:
     where = _Where(path)
     with _guard(where):
-        snap = _h5safe.snapshot(path, path, max_bytes, isolate)
+        snap = _h5safe.snapshot(path, path, max_bytes, isolate, metadata_only=metadata_only)
         datasets, root = snap.datasets, snap.attrs.get("", {})
         if "model_config" not in root:
             if config_path is None:
@@ -274,8 +294,7 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
             raise where.fail("cannot be placed in the model: refused rather than dropped.", unplaced[0])
         for v in model.variables:
             _check_trainable_dtype(where, v, datasets[v.entry])
-        weights = {v.name: torch.from_numpy(np.require(datasets[v.entry], requirements=['C', 'W']))  # fresh: no copy
-                   for v in model.variables}
+        weights = {v.name: _tensor(snap, v.entry) for v in model.variables}
         ckpt = KerasCheckpoint(
             path=path, kind=kind, keras_version=keras_version,
             variable_names=[v.name for v in model.variables if v.trainable],
@@ -292,9 +311,9 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
             model.notes.append(_TFKERAS_NOTE)
             opt_names = [opt_names[0], "learning_rate (config)"] + opt_names[1:]
         if kind == "keras3" and not isinstance(inner.get("learning_rate"), Mapping) and len(state) > 1:
-            ckpt.floatx = torch.from_numpy(np.asarray(ckpt.optimizer_state[1])).dtype
+            ckpt.floatx = _torch_dtype(ckpt.optimizer_state[1])
         _order_state_by_name(ckpt, where, [n.split(":")[0] for n in opt_names])
-        return _finish(ckpt, model, where)
+        return _finish(ckpt, model, where, snap)
 
 
 def _check_trainable_dtype(where: _Where, variable: Any, value: np.ndarray) -> None:
@@ -348,7 +367,8 @@ def _order_state_by_name(ckpt: KerasCheckpoint, where: _Where, file_names: list[
 
 
 def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, None] = None,
-                          max_bytes: int = _h5safe.MAX_BYTES, isolate: Optional[bool] = None) -> KerasCheckpoint:
+                          max_bytes: int = _h5safe.MAX_BYTES, isolate: Optional[bool] = None,
+                          metadata_only: bool = False) -> KerasCheckpoint:
     """Reads a Keras training checkpoint: a Keras 3 ``.keras`` file, an ``.h5`` model file (tf.keras, or Keras 3's
     ``model.save("x.h5")``), or a Keras 3 ``.weights.h5`` file with its model config given as ``config`` (a JSON
     file holding what a ``.keras`` file's ``config.json`` holds, ``compile_config`` included).
@@ -363,7 +383,12 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
     its state. Every variable of the file is placed
     or the file is refused. ``max_bytes`` bounds what the file may make the reader allocate. ``isolate`` (default:
     where the platform can ``fork``) runs the HDF5 library in a child process with a memory and time limit, so a
-    corrupted or hostile file that would crash or hang it is refused instead.
+    corrupted or hostile file that would crash or hang it is refused instead. ``metadata_only=True`` (for
+    ``slotopt inspect``) reads the config and the datasets' shapes, dtypes and places, and the values of those
+    of one element (iterations, learning rate, loss scale), all checked as always; the weights and the
+    optimizer's other state are empty tensors of their shapes and dtypes on the ``meta`` device (so the result
+    lists, it cannot build or load), and the zip CRC-32 of the weights, which needs all their bytes, is not
+    computed. Otherwise a ``.keras`` file's stored weights member has its CRC-32 checked as it is read.
 
     Raises:
         FileNotFoundError: ``path`` (or ``config``) is not a file.
@@ -388,7 +413,7 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
     with open(path, "rb") as handle:
         head = handle.read(8)
     if head.startswith(b"PK"):
-        return _read_keras3(path, max_bytes, isolate)
+        return _read_keras3(path, max_bytes, isolate, metadata_only)
     if head == b"\x89HDF\r\n\x1a\n":
-        return _read_h5(path, None if config is None else str(config), max_bytes, isolate)
+        return _read_h5(path, None if config is None else str(config), max_bytes, isolate, metadata_only)
     raise CheckpointFormatError(path, None, "is neither a Keras 3 `.keras` file (zip) nor an `.h5` file (HDF5).")
