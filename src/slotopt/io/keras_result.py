@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
+from ..engine import adopt
 from ..engine.resume import state_value_problem
 from .errors import CheckpointFormatError
 from .keras_layers import to_torch, torch_shape
@@ -34,8 +35,28 @@ class _NamedWeights:
     ``tf_checkpoint.py``): parameters given by the caller against its trainable ``variable_names`` and
     ``weights``, the only attributes they read."""
 
+    path: str
     variable_names: list[str]
     weights: dict[str, torch.Tensor]
+    _loans: adopt.Loans
+
+    def parameters(self, device: Any = None) -> list[torch.Tensor]:
+        """Leaf tensors (``requires_grad=True``) holding the saved weights, in ``variable_names`` order.
+
+        The first call hands the weights the reader holds over, without a copy (issue 40: a model of gigabytes is
+        not held twice): each parameter shares the memory of ``weights[name]``, so training it shows in
+        ``weights`` too. A later call returns copies while those weights are unwritten, and raises ``ValueError``
+        once training has written them (read the file again for a second model). On another ``device``: copies."""
+        for n in self.variable_names:  # all checked before any is handed out
+            self._loans.check(self.weights[n], f"weight {n!r}", self.path)
+        out = []
+        for n in self.variable_names:
+            weight = self.weights[n]
+            if device is not None and torch.device(device) != weight.device:
+                out.append(weight.detach().to(device).requires_grad_(True))
+            else:
+                out.append(self._loans.take(weight, f"weight {n!r}", self.path).detach().requires_grad_(True))
+        return out
 
     def _check_names(self, argument: str, given: Mapping[str, Any]) -> None:
         """``given`` (keyed by Keras name) names every trainable variable of the checkpoint and nothing else."""
@@ -146,6 +167,8 @@ class KerasCheckpoint(_NamedWeights):
     skipped: dict[str, str] = field(default_factory=dict)
     _owners: list[Optional[int]] = field(default_factory=list, repr=False)
     _keras_paths: dict[str, str] = field(default_factory=dict, repr=False)
+    _loans: adopt.Loans = field(default_factory=adopt.Loans, repr=False, compare=False)
+    _state_views: Optional[list[torch.Tensor]] = field(default=None, repr=False, compare=False)
 
     # ---------------------------------------------------------------------------------------------- helpers
     def _new_optimizer(self) -> Any:
@@ -163,17 +186,19 @@ class KerasCheckpoint(_NamedWeights):
         """What ``opt.set_weights`` assigns, in order: Keras 3 ``variables``, tf.keras ``weights``."""
         return list(opt.variables if self.kind == "keras3" else opt.weights)
 
-    def _check_state(self, opt: Any, where: str) -> None:
-        """Count and shapes of the saved state against the variables of ``opt`` (built in Keras layout)."""
+    def _check_state(self, opt: Any, where: str, state: Optional[Sequence[Any]] = None) -> None:
+        """Count and shapes of the saved state (or of ``state``: it converted to torch's layout) against the
+        variables of ``opt`` (built in the same layout)."""
         variables = self._state_variables(opt)
-        if len(variables) != len(self.optimizer_state):
+        state = self.optimizer_state if state is None else state
+        if len(variables) != len(state):
             raise CheckpointFormatError(
                 where, "optimizer",
-                f"the file holds {len(self.optimizer_state)} optimizer variables, but a "
+                f"the file holds {len(state)} optimizer variables, but a "
                 f"{self.optimizer_class.__name__} built on the model's {len(self.variable_names)} trainable variables "
                 f"has {len(variables)} ({[getattr(v, 'path', i) for i, v in enumerate(variables)]}).",
             )
-        for i, (var, value) in enumerate(zip(variables, self.optimizer_state)):
+        for i, (var, value) in enumerate(zip(variables, state)):
             if tuple(var.shape) != tuple(value.shape):
                 raise CheckpointFormatError(
                     where, f"optimizer variable {i} ({getattr(var, 'path', '')})",
@@ -208,6 +233,44 @@ class KerasCheckpoint(_NamedWeights):
         self.optimizer_variable_names = names
         return owners
 
+    def _state_tensors(self) -> list[torch.Tensor]:
+        """``optimizer_state`` as tensors sharing the arrays' memory, made once (their version counters tell
+        whether a state handed over has been written since: ``adopt.Loans``)."""
+        if self._state_views is None or len(self._state_views) != len(self.optimizer_state):
+            views = []
+            for value in self.optimizer_state:
+                array = np.asarray(value)
+                views.append(torch.from_numpy(array) if array.flags.writeable and array.dtype.kind in "biuf"
+                             else torch.as_tensor(np.array(array)))  # (read-only memory is not handed over)
+            self._state_views = views
+        return self._state_views
+
+    def _built_on(self, params: list[tuple[str, torch.Tensor]], state: list[Any],
+                  write: Optional[Any] = None) -> Any:
+        """The saved optimizer built on ``params`` (``variable_names`` order) with ``state`` loaded: checked on a
+        probe built on ``meta`` copies first (every check set_weights applies, without its copies), then built with
+        the slots taken from ``state`` where they fit (engine/adopt.py), the rest copied once."""
+        probe = self._new_optimizer()
+        placeholders = [torch.empty(t.shape, dtype=t.dtype, device="meta") for _, t in params]
+        probe.build([(name, p) for (name, _), p in zip(params, placeholders)])
+        self._check_state(probe, f"optimizer({self.path})", state)
+        targets = self._state_variables(probe)
+        for i, value in enumerate(state):
+            self._loans.check(value, f"optimizer variable {i}", self.path)
+        adopt.check(targets, state)
+        offer = adopt.offer(probe, placeholders, [t for _, t in params],
+                            {id(var): value for var, value in zip(targets, state)}, self._loans)
+        del probe
+        if write is not None:  # (the module's weights: after every check)
+            write()
+        opt = self._new_optimizer()
+        with adopt.offering(offer):
+            opt.build(params)
+        self._learning_rate_note(opt)
+        adopt.assign(self._state_variables(opt), state)
+        opt._show_current_learning_rate()  # (what set_weights does after writing)
+        return opt
+
     def _learning_rate_note(self, opt: Any) -> None:
         """Warns when the stored learning rate does not fit the optimizer's learning-rate variable's dtype."""
         if self.kind != "keras3" or self.floatx is None:
@@ -229,10 +292,6 @@ class KerasCheckpoint(_NamedWeights):
         return torch_shape(tuple(self.weights[name].shape), self.layouts[name])
 
     # ---------------------------------------------------------------------------------------------- public
-    def parameters(self, device: Any = None) -> list[torch.Tensor]:
-        """Fresh leaf tensors (``requires_grad=True``) holding the saved weights, in ``variable_names`` order."""
-        return [self.weights[n].detach().clone().to(device).requires_grad_(True) for n in self.variable_names]
-
     def optimizer(self, params: Union[Sequence[torch.Tensor], Mapping[str, torch.Tensor]]) -> Any:
         """The saved optimizer, configured from the file and built on ``params`` (tensors in Keras layout: a list
         in ``variable_names`` order or a dict name → tensor), with its saved state and iteration count loaded.
@@ -240,12 +299,7 @@ class KerasCheckpoint(_NamedWeights):
         The values of ``params`` are not touched: start them from ``weights`` (or use :meth:`parameters`).
         """
         ordered = self._params_in_order(params)
-        opt = self._new_optimizer()
-        opt.build(list(zip(self.variable_names, ordered)))
-        self._check_state(opt, f"optimizer({self.path})")
-        self._learning_rate_note(opt)
-        opt.set_weights(list(self.optimizer_state))  # set_weights copies (issue 40: no third copy here)
-        return opt
+        return self._built_on(list(zip(self.variable_names, ordered)), list(self._state_tensors()))
 
     def regularization_loss(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The loss the saved layers' L1/L2 weight regularizers add (Keras: ``l1·Σ|w| + l2·Σw²`` per variable),
@@ -364,13 +418,14 @@ class KerasCheckpoint(_NamedWeights):
             raise ValueError(f"Parameters {left} of the module are mapped to no Keras variable and would not be "
                              "trained: map them, or set `requires_grad_(False)` on them.")
         state = []
-        for i, (value, owner) in enumerate(zip(self.optimizer_state, self._owners)):
-            tensor = torch.as_tensor(np.asarray(value))  # a view: set_weights copies (issue 40)
+        for i, (value, owner) in enumerate(zip(self._state_tensors(), self._owners)):
+            tensor = value  # a view: the optimizer takes it, or copies it once (issue 40)
             if owner is not None:
                 name = self.variable_names[owner]
                 kind = self.layouts[name]
                 if tuple(tensor.shape) == tuple(self.weights[name].shape):
-                    tensor = to_torch(tensor, kind)
+                    converted = to_torch(tensor, kind)
+                    tensor = converted if converted is tensor else converted.contiguous()
                 elif kind != "as_is":
                     raise ValueError(
                         f"Optimizer variable {i} of {name!r} has shape {tuple(tensor.shape)}, not the variable's "
@@ -379,21 +434,17 @@ class KerasCheckpoint(_NamedWeights):
                     )
             state.append(tensor)
         by_name = {name: (pname, tensor) for name, pname, tensor in targets}
-        # issue 40, all or nothing: the state is set on an optimizer built on meta copies of the targets first,
-        # so whatever set_weights refuses is refused before the module is written.
-        probe = self._new_optimizer()
-        probe.build([(by_name[n][0], torch.empty(by_name[n][1].shape, dtype=by_name[n][1].dtype, device="meta"))
-                     for n in self.variable_names])
-        probe.set_weights(state)
-        del probe
+        for name, _, _ in targets:
+            self._loans.check(self.weights[name], f"weight {name!r}", self.path)
+        # issue 40, all or nothing: the state is checked on an optimizer built on meta copies of the targets
+        # first, so whatever set_weights refuses is refused before the module is written.
+        return self._built_on([by_name[n] for n in self.variable_names], state,
+                              write=lambda: self._write_module(targets))
+
+    def _write_module(self, targets: list[tuple[str, str, torch.Tensor]]) -> None:
         with torch.no_grad():
             for name, _, tensor in targets:
                 tensor.copy_(to_torch(self.weights[name], self.layouts[name]))
-        opt = self._new_optimizer()
-        opt.build([by_name[name] for name in self.variable_names])
-        self._learning_rate_note(opt)
-        opt.set_weights(state)
-        return opt
 
 
 def _scalar_problem(name: str, value: Any) -> Optional[str]:
