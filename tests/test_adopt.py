@@ -173,3 +173,40 @@ def test_a_second_use_copies_while_unwritten_and_is_refused_once_trained(tmp_pat
     assert all(torch.equal(a, b) for a, b in zip(module.parameters(), before))  # the module is not written
     fresh = slotopt.load_tf_checkpoint(ck.path)  # a second model: read the file again
     assert ck.optimizer is not None and fresh.optimizer(fresh.parameters(), optimizer=new()).built
+
+
+@pytest.mark.parametrize("fmt", ["tf", "keras"])
+def test_load_module_hands_the_files_tensors_over_to_the_module_and_its_optimizer(tmp_path, fmt):
+    if fmt == "tf":
+        ck = _keras3(tmp_path)[0]
+    else:
+        pytest.importorskip("h5py")
+        from test_keras_io import write_keras3
+
+        params = _params()
+        opt = slotopt.Adam(0.01)
+        opt.build(list(zip(NAMES, params)))
+        _train(opt, params, 2, seed=1)
+        layers = [("Dense", "dense", [params[0].numpy(), params[1].numpy()], {}),
+                  ("Dense", "out", [params[2].numpy()], {"use_bias": False})]
+        ck = slotopt.load_keras_checkpoint(write_keras3(tmp_path / "m.keras", layers, opt))
+    saved = {n: t.clone() for n, t in ck.weights.items()}
+    module = torch.nn.Sequential(torch.nn.Linear(200, 200), torch.nn.Linear(200, 180, bias=False))
+    mapping = {"dense/kernel": "0.weight", "dense/bias": "0.bias", "out/kernel": "1.weight"}
+    opt = ck.load_module(module, mapping, optimizer=slotopt.Adam(0.01)) if fmt == "tf" else \
+        ck.load_module(module, mapping)
+    named = dict(module.named_parameters())
+    # The checkpoint keeps views of the module's parameters (Keras layout): the file's copies are freed.
+    for name, pname in mapping.items():
+        assert ck.weights[name].untyped_storage().data_ptr() == named[pname].untyped_storage().data_ptr()
+        assert torch.equal(ck.weights[name], saved[name])
+    assert torch.equal(named["0.weight"], saved["dense/kernel"].T)
+    kernel_slot = opt.state[named["0.weight"]]["momentum"]  # converted once: the optimizer's own tensor
+    assert kernel_slot.is_contiguous() and tuple(kernel_slot.shape) == (200, 200)
+    again = ck.parameters()  # unwritten: copies, not the module's memory
+    assert all(p.data_ptr() != named[mapping[n]].data_ptr() for n, p in zip(ck.variable_names, again))
+    x = torch.randn(4, 200)
+    module(x).square().sum().backward()
+    opt.step()
+    with pytest.raises(ValueError, match="handed over without a copy"):
+        ck.parameters()

@@ -18,7 +18,7 @@ import torch
 from ..engine import adopt
 from ..engine.resume import state_value_problem
 from .errors import CheckpointFormatError
-from .keras_layers import to_torch, torch_shape
+from .keras_layers import keras_view, to_torch, torch_shape
 
 # Optimizer variables built on placeholder names ``p0, p1, ...`` are named after them (Keras 3: ``p0_momentum``,
 # tf.keras: ``p0/m``): this finds which model variable an optimizer variable belongs to.
@@ -425,7 +425,14 @@ class KerasCheckpoint(_NamedWeights):
                 kind = self.layouts[name]
                 if tuple(tensor.shape) == tuple(self.weights[name].shape):
                     converted = to_torch(tensor, kind)
-                    tensor = converted if converted is tensor else converted.contiguous()
+                    if converted is not tensor:
+                        converted = converted.contiguous()
+                        # The checkpoint keeps a Keras-layout view of the converted slot (the file's is freed).
+                        view = _handed_over(self._loans, tensor, converted, kind)
+                        if view is not None:
+                            self._state_views[i] = view  # type: ignore[index]
+                            self.optimizer_state[i] = view.numpy()
+                    tensor = converted
                 elif kind != "as_is":
                     raise ValueError(
                         f"Optimizer variable {i} of {name!r} has shape {tuple(tensor.shape)}, not the variable's "
@@ -444,7 +451,7 @@ class KerasCheckpoint(_NamedWeights):
     def _write_module(self, targets: list[tuple[str, str, torch.Tensor]]) -> None:
         with torch.no_grad():
             for name, _, tensor in targets:
-                tensor.copy_(to_torch(self.weights[name], self.layouts[name]))
+                _write_weight(self._loans, self.weights, name, tensor, self.layouts[name])
 
 
 def _scalar_problem(name: str, value: Any) -> Optional[str]:
@@ -455,3 +462,34 @@ def _scalar_problem(name: str, value: Any) -> Optional[str]:
     if array.dtype.kind == "c" and state_value_problem(name, torch.tensor(float("nan"))) is not None:
         return "a real number"
     return state_value_problem(name, torch.from_numpy(np.array(array, copy=True)))
+
+def _handed_over(loans: adopt.Loans, original: torch.Tensor, converted: torch.Tensor, kind: str
+                 ) -> Optional[torch.Tensor]:
+    """``converted`` (``original`` in torch's layout, now the module's or the optimizer's) seen in Keras layout, to
+    keep in place of ``original`` so that the file's copy is freed (issue 40: ``load_module`` at the loaded data);
+    lent (``adopt.Loans``): it is the model's from now on. None where ``original`` was handed out before or the
+    layout has no view (it is kept)."""
+    if loans.lent(original):
+        return None
+    view = keras_view(converted, kind, tuple(original.shape))
+    if view is None or not torch.equal(view, original):  # (the view must show exactly the file's values)
+        return None
+    loans.lend(view)
+    return view
+
+
+def _write_weight(loans: adopt.Loans, weights: dict[str, torch.Tensor], name: str, param: torch.Tensor,
+                  kind: str) -> None:
+    """``param.copy_`` of ``weights[name]`` in torch's layout (written through a Keras-layout view of ``param``:
+    no converted copy on the way), then ``weights[name]`` handed over to ``param`` (``_handed_over``). Under
+    ``torch.no_grad``."""
+    weight = weights[name]
+    view = keras_view(param.detach(), kind, tuple(weight.shape))
+    if view is not None:
+        view.copy_(weight)
+    else:
+        param.copy_(to_torch(weight, kind))
+    # The module holds the weight from now on: the checkpoint sees it through a view (the file's copy is freed).
+    kept = _handed_over(loans, weight, param.detach(), kind)
+    if kept is not None:
+        weights[name] = kept

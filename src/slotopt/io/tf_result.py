@@ -6,6 +6,7 @@ written. ``tf_checkpoint.py`` reads the files into it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -14,7 +15,7 @@ import torch
 
 from ..engine import adopt, registry
 from .keras_layers import to_torch, torch_shape
-from .keras_result import _NamedWeights
+from .keras_result import _handed_over, _NamedWeights, _write_weight
 from .tf_files import OptimizerVariable, _op_base
 
 # tf-keras 2.11+ slot names → the Keras 3 class's (the rest are the same in both).
@@ -257,14 +258,25 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
 
     def _state_values(self, probe: tuple[Any, list[torch.Tensor], Any], layout: bool) -> list[Any]:
         """The plan's values, in the plan's order; with ``layout``, slots shaped like their variable in torch's
-        layout (a converted slot is a new tensor: the optimizer takes it as it is)."""
+        layout. A converted slot is a new tensor (the optimizer takes it as it is), which the checkpoint keeps from
+        then on as a Keras-layout view in place of the file's tensor (handed over: the file's copy is freed)."""
+        plan = probe[2]
         values = []
-        for _, owner, value, _ in probe[2]:
+        for i, (name, owner, value, var) in enumerate(plan):
             if layout and value is not None and owner is not None \
                     and tuple(value.shape) == tuple(self.weights[owner].shape):
-                converted = to_torch(value, self.layouts.get(owner, "as_is"))
-                value = converted if converted is value else converted.contiguous()
+                kind = self.layouts.get(owner, "as_is")
+                converted = to_torch(value, kind)
+                if converted is not value:
+                    converted = converted.contiguous()
+                    view = _handed_over(self._loans, value, converted, kind)
+                    if view is not None:  # the file's tensor is dropped by every holder
+                        plan[i] = (name, owner, view, var)
+                        self.optimizer_variables = [dataclasses.replace(v, value=view) if v.value is value else v
+                                                    for v in self.optimizer_variables]
+                value = converted
             values.append(value)
+            value = None
         return values
 
     def _offer(self, probe: tuple[Any, list[torch.Tensor], Any], targets: list[torch.Tensor],
@@ -397,12 +409,11 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         values = self._state_values(probe, layout=True)
         with torch.no_grad():
             for name, param in targets.items():
-                param.copy_(to_torch(self.weights[name], self.layouts.get(name, "as_is")))
+                _write_weight(self._loans, self.weights, name, param, self.layouts.get(name, "as_is"))
         ordered = [targets[n] for n in self.variable_names]
         with adopt.offering(self._offer(probe, ordered, values)):
             opt.build([(mapping[n], targets[n]) for n in self.variable_names] if self.kind != "v1"
                       else list(zip(self.variable_names, ordered)))
         self._load_state(opt, probe, values)
         return opt
-
 
