@@ -168,7 +168,7 @@ class KerasCheckpoint(_NamedWeights):
     _owners: list[Optional[int]] = field(default_factory=list, repr=False)
     _keras_paths: dict[str, str] = field(default_factory=dict, repr=False)
     _loans: adopt.Loans = field(default_factory=adopt.Loans, repr=False, compare=False)
-    _state_views: Optional[list[torch.Tensor]] = field(default=None, repr=False, compare=False)
+    _state_views: Optional[list[tuple[Any, Any]]] = field(default=None, repr=False, compare=False)
 
     # ---------------------------------------------------------------------------------------------- helpers
     def _new_optimizer(self) -> Any:
@@ -233,17 +233,24 @@ class KerasCheckpoint(_NamedWeights):
         self.optimizer_variable_names = names
         return owners
 
-    def _state_tensors(self) -> list[torch.Tensor]:
-        """``optimizer_state`` as tensors sharing the arrays' memory, made once (their version counters tell
-        whether a state handed over has been written since: ``adopt.Loans``)."""
-        if self._state_views is None or len(self._state_views) != len(self.optimizer_state):
-            views = []
-            for value in self.optimizer_state:
-                array = np.asarray(value)
-                views.append(torch.from_numpy(array) if array.flags.writeable and array.dtype.kind in "biuf"
-                             else torch.as_tensor(np.array(array)))  # (read-only memory is not handed over)
-            self._state_views = views
-        return self._state_views
+    def _state_tensors(self) -> list[Any]:
+        """``optimizer_state`` as tensors sharing the arrays' memory, each made once per array (its version counter
+        tells whether a state handed over has been written since: ``adopt.Loans``)."""
+        cache = self._state_views if self._state_views is not None else []
+        views: list[tuple[Any, Any]] = []
+        for i, value in enumerate(self.optimizer_state):
+            if i < len(cache) and cache[i][0] is value:
+                views.append(cache[i])
+                continue
+            array = np.asarray(value)
+            if array.dtype.kind not in "biufc":  # left as it is: the checks refuse it with their message
+                views.append((value, array))
+            elif array.flags.writeable and array.dtype.isnative:
+                views.append((value, torch.from_numpy(array)))
+            else:  # (read-only or foreign-endian memory is not handed over: a native copy)
+                views.append((value, torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder("=")))))
+        self._state_views = views
+        return [t for _, t in views]
 
     def _built_on(self, params: list[tuple[str, torch.Tensor]], state: list[Any],
                   write: Optional[Any] = None) -> Any:
@@ -430,8 +437,8 @@ class KerasCheckpoint(_NamedWeights):
                         # The checkpoint keeps a Keras-layout view of the converted slot (the file's is freed).
                         view = _handed_over(self._loans, tensor, converted, kind)
                         if view is not None:
-                            self._state_views[i] = view  # type: ignore[index]
                             self.optimizer_state[i] = view.numpy()
+                            self._state_views[i] = (self.optimizer_state[i], view)  # type: ignore[index]
                     tensor = converted
                 elif kind != "as_is":
                     raise ValueError(
