@@ -155,6 +155,22 @@ def keras_view(value: torch.Tensor, kind: str, shape: Sequence[int]) -> Optional
     return view
 
 
+def torch_view(value: torch.Tensor, kind: str) -> Optional[torch.Tensor]:
+    """``value`` (Keras layout) seen in torch's layout without a copy, for the layouts that only permute axes
+    (``as_is``, Dense and convolution kernels); ``None`` for the others. ``param.copy_(torch_view(...))`` writes
+    a converted weight with no intermediate tensor (a 2-D transpose into contiguous memory takes torch's blocked
+    path)."""
+    rank = value.dim()
+    if kind == "as_is":
+        return value
+    if kind == "dense_kernel" and rank == 2:
+        return value.permute(1, 0)
+    for n in (1, 2, 3):
+        if kind == f"conv{n}d_kernel" and rank == n + 2:
+            return value.permute(n + 1, n, *range(n))
+    return None
+
+
 def torch_shape(shape: Sequence[int], kind: str) -> Optional[tuple[int, ...]]:
     """The torch shape of a Keras ``shape`` of layout ``kind`` (``None``: no torch layout)."""
     convert = _converter(kind, tuple(shape))

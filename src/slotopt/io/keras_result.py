@@ -18,7 +18,7 @@ import torch
 from ..engine import adopt
 from ..engine.resume import state_value_problem
 from .errors import CheckpointFormatError
-from .keras_layers import keras_view, to_torch, torch_shape
+from .keras_layers import keras_view, to_torch, torch_shape, torch_view
 
 # Optimizer variables built on placeholder names ``p0, p1, ...`` are named after them (Keras 3: ``p0_momentum``,
 # tf.keras: ``p0/m``): this finds which model variable an optimizer variable belongs to.
@@ -425,8 +425,11 @@ class KerasCheckpoint(_NamedWeights):
             raise ValueError(f"Parameters {left} of the module are mapped to no Keras variable and would not be "
                              "trained: map them, or set `requires_grad_(False)` on them.")
         state = []
-        for i, (value, owner) in enumerate(zip(self._state_tensors(), self._owners)):
-            tensor = value  # a view: the optimizer takes it, or copies it once (issue 40)
+        sources: list[Any] = self._state_tensors()
+        for i, owner in zip(range(len(sources)), self._owners):
+            # A view: the optimizer takes it, or copies it once (issue 40); the list lets go of each as it is
+            # converted, so that the file's copy of a converted slot is freed at once.
+            tensor, sources[i] = sources[i], None
             if owner is not None:
                 name = self.variable_names[owner]
                 kind = self.layouts[name]
@@ -478,8 +481,9 @@ def _handed_over(loans: adopt.Loans, original: torch.Tensor, converted: torch.Te
     layout has no view (it is kept)."""
     if loans.lent(original):
         return None
+    # (keras_view undoes to_torch exactly for every layout it covers: tests/test_adopt.py checks each)
     view = keras_view(converted, kind, tuple(original.shape))
-    if view is None or not torch.equal(view, original):  # (the view must show exactly the file's values)
+    if view is None or view.dtype != original.dtype:
         return None
     loans.lend(view)
     return view
@@ -491,11 +495,8 @@ def _write_weight(loans: adopt.Loans, weights: dict[str, torch.Tensor], name: st
     no converted copy on the way), then ``weights[name]`` handed over to ``param`` (``_handed_over``). Under
     ``torch.no_grad``."""
     weight = weights[name]
-    view = keras_view(param.detach(), kind, tuple(weight.shape))
-    if view is not None:
-        view.copy_(weight)
-    else:
-        param.copy_(to_torch(weight, kind))
+    source = torch_view(weight, kind)
+    param.copy_(source if source is not None else to_torch(weight, kind))
     # The module holds the weight from now on: the checkpoint sees it through a view (the file's copy is freed).
     kept = _handed_over(loans, weight, param.detach(), kind)
     if kept is not None:
