@@ -303,7 +303,9 @@ class KerasCheckpoint(_NamedWeights):
         """The saved optimizer, configured from the file and built on ``params`` (tensors in Keras layout: a list
         in ``variable_names`` order or a dict name → tensor), with its saved state and iteration count loaded.
 
-        The values of ``params`` are not touched: start them from ``weights`` (or use :meth:`parameters`).
+        The values of ``params`` are not touched: start them from ``weights`` (or use :meth:`parameters`). The
+        optimizer's slots are the file's tensors where they fit (no copy): ``optimizer_state`` shows them as they
+        train, and a later ``optimizer(...)`` of this checkpoint copies them while unwritten, else is refused.
         """
         ordered = self._params_in_order(params)
         return self._built_on(list(zip(self.variable_names, ordered)), list(self._state_tensors()))
@@ -384,6 +386,10 @@ class KerasCheckpoint(_NamedWeights):
         and every optimizer slot of a variable the same way. A trainable parameter of ``module`` that nothing
         maps to must have ``requires_grad=False`` (it would not be trained). Everything is checked before the
         module is written.
+
+        Nothing is held twice (issue 40): ``weights`` and ``optimizer_state`` become views of the module's
+        parameters and the optimizer's slots (in Keras layout), and the file's copies are freed; a later use of
+        this checkpoint copies them while unwritten and is refused once training has written them.
         """
         if mapping is None:
             mapping = self.mapping_for(module)

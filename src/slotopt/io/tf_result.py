@@ -313,6 +313,9 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         file does not name the class (Keras 3, tf.keras, TF1 without ``.meta``); its variables must be the
         checkpoint's, name for name, shape and dtype, or nothing is changed and ``ValueError`` says which
         differ. The values of ``params`` are not touched: start them from ``weights`` (or :meth:`parameters`).
+        The optimizer's slots are the file's tensors where they fit (no copy): ``optimizer_variables`` show them
+        as they train, and a later ``optimizer(...)`` of this checkpoint copies them while unwritten, else is
+        refused.
 
         A ``"composite"`` checkpoint (TFRS ``CompositeOptimizer``) takes a list of optimizers, one per part in
         ``parts`` order (``[slotopt.legacy.Adagrad(0.1), slotopt.legacy.Adam(0.01)]``), and returns a
@@ -361,7 +364,10 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         ``mapping`` maps each variable name (``variable_names``; others of ``weights`` may be added: they are
         copied, not trained) to a parameter name of ``module``; without it the module's parameters are taken in
         order. Tensors and slots are converted with ``layouts`` (``dense_kernel``: transposed for
-        ``nn.Linear``...). Everything is checked before the module is written.
+        ``nn.Linear``...). Everything is checked before the module is written. Nothing is held twice (issue 40):
+        ``weights`` and the optimizer variables become views of the module's parameters and the optimizer's slots
+        (checkpoint layout) and the file's copies are freed; a later use of this checkpoint copies them while
+        unwritten and is refused once training has written them.
         """
         if self.kind == "composite":
             raise ValueError(f"{self.path} holds several optimizers: load the weights yourself (`weights`, "
