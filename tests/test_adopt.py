@@ -232,3 +232,15 @@ def test_the_views_between_layouts_undo_the_conversion_exactly(kind, shape):
         assert forward.data_ptr() == keras.data_ptr() and torch.equal(forward, converted)
     else:
         assert kind not in ("as_is", "dense_kernel", "conv1d_kernel", "conv2d_kernel", "conv3d_kernel")
+
+
+@pytest.mark.parametrize("run, optimizers", [
+    ("migration2/c11_tfrs_ranking_composite/ckpts", lambda: [slotopt.legacy.Adagrad(0.1), slotopt.legacy.Adam(0.01)]),
+    ("migration3/f4_tf1_wide_deep_adagrad_adam", lambda: None)], ids=["tfrs", "tf1_two_optimizers"])
+def test_every_part_of_a_composite_takes_the_files_slots(run, optimizers):
+    ck = slotopt.load_tf_checkpoint(Path(__file__).parent / "data" / run)
+    file_memory = _addresses([v.value for part in ck.parts for v in part.optimizer_variables])
+    params = ck.parameters()
+    opt = ck.optimizer(params, optimizer=optimizers())
+    slots = [t for p in params for name, t in opt.state[p].items() if name != "step" and t.dim() > 0]
+    assert len(slots) >= len(ck.parts) and _addresses(slots) <= file_memory
