@@ -261,6 +261,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         layout. A converted slot is a new tensor (the optimizer takes it as it is), which the checkpoint keeps from
         then on as a Keras-layout view in place of the file's tensor (handed over: the file's copy is freed)."""
         plan = probe[2]
+        where = {id(v.value): j for j, v in enumerate(self.optimizer_variables)}
         values = []
         for i, (name, owner, value, var) in enumerate(plan):
             if layout and value is not None and owner is not None \
@@ -272,8 +273,9 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                     view = _handed_over(self._loans, value, converted, kind)
                     if view is not None:  # the file's tensor is dropped by every holder
                         plan[i] = (name, owner, view, var)
-                        self.optimizer_variables = [dataclasses.replace(v, value=view) if v.value is value else v
-                                                    for v in self.optimizer_variables]
+                        j = where.get(id(value))
+                        if j is not None and self.optimizer_variables[j].value is value:
+                            self.optimizer_variables[j] = dataclasses.replace(self.optimizer_variables[j], value=view)
                 value = converted
             values.append(value)
             value = None
