@@ -11,8 +11,9 @@ disk (weights, m, v):
 
 Each measurement runs in a fresh process (imports excluded from the time, the process's memory after imports
 subtracted from its peak): ``load`` (the reader), ``+ optimizer`` (load, ``parameters()`` and the optimizer
-built with its state), ``inspect`` (``slotopt inspect``), and ``plain read`` (the file's bytes read into one
-buffer: what the disk and page cache allow). The machine's load (``os.getloadavg``) is printed with the figures.
+built with its state: the slots are the file's tensors), ``module`` (``load_module`` into ``nn.Linear`` layers:
+the weights copied into the module, the kernels' slots converted to torch's layout), ``inspect`` (``slotopt
+inspect``), and ``plain read`` (the file's bytes read into one buffer: what the disk and page cache allow). The machine's load (``os.getloadavg``) is printed with the figures.
 
 With ``--tensorflow PYTHON`` (a Python that has TensorFlow, e.g. a venv of its own), TensorFlow's restore of the
 same files is measured too (``benchmarks/io_tensorflow.py``, each run in a fresh process) and shown in the same
@@ -227,6 +228,14 @@ else:
         optimizer = slotopt.Adam(0.001) if kind == "tf2" else None
         opt = ck.optimizer(ck.parameters(), optimizer=optimizer) if optimizer is not None else \
             ck.optimizer(ck.parameters())
+    elif what == "module":  # nn.Linear layers made without initializing them (load_module writes every weight)
+        width = next(iter(ck.weights.values())).shape[0]
+        model = torch.nn.Sequential(*[torch.nn.Linear(width, width, device="meta")
+                                      for _ in range(len(ck.variable_names) // 2)]).to_empty(device="cpu")
+        if kind == "keras":
+            opt = ck.load_module(model, dict(zip(ck.variable_names, dict(model.named_parameters()))))
+        else:
+            opt = ck.load_module(model, optimizer=slotopt.Adam(0.001) if kind == "tf2" else None)
 out["total_s"] = time.perf_counter() - start
 try:
     out["peak_bytes"] = hwm() - base
@@ -300,6 +309,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--gb", type=float, default=1.0, help="GiB of float32 weights (files are 3x that)")
     parser.add_argument("--dir", default="/tmp/slotopt_io_bench", help="where the files are written")
     parser.add_argument("--formats", default="tf1,tf2,keras", help="comma-separated: tf1, tf2, keras")
+    parser.add_argument("--measure", default="plain,load,optimizer,module,inspect",
+                        help="comma-separated: plain, load, optimizer, module, inspect")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement (the best is shown)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
     parser.add_argument("--measure", default="plain,load,optimizer,inspect",

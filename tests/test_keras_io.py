@@ -304,6 +304,9 @@ def test_round_trip_continues_identically(tmp_path, generation, name, dtype):
     for got, want in zip(_train(opt, params, batches), expected):
         for g, w in zip(got, want):
             assert torch.equal(g, w)  # same optimizer, same state, same operations: bit for bit
+    with pytest.raises(ValueError, match="handed over without a copy|cannot be converted"):  # (trained since)
+        ckpt.load_module(_module(dtype))
+    ckpt = slotopt.load_keras_checkpoint(ckpt.path)  # one read per model (issue 40: no copy of the file's tensors)
 
     model = _module(dtype)
     if name == "Adafactor":  # factored second moments of a Dense kernel have no torch layout

@@ -17,7 +17,7 @@ import torch
 from ..kernels import rows as sparse_rows
 from ..kernels.native import tensor_table
 from ..variables import IndexedSlices, named_variables, variable_name
-from . import checks, distributed, resume
+from . import adopt, checks, distributed
 from .constraints import Constraints
 from .construction import BuildsOnParams, check_gradient_aggregator, is_parameters
 from .eager import outside_dynamo
@@ -246,8 +246,9 @@ class OptimizerCore(ShardedParameters, PlanCache, GradientValidation, Constraint
         # The kind the slot was made with: a slot resized or re-typed in place is refused before a step writes
         # (engine/unchanged.py).
         self.__dict__.setdefault("_slot_kinds", {})[(slot_name, pos)] = (tensor.dtype, tensor.shape)
-        # What ``del opt.state[p]`` writes back (engine/resume.py): one number for a constant-filled slot.
-        self.__dict__.setdefault("_slot_initials", {})[(slot_name, pos)] = resume.initial_fill(tensor)
+        # What ``del opt.state[p]`` writes back (engine/resume.py): one number for a constant-filled slot (for a
+        # slot taken from a file, engine/adopt.py, the number the face would have filled it with).
+        self.__dict__.setdefault("_slot_initials", {})[(slot_name, pos)] = adopt.initial_fill(tensor)
 
     def _remember_initial_scalar(self, tensor: torch.Tensor) -> None:
         """An optimizer-wide scalar's initial value, written back when the whole state is reset."""

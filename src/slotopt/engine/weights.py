@@ -25,7 +25,7 @@ import torch
 
 from . import resume
 
-__all__ = ["checked_values", "entries", "as_numbers", "assign_values", "count_error", "keras_shape_error", "snapshot"]
+__all__ = ["checked_values", "checked_entry", "entries", "as_numbers", "assign_values", "count_error", "keras_shape_error", "snapshot"]
 
 #: ``(entry index, target, received shape) -> message`` for a value whose shape is not its target's.
 ShapeError = Callable[[int, torch.Tensor, tuple[int, ...]], str]
@@ -56,17 +56,7 @@ def checked_values(targets: Sequence[torch.Tensor], given: Sequence[Any], *, arg
         raise ValueError(count or f"Received {len(given)} values for {len(targets)} optimizer variables.")
     values = []
     for i, (value, target) in enumerate(zip(given, targets)):
-        value = as_numbers(value, argument, i)
-        if value.is_complex() and not target.is_complex():
-            raise TypeError(f"Argument `{argument}` entry {i} is complex ({value.dtype}) but optimizer variable {i} "
-                            f"is {target.dtype}: casting would drop the imaginary part. Received: "
-                            f"{argument}[{i}]={value!r}")
-        if tuple(value.shape) != tuple(target.shape):
-            raise ValueError(shape_error(i, target, tuple(value.shape)))
-        name = getattr(target, "name", None) or f"entry {i}"
-        # Dense real numbers of a kind that fits, scalars in range (a NaN rate, a wrapped iteration count...).
-        resume.check_fits(f"Argument `{argument}` entry {i} ({name})", None if argument == "trainable_variables"
-                          else str(name), value, target)
+        value = checked_entry(i, value, target, argument=argument, shape_error=shape_error)
         try:
             value = value.to(dtype=target.dtype, device=target.device, copy=True)
         except (TypeError, ValueError, RuntimeError) as err:
@@ -74,6 +64,25 @@ def checked_values(targets: Sequence[torch.Tensor], given: Sequence[Any], *, arg
                             f"Received: {value!r}") from err
         values.append(value)
     return values
+
+
+def checked_entry(i: int, value: Any, target: torch.Tensor, *, argument: str = "weights",
+                  shape_error: ShapeError = keras_shape_error) -> torch.Tensor:
+    """Entry ``i`` of ``argument`` as a tensor (not copied) after the checks ``checked_values`` applies against
+    ``target`` (numbers, no complex for a real target, the same shape, in range: ``resume.check_fits``). A
+    reader checks a file's state with it on a probe built on ``meta`` tensors (engine/adopt.py)."""
+    value = as_numbers(value, argument, i)
+    if value.is_complex() and not target.is_complex():
+        raise TypeError(f"Argument `{argument}` entry {i} is complex ({value.dtype}) but optimizer variable {i} "
+                        f"is {target.dtype}: casting would drop the imaginary part. Received: "
+                        f"{argument}[{i}]={value!r}")
+    if tuple(value.shape) != tuple(target.shape):
+        raise ValueError(shape_error(i, target, tuple(value.shape)))
+    name = getattr(target, "name", None) or f"entry {i}"
+    # Dense real numbers of a kind that fits, scalars in range (a NaN rate, a wrapped iteration count...).
+    resume.check_fits(f"Argument `{argument}` entry {i} ({name})", None if argument == "trainable_variables"
+                      else str(name), value, target)
+    return value
 
 
 def entries(given: Any, argument: str = "weights") -> list[Any]:

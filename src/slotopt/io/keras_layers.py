@@ -128,6 +128,49 @@ def to_torch(value: torch.Tensor, kind: str) -> torch.Tensor:
     return convert(value)
 
 
+def keras_view(value: torch.Tensor, kind: str, shape: Sequence[int]) -> Optional[torch.Tensor]:
+    """``value`` (torch's layout of a Keras tensor of ``shape`` and layout ``kind``) seen in Keras layout without a
+    copy: a view of its memory; ``None`` where the conversion is not a view's (GRU gates are reordered)."""
+    shape = tuple(shape)
+    rank = len(shape)
+    if kind in ("as_is", "flatten", "prelu"):
+        view = value.view(shape)
+    elif kind == "dense_kernel" and rank == 2:
+        view = value.permute(1, 0)
+    elif kind in ("conv1d_kernel", "conv2d_kernel", "conv3d_kernel") and rank == int(kind[4]) + 2:
+        n = rank - 2  # to_torch's permutation (n + 1, n, 0, ..., n - 1), undone
+        forward = (n + 1, n, *range(n))
+        view = value.permute(*sorted(range(rank), key=lambda d: forward[d]))
+    elif kind == "depthwise_kernel" and rank >= 3:
+        spatial = rank - 2
+        view = value.view(shape[spatial], shape[spatial + 1], *shape[:spatial]).permute(
+            *range(2, spatial + 2), 0, 1)
+    elif _EINSUM.match(kind):
+        n_in = int(_EINSUM.match(kind).group(1))  # type: ignore[union-attr]
+        view = value.T.view(math.prod(shape[:n_in]), -1).view(shape) if value.dim() == 2 else None
+    else:
+        return None
+    if view is None or tuple(view.shape) != shape or view.data_ptr() != value.data_ptr():
+        return None
+    return view
+
+
+def torch_view(value: torch.Tensor, kind: str) -> Optional[torch.Tensor]:
+    """``value`` (Keras layout) seen in torch's layout without a copy, for the layouts that only permute axes
+    (``as_is``, Dense and convolution kernels); ``None`` for the others. ``param.copy_(torch_view(...))`` writes
+    a converted weight with no intermediate tensor (a 2-D transpose into contiguous memory takes torch's blocked
+    path)."""
+    rank = value.dim()
+    if kind == "as_is":
+        return value
+    if kind == "dense_kernel" and rank == 2:
+        return value.permute(1, 0)
+    for n in (1, 2, 3):
+        if kind == f"conv{n}d_kernel" and rank == n + 2:
+            return value.permute(n + 1, n, *range(n))
+    return None
+
+
 def torch_shape(shape: Sequence[int], kind: str) -> Optional[tuple[int, ...]]:
     """The torch shape of a Keras ``shape`` of layout ``kind`` (``None``: no torch layout)."""
     convert = _converter(kind, tuple(shape))

@@ -15,9 +15,10 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
+from ..engine import adopt
 from ..engine.resume import state_value_problem
 from .errors import CheckpointFormatError
-from .keras_layers import to_torch, torch_shape
+from .keras_layers import keras_view, to_torch, torch_shape, torch_view
 
 # Optimizer variables built on placeholder names ``p0, p1, ...`` are named after them (Keras 3: ``p0_momentum``,
 # tf.keras: ``p0/m``): this finds which model variable an optimizer variable belongs to.
@@ -34,8 +35,28 @@ class _NamedWeights:
     ``tf_checkpoint.py``): parameters given by the caller against its trainable ``variable_names`` and
     ``weights``, the only attributes they read."""
 
+    path: str
     variable_names: list[str]
     weights: dict[str, torch.Tensor]
+    _loans: adopt.Loans
+
+    def parameters(self, device: Any = None) -> list[torch.Tensor]:
+        """Leaf tensors (``requires_grad=True``) holding the saved weights, in ``variable_names`` order.
+
+        The first call hands the weights the reader holds over, without a copy (issue 40: a model of gigabytes is
+        not held twice): each parameter shares the memory of ``weights[name]``, so training it shows in
+        ``weights`` too. A later call returns copies while those weights are unwritten, and raises ``ValueError``
+        once training has written them (read the file again for a second model). On another ``device``: copies."""
+        for n in self.variable_names:  # all checked before any is handed out
+            self._loans.check(self.weights[n], f"weight {n!r}", self.path)
+        out = []
+        for n in self.variable_names:
+            weight = self.weights[n]
+            if device is not None and torch.device(device) != weight.device:
+                out.append(weight.detach().to(device).requires_grad_(True))
+            else:
+                out.append(self._loans.take(weight, f"weight {n!r}", self.path).detach().requires_grad_(True))
+        return out
 
     def _check_names(self, argument: str, given: Mapping[str, Any]) -> None:
         """``given`` (keyed by Keras name) names every trainable variable of the checkpoint and nothing else."""
@@ -146,6 +167,8 @@ class KerasCheckpoint(_NamedWeights):
     skipped: dict[str, str] = field(default_factory=dict)
     _owners: list[Optional[int]] = field(default_factory=list, repr=False)
     _keras_paths: dict[str, str] = field(default_factory=dict, repr=False)
+    _loans: adopt.Loans = field(default_factory=adopt.Loans, repr=False, compare=False)
+    _state_views: Optional[list[tuple[Any, Any]]] = field(default=None, repr=False, compare=False)
 
     # ---------------------------------------------------------------------------------------------- helpers
     def _new_optimizer(self) -> Any:
@@ -163,17 +186,19 @@ class KerasCheckpoint(_NamedWeights):
         """What ``opt.set_weights`` assigns, in order: Keras 3 ``variables``, tf.keras ``weights``."""
         return list(opt.variables if self.kind == "keras3" else opt.weights)
 
-    def _check_state(self, opt: Any, where: str) -> None:
-        """Count and shapes of the saved state against the variables of ``opt`` (built in Keras layout)."""
+    def _check_state(self, opt: Any, where: str, state: Optional[Sequence[Any]] = None) -> None:
+        """Count and shapes of the saved state (or of ``state``: it converted to torch's layout) against the
+        variables of ``opt`` (built in the same layout)."""
         variables = self._state_variables(opt)
-        if len(variables) != len(self.optimizer_state):
+        state = self.optimizer_state if state is None else state
+        if len(variables) != len(state):
             raise CheckpointFormatError(
                 where, "optimizer",
-                f"the file holds {len(self.optimizer_state)} optimizer variables, but a "
+                f"the file holds {len(state)} optimizer variables, but a "
                 f"{self.optimizer_class.__name__} built on the model's {len(self.variable_names)} trainable variables "
                 f"has {len(variables)} ({[getattr(v, 'path', i) for i, v in enumerate(variables)]}).",
             )
-        for i, (var, value) in enumerate(zip(variables, self.optimizer_state)):
+        for i, (var, value) in enumerate(zip(variables, state)):
             if tuple(var.shape) != tuple(value.shape):
                 raise CheckpointFormatError(
                     where, f"optimizer variable {i} ({getattr(var, 'path', '')})",
@@ -208,6 +233,51 @@ class KerasCheckpoint(_NamedWeights):
         self.optimizer_variable_names = names
         return owners
 
+    def _state_tensors(self) -> list[Any]:
+        """``optimizer_state`` as tensors sharing the arrays' memory, each made once per array (its version counter
+        tells whether a state handed over has been written since: ``adopt.Loans``)."""
+        cache = self._state_views if self._state_views is not None else []
+        views: list[tuple[Any, Any]] = []
+        for i, value in enumerate(self.optimizer_state):
+            if i < len(cache) and cache[i][0] is value:
+                views.append(cache[i])
+                continue
+            array = np.asarray(value)
+            if array.dtype.kind not in "biufc":  # left as it is: the checks refuse it with their message
+                views.append((value, array))
+            elif array.flags.writeable and array.dtype.isnative:
+                views.append((value, torch.from_numpy(array)))
+            else:  # (read-only or foreign-endian memory is not handed over: a native copy)
+                views.append((value, torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder("=")))))
+        self._state_views = views
+        return [t for _, t in views]
+
+    def _built_on(self, params: list[tuple[str, torch.Tensor]], state: list[Any],
+                  write: Optional[Any] = None) -> Any:
+        """The saved optimizer built on ``params`` (``variable_names`` order) with ``state`` loaded: checked on a
+        probe built on ``meta`` copies first (every check set_weights applies, without its copies), then built with
+        the slots taken from ``state`` where they fit (engine/adopt.py), the rest copied once."""
+        probe = self._new_optimizer()
+        placeholders = [torch.empty(t.shape, dtype=t.dtype, device="meta") for _, t in params]
+        probe.build([(name, p) for (name, _), p in zip(params, placeholders)])
+        self._check_state(probe, f"optimizer({self.path})", state)
+        targets = self._state_variables(probe)
+        for i, value in enumerate(state):
+            self._loans.check(value, f"optimizer variable {i}", self.path)
+        adopt.check(targets, state)
+        offer = adopt.offer(probe, placeholders, [t for _, t in params],
+                            {id(var): value for var, value in zip(targets, state)}, self._loans)
+        del probe
+        if write is not None:  # (the module's weights: after every check)
+            write()
+        opt = self._new_optimizer()
+        with adopt.offering(offer):
+            opt.build(params)
+        self._learning_rate_note(opt)
+        adopt.assign(self._state_variables(opt), state)
+        opt._show_current_learning_rate()  # (what set_weights does after writing)
+        return opt
+
     def _learning_rate_note(self, opt: Any) -> None:
         """Warns when the stored learning rate does not fit the optimizer's learning-rate variable's dtype."""
         if self.kind != "keras3" or self.floatx is None:
@@ -229,23 +299,16 @@ class KerasCheckpoint(_NamedWeights):
         return torch_shape(tuple(self.weights[name].shape), self.layouts[name])
 
     # ---------------------------------------------------------------------------------------------- public
-    def parameters(self, device: Any = None) -> list[torch.Tensor]:
-        """Fresh leaf tensors (``requires_grad=True``) holding the saved weights, in ``variable_names`` order."""
-        return [self.weights[n].detach().clone().to(device).requires_grad_(True) for n in self.variable_names]
-
     def optimizer(self, params: Union[Sequence[torch.Tensor], Mapping[str, torch.Tensor]]) -> Any:
         """The saved optimizer, configured from the file and built on ``params`` (tensors in Keras layout: a list
         in ``variable_names`` order or a dict name → tensor), with its saved state and iteration count loaded.
 
-        The values of ``params`` are not touched: start them from ``weights`` (or use :meth:`parameters`).
+        The values of ``params`` are not touched: start them from ``weights`` (or use :meth:`parameters`). The
+        optimizer's slots are the file's tensors where they fit (no copy): ``optimizer_state`` shows them as they
+        train, and a later ``optimizer(...)`` of this checkpoint copies them while unwritten, else is refused.
         """
         ordered = self._params_in_order(params)
-        opt = self._new_optimizer()
-        opt.build(list(zip(self.variable_names, ordered)))
-        self._check_state(opt, f"optimizer({self.path})")
-        self._learning_rate_note(opt)
-        opt.set_weights(list(self.optimizer_state))  # set_weights copies (issue 40: no third copy here)
-        return opt
+        return self._built_on(list(zip(self.variable_names, ordered)), list(self._state_tensors()))
 
     def regularization_loss(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The loss the saved layers' L1/L2 weight regularizers add (Keras: ``l1·Σ|w| + l2·Σw²`` per variable),
@@ -323,6 +386,10 @@ class KerasCheckpoint(_NamedWeights):
         and every optimizer slot of a variable the same way. A trainable parameter of ``module`` that nothing
         maps to must have ``requires_grad=False`` (it would not be trained). Everything is checked before the
         module is written.
+
+        Nothing is held twice (issue 40): ``weights`` and ``optimizer_state`` become views of the module's
+        parameters and the optimizer's slots (in Keras layout), and the file's copies are freed; a later use of
+        this checkpoint copies them while unwritten and is refused once training has written them.
         """
         if mapping is None:
             mapping = self.mapping_for(module)
@@ -364,13 +431,24 @@ class KerasCheckpoint(_NamedWeights):
             raise ValueError(f"Parameters {left} of the module are mapped to no Keras variable and would not be "
                              "trained: map them, or set `requires_grad_(False)` on them.")
         state = []
-        for i, (value, owner) in enumerate(zip(self.optimizer_state, self._owners)):
-            tensor = torch.as_tensor(np.asarray(value))  # a view: set_weights copies (issue 40)
+        sources: list[Any] = self._state_tensors()
+        for i, owner in zip(range(len(sources)), self._owners):
+            # A view: the optimizer takes it, or copies it once (issue 40); the list lets go of each as it is
+            # converted, so that the file's copy of a converted slot is freed at once.
+            tensor, sources[i] = sources[i], None
             if owner is not None:
                 name = self.variable_names[owner]
                 kind = self.layouts[name]
                 if tuple(tensor.shape) == tuple(self.weights[name].shape):
-                    tensor = to_torch(tensor, kind)
+                    converted = to_torch(tensor, kind)
+                    if converted is not tensor:
+                        converted = converted.contiguous()
+                        # The checkpoint keeps a Keras-layout view of the converted slot (the file's is freed).
+                        view = _handed_over(self._loans, tensor, converted, kind)
+                        if view is not None:
+                            self.optimizer_state[i] = view.numpy()
+                            self._state_views[i] = (self.optimizer_state[i], view)  # type: ignore[index]
+                    tensor = converted
                 elif kind != "as_is":
                     raise ValueError(
                         f"Optimizer variable {i} of {name!r} has shape {tuple(tensor.shape)}, not the variable's "
@@ -379,21 +457,17 @@ class KerasCheckpoint(_NamedWeights):
                     )
             state.append(tensor)
         by_name = {name: (pname, tensor) for name, pname, tensor in targets}
-        # issue 40, all or nothing: the state is set on an optimizer built on meta copies of the targets first,
-        # so whatever set_weights refuses is refused before the module is written.
-        probe = self._new_optimizer()
-        probe.build([(by_name[n][0], torch.empty(by_name[n][1].shape, dtype=by_name[n][1].dtype, device="meta"))
-                     for n in self.variable_names])
-        probe.set_weights(state)
-        del probe
+        for name, _, _ in targets:
+            self._loans.check(self.weights[name], f"weight {name!r}", self.path)
+        # issue 40, all or nothing: the state is checked on an optimizer built on meta copies of the targets
+        # first, so whatever set_weights refuses is refused before the module is written.
+        return self._built_on([by_name[n] for n in self.variable_names], state,
+                              write=lambda: self._write_module(targets))
+
+    def _write_module(self, targets: list[tuple[str, str, torch.Tensor]]) -> None:
         with torch.no_grad():
             for name, _, tensor in targets:
-                tensor.copy_(to_torch(self.weights[name], self.layouts[name]))
-        opt = self._new_optimizer()
-        opt.build([by_name[name] for name in self.variable_names])
-        self._learning_rate_note(opt)
-        opt.set_weights(state)
-        return opt
+                _write_weight(self._loans, self.weights, name, tensor, self.layouts[name])
 
 
 def _scalar_problem(name: str, value: Any) -> Optional[str]:
@@ -404,3 +478,32 @@ def _scalar_problem(name: str, value: Any) -> Optional[str]:
     if array.dtype.kind == "c" and state_value_problem(name, torch.tensor(float("nan"))) is not None:
         return "a real number"
     return state_value_problem(name, torch.from_numpy(np.array(array, copy=True)))
+
+def _handed_over(loans: adopt.Loans, original: torch.Tensor, converted: torch.Tensor, kind: str
+                 ) -> Optional[torch.Tensor]:
+    """``converted`` (``original`` in torch's layout, now the module's or the optimizer's) seen in Keras layout, to
+    keep in place of ``original`` so that the file's copy is freed (issue 40: ``load_module`` at the loaded data);
+    lent (``adopt.Loans``): it is the model's from now on. None where ``original`` was handed out before or the
+    layout has no view (it is kept)."""
+    if loans.lent(original):
+        return None
+    # (keras_view undoes to_torch exactly for every layout it covers: tests/test_adopt.py checks each)
+    view = keras_view(converted, kind, tuple(original.shape))
+    if view is None or view.dtype != original.dtype:
+        return None
+    loans.lend(view)
+    return view
+
+
+def _write_weight(loans: adopt.Loans, weights: dict[str, torch.Tensor], name: str, param: torch.Tensor,
+                  kind: str) -> None:
+    """``param.copy_`` of ``weights[name]`` in torch's layout (written through a Keras-layout view of ``param``:
+    no converted copy on the way), then ``weights[name]`` handed over to ``param`` (``_handed_over``). Under
+    ``torch.no_grad``."""
+    weight = weights[name]
+    source = torch_view(weight, kind)
+    param.copy_(source if source is not None else to_torch(weight, kind))
+    # The module holds the weight from now on: the checkpoint sees it through a view (the file's copy is freed).
+    kept = _handed_over(loans, weight, param.detach(), kind)
+    if kept is not None:
+        weights[name] = kept

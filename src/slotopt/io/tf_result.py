@@ -6,15 +6,16 @@ written. ``tf_checkpoint.py`` reads the files into it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 import torch
 
-from ..engine import registry
+from ..engine import adopt, registry
 from .keras_layers import to_torch, torch_shape
-from .keras_result import _NamedWeights
+from .keras_result import _handed_over, _NamedWeights, _write_weight
 from .tf_files import OptimizerVariable, _op_base
 
 # tf-keras 2.11+ slot names → the Keras 3 class's (the rest are the same in both).
@@ -76,6 +77,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
     notes: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     parts: list[TFCheckpoint] = field(default_factory=list)
+    _loans: adopt.Loans = field(default_factory=adopt.Loans, repr=False, compare=False)
 
     # ---------------------------------------------------------------------------------------------- views
     @property
@@ -86,10 +88,6 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             if var.owner is not None:
                 out.setdefault(var.owner, {})[var.slot or var.name] = var.value
         return out
-
-    def parameters(self, device: Any = None) -> list[torch.Tensor]:
-        """Fresh leaf tensors (``requires_grad=True``) holding the saved weights, in ``variable_names`` order."""
-        return [self.weights[n].detach().clone().to(device).requires_grad_(True) for n in self.variable_names]
 
     # ---------------------------------------------------------------------------------------------- checks
     def _optimizer_for(self, optimizer: Any) -> Any:
@@ -119,9 +117,10 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                 f"it as it is built. Received: optimizer={optimizer!r}")
         return optimizer
 
-    def _planned_state(self, probe: Any) -> list[tuple[str, Optional[str], torch.Tensor]]:
+    def _planned_state(self, probe: Any) -> list[tuple[str, Optional[str], Optional[torch.Tensor], Any]]:
         """Matches the file's optimizer variables with those of ``probe`` (built on the checkpoint's names, in Keras
-        layout) and returns, in the probe's order, ``(what, owner, value)`` to assign; raises when they differ."""
+        layout) and returns, in the probe's order, ``(what, owner, value, probe variable)`` to assign (value None:
+        not saved, the optimizer's own stays); raises when they differ."""
         where = f"optimizer({self.path})"
         file_vars = self.optimizer_variables
         if self.kind == "keras3":
@@ -181,13 +180,17 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                     f"{probe.get_name()!r} does not have: pass the optimizer class and options the run was trained "
                     "with.")
         for name, _, value, var in plan:
+            if value is None:  # not saved (tf-keras's learning rate): the optimizer's own value stays
+                continue
+            self._loans.check(value, f"optimizer variable {name!r}", self.path)
             if tuple(var.shape) != tuple(value.shape) or var.dtype != value.dtype:
                 raise ValueError(
                     f"{where}: optimizer variable {name!r} has shape {tuple(value.shape)} and dtype {value.dtype} in "
                     f"the checkpoint; the optimizer's has shape {tuple(var.shape)} and dtype {var.dtype}.")
-        return [(name, owner, value) for name, owner, value, _ in plan]
+        return plan
 
-    def _planned_tfkeras_new(self, probe: Any, where: str) -> list[tuple[str, Optional[str], torch.Tensor, Any]]:
+    def _planned_tfkeras_new(self, probe: Any, where: str
+                             ) -> list[tuple[str, Optional[str], Optional[torch.Tensor], Any]]:
         """tf-keras 2.11+ keeps ``[iterations, slots...]`` and its learning rate apart, and names a slot
         ``<optimizer>/<slot>/<variable>``; the Keras 3 class keeps ``[iteration, learning_rate, slots...]``, its
         slots named ``<optimizer>/<variable>_<slot>``: each variable's slots are matched in order, counted."""
@@ -224,7 +227,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             elif local in own:
                 plan.append((local, None, own[local].value, v))
             elif local == "learning_rate":  # not saved (a schedule's step, or untracked): the given value stays
-                plan.append((local, None, v.detach().clone(), v))
+                plan.append((local, None, None, v))
             else:
                 raise ValueError(f"{where}: a {type(probe).__name__} has variable {local!r}, which the checkpoint "
                                  f"does not hold (it holds {sorted(own)}): pass the optimizer class (and options) "
@@ -237,7 +240,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         return {v.slot: float(v.value) for v in self.optimizer_variables
                 if v.owner is None and v.slot not in (None, "iter") and v.slot in config and v.value.dim() == 0}
 
-    def _probe(self, optimizer: Any) -> tuple[Any, list[torch.Tensor], list[tuple[str, Optional[str], torch.Tensor]]]:
+    def _probe(self, optimizer: Any) -> tuple[Any, list[torch.Tensor], list[tuple[str, Optional[str], Any, Any]]]:
         """A copy of ``optimizer`` built on placeholders named and shaped like ``variable_names``, the
         placeholders, and the checked plan of the state to load."""
         probe = copy.deepcopy(optimizer)
@@ -247,39 +250,60 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                         for n in self.variable_names]
         probe.build(list(zip(self.variable_names, placeholders)))
         plan = self._planned_state(probe)
-        # The whole load is tried on the probe first (issue 40): whatever would refuse it (a value set_weights
-        # refuses) does so before the caller's module or optimizer is written (all or nothing). A composite's
-        # parts are each probed so before any is built.
-        self._load_state(probe, (probe, placeholders, plan), placeholders, layout=False)
+        # Every check set_weights / load_state_dict applies, on the probe and without copies (issue 40): whatever
+        # would refuse the load does so before the caller's module or optimizer is written (all or nothing). A
+        # composite's parts are each probed so before any is built.
+        adopt.check([var for *_, var in plan], [value for _, _, value, _ in plan])
         return probe, placeholders, plan
 
-    def _load_state(self, opt: Any, probe: tuple[Any, list[torch.Tensor], Any], targets: list[torch.Tensor],
-                    layout: bool) -> None:
-        """Writes the checked plan into ``opt``, built on ``targets`` (``variable_names`` order); with ``layout``,
-        slots shaped like their variable are converted to torch's layout."""
-        probe_opt, placeholders, plan = probe
+    def _state_values(self, probe: tuple[Any, list[torch.Tensor], Any], layout: bool) -> list[Any]:
+        """The plan's values, in the plan's order; with ``layout``, slots shaped like their variable in torch's
+        layout. A converted slot is a new tensor (the optimizer takes it as it is), which the checkpoint keeps from
+        then on as a Keras-layout view in place of the file's tensor (handed over: the file's copy is freed)."""
+        plan = probe[2]
+        where = {id(v.value): j for j, v in enumerate(self.optimizer_variables)}
+        values = []
+        for i, (name, owner, value, var) in enumerate(plan):
+            if layout and value is not None and owner is not None \
+                    and tuple(value.shape) == tuple(self.weights[owner].shape):
+                kind = self.layouts.get(owner, "as_is")
+                converted = to_torch(value, kind)
+                if converted is not value:
+                    converted = converted.contiguous()
+                    view = _handed_over(self._loans, value, converted, kind)
+                    if view is not None:  # the file's tensor is dropped by every holder
+                        plan[i] = (name, owner, view, var)
+                        j = where.get(id(value))
+                        if j is not None and self.optimizer_variables[j].value is value:
+                            self.optimizer_variables[j] = dataclasses.replace(self.optimizer_variables[j], value=view)
+                value = converted
+            values.append(value)
+            value = None
+        return values
 
-        def converted(owner: Optional[str], value: torch.Tensor) -> torch.Tensor:
-            if layout and owner is not None and tuple(value.shape) == tuple(self.weights[owner].shape):
-                return to_torch(value, self.layouts.get(owner, "as_is"))
-            return value  # copied into the optimizer's own tensor by set_weights / copy_ (no extra copy here)
-        if self.kind in ("keras3", "tfkeras_new", "legacy"):
-            opt.set_weights([converted(owner, value) for _, owner, value in plan])
-            if self.kind == "legacy":  # tf.keras restores its hyperparameter variables too
-                for name, value in self._legacy_hypers(probe_opt).items():
-                    setattr(opt, name, value)
+    def _offer(self, probe: tuple[Any, list[torch.Tensor], Any], targets: list[torch.Tensor],
+               values: list[Any]) -> adopt.Offer:
+        """The file's tensors offered as the slots of an optimizer built on ``targets`` (engine/adopt.py)."""
+        probe_opt, placeholders, plan = probe
+        return adopt.offer(probe_opt, placeholders, targets, {id(var): value for (*_, var), value in zip(plan, values)},
+                           self._loans)
+
+    def _load_state(self, opt: Any, probe: tuple[Any, list[torch.Tensor], Any], values: list[Any]) -> None:
+        """Writes the checked plan's ``values`` into ``opt`` (built inside ``adopt.offering``): slots that are the
+        file's tensors are left, the rest copied once into the optimizer's own."""
+        probe_opt, _, plan = probe
+        if self.kind in ("keras3", "tfkeras_new"):
+            adopt.assign(list(opt.variables), values)
+            opt._show_current_learning_rate()  # (what set_weights does after writing: group 0 shows the rate)
             return
-        # TF1: slots by (variable, slot name), non-slot variables by name; the probe tells which file entry is which.
-        values = {name: (owner, value) for name, owner, value in plan}
-        with torch.no_grad():
-            for slot_name in probe_opt.get_slot_names():
-                for placeholder, target in zip(placeholders, targets):
-                    slot = probe_opt.get_slot(placeholder, slot_name)
-                    if slot is not None:
-                        opt.get_slot(target, slot_name).copy_(converted(*values[slot.name]))
-            own = {v.name: v for v in opt._non_slot_variables()}
-            for var in probe_opt._non_slot_variables():
-                own[var.name].copy_(values[var.name][1])
+        if self.kind == "legacy":
+            adopt.assign(list(opt.weights), values)
+            for name, value in self._legacy_hypers(probe_opt).items():  # tf.keras restores its hyperparameters too
+                setattr(opt, name, value)
+            return
+        # TF1: by name (the probe was built on the same names).
+        own = {v.name: v for v in opt.variables()}
+        adopt.assign([own[name] for name, *_ in plan], values)
 
     # ---------------------------------------------------------------------------------------------- public
     def optimizer(self, params: Union[Sequence[torch.Tensor], Mapping[str, torch.Tensor]], optimizer: Any = None) -> Any:
@@ -291,6 +315,9 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         file does not name the class (Keras 3, tf.keras, TF1 without ``.meta``); its variables must be the
         checkpoint's, name for name, shape and dtype, or nothing is changed and ``ValueError`` says which
         differ. The values of ``params`` are not touched: start them from ``weights`` (or :meth:`parameters`).
+        The optimizer's slots are the file's tensors where they fit (no copy): ``optimizer_variables`` show them
+        as they train, and a later ``optimizer(...)`` of this checkpoint copies them while unwritten, else is
+        refused.
 
         A ``"composite"`` checkpoint (TFRS ``CompositeOptimizer``) takes a list of optimizers, one per part in
         ``parts`` order (``[slotopt.legacy.Adagrad(0.1), slotopt.legacy.Adam(0.01)]``), and returns a
@@ -302,8 +329,11 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             return self._composite(ordered, optimizer)
         opt = self._optimizer_for(optimizer)
         probe = self._probe(opt)
-        opt.build(list(zip(self.variable_names, ordered)))
-        self._load_state(opt, probe, ordered, layout=False)
+        values = self._state_values(probe, layout=False)
+        # The slots are the file's tensors where they fit (issue 40: no zero-filled slots overwritten at once).
+        with adopt.offering(self._offer(probe, ordered, values)):
+            opt.build(list(zip(self.variable_names, ordered)))
+        self._load_state(opt, probe, values)
         return opt
 
     def _composite(self, ordered: list[torch.Tensor], optimizers: Any) -> Any:
@@ -318,11 +348,14 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         checked = []
         for part, opt in zip(self.parts, optimizers):  # every part checked before anything is built
             opt = part._optimizer_for(opt)
-            checked.append((part, opt, part._probe(opt), [given[n] for n in part.variable_names]))
-        composite = registry.registered_classes("tfrs")["CompositeOptimizer"]([(opt, tensors) for _, opt, _, tensors in checked],
-                                               params=list(given.items()))
-        for part, opt, probe, tensors in checked:
-            part._load_state(opt, probe, tensors, layout=False)
+            probe = part._probe(opt)
+            checked.append((part, opt, probe, [given[n] for n in part.variable_names],
+                            part._state_values(probe, layout=False)))
+        with adopt.offering(*(part._offer(probe, tensors, values) for part, _, probe, tensors, values in checked)):
+            composite = registry.registered_classes("tfrs")["CompositeOptimizer"](
+                [(opt, tensors) for _, opt, _, tensors, _ in checked], params=list(given.items()))
+        for part, opt, probe, _, values in checked:
+            part._load_state(opt, probe, values)
         return composite
 
     def load_module(self, module: torch.nn.Module, mapping: Optional[Mapping[str, str]] = None,
@@ -333,7 +366,10 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         ``mapping`` maps each variable name (``variable_names``; others of ``weights`` may be added: they are
         copied, not trained) to a parameter name of ``module``; without it the module's parameters are taken in
         order. Tensors and slots are converted with ``layouts`` (``dense_kernel``: transposed for
-        ``nn.Linear``...). Everything is checked before the module is written.
+        ``nn.Linear``...). Everything is checked before the module is written. Nothing is held twice (issue 40):
+        ``weights`` and the optimizer variables become views of the module's parameters and the optimizer's slots
+        (checkpoint layout) and the file's copies are freed; a later use of this checkpoint copies them while
+        unwritten and is refused once training has written them.
         """
         if self.kind == "composite":
             raise ValueError(f"{self.path} holds several optimizers: load the weights yourself (`weights`, "
@@ -370,18 +406,22 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             raise ValueError(f"Argument `mapping` maps two variables to the same parameter. Received: {dict(mapping)}")
         opt = self._optimizer_for(optimizer)
         probe = self._probe(opt)
-        for name, owner, value in probe[2]:
+        for name, owner, value, _ in probe[2]:
             if owner is not None and tuple(value.shape) != tuple(self.weights[owner].shape) \
                     and self.layouts.get(owner, "as_is") != "as_is":
                 raise ValueError(
                     f"Optimizer variable {name!r} of {owner!r} has shape {tuple(value.shape)}, not the variable's: it "
                     "cannot be converted to torch's layout. Use `optimizer(params)` with checkpoint-layout tensors.")
+        for name in targets:
+            self._loans.check(self.weights[name], f"weight {name!r}", self.path)
+        values = self._state_values(probe, layout=True)
         with torch.no_grad():
             for name, param in targets.items():
-                param.copy_(to_torch(self.weights[name], self.layouts.get(name, "as_is")))
+                _write_weight(self._loans, self.weights, name, param, self.layouts.get(name, "as_is"))
         ordered = [targets[n] for n in self.variable_names]
-        opt.build([(mapping[n], targets[n]) for n in self.variable_names] if self.kind != "v1"
-                  else list(zip(self.variable_names, ordered)))
-        self._load_state(opt, probe, ordered, layout=True)
+        with adopt.offering(self._offer(probe, ordered, values)):
+            opt.build([(mapping[n], targets[n]) for n in self.variable_names] if self.kind != "v1"
+                      else list(zip(self.variable_names, ordered)))
+        self._load_state(opt, probe, values)
         return opt
 

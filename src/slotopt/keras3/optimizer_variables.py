@@ -20,7 +20,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import checks, transaction
+from ..engine import adopt, checks, transaction
 from ..engine import constants as K
 from ..engine import weights as weights_io
 from ..engine.core import OptimizerCore
@@ -107,8 +107,13 @@ class OptimizerVariables(OptimizerCore):
         self, reference_variable: torch.Tensor, name: Optional[str] = None, initializer: Any = "zeros"
     ) -> Variable:
         """Creates a variable with the shape, dtype and device of ``reference_variable``, named after it."""
-        value = _initial_value(initializer, reference_variable.shape, reference_variable.dtype,
-                               reference_variable.device)
+        fill = constant_fill(initializer, K.cast)
+        # A reader building this optimizer on a file's state offers the file's tensor (engine/adopt.py).
+        value = adopt.take(reference_variable, str(name), reference_variable.shape, reference_variable.dtype,
+                           reference_variable.device, None if fill is None else fill(reference_variable.dtype))
+        if value is None:
+            value = _initial_value(initializer, reference_variable.shape, reference_variable.dtype,
+                                   reference_variable.device)
         return self._slot_from(reference_variable, name, value)
 
     def _slot_from(self, reference_variable: torch.Tensor, name: Optional[str], value: torch.Tensor) -> Variable:

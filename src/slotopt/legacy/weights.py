@@ -19,9 +19,11 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import checks, transaction
+from ..engine import adopt, checks, transaction
+from ..engine import constants as K
 from ..engine import weights as weights_io
 from ..engine.core import OptimizerCore
+from ..engine.state import constant_fill
 from ..variables import Variable, variable_name
 from .hyperparameters import initial_value, is_number
 
@@ -104,7 +106,12 @@ class SlotWeights(OptimizerCore):
             pos = self._register([var])[0]
         slot = self._get_slot(slot_name, pos)
         if slot is None:
-            value = initial_value(initializer, var.shape if shape is None else shape, var.dtype, var.device)
+            size = var.shape if shape is None else shape
+            fill = constant_fill(initializer, K.literal)
+            # A reader building this optimizer on a file's state offers the file's tensor (engine/adopt.py).
+            value = adopt.take(var, slot_name, size, var.dtype, var.device, None if fill is None else fill(var.dtype))
+            if value is None:
+                value = initial_value(initializer, size, var.dtype, var.device)
             var_name = self._var_names[pos]
             slot = Variable._adopt(value, name=f"{var_name}/{slot_name}", trainable=False)
             slot._variable_path = f"{self._name}/{var_name}/{slot_name}"

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import checks, resume
+from ..engine import adopt, checks, resume
 from ..engine import constants as K
 from ..engine.core import OptimizerCore
 from ..variables import Variable
@@ -100,13 +100,23 @@ class NamedState(OptimizerCore):
         self._state_names.add(name)
         return name
 
-    def _make_slot(self, var: torch.Tensor, value: torch.Tensor, slot_name: str, op_name: str) -> Variable:
+    def _make_slot(self, var: torch.Tensor, value: torch.Tensor, slot_name: str, op_name: str,
+                   fill: Optional[float] = None) -> Variable:
+        """``fill``: the number a constant ``value`` holds, when the slot may be the file's tensor that a reader
+        building this optimizer offers (engine/adopt.py): it is taken as it is, without a copy."""
         pos = self._register_variable(var)
         existing = self._get_slot(slot_name, pos)
         if existing is not None:
             return existing  # type: ignore[return-value]
-        slot = Variable(value.to(device=var.device), name=self._unique_state_name(f"{self._var_names[pos]}/{op_name}"),
-                        trainable=False)
+        name = self._unique_state_name(f"{self._var_names[pos]}/{op_name}")
+        taken = adopt.take(var, slot_name, value.shape, value.dtype, var.device, fill)
+        if taken is not None:
+            slot = Variable._adopt(taken, name=name, trainable=False)
+        elif value.device.type == "meta":  # a constant slot made once where it lives (no second copy)
+            slot = Variable._adopt(torch.full(value.shape, fill, dtype=value.dtype, device=var.device), name=name,
+                                   trainable=False)
+        else:
+            slot = Variable(value.to(device=var.device), name=name, trainable=False)
         self._set_slot(slot_name, pos, slot)  # first: it records the initial value (what a reset writes back)
         self._restore_pending(slot)
         return slot
@@ -115,7 +125,9 @@ class NamedState(OptimizerCore):
         """A slot of zeros shaped like ``var`` (created once per ``(slot_name, var)``)."""
         if self._get_slot(slot_name, self._register_variable(var)) is not None:
             return self._get_slot(slot_name, self._position(var))  # type: ignore[return-value]
-        return self._make_slot(var, torch.zeros_like(var, memory_format=torch.contiguous_format), slot_name, op_name)
+        # (a meta tensor of the slot's shape: the slot is the file's tensor, or zeros made once where it lives)
+        return self._make_slot(var, torch.empty(var.shape, dtype=var.dtype, device="meta"), slot_name, op_name,
+                               fill=0.0)
 
     def _get_or_make_slot(self, var: torch.Tensor, val: Any, slot_name: str, op_name: str) -> Variable:
         """A slot whose initial value is ``val`` (its dtype is ``val``'s)."""
@@ -130,9 +142,10 @@ class NamedState(OptimizerCore):
             return self._get_slot(slot_name, self._position(var))  # type: ignore[return-value]
         if callable(initializer):
             value = torch.as_tensor(initializer(tuple(shape), dtype), dtype=dtype)
-        else:
-            value = torch.full(tuple(shape), float(initializer), dtype=dtype)
-        return self._make_slot(var, value, slot_name, op_name)
+            return self._make_slot(var, value, slot_name, op_name)
+        fill = torch.tensor(float(initializer), dtype=dtype).item()  # the number rounded to the slot's dtype
+        return self._make_slot(var, torch.empty(tuple(shape), dtype=dtype, device="meta"), slot_name, op_name,
+                               fill=fill)
 
     def get_slot(self, var: torch.Tensor, name: str) -> Optional[Variable]:
         """The slot ``name`` of ``var``, or None if it was not created (yet)."""

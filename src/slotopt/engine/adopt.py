@@ -1,0 +1,219 @@
+"""An optimizer built on a file's tensors (issue 40): the readers' slots become the optimizer's, without the
+zero-filled allocation and the copy that ``set_weights`` makes.
+
+A reader (``io/``) checks the saved state on a probe built on ``meta`` tensors first (:func:`check`: the checks
+``set_weights`` applies, without its copies), then builds the caller's optimizer inside :func:`offering`: while
+it builds, a face that is about to allocate a slot asks :func:`take` whether the file holds that slot (by the
+variable it belongs to and the slot's name), and gets the file's tensor when its shape, dtype, device and layout
+are what the face would have allocated. Whatever was not taken (scalars, slots packed into a shared buffer, a
+slot of another dtype or layout) is written by :func:`assign`, once, into the optimizer's own tensor.
+
+What a reader hands out without a copy (the weights as parameters, the saved slots as the optimizer's) keeps
+being the reader's tensor too: :class:`Loans` remembers each one's version counter, so that a second use of it
+copies the file's values while they are still unwritten and refuses clearly once training has written them.
+
+Example:
+    >>> import torch, slotopt
+    >>> from slotopt.engine import adopt
+    >>> w, saved = torch.zeros(1 << 16), torch.full((1 << 16,), 0.5)
+    >>> placeholder = torch.empty(w.shape, device="meta")
+    >>> probe = slotopt.SGD(0.1, momentum=0.9)
+    >>> probe.build([placeholder])
+    >>> offer = adopt.offer(probe, [placeholder], [w], {id(probe.variables[2]): saved})
+    >>> opt = slotopt.SGD(0.1, momentum=0.9)
+    >>> with adopt.offering(offer):
+    ...     opt.build([w])
+    >>> opt.variables[2].data_ptr() == saved.data_ptr()
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from . import resume, weights
+
+__all__ = ["Loans", "Offer", "offer", "offering", "take", "initial_fill", "check", "assign", "same_memory"]
+
+
+def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are the same elements of the same memory (a slot made of the file's tensor)."""
+    return (a.data_ptr() == b.data_ptr() and a.dtype == b.dtype and a.device == b.device
+            and tuple(a.shape) == tuple(b.shape) and a.stride() == b.stride())
+
+
+class Loans:
+    """The tensors a reader handed out without a copy, with each one's version counter at the hand-over.
+
+    A tensor handed out is the caller's from then on: training writes it (its version counter moves). Handing the
+    same tensor out again would alias two models, so a second use copies it while it is unwritten, and is refused
+    (``ValueError`` naming it) once written: the file's values are no longer in memory."""
+
+    def __init__(self) -> None:
+        self._lent: dict[int, tuple[torch.Tensor, int]] = {}
+
+    def lent(self, tensor: torch.Tensor) -> bool:
+        return id(tensor) in self._lent and self._lent[id(tensor)][0] is tensor
+
+    def lend(self, tensor: torch.Tensor) -> None:
+        self._lent[id(tensor)] = (tensor, tensor._version)
+
+    def check(self, tensor: Any, what: str, path: str) -> None:
+        """Raises when ``tensor`` was handed out and has been written since."""
+        if isinstance(tensor, torch.Tensor) and self.lent(tensor) and tensor._version != self._lent[id(tensor)][1]:
+            raise ValueError(
+                f"{path}: {what} was handed over without a copy (to the parameters or the optimizer an earlier call "
+                "returned) and has been written since: it no longer holds the file's values. Read the file again "
+                "for a second model.")
+
+    def take(self, tensor: torch.Tensor, what: str, path: str) -> torch.Tensor:
+        """``tensor`` itself the first time (lent from then on); an unwritten copy later."""
+        self.check(tensor, what, path)
+        if self.lent(tensor):
+            return tensor.detach().clone()
+        self.lend(tensor)
+        return tensor
+
+
+class Offer:
+    """File tensors offered as the slots of one build: ``(id(variable), slot name) -> tensor``. The variables are
+    kept, so that an id stays theirs while the offer lives."""
+
+    def __init__(self, slots: dict[tuple[int, str], torch.Tensor], keep: Sequence[torch.Tensor],
+                 loans: Optional[Loans]) -> None:
+        self.slots = slots
+        self.keep = list(keep)
+        self.loans = loans
+        self.fills: dict[tuple[int, tuple[int, ...]], Any] = {}  # (data_ptr, shape) of a taken slot -> its fill
+        self.taken: list[torch.Tensor] = []
+
+
+_OFFERS: contextvars.ContextVar[tuple[Offer, ...]] = contextvars.ContextVar("slotopt_adopt_offers", default=())
+
+
+def _cores(opt: Any) -> list[Any]:
+    """``opt`` and the optimizers it wraps (a loss-scale optimizer's inner one, a composite's parts)."""
+    found, todo, seen = [], [opt], set()
+    while todo:
+        o = todo.pop(0)
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if "_slots" in o.__dict__:
+            found.append(o)
+        inner = o.__dict__.get("inner_optimizer", o.__dict__.get("_optimizer"))
+        if inner is not None and hasattr(inner, "__dict__"):
+            todo.append(inner)
+        parts = getattr(o, "_torch_optimizers", None)
+        if callable(parts):
+            todo.extend(p for p in parts() if p is not o)
+    return found
+
+
+def offer(probe: Any, placeholders: Sequence[torch.Tensor], params: Sequence[torch.Tensor],
+          values: Mapping[int, Any], loans: Optional[Loans] = None) -> Offer:
+    """What a build on ``params`` may take from the file: ``values`` maps ``id(probe variable)`` (a slot of
+    ``probe``, built on ``placeholders``, one per tensor of ``params``) to the file's tensor. A tensor handed out
+    before (``loans``), one offered twice, or one sharing memory with a parameter is not offered (it is copied)."""
+    where = {id(p): i for i, p in enumerate(placeholders)}
+    owners: dict[int, tuple[int, str]] = {}
+    for core in _cores(probe):
+        originals = core.__dict__.get("_originals") or core.__dict__.get("_vars") or []
+        for slot_name, table in core._slots.items():
+            for pos, slot in table.items():
+                i = where.get(id(originals[pos])) if pos < len(originals) else None
+                if i is not None:
+                    owners[id(slot)] = (i, slot_name)
+    param_memory = {p.untyped_storage().data_ptr() for p in params if p.device.type != "meta"}
+    slots: dict[tuple[int, str], torch.Tensor] = {}
+    seen: set[int] = set()
+    for key, value in values.items():
+        if key not in owners or not isinstance(value, torch.Tensor) or value.requires_grad:
+            continue
+        if id(value) in seen or (loans is not None and loans.lent(value)) \
+                or value.untyped_storage().data_ptr() in param_memory:
+            continue
+        seen.add(id(value))
+        i, slot_name = owners[key]
+        slots[(id(params[i]), slot_name)] = value
+    return Offer(slots, params, loans)
+
+
+@contextlib.contextmanager
+def offering(*offers: Offer) -> Iterator[None]:
+    """Builds inside it take their slots from ``offers``; what was taken is lent (``Loans``) when it ends
+    without an error."""
+    token = _OFFERS.set(_OFFERS.get() + offers)
+    try:
+        yield
+    finally:
+        _OFFERS.reset(token)
+    for o in offers:
+        if o.loans is not None:
+            for tensor in o.taken:
+                o.loans.lend(tensor)
+
+
+def take(variable: torch.Tensor, slot_name: str, shape: Sequence[int], dtype: torch.dtype, device: Any,
+         fill: Any) -> Optional[torch.Tensor]:
+    """The file's tensor for the slot ``slot_name`` of ``variable`` when a build is offered one of exactly the
+    ``shape``, ``dtype`` and ``device`` the face would allocate (dense, contiguous); else None (allocate).
+    ``fill``: the number the face would have filled the slot with (what a reset writes back); None for an
+    initializer that is not a constant, whose slots are always allocated."""
+    offers = _OFFERS.get()
+    if not offers or fill is None:
+        return None
+    for o in offers:
+        value = o.slots.get((id(variable), slot_name))
+        if value is None:
+            continue
+        if (tuple(value.shape) != tuple(int(s) for s in shape) or value.dtype != dtype
+                or value.device != torch.device(device if device is not None else "cpu")
+                or value.layout != torch.strided or not value.is_contiguous()):
+            return None
+        del o.slots[(id(variable), slot_name)]
+        o.fills[(value.data_ptr(), tuple(value.shape))] = fill
+        o.taken.append(value)
+        return value
+    return None
+
+
+def initial_fill(tensor: torch.Tensor) -> Any:
+    """What a reset writes back into a new slot: the fill the face would have allocated for a slot taken from a
+    file (its values are the file's, not the initial ones), else ``resume.initial_fill``."""
+    for o in _OFFERS.get():
+        fill = o.fills.get((tensor.data_ptr(), tuple(tensor.shape)))
+        if fill is not None:
+            return fill
+    return resume.initial_fill(tensor)
+
+
+def check(targets: Sequence[torch.Tensor], values: Sequence[Any], *, argument: str = "weights",
+          count: Optional[str] = None) -> None:
+    """Every check ``set_weights`` applies to ``values`` for ``targets`` (a probe's variables), without copying
+    them; a None value (not saved: the optimizer's own stays) is skipped."""
+    if len(values) != len(targets):
+        raise ValueError(count or f"Received {len(values)} values for {len(targets)} optimizer variables.")
+    for i, (target, value) in enumerate(zip(targets, values)):
+        if value is not None:
+            weights.checked_entry(i, value, target, argument=argument)
+
+
+def assign(targets: Sequence[torch.Tensor], values: Sequence[Any]) -> None:
+    """Writes checked ``values`` into ``targets``: a value that is the target's memory (taken at the build) and a
+    None value are left; any other is converted to the target's dtype and copied once."""
+    with torch.no_grad():
+        for target, value in zip(targets, values):
+            if value is None:
+                continue
+            if isinstance(value, np.ndarray):
+                value = torch.as_tensor(value)
+            if isinstance(value, torch.Tensor) and same_memory(value, target):
+                continue
+            target.copy_(torch.as_tensor(value).to(dtype=target.dtype, device=target.device))
