@@ -284,16 +284,18 @@ def _markdown(results: dict[str, Any], load: tuple[float, float, float]) -> str:
         r = row.get(what) or {}
         return "-" if "peak_bytes" not in r else f"{r['peak_bytes'] / gib:.2f}"
 
-    lines = ["| file | size | plain read | slotopt load | + optimizer | inspect | slotopt peak GiB (load / + opt) "
-             "| TensorFlow/Keras restore | TF peak GiB |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| file | size | plain read | slotopt load | + optimizer | load_module | inspect "
+             "| slotopt peak GiB (load / + opt / module) | TensorFlow/Keras restore | TF peak GiB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for kind, row in results.items():
         tf = row.get("tensorflow") or {}
         restore = cell(row, "tensorflow")
         if "build_s" in tf:
             restore = f"{tf['restore_s']:.2f} s (+{tf['build_s']:.2f} s build)"
         lines.append(f"| {kind} | {row['bytes'] / gib:.2f} GiB | {cell(row, 'plain')} | {cell(row, 'load')} | "
-                     f"{cell(row, 'optimizer')} | {cell(row, 'inspect')} | {peak(row, 'load')} / "
-                     f"{peak(row, 'optimizer')} | {restore if tf else '-'} | {peak(row, 'tensorflow')} |")
+                     f"{cell(row, 'optimizer')} | {cell(row, 'module')} | {cell(row, 'inspect')} | "
+                     f"{peak(row, 'load')} / {peak(row, 'optimizer')} / {peak(row, 'module')} | "
+                     f"{restore if tf else '-'} | {peak(row, 'tensorflow')} |")
     lines.append(f"\nload average before / after: {load[0]:.2f} / {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")
     return "\n".join(lines)
 
@@ -310,12 +312,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dir", default="/tmp/slotopt_io_bench", help="where the files are written")
     parser.add_argument("--formats", default="tf1,tf2,keras", help="comma-separated: tf1, tf2, keras")
     parser.add_argument("--measure", default="plain,load,optimizer,module,inspect",
-                        help="comma-separated: plain, load, optimizer, module, inspect")
+                        help="comma-separated: plain, load, optimizer, module, inspect (e.g. leave out optimizer "
+                        "and module where the machine lacks the memory for them)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement (the best is shown)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
-    parser.add_argument("--measure", default="plain,load,optimizer,inspect",
-                        help="comma-separated: plain, load, optimizer, inspect (e.g. leave out optimizer where the "
-                        "machine lacks the memory for it)")
     parser.add_argument("--tensorflow", metavar="PYTHON", help="also time TensorFlow's restore of the same files "
                         "with this Python (one that has tensorflow, keras; see benchmarks/io_tensorflow.py)")
     args = parser.parse_args(argv)
