@@ -17,16 +17,13 @@ import torch
 from ..kernels import rows as sparse_rows
 from ..kernels.native import tensor_table
 from ..variables import IndexedSlices, named_variables, variable_name
-from . import checks, distributed, resume
-from .constraints import Constraints
+from . import checks, constraints, distributed, plan_cache, resume, shards, validation
 from .construction import BuildsOnParams, check_gradient_aggregator, is_parameters
 from .eager import outside_dynamo
 from .group_sync import check_param_groups
 from .plan import Ordinary, Pair, StepPlan
-from .plan_cache import PlanCache
-from .shards import ShardedParameters
 from .torch_protocol import TorchProtocol, is_param_group_list
-from .validation import GradientValidation, is_plain_gradient
+from .validation import is_plain_gradient
 
 __all__ = ["OptimizerCore", "Pairs", "Pair", "count_step", "BuildsOnParams", "is_parameters",
            "check_gradient_aggregator", "is_plain_gradient"]
@@ -41,16 +38,39 @@ def count_step(counter: torch.Tensor) -> None:
         counter.add_(1)
 
 
-class OptimizerCore(ShardedParameters, PlanCache, GradientValidation, Constraints, TorchProtocol,
-                    metaclass=BuildsOnParams):
+class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     """Shared machinery; not used directly (see ``slotopt.Optimizer``, ``slotopt.legacy.Optimizer``, ...).
 
     Every generation is a ``torch.optim.Optimizer`` through ``TorchProtocol``: each variable the core
     registers joins a parameter group.
     """
 
+    # FSDP2 shards (engine/shards.py): functions of the optimizer, bound here as its methods
+    _shard_layouts = shards._shard_layouts
+    _slot_axes = shards._slot_axes
+    _local_pairs = shards._local_pairs
+    _shard_groups_of = shards._shard_groups_of
+    _all_finite = shards._all_finite
+    # the plan cache (engine/plan_cache.py): functions of the optimizer, bound here as its methods
+    _ordinary = plan_cache._ordinary
+    _current_plan = plan_cache._current_plan
+    _planned_step = plan_cache._planned_step
+    _planned_params_step = plan_cache._planned_params_step
+    # gradient validation (engine/validation.py): functions of the optimizer, bound here as its methods
+    _checked_pairs = validation._checked_pairs
+    _slots_hold = validation._slots_hold
+    _check_variables_unchanged = validation._check_variables_unchanged
+    _check_gradient = staticmethod(validation._check_gradient)
+    _dense = staticmethod(validation._dense)
+    # constraints (engine/constraints.py): functions of the optimizer, bound here as its methods
+    _apply_constraints = constraints._apply_constraints
+    _constrain = constraints._constrain
+    _reject_sparse_constraints = staticmethod(constraints._reject_sparse_constraints)
+
     #: Whether the multi-tensor (``torch._foreach_*``) path runs over whole (device, dtype) groups.
     foreach: bool = True
+    #: Whether the optimizer trains complex64/complex128 variables (TensorFlow has complex kernels for it).
+    _supports_complex: bool = False
     #: Whether ``apply_gradients`` refuses a variable listed twice (the legacy line; Keras 3 and TF1 apply
     #: each listing in turn, as the real libraries do).
     _refuses_repeated_variables: bool = False

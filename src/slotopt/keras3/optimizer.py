@@ -12,18 +12,17 @@ import numpy as np
 import torch
 
 from .. import schedules as schedules_module
-from ..engine import as_written, checks, clipping, gradients, transaction
+from ..engine import as_written, checks, clipping, gradients, stages, transaction
 from ..engine import constants as K
-from ..engine.core import Pair, Pairs, count_step
+from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
-from ..engine.stages import DecoupledWeightDecay, GroupedUpdates, MovingAverages, OverwriteWithGradient
 from ..engine.state import FlatState
 from ..variables import IndexedSlices, Variable, named_variables
-from .optimizer_variables import OptimizerVariables
-from .torch_hooks import TorchHooks, _floatx
+from . import optimizer_variables, torch_hooks
+from .torch_hooks import _floatx
 
 __all__ = ["Optimizer"]
 
@@ -36,8 +35,7 @@ def _constructed_by_a_subclass(cls: type) -> bool:
     return issubclass(owner, Optimizer)
 
 
-class Optimizer(TorchHooks, OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, MovingAverages,
-                OverwriteWithGradient):
+class Optimizer(OptimizerCore):
     """The Keras 3 optimizer base class, on PyTorch tensors.
 
     A custom optimizer overrides ``build`` (to create its state with ``add_variable_from_reference``) and
@@ -72,6 +70,78 @@ class Optimizer(TorchHooks, OptimizerVariables, GroupedUpdates, DecoupledWeightD
         >>> w.tolist()
         [0.5, 0.5]
     """
+
+    # the torch protocol's hooks (keras3/torch_hooks.py): functions of the optimizer, bound here as its methods
+    _hyperparameter_keys = torch_hooks._hyperparameter_keys
+    _read_hyperparameter = torch_hooks._read_hyperparameter
+    _configuration_values = torch_hooks._configuration_values
+    _write_hyperparameter = torch_hooks._write_hyperparameter
+    _current_lr = torch_hooks._current_lr
+    _lr_is_driven = torch_hooks._lr_is_driven
+    _swap_hyperparameters = torch_hooks._swap_hyperparameters
+    _state_counter = torch_hooks._state_counter
+    _state_variables = torch_hooks._state_variables
+    _add_variables = torch_hooks._add_variables
+    _apply_step = torch_hooks._apply_step
+    _before_state_io = torch_hooks._before_state_io
+    _after_state_load = torch_hooks._after_state_load
+    _load_legacy_format = torch_hooks._load_legacy_format
+    # the optimizer's variables (keras3/optimizer_variables.py): functions of the optimizer, bound here as its methods
+    _own_variable = optimizer_variables._own_variable
+    variables = optimizer_variables.variables
+    iterations = optimizer_variables.iterations
+    add_variable = optimizer_variables.add_variable
+    add_variable_from_reference = optimizer_variables.add_variable_from_reference
+    add_optimizer_variables = optimizer_variables.add_optimizer_variables
+    assign = staticmethod(optimizer_variables.assign)
+    assign_add = staticmethod(optimizer_variables.assign_add)
+    assign_sub = staticmethod(optimizer_variables.assign_sub)
+    stateless_apply = optimizer_variables.stateless_apply
+    get_weights = optimizer_variables.get_weights
+    _has_pending_weights = optimizer_variables._has_pending_weights
+    set_weights = optimizer_variables.set_weights
+    _set_or_keep_weights = optimizer_variables._set_or_keep_weights
+    _restore_pending_state = optimizer_variables._restore_pending_state
+    save_own_variables = optimizer_variables.save_own_variables
+    load_own_variables = optimizer_variables.load_own_variables
+    # Keras 3's stages (engine/stages.py): functions of the optimizer, bound here as its methods
+    _has_custom_update = stages._has_custom_update
+    _apply_updates = stages._apply_updates
+    _update_slices = stages._update_slices
+    _slice_terms = stages._slice_terms
+    _before_updates = stages._before_updates
+    update_step = stages.update_step
+    _update_group = stages._update_group
+    exclude_from_weight_decay = stages.exclude_from_weight_decay
+    _use_weight_decay = stages._use_weight_decay
+    _apply_weight_decay = stages._apply_weight_decay
+    _update_moving_averages = stages._update_moving_averages
+    finalize_variable_values = stages.finalize_variable_values
+    _overwrite_with_gradients = stages._overwrite_with_gradients
+    _accumulate_gradients = stages._accumulate_gradients
+
+    #: Built-ins whose kernel takes ``weight_decay`` / ``weight_decay_lr`` and decays in its own pass.
+    _fused_weight_decay: bool = False
+    #: Names of the per-variable state a built-in optimizer's kernel reads, in kernel argument order.
+    _kernel_slots: tuple[str, ...] = ()
+    #: Built-ins whose update is element-wise (no whole-tensor norms) may run over packed or cut tensors.
+    _elementwise_update: bool = True
+    #: How a built-in applies an ``IndexedSlices`` gradient with Keras 3's TensorFlow-backend semantics
+    #: (keras3_sparse.md): ``"rows"``: the rule only scatters into the slices' rows; ``"blocks"``: element-wise
+    #: rule that rewrites every row, run a block of rows at a time; ``"whole"``: needs whole-tensor norms;
+    #: ``None``: the gradient is densified first (custom optimizers, and rules whose divisor may be 0).
+    _sparse_layout: Optional[str] = None
+    #: The kernels ``_update_group`` calls for a dense update (one of them per step). What the class can do is
+    #: read from them, not promised by a flag: see ``stages.check_update_kernels``.
+    _update_kernels: tuple[Callable[..., None], ...] = ()
+    #: Whether the dense update is one compiled rule (every one of ``_update_kernels`` has a compiled twin), so
+    #: that a ``"blocks"`` rule's slices can take one pass over the table (engine/sparse_pass.py). Derived from
+    #: ``_update_kernels``; a class that sets it True with a kernel lacking the compiled form is refused.
+    _sparse_one_pass: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        stages.check_update_kernels(cls)
 
     _plans_steps = True  # the stages below take an ordinary step's shortcuts (engine/plan.py)
 

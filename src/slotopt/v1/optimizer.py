@@ -23,15 +23,16 @@ import numpy as np
 import torch
 
 from ..engine import as_written, checks, gradients, transaction
-from ..engine.core import Pair, Pairs, count_step
+from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
+from . import hooks, torch_hooks
+from . import state as named_state
 from .config import constructor_config, from_constructor_config
-from .hooks import SubclassHooks
-from .state import NamedState, cast, check_hyperparameter, convert_to_tensor
-from .torch_hooks import TorchHooks, argument_name
+from .state import cast, check_hyperparameter, convert_to_tensor
+from .torch_hooks import argument_name
 
 __all__ = ["Optimizer", "InvalidArgumentError", "GATE_NONE", "GATE_OP", "GATE_GRAPH"]
 
@@ -49,7 +50,7 @@ class InvalidArgumentError(ValueError):
     """TensorFlow's ``tf.errors.InvalidArgumentError``: a kernel rejected an argument's value at apply time."""
 
 
-class Optimizer(SubclassHooks, TorchHooks, NamedState):
+class Optimizer(OptimizerCore):
     """Base class of the TF1 optimizers (``tf.compat.v1.train.Optimizer``), on PyTorch tensors.
 
     Subclasses implement TF1's hooks. ``_create_slots(var_list)`` creates per-variable state with
@@ -83,6 +84,45 @@ class Optimizer(SubclassHooks, TorchHooks, NamedState):
         >>> w.tolist(), int(step)
         ([0.5, 0.5], 1)
     """
+
+    # TF1's subclass hooks and their defaults (v1/hooks.py): functions of the optimizer, bound here as its methods
+    _create_slots = hooks._create_slots
+    _prepare = hooks._prepare
+    _finish = hooks._finish
+    _resource_apply_dense = hooks._resource_apply_dense
+    _apply_dense = hooks._apply_dense
+    _resource_apply_sparse_duplicate_indices = hooks._resource_apply_sparse_duplicate_indices
+    _apply_sparse_duplicate_indices = hooks._apply_sparse_duplicate_indices
+    _resource_apply_sparse = hooks._resource_apply_sparse
+    _apply_sparse = hooks._apply_sparse
+    _dense_update = hooks._dense_update
+    _sparse_update = hooks._sparse_update
+    # the torch protocol's hooks (v1/torch_hooks.py): functions of the optimizer, bound here as its methods
+    _add_variables = torch_hooks._add_variables
+    _configuration_values = torch_hooks._configuration_values
+    _check_configuration = torch_hooks._check_configuration
+    _check_hyperparameter = torch_hooks._check_hyperparameter
+    _has_learning_rate = torch_hooks._has_learning_rate
+    _hyperparameter_keys = torch_hooks._hyperparameter_keys
+    _read_hyperparameter = torch_hooks._read_hyperparameter
+    _write_hyperparameter = torch_hooks._write_hyperparameter
+    _current_lr = torch_hooks._current_lr
+    _write_learning_rate = torch_hooks._write_learning_rate
+    _lr_is_driven = torch_hooks._lr_is_driven
+    _swap_hyperparameters = torch_hooks._swap_hyperparameters
+    _state_variables = torch_hooks._state_variables
+    _call_if_callable = staticmethod(torch_hooks._call_if_callable)
+    # slots and non-slot variables named the TF1 way (v1/state.py): functions of the optimizer, bound here as its methods
+    _zeros_slot = named_state._zeros_slot
+    _get_or_make_slot = named_state._get_or_make_slot
+    _get_or_make_slot_with_initializer = named_state._get_or_make_slot_with_initializer
+    get_slot = named_state.get_slot
+    get_slot_names = named_state.get_slot_names
+    _create_non_slot_variable = named_state._create_non_slot_variable
+    _get_non_slot_variable = named_state._get_non_slot_variable
+    _non_slot_variables = named_state._non_slot_variables
+    variables = named_state.variables
+    _load_legacy_format = named_state._load_legacy_format
 
     _negative_lr_allowed = True  # TF1 applies a negative rate as given (gradient ascent)
 
