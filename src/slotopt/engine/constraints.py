@@ -1,7 +1,8 @@
 """Variable constraints: ``var.constraint(var)`` applied after an update, once its result is checked to fit the
 variable, and refused where a generation refuses constraints with sparse gradients.
 
-Its functions are functions of the optimizer (``self``) that ``OptimizerCore`` (engine/core.py) binds as its methods, not a base class."""
+Functions of the optimizer, not a base class; ``OptimizerCore`` (engine/core.py) binds ``_apply_constraints``, the
+stage the pipeline calls and wrappers override, as its method."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 from ..variables import IndexedSlices
 from .plan import Pair
 
-__all__: list[str] = []
+__all__ = ["constrain", "reject_sparse_constraints"]
 
 
 def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
@@ -24,10 +25,10 @@ def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
         return  # (one C-level pass: most steps have no constraint at all)
     for var in variables:
         if getattr(var, "constraint", None) is not None:
-            self._constrain(var)
+            constrain(self, var)
 
 
-def _constrain(self, var: torch.Tensor) -> None:
+def constrain(self, var: torch.Tensor) -> None:
     """``var = var.constraint(var)``, once the result is checked: a tensor of the variable's shape (a scalar
     is not spread over the tensor), on its device, of a dtype that casts safely to the variable's. A bad
     result raises (the step then puts every value back, see ``engine/pipeline.py``)."""
@@ -57,7 +58,7 @@ def _constrain(self, var: torch.Tensor) -> None:
         var.copy_(result)
 
 
-def _reject_sparse_constraints(pairs: Sequence[Pair], message: Callable[[Any, Any], str]) -> None:
+def reject_sparse_constraints(pairs: Sequence[Pair], message: Callable[[Any, Any], str]) -> None:
     for grad, var in pairs:
         if isinstance(grad, IndexedSlices) and getattr(var, "constraint", None) is not None:
             raise RuntimeError(message(grad, var.constraint))

@@ -17,7 +17,7 @@ import torch
 from ..kernels import rows as sparse_rows
 from ..kernels.native import tensor_table
 from ..variables import IndexedSlices, named_variables, variable_name
-from . import checks, constraints, distributed, plan_cache, resume, shards, validation
+from . import checks, constraints, distributed, plan_cache, resume, shards
 from .construction import BuildsOnParams, check_gradient_aggregator, is_parameters
 from .eager import outside_dynamo
 from .group_sync import check_param_groups
@@ -45,27 +45,16 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     registers joins a parameter group.
     """
 
-    # FSDP2 shards (engine/shards.py): functions of the optimizer, bound here as its methods
-    _shard_layouts = shards._shard_layouts
-    _slot_axes = shards._slot_axes
-    _local_pairs = shards._local_pairs
-    _shard_groups_of = shards._shard_groups_of
-    _all_finite = shards._all_finite
-    # the plan cache (engine/plan_cache.py): functions of the optimizer, bound here as its methods
+    # Its other parts are modules of functions of the optimizer (engine/shards.py, plan_cache.py, validation.py,
+    # constraints.py), called as functions; bound here as methods are only the stages ``run_step`` calls
+    # (engine/pipeline.py), the hooks a class overrides, and what wrappers look for on the optimizers they hold.
+    _local_pairs = shards._local_pairs  # FSDP2: a sharded parameter's gradient made local
+    _slot_axes = shards._slot_axes  # (Adafactor overrides it)
     _ordinary = plan_cache._ordinary
-    _current_plan = plan_cache._current_plan
-    _planned_step = plan_cache._planned_step
+    _current_plan = plan_cache.current_plan
+    _planned_step = plan_cache.planned_step
     _planned_params_step = plan_cache._planned_params_step
-    # gradient validation (engine/validation.py): functions of the optimizer, bound here as its methods
-    _checked_pairs = validation._checked_pairs
-    _slots_hold = validation._slots_hold
-    _check_variables_unchanged = validation._check_variables_unchanged
-    _check_gradient = staticmethod(validation._check_gradient)
-    _dense = staticmethod(validation._dense)
-    # constraints (engine/constraints.py): functions of the optimizer, bound here as its methods
-    _apply_constraints = constraints._apply_constraints
-    _constrain = constraints._constrain
-    _reject_sparse_constraints = staticmethod(constraints._reject_sparse_constraints)
+    _apply_constraints = constraints._apply_constraints  # (wrappers and TF1 override it)
 
     #: Whether the multi-tensor (``torch._foreach_*``) path runs over whole (device, dtype) groups.
     foreach: bool = True

@@ -18,7 +18,7 @@ from ..variables import named_variables
 from .distributed import known_local_view
 
 __all__ = ["TorchName", "torch_names_for", "is_param_group_list", "check_param_groups",
-           "group_shares"]
+           "group_shares", "broadcast", "torch_names", "adopt_torch_names"]
 
 
 def is_param_group_list(source: Any) -> bool:
@@ -199,11 +199,11 @@ def _sync_param_groups(self) -> None:
     if len(groups) == len(published) and all(map(_as_published, groups, published)):
         return  # nothing written since: every value is the very object slotopt published (the common case)
     keys = _group_keys(self)  # (once per step: every step syncs)
-    names = self._torch_names(keys)
+    names = torch_names(self, keys)
     for index, group in enumerate(groups):
         if index >= len(published):
             published.append({})
-        self._adopt_torch_names(group, published[index], index, names)
+        adopt_torch_names(self, group, published[index], index, names)
     changed = []
     for index, group in enumerate(groups):
         seen = published[index]  # a value slotopt wrote is the same object: no comparison needed
@@ -235,7 +235,7 @@ def _publish_param_groups(self) -> None:
         group["lr"] = published["lr"] = lr
 
 
-def _broadcast(self, key: str, value: Any) -> None:
+def broadcast(self, key: str, value: Any) -> None:
     """An optimizer attribute was set: every group takes the value."""
     for group, published in zip(self.param_groups, self._published):
         if key in group:
@@ -245,7 +245,7 @@ def _broadcast(self, key: str, value: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------------ torch's names
-def _torch_names(self, keys: Optional[tuple[str, ...]] = None) -> tuple[TorchName, ...]:
+def torch_names(self, keys: Optional[tuple[str, ...]] = None) -> tuple[TorchName, ...]:
     """The hyperparameters shown under torch's names too (``betas``, ``eps``, ``weight_decay``); ``keys``:
     the group keys, when the caller has them."""
     keys = _group_keys(self) if keys is None else keys
@@ -255,11 +255,11 @@ def _torch_names(self, keys: Optional[tuple[str, ...]] = None) -> tuple[TorchNam
     return cached[1]
 
 
-def _adopt_torch_names(self, group: dict[str, Any], published: Mapping[str, Any], index: int,
+def adopt_torch_names(self, group: dict[str, Any], published: Mapping[str, Any], index: int,
                        names: Optional[tuple[TorchName, ...]] = None) -> None:
     """A torch name written since ``published`` (a scheduler's ``betas``) becomes the face's keys in the same
     group, to be checked and applied with them; writing both differently is refused."""
-    for name in self._torch_names() if names is None else names:
+    for name in torch_names(self) if names is None else names:
         if name.name not in group:
             continue
         value = group[name.name]
@@ -276,7 +276,7 @@ def _adopt_torch_names(self, group: dict[str, Any], published: Mapping[str, Any]
 def _show_torch_names(self) -> None:
     """Every group shows the face's current values under torch's names too."""
     for group, published in zip(self.param_groups, self._published):
-        for name in self._torch_names():
+        for name in torch_names(self):
             if all(k in group for k in name.keys):
                 group[name.name] = published[name.name] = name.value_in(group)
 

@@ -1,7 +1,8 @@
 """FSDP2 sharded parameters: the optimizer's view of DTensor parameters as local shards (their layouts, their
 gradients made local, the process groups they span, and a finiteness check agreed by every shard).
 
-Its functions are functions of the optimizer (``self``) that ``OptimizerCore`` (engine/core.py) binds as its methods, not a base class."""
+Functions of the optimizer, not a base class; ``OptimizerCore`` (engine/core.py) binds ``_local_pairs`` (a
+pipeline stage) and ``_slot_axes`` (Adafactor overrides it) as its methods."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ from ..variables import is_sparse, variable_name
 from . import distributed
 from .plan import Pair
 
-__all__: list[str] = []
+__all__ = ["shard_layouts", "shard_groups_of", "all_finite"]
 
 Pairs = Iterable[Pair]
 
 
-def _shard_layouts(self, params: Sequence[torch.Tensor]) -> Optional[list[Optional[distributed.ShardLayout]]]:
+def shard_layouts(self, params: Sequence[torch.Tensor]) -> Optional[list[Optional[distributed.ShardLayout]]]:
     """For rules that are not element-wise: per parameter (a local shard the rule updates), where it sits
     in the whole FSDP2 tensor (None: not sharded). None when nothing is sharded (the single-process path)."""
     if not self._layouts:
@@ -63,7 +64,7 @@ def _local_pairs(self, grads_and_vars: Pairs) -> Pairs:
     return out
 
 
-def _shard_groups_of(self, pairs: Sequence[Pair]) -> Optional[list[list[Any]]]:
+def shard_groups_of(self, pairs: Sequence[Pair]) -> Optional[list[list[Any]]]:
     """Per pair with a gradient: the process groups its variable is sharded over (None: nothing sharded)."""
     if not self._layouts:
         return None
@@ -77,7 +78,7 @@ def _shard_groups_of(self, pairs: Sequence[Pair]) -> Optional[list[list[Any]]]:
     return groups
 
 
-def _all_finite(self, grads: Sequence[torch.Tensor]) -> bool:
+def all_finite(self, grads: Sequence[torch.Tensor]) -> bool:
     """Every element of every gradient finite, on every shard (a loss-scale step is skipped everywhere or
     nowhere). One fused max-abs reduction per device (``torch._foreach_norm`` with ``ord=inf``: inf and NaN
     propagate and, unlike a 2-norm, it cannot overflow on large finite values), one host sync per device."""

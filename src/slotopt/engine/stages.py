@@ -27,7 +27,7 @@ from ..kernels import rows as sparse_rows
 from ..kernels.ema import moving_average
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
-from . import checks, sparse_pass
+from . import checks, sparse_pass, validation
 from . import constants as K
 from .core import Pair
 from .plan import GradientsByPosition, Ordinary
@@ -80,7 +80,7 @@ def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
     steps = self.gradient_accumulation_steps
     if not steps:
         return pairs
-    dense = [(self._dense(g, v), v) for g, v in pairs]
+    dense = [(validation.dense(g, v), v) for g, v in pairs]
     accumulators = [self._get_slot("gradient_accumulator", self._position(v)) for _, v in dense]
     if (int(self._iterations) + 1) % steps != 0:
         torch._foreach_add_(accumulators, [g for g, _ in dense])
@@ -110,7 +110,7 @@ def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
         if not overwrites_with_gradient(v):
             kept.append((g, v))
             continue
-        dense = self._dense(g, v).to(v.dtype)
+        dense = validation.dense(g, v).to(v.dtype)
         if steps:
             accumulator = self._get_slot("gradient_accumulator", self._position(v))
             running = torch.maximum(dense, accumulator.to(dense.dtype))
@@ -221,7 +221,7 @@ def _apply_round(self, pairs: list[Pair], learning_rate: Any, fused: set[int]) -
         elif isinstance(g, IndexedSlices) and not custom and self._sparse_layout is not None:
             _apply_slices(self, v, g, learning_rate, decay=self._var_index[id(v)] in fused)
         else:
-            dense.append((self._dense(g, v), v))
+            dense.append((validation.dense(g, v), v))
     if custom:
         for g, v in dense:
             self.update_step(g, v, learning_rate)

@@ -15,7 +15,7 @@ import torch
 from . import resume
 from .group_sync import _as_number, _is_number
 
-__all__ = ["CLASS_KEY"]
+__all__ = ["CLASS_KEY", "apply_pending_torch_state"]
 
 #: The key under which ``state_dict()`` saves the class that owns each parameter group.
 CLASS_KEY = "optimizer_class"
@@ -232,7 +232,7 @@ def _load_torch_format(self, state_dict: Any) -> None:
     self._publish_param_groups()
 
 
-def _apply_pending_torch_state(self) -> None:
+def apply_pending_torch_state(self) -> None:
     """Loads a state dict that arrived before the build; on an error it stays pending."""
     if not self.param_groups:
         return

@@ -56,24 +56,23 @@ _HOOK_TABLES = (
 class TorchProtocol(torch.optim.Optimizer):
     """The torch side of every slotopt optimizer (not used directly)."""
 
-    # parameter groups kept in step with the optimizer (engine/group_sync.py): functions of the optimizer, bound here as its methods
+    # Group sync and the state's format and loads are modules of functions of the optimizer, not base classes; bound
+    # here as methods are the public protocol, the hooks a composite overrides and what engine/resume.py calls.
+
+    # engine/group_sync.py: parameter groups kept in step with the optimizer
     _group_keys_of = group_sync._group_keys_of
     _check_group_values = group_sync._check_group_values
     _sync_param_groups = group_sync._sync_param_groups
     _publish_param_groups = group_sync._publish_param_groups
-    _broadcast = group_sync._broadcast
-    _torch_names = group_sync._torch_names
-    _adopt_torch_names = group_sync._adopt_torch_names
     _hyperparameters_changed = group_sync._hyperparameters_changed
     _group_scope = group_sync._group_scope
     _param_group_partitions = group_sync._param_group_partitions
-    # the state and state_dict (engine/state_io.py): functions of the optimizer, bound here as its methods
+    # engine/state_io.py: the state and state_dict
     state = state_io.state
     _client_entries = state_io._client_entries
     _param_states = state_io._param_states
     state_dict = state_io.state_dict
     load_state_dict = state_io.load_state_dict
-    _apply_pending_torch_state = state_io._apply_pending_torch_state
     _has_pending_weights = state_io._has_pending_weights
     _group_class_name = state_io._group_class_name
     _group_lr_is_driven = state_io._group_lr_is_driven
@@ -138,7 +137,7 @@ class TorchProtocol(torch.optim.Optimizer):
         values = {key: self._read_hyperparameter(key) for key in self._hyperparameter_keys()}
         if self._has_learning_rate():
             values = {"lr": self._shown_lr(), **values}
-        for name in self._torch_names():
+        for name in group_sync.torch_names(self):
             values[name.name] = name.value_in(values)
         return values
 
@@ -168,8 +167,8 @@ class TorchProtocol(torch.optim.Optimizer):
         for key, value in options.items():
             if key != "params":
                 group[key] = value
-        self._adopt_torch_names(group, defaults, len(self.param_groups))  # {"betas": ...} as torch takes it
-        for name in self._torch_names():
+        group_sync.adopt_torch_names(self, group, defaults, len(self.param_groups))  # {"betas": ...} as torch takes it
+        for name in group_sync.torch_names(self):
             if all(k in group for k in name.keys):
                 group[name.name] = name.value_in(group)
         return group

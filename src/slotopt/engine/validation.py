@@ -1,7 +1,7 @@
 """Gradient validation: every gradient converted (torch sparse COO -> ``IndexedSlices``) and checked against its
 variable, and the variables and slots checked unchanged in kind, before anything of a step changes.
 
-Its functions are functions of the optimizer (``self``) that ``OptimizerCore`` (engine/core.py) binds as its methods, not a base class."""
+Functions of the optimizer (or of a gradient and its variable), not a base class: the faces call them."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 from ..kernels import rows as sparse_rows
 from ..kernels.native import tensor_table
 from ..variables import IndexedSlices, as_indexed_slices, is_integer_dtype, is_sparse
-from . import unchanged
+from . import plan_cache, unchanged
 from .plan import Pair
 
-__all__ = ["is_plain_gradient"]
+__all__ = ["is_plain_gradient", "checked_pairs", "check_variables_unchanged", "check_gradient", "dense"]
 
 _FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPLEX_TYPES = (torch.complex64, torch.complex128)
@@ -24,28 +24,28 @@ _COMPLEX_TYPES = (torch.complex64, torch.complex128)
 
 def is_plain_gradient(grad: Any, var: torch.Tensor) -> bool:
     """Whether ``grad`` needs no conversion or further check for ``var``: a dense strided float tensor of its dtype,
-    shape and device (what ``OptimizerCore._check_gradient`` returns unchanged)."""
+    shape and device (what ``check_gradient`` returns unchanged)."""
     return (type(grad) is torch.Tensor and grad.dtype is var.dtype and grad.layout is torch.strided
             and not grad.is_nested and grad.dtype in _FLOAT_TYPES and grad.shape == var.shape
             and grad.device == var.device)
 
 
 
-def _checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
-    """``_check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
+def checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
+    """``check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
     shape, dtype and device) are recognised inline, without the call. A step that fits the plan of the last
     one (engine/plan.py) is recognised in one pass and returned as ``Ordinary``."""
-    ordinary = self._planned_step(pairs)
+    ordinary = plan_cache.planned_step(self, pairs)
     if ordinary is not None:
         return ordinary
-    self._check_variables_unchanged(pairs)
+    check_variables_unchanged(self, pairs)
     out: list[Pair] = []
     for pair in pairs:
         grad, var = pair
         if is_plain_gradient(grad, var):
             out.append(pair if type(pair) is tuple else (grad, var))
         else:
-            out.append((self._check_gradient(grad, var, lambda var=var: self._name_of(var)), var))
+            out.append((check_gradient(grad, var, lambda var=var: self._name_of(var)), var))
             if var.is_complex():
                 _check_complex_support(self, var)
     return out
@@ -68,12 +68,8 @@ def _check_complex_support(self, var: torch.Tensor) -> None:
         )
 
 
-def _slots_hold(self) -> bool:
-    """Whether every slot is unchanged since it was checked (engine/unchanged.py)."""
-    return unchanged.slots_hold(self)
 
-
-def _check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
+def check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
     """A variable whose dtype, device or shape changed since its state was made (``model.double()`` after
     the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it. So is a
     variable no kernel may write, and a slot changed in kind (engine/unchanged.py)."""
@@ -96,7 +92,7 @@ def _check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
                 "optimizer after converting or moving the model (torch.optim refuses this too).")
 
 
-def _check_gradient(grad: Any, var: torch.Tensor, name: Union[str, Callable[[], str]]) -> Any:
+def check_gradient(grad: Any, var: torch.Tensor, name: Union[str, Callable[[], str]]) -> Any:
     """Converts a gradient to a dense tensor or ``IndexedSlices`` and checks it fits ``var``; raises if not.
 
     ``name`` may be a callable, so that the variable's name is only looked up for an error message.
@@ -180,7 +176,7 @@ def _check_gradient(grad: Any, var: torch.Tensor, name: Union[str, Callable[[], 
     return grad
 
 
-def _dense(grad: Any, var: torch.Tensor) -> torch.Tensor:
+def dense(grad: Any, var: torch.Tensor) -> torch.Tensor:
     """The dense gradient in the variable's dtype (duplicates of a sparse gradient summed)."""
     if isinstance(grad, IndexedSlices):
         return sparse_rows.densify(grad, var)

@@ -12,7 +12,19 @@ import numpy as np
 import torch
 
 from .. import schedules as schedules_module
-from ..engine import as_written, checks, clipping, gradients, stages, transaction
+from ..engine import (
+    as_written,
+    checks,
+    clipping,
+    constraints,
+    gradients,
+    group_sync,
+    plan_cache,
+    shards,
+    stages,
+    transaction,
+    validation,
+)
 from ..engine import constants as K
 from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
@@ -71,7 +83,10 @@ class Optimizer(OptimizerCore):
         [0.5, 0.5]
     """
 
-    # the torch protocol's hooks (keras3/torch_hooks.py): functions of the optimizer, bound here as its methods
+    # The face's parts are modules of functions of the optimizer (``self``), not base classes: the class names
+    # them as its methods here (a stage is the function the class names: ``engine/stages.py``), and a subclass
+    # overrides any of them as usual.
+    # keras3/torch_hooks.py: the torch protocol's hooks
     _hyperparameter_keys = torch_hooks._hyperparameter_keys
     _read_hyperparameter = torch_hooks._read_hyperparameter
     _configuration_values = torch_hooks._configuration_values
@@ -86,7 +101,7 @@ class Optimizer(OptimizerCore):
     _before_state_io = torch_hooks._before_state_io
     _after_state_load = torch_hooks._after_state_load
     _load_legacy_format = torch_hooks._load_legacy_format
-    # the optimizer's variables (keras3/optimizer_variables.py): functions of the optimizer, bound here as its methods
+    # keras3/optimizer_variables.py: the optimizer's variables
     _own_variable = optimizer_variables._own_variable
     variables = optimizer_variables.variables
     iterations = optimizer_variables.iterations
@@ -104,7 +119,7 @@ class Optimizer(OptimizerCore):
     _restore_pending_state = optimizer_variables._restore_pending_state
     save_own_variables = optimizer_variables.save_own_variables
     load_own_variables = optimizer_variables.load_own_variables
-    # Keras 3's stages (engine/stages.py): functions of the optimizer, bound here as its methods
+    # engine/stages.py: Keras 3's stages
     _has_custom_update = stages._has_custom_update
     _apply_updates = stages._apply_updates
     _update_slices = stages._update_slices
@@ -158,7 +173,7 @@ class Optimizer(OptimizerCore):
             self._track_callable_hyperparameter(name, value)
         object.__setattr__(self, name, value)
         if name in hyper_keys:
-            self._broadcast(name, value)  # an attribute set applies to every parameter group
+            group_sync.broadcast(self, name, value)  # an attribute set applies to every parameter group
 
     def __init__(
         self,
@@ -262,7 +277,7 @@ class Optimizer(OptimizerCore):
     def learning_rate(self, value: Any) -> None:
         self._write_learning_rate(value)
         if not self._lr_is_driven():
-            self._broadcast("lr", float(value))
+            group_sync.broadcast(self, "lr", float(value))
         else:
             self._publish_param_groups()
 
@@ -369,7 +384,7 @@ class Optimizer(OptimizerCore):
         # (an ``Ordinary`` group is one a composite had this optimizer check in this very step, engine/routing.py;
         # a list like the last step's is recognised by its plan, which checks every pair, in one pass)
         pairs: Optional[list[Pair]] = grads_and_vars if type(grads_and_vars) is Ordinary else (
-            self._planned_step(grads_and_vars) if type(grads_and_vars) is list else None)
+            plan_cache.planned_step(self, grads_and_vars) if type(grads_and_vars) is list else None)
         if pairs is None:
             pairs = checks.check_pairs(grads_and_vars)
         self._apply_pairs(pairs, skip_gradients_aggregation)
@@ -402,7 +417,7 @@ class Optimizer(OptimizerCore):
         pairs = grads_and_vars if type(grads_and_vars) is Ordinary else list(grads_and_vars)
         if not pairs:
             return None
-        checked = self._checked_pairs(pairs)
+        checked = validation.checked_pairs(self, pairs)
         if type(checked) is Ordinary:  # the variables and gradients of the last step's kind (engine/plan.py)
             self._restore_pending_state()
             return checked
@@ -427,7 +442,7 @@ class Optimizer(OptimizerCore):
                     f"grad={sparse}"
                 )
         # A constraint rewrites the whole variable: with a sparse gradient slotopt refuses it in every generation.
-        self._reject_sparse_constraints(
+        constraints.reject_sparse_constraints(
             checked, lambda grad, constraint: "Cannot use a constraint function on a sparse variable. Received: "
                                               f"grad={grad}, var.constraint={constraint}.")
         if not self.built:
@@ -465,17 +480,17 @@ class Optimizer(OptimizerCore):
         elif self.global_clipnorm and self.global_clipnorm > 0:
             # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
             norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)
-                                          for g, v in pairs], self._shard_groups_of(pairs))
+                                          for g, v in pairs], shards.shard_groups_of(self, pairs))
             grads = clipping.clip_by_global_norm(
-                [self._dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
+                [validation.dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
                 norm=norm)
             return [(g, v) for g, (_, v) in zip(grads, pairs)]
         elif self.clipvalue and self.clipvalue > 0:
             return clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self.clipvalue))
         else:
             return pairs
-        shards = self._shard_groups_of(pairs)
-        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, shards))
+        spans = shards.shard_groups_of(self, pairs)
+        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, spans))
 
     #: Hyperparameters whose value decides which slots the build makes (Keras 3 tests them then, as numbers):
     #: a callable there is refused.

@@ -21,7 +21,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import checks, transaction
+from ..engine import checks, state_io, transaction
 from ..engine import constants as K
 from ..engine import weights as weights_io
 from ..engine.state import constant_fill, initial_value
@@ -259,7 +259,7 @@ def _restore_pending_state(self) -> None:
             self._pending_state = pending
             raise
     if self.built and "_pending_torch_state" in self.__dict__:
-        self._apply_pending_torch_state()
+        state_io.apply_pending_torch_state(self)
 
 
 def save_own_variables(self, store: dict) -> None:

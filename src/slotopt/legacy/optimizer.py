@@ -22,7 +22,17 @@ import torch
 from torch import nn
 
 from .. import schedules as schedules_module
-from ..engine import as_written, checks, clipping, gradients
+from ..engine import (
+    as_written,
+    checks,
+    clipping,
+    constraints,
+    gradients,
+    group_sync,
+    plan_cache,
+    shards,
+    validation,
+)
 from ..engine.core import OptimizerCore, Pair, check_gradient_aggregator, count_step
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
@@ -109,7 +119,9 @@ class Optimizer(OptimizerCore):
         ([0.5, 1.5], ['HalfStep/iter', 'HalfStep/w/last_step'])
     """
 
-    # the torch protocol's hooks (legacy/torch_hooks.py): functions of the optimizer, bound here as its methods
+    # The face's parts are modules of functions of the optimizer (``self``), not base classes: the class names
+    # them as its methods here, and a subclass overrides any of them as usual.
+    # legacy/torch_hooks.py: the torch protocol's hooks
     _has_learning_rate = torch_hooks._has_learning_rate
     _configuration_values = torch_hooks._configuration_values
     _hyperparameter_keys = torch_hooks._hyperparameter_keys
@@ -123,7 +135,7 @@ class Optimizer(OptimizerCore):
     _state_variables = torch_hooks._state_variables
     _add_variables = torch_hooks._add_variables
     _load_legacy_format = torch_hooks._load_legacy_format
-    # apply_state and the update hooks (legacy/updates.py): functions of the optimizer, bound here as its methods
+    # legacy/updates.py: apply_state and the update hooks
     _prepare = updates._prepare
     _prepare_kinds = updates._prepare_kinds
     _prepare_local = updates._prepare_local
@@ -137,7 +149,7 @@ class Optimizer(OptimizerCore):
     _resource_scatter_add = staticmethod(updates._resource_scatter_add)
     _resource_scatter_update = staticmethod(updates._resource_scatter_update)
     _lazy_rows = updates._lazy_rows
-    # slots and weights (legacy/weights.py): functions of the optimizer, bound here as its methods
+    # legacy/weights.py: slots and weights
     iterations = slot_weights.iterations
     add_weight = slot_weights.add_weight
     add_slot = slot_weights.add_slot
@@ -150,7 +162,7 @@ class Optimizer(OptimizerCore):
     variables = slot_weights.variables
     get_weights = slot_weights.get_weights
     set_weights = slot_weights.set_weights
-    # named hyperparameters (legacy/hyperparameters.py): functions of the optimizer, bound here as its methods
+    # legacy/hyperparameters.py: named hyperparameters
     __getattr__ = hyperparameters._hyperparameter_attribute
     __dir__ = hyperparameters._dir_with_hyperparameters
     _set_hyper = hyperparameters._set_hyper
@@ -250,13 +262,13 @@ class Optimizer(OptimizerCore):
             if name == "learning_rate" and self._lr_is_driven():
                 self._publish_param_groups()
             elif is_number(value) or isinstance(value, torch.Tensor):
-                self._broadcast("lr" if name == "learning_rate" else name, float(value))
+                group_sync.broadcast(self, "lr" if name == "learning_rate" else name, float(value))
             return
         if name == "foreach":
             self.__dict__.get("_group_cache", {}).clear()
         object.__setattr__(self, name, value)
         if name == "epsilon" and "_param_groups" in self.__dict__ and is_number(value):
-            self._broadcast(name, value)
+            group_sync.broadcast(self, name, value)
 
     @property
     def name(self) -> str:
@@ -388,7 +400,7 @@ class Optimizer(OptimizerCore):
                 f"Received: grads_and_vars={grads_and_vars!r}"
             )
         pairs = grads_and_vars if type(grads_and_vars) is Ordinary else list(grads_and_vars)
-        ordinary = self._planned_step(pairs) if "_pending_torch_state" not in self.__dict__ else None
+        ordinary = plan_cache.planned_step(self, pairs) if "_pending_torch_state" not in self.__dict__ else None
         if ordinary is not None:  # the variables and gradients of the last step's kind (engine/plan.py)
             return self._prepare_ordinary(ordinary)
         checked: list[Pair] = []
@@ -412,14 +424,14 @@ class Optimizer(OptimizerCore):
                 )
             seen.add(id(var))
             checked.append((grad, var))
-        checked = self._checked_pairs(checked)
+        checked = validation.checked_pairs(self, checked)
         present = [(g, v) for g, v in checked if g is not None]
         if checked and not present:
             raise ValueError(
                 f"No gradients provided for any variable: {([self._name_of(v) for _, v in checked],)}. "
                 f"Provided `grads_and_vars` is {tuple((g, self._name_of(v)) for g, v in checked)}."
             )
-        self._reject_sparse_constraints(
+        constraints.reject_sparse_constraints(
             present,
             lambda grad, constraint: "Cannot use a constraint function on a sparse variable. Received: "
                                      f"grad={grad}, var.constraint={constraint}.",
@@ -495,13 +507,13 @@ class Optimizer(OptimizerCore):
         if self._clipvalue is not None:
             pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self._clipvalue))
         if self._clipnorm is not None:
-            shards = self._shard_groups_of(pairs)
+            spans = shards.shard_groups_of(self, pairs)
             pairs = clipping.map_gradient_values(
-                pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm, shards))
+                pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm, spans))
         if self._global_clipnorm is not None:
             pairs = clipping.map_gradient_values(
                 pairs, lambda grads: clipping.clip_by_global_norm(grads, self._global_clipnorm,
-                                                                  self._shard_groups_of(pairs)))
+                                                                  shards.shard_groups_of(self, pairs)))
         for fn in self.gradient_transformers:
             pairs = list(fn(pairs))
         return pairs

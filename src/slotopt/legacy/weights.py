@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import checks, transaction
+from ..engine import checks, state_io, transaction
 from ..engine import weights as weights_io
 from ..variables import Variable, variable_name
 from .hyperparameters import initial_value, is_number
@@ -158,7 +158,7 @@ def _create_weights_for(self, var_list: Sequence[torch.Tensor]) -> None:
         if len(self._slots_created_for) > 64:
             self._slots_created_for.clear()
         self._slots_created_for.add(positions)
-    self._apply_pending_torch_state()
+    state_io.apply_pending_torch_state(self)
 
 
 def build(self, var_list: Any) -> None:

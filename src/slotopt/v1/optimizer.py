@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import as_written, checks, gradients, transaction
+from ..engine import as_written, checks, constraints, gradients, plan_cache, state_io, transaction, validation
 from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.pipeline import run_step
@@ -85,7 +85,9 @@ class Optimizer(OptimizerCore):
         ([0.5, 0.5], 1)
     """
 
-    # TF1's subclass hooks and their defaults (v1/hooks.py): functions of the optimizer, bound here as its methods
+    # The face's parts are modules of functions of the optimizer (``self``), not base classes: the class names
+    # them as its methods here, and a subclass overrides any of them as usual.
+    # v1/hooks.py: TF1's subclass hooks and their defaults
     _create_slots = hooks._create_slots
     _prepare = hooks._prepare
     _finish = hooks._finish
@@ -97,7 +99,7 @@ class Optimizer(OptimizerCore):
     _apply_sparse = hooks._apply_sparse
     _dense_update = hooks._dense_update
     _sparse_update = hooks._sparse_update
-    # the torch protocol's hooks (v1/torch_hooks.py): functions of the optimizer, bound here as its methods
+    # v1/torch_hooks.py: the torch protocol's hooks
     _add_variables = torch_hooks._add_variables
     _configuration_values = torch_hooks._configuration_values
     _check_configuration = torch_hooks._check_configuration
@@ -112,7 +114,7 @@ class Optimizer(OptimizerCore):
     _swap_hyperparameters = torch_hooks._swap_hyperparameters
     _state_variables = torch_hooks._state_variables
     _call_if_callable = staticmethod(torch_hooks._call_if_callable)
-    # slots and non-slot variables named the TF1 way (v1/state.py): functions of the optimizer, bound here as its methods
+    # v1/state.py: slots and non-slot variables named the TF1 way
     _zeros_slot = named_state._zeros_slot
     _get_or_make_slot = named_state._get_or_make_slot
     _get_or_make_slot_with_initializer = named_state._get_or_make_slot_with_initializer
@@ -261,7 +263,7 @@ class Optimizer(OptimizerCore):
         pairs = grads_and_vars if type(grads_and_vars) is Ordinary else tuple(grads_and_vars)
         if not pairs:
             raise ValueError("No variables provided.")
-        ordinary = self._planned_step(pairs)
+        ordinary = plan_cache.planned_step(self, pairs)
         if ordinary is not None and not self._pending_state and "_pending_torch_state" not in self.__dict__:
             # The variables and gradients of the last step's kind (engine/plan.py): registered, with their slots
             # and a dense gradient of their dtype, shape and device; what remains is this call's own checks.
@@ -287,7 +289,7 @@ class Optimizer(OptimizerCore):
         var_list = [v for g, v in converted if g is not None]
         if not var_list:
             raise ValueError(f"No gradients provided for any variable: {[str(v) for _, v in converted]}.")
-        self._check_variables_unchanged(converted)
+        validation.check_variables_unchanged(self, converted)
         for i, (grad, var) in enumerate(converted):
             if grad is None:
                 continue
@@ -297,8 +299,8 @@ class Optimizer(OptimizerCore):
                 raise TypeError(
                     f"{type(self).__name__} supports variables of dtype {list(self._supported_dtypes)} only "
                     f"(TensorFlow registers no kernel for others). Received: variable {where} of dtype {var.dtype}")
-            converted[i] = (self._check_gradient(grad, var, where), var)
-        self._reject_sparse_constraints(
+            converted[i] = (validation.check_gradient(grad, var, where), var)
+        constraints.reject_sparse_constraints(
             converted, lambda g, c: "Cannot use a constraint function on a sparse variable.")
         self._check_global_step(global_step)
 
@@ -307,7 +309,7 @@ class Optimizer(OptimizerCore):
             for var in var_list:
                 self._register_variable(var)
             self._create_slots(var_list)
-            self._apply_pending_torch_state()
+            state_io.apply_pending_torch_state(self)
             self._prepare()
             self._check_prepared([(g, v) for g, v in converted if g is not None])
         except BaseException:
@@ -399,7 +401,7 @@ class Optimizer(OptimizerCore):
                 self.__dict__["_updating_plan"] = None
             return
         if fused:
-            by_pos = {self._position(v): self._dense(g, v) for g, v in pairs if not isinstance(g, IndexedSlices)}
+            by_pos = {self._position(v): validation.dense(g, v) for g, v in pairs if not isinstance(g, IndexedSlices)}
             for group in self._groups(list(by_pos)):
                 self._dense_update([self._vars[p] for p in group], [by_pos[p] for p in group],
                                    self._slot_lists(self._kernel_slots, group))
@@ -411,9 +413,9 @@ class Optimizer(OptimizerCore):
             if isinstance(g, IndexedSlices):
                 ops.append(self._resource_apply_sparse_duplicate_indices(g.values, v, g.indices))
                 continue
-            ops.append(self._resource_apply_dense(self._dense(g, v), v))
+            ops.append(self._resource_apply_dense(validation.dense(g, v), v))
             if repeated and getattr(v, "constraint", None) is not None:
-                self._constrain(v)
+                constraints.constrain(self, v)
         self._constraints_done = repeated
 
     def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
@@ -440,7 +442,7 @@ class Optimizer(OptimizerCore):
             variables = [self._vars[p] for p in positions]
             self._assert_valid_dtypes(variables, "variable")
             self._create_slots(variables)
-            self._apply_pending_torch_state()
+            state_io.apply_pending_torch_state(self)
         except BaseException:
             transaction.restore(self, saved)  # no slot is left behind by a build that raised
             raise
