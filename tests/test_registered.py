@@ -125,6 +125,25 @@ def test_exported_and_documented(entry):
     assert f"{entry.cls.__module__}.{entry.cls.__qualname__}" in shown
 
 
+#: The longest MRO a registered class may have: the class, what it is derived from in its family (AdamW from Adam,
+#: Adam from MomentOptimizer), its face, ``OptimizerCore``, ``TorchProtocol``, ``torch.optim.Optimizer``, ``object``.
+MRO_LIMIT = 8
+
+
+@pytest.mark.parametrize("entry", ALL)
+def test_built_from_functions_its_face_names_not_from_mixins(entry):
+    """A face's parts (its stages, torch hooks, variables, state) are modules of functions the face class binds
+    as methods, not base classes (issue 36: the MRO was 20 classes deep): a mixin added anywhere fails here."""
+    from slotopt.engine.core import OptimizerCore
+    from slotopt.engine.torch_protocol import TorchProtocol
+
+    mro = entry.cls.__mro__
+    assert len(mro) <= MRO_LIMIT, [c.__qualname__ for c in mro]
+    base = registry.base_class(entry.generation) if entry.generation != "tfrs" else None
+    if base is not None and issubclass(entry.cls, base):
+        assert mro[mro.index(base):] == (base, OptimizerCore, TorchProtocol, torch.optim.Optimizer, object)
+
+
 @pytest.mark.parametrize("entry", OPTIMIZERS)
 def test_config_round_trip(entry):
     opt = _maker(entry)(_model())
