@@ -141,8 +141,6 @@ def torch_names_for(keys: Sequence[str]) -> tuple[TorchName, ...]:
     return tuple(names)
 
 
-
-
 # ------------------------------------------------------------------------------------------ sync
 def _group_keys_of(self, index: int) -> tuple[str, ...]:
     """The hyperparameter keys of group ``index`` (the owning sub-optimizer's, for a composite)."""
@@ -241,7 +239,6 @@ def broadcast(self, key: str, value: Any) -> None:
         if key in group:
             group[key] = published[key] = value
     _show_torch_names(self)
-
 
 
 # ------------------------------------------------------------------------------------------ torch's names

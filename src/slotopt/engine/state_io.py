@@ -29,8 +29,6 @@ def with_client_entries(entry: dict[str, Any], client: Optional[Mapping[str, Any
     return {**entry, **{k: v for k, v in client.items() if k not in entry}}
 
 
-
-
 # ------------------------------------------------------------------------------------------ state
 @property
 def state(self) -> defaultdict[torch.Tensor, dict[str, Any]]:  # type: ignore[override]
@@ -244,7 +242,6 @@ def apply_pending_torch_state(self) -> None:
     except BaseException:
         self.__dict__["_pending_torch_state"] = pending
         raise
-
 
 
 # ------------------------------------------------------------------------------------------ resume

@@ -30,7 +30,6 @@ def is_plain_gradient(grad: Any, var: torch.Tensor) -> bool:
             and grad.device == var.device)
 
 
-
 def checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
     """``check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
     shape, dtype and device) are recognised inline, without the call. A step that fits the plan of the last
@@ -66,7 +65,6 @@ def _check_complex_support(self, var: torch.Tensor) -> None:
             f"{type(self).__name__} cannot update the complex variable {self._name_of(var)} (dtype {var.dtype}): "
             f"{reason} (it raises too)."
         )
-
 
 
 def check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:

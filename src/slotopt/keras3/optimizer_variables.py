@@ -149,7 +149,6 @@ def add_optimizer_variables(
     return lists[0] if isinstance(name, str) else lists
 
 
-
 # ------------------------------------------------------------------------------------------ assign
 def assign(variable: torch.Tensor, value: Any) -> None:
     _write(variable, value, "copy")
@@ -161,7 +160,6 @@ def assign_add(variable: torch.Tensor, value: Any) -> None:
 
 def assign_sub(variable: torch.Tensor, value: Any) -> None:
     _write(variable, value, "sub")
-
 
 
 # ------------------------------------------------------------------------------------------ stateless
@@ -202,7 +200,6 @@ def stateless_apply(
     finally:
         transaction.put_values(targets, saved)
     return new_model, new_own
-
 
 
 # ------------------------------------------------------------------------------------------ weights I/O

@@ -25,7 +25,6 @@ def _floatx() -> torch.dtype:
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 
 
-
 # What a parameter group does not carry: the options of the whole optimizer.
 _GLOBAL_OPTIONS = frozenset({
     "name", "learning_rate", "clipnorm", "clipvalue", "global_clipnorm", "use_ema", "ema_momentum",

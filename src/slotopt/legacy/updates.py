@@ -119,7 +119,6 @@ def _call_with_state(self, hook_name: str, fn: Callable[..., Any], args: tuple, 
     return fn(*args, apply_state=apply_state) if accepts else fn(*args)
 
 
-
 # -------------------------------------------------------------------------------------------- update hooks
 def _apply_dense_group(self, params: list[torch.Tensor], grads: list[torch.Tensor], positions: list[int],
                        coefficients: dict[str, Any]) -> None:

@@ -85,7 +85,6 @@ def _apply_sparse(self, grad: IndexedSlices, var: torch.Tensor) -> Any:
     return self._resource_apply_sparse(grad.values, var, grad.indices)
 
 
-
 # Built-in optimizers implement these two with their multi-tensor kernels.
 def _dense_update(self, params: list[torch.Tensor], grads: list[torch.Tensor],
                   slots: dict[str, list[torch.Tensor]]) -> None:

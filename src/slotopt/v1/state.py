@@ -165,7 +165,6 @@ def variables(self) -> list[Variable]:
     return sorted(state, key=lambda v: f"{v.name}:0")  # type: ignore[return-value]
 
 
-
 # ------------------------------------------------------------------------------------------ checkpoints
 def _load_legacy_format(self, state_dict: Any) -> bool:
     """Restores slotopt 0.1's ``{"name", "variables": {name: tensor}}``. Values for slots that do not exist yet

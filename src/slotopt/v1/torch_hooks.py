@@ -24,7 +24,6 @@ def argument_name(key: str) -> str:
     return _ARGUMENT_NAMES.get(key, key)
 
 
-
 def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
     self.build(groups)
 
