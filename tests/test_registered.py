@@ -125,8 +125,9 @@ def test_exported_and_documented(entry):
     assert f"{entry.cls.__module__}.{entry.cls.__qualname__}" in shown
 
 
-#: The longest MRO a registered class may have: the class, what it is derived from in its family (AdamW from Adam,
-#: Adam from MomentOptimizer), its face, ``OptimizerCore``, ``TorchProtocol``, ``torch.optim.Optimizer``, ``object``.
+#: The longest MRO a registered class may have: the class, what it is derived from in its family (AdamW from
+#: Adam, Adam from MomentOptimizer), its face, ``OptimizerCore``, ``TorchProtocol``, torch's ``Optimizer``,
+#: ``object``.
 MRO_LIMIT = 8
 
 

@@ -1,8 +1,8 @@
 """Variable constraints: ``var.constraint(var)`` applied after an update, once its result is checked to fit the
 variable, and refused where a generation refuses constraints with sparse gradients.
 
-Functions of the optimizer, not a base class; ``OptimizerCore`` (engine/core.py) binds ``_apply_constraints``, the
-stage the pipeline calls and wrappers override, as its method."""
+Functions of the optimizer, not a base class; ``OptimizerCore`` (engine/core.py) binds ``_apply_constraints``,
+the stage the pipeline calls and wrappers override, as its method."""
 
 from __future__ import annotations
 

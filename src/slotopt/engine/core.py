@@ -45,9 +45,10 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     registers joins a parameter group.
     """
 
-    # Its other parts are modules of functions of the optimizer (engine/shards.py, plan_cache.py, validation.py,
-    # constraints.py), called as functions; bound here as methods are only the stages ``run_step`` calls
-    # (engine/pipeline.py), the hooks a class overrides, and what wrappers look for on the optimizers they hold.
+    # Its other parts are modules of functions of the optimizer (engine/shards.py, plan_cache.py,
+    # validation.py, constraints.py), called as functions; bound here as methods are only the stages
+    # ``run_step`` calls (engine/pipeline.py), the hooks a class overrides, and what wrappers look for on the
+    # optimizers they hold.
     _local_pairs = shards._local_pairs  # FSDP2: a sharded parameter's gradient made local
     _slot_axes = shards._slot_axes  # (Adafactor overrides it)
     _ordinary = plan_cache._ordinary

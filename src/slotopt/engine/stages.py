@@ -2,16 +2,18 @@
 weight decay with exclusions, the grouped update (dense groups through the multi-tensor kernels, row slices with
 Keras 3's TensorFlow-backend semantics, repeats of a variable in order) and the moving averages of ``use_ema``.
 
-Each stage is a function of the optimizer (``self``), not a base class: ``OptimizerCore`` has a no-op method for
-every stage ``run_step`` calls, and a face that has the stage names its function as that method (the Keras 3 face,
-``slotopt.Optimizer``, binds ``_apply_weight_decay = stages._apply_weight_decay`` and so on). The helpers a stage
-calls are methods only where a subclass overrides them (``update_step``, ``_update_group``, ``_slice_terms``).
+Each stage is a function of the optimizer (``self``), not a base class: ``OptimizerCore`` has a no-op method
+for every stage ``run_step`` calls, and a face that has the stage names its function as that method (the Keras 3
+face, ``slotopt.Optimizer``, binds ``_apply_weight_decay = stages._apply_weight_decay`` and so on). The helpers a
+stage calls are methods only where a subclass overrides them (``update_step``, ``_update_group``...).
 
 Example:
     >>> import torch, slotopt
     >>> from slotopt.engine import stages
-    >>> slotopt.AdamW._apply_weight_decay is stages._apply_weight_decay, stages.rounds([(1, "a"), (2, "b"), (3, "a")])
-    (True, [[(1, 'a'), (2, 'b')], [(3, 'a')]])
+    >>> slotopt.AdamW._apply_weight_decay is stages._apply_weight_decay
+    True
+    >>> stages.rounds([(1, "a"), (2, "b"), (3, "a")])
+    [[(1, 'a'), (2, 'b')], [(3, 'a')]]
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ def rounds(pairs: list[Pair]) -> list[list[Pair]]:
 
 
 def check_update_kernels(cls: type) -> None:
-    """What a class's ``_update_kernels`` can do, read when the class is defined: ``_sparse_one_pass`` is derived
-    from them, and a class that sets it True with a kernel lacking the compiled form is refused."""
+    """What a class's ``_update_kernels`` can do, read when the class is defined: ``_sparse_one_pass`` is
+    derived from them, and a class that sets it True with a kernel lacking the compiled form is refused."""
     kernels = cls._update_kernels  # type: ignore[attr-defined]
     compiled = bool(kernels) and all(getattr(k, "rule", None) is not None for k in kernels)
     if "_sparse_one_pass" in cls.__dict__:

@@ -56,8 +56,9 @@ _HOOK_TABLES = (
 class TorchProtocol(torch.optim.Optimizer):
     """The torch side of every slotopt optimizer (not used directly)."""
 
-    # Group sync and the state's format and loads are modules of functions of the optimizer, not base classes; bound
-    # here as methods are the public protocol, the hooks a composite overrides and what engine/resume.py calls.
+    # Group sync and the state's format and loads are modules of functions of the optimizer, not base classes;
+    # bound here as methods are the public protocol, the hooks a composite overrides and what engine/resume.py
+    # calls.
 
     # engine/group_sync.py: parameter groups kept in step with the optimizer
     _group_keys_of = group_sync._group_keys_of

@@ -1,8 +1,8 @@
 """The Keras 3 optimizer's own variables: ``iterations``, ``add_variable`` / ``add_variable_from_reference`` /
 ``add_optimizer_variables`` (the slots of small variables packed into one buffer per slot), ``assign*``,
 ``stateless_apply``, and ``get_weights`` / ``set_weights`` / ``save_own_variables`` / ``load_own_variables``
-(values given before ``build`` are kept and applied when it builds). Functions of the optimizer (``self``) that
-``slotopt.keras3.Optimizer`` (keras3/optimizer.py) binds as its methods, not a base class.
+(values given before ``build`` are kept and applied when it builds). Functions of the optimizer (``self``)
+that ``slotopt.keras3.Optimizer`` (keras3/optimizer.py) binds as its methods, not a base class.
 
 Example:
     >>> import torch, slotopt

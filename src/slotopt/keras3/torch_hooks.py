@@ -2,8 +2,8 @@
 optimizer (its numeric hyperparameters and ``weight_decay``), read, written and swapped as attributes; the
 counter and the optimizer variables as the torch state; new groups built in with Keras's variable order.
 
-Functions of the optimizer (``self``) that ``slotopt.keras3.Optimizer`` (keras3/optimizer.py) binds as its methods,
-not a base class."""
+Functions of the optimizer (``self``) that ``slotopt.keras3.Optimizer`` (keras3/optimizer.py) binds as
+its methods, not a base class."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 hyperparameters and ``epsilon``, read, written and swapped through the hyperparameter table; the counter and the
 weights are the torch state.
 
-Functions of the optimizer (``self``) that ``slotopt.legacy.Optimizer`` (legacy/optimizer.py) binds as its methods,
-not a base class."""
+Functions of the optimizer (``self``) that ``slotopt.legacy.Optimizer`` (legacy/optimizer.py) binds as
+its methods, not a base class."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 sparse update hooks of OptimizerV2 (``_resource_apply_dense``, ``_resource_apply_sparse``...) and the grouped
 multi-tensor path of the built-ins (``grouped_dense``).
 
-Functions of the optimizer (``self``) that ``slotopt.legacy.Optimizer`` (legacy/optimizer.py) binds as its methods,
-not a base class."""
+Functions of the optimizer (``self``) that ``slotopt.legacy.Optimizer`` (legacy/optimizer.py) binds as
+its methods, not a base class."""
 
 from __future__ import annotations
 

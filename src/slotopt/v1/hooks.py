@@ -2,8 +2,8 @@
 ``_finish``, ``_apply_dense`` / ``_apply_sparse`` and their ``_resource_apply_*`` twins, and the multi-tensor
 updates (``_dense_update``, ``_sparse_update``) through which the built-ins implement them.
 
-Functions of the optimizer (``self``) that ``slotopt.v1.Optimizer`` (v1/optimizer.py) binds as its methods,
-not a base class."""
+Functions of the optimizer (``self``) that ``slotopt.v1.Optimizer`` (v1/optimizer.py) binds as
+its methods, not a base class."""
 
 from __future__ import annotations
 

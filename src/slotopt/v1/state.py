@@ -1,7 +1,7 @@
 """TF1 optimizer state: hyperparameters converted as ``convert_to_tensor`` does, slots created by name (``_zeros_slot``,
 ``_get_or_make_slot``...), optimizer-wide non-slot variables (Adam's ``beta1_power``), and restoring slotopt 0.1's
-name-keyed state, including values for slots not created yet (TF1's deferred slot restoration). Functions of the
-optimizer (``self``) that ``slotopt.v1.Optimizer`` (v1/optimizer.py) binds as its methods, not a base class.
+name-keyed state, including values for slots not created yet (TF1's deferred slot restoration). Functions of
+the optimizer (``self``) that ``slotopt.v1.Optimizer`` (v1/optimizer.py) binds as its methods, not a base class.
 
 Example:
     >>> import torch, slotopt

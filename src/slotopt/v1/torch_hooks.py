@@ -1,8 +1,8 @@
 """The TF1 face's answers to ``engine/torch_protocol.py``: a torch parameter group carries the constructor's
 hyperparameters (TF1 names), read, written, checked and swapped in the optimizer's hyperparameter dict.
 
-Functions of the optimizer (``self``) that ``slotopt.v1.Optimizer`` (v1/optimizer.py) binds as its methods,
-not a base class."""
+Functions of the optimizer (``self``) that ``slotopt.v1.Optimizer`` (v1/optimizer.py) binds as
+its methods, not a base class."""
 
 from __future__ import annotations
 
