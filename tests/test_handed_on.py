@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import slotopt
-from slotopt.engine import loss_scaling
+from slotopt.engine import loss_scaling, plan_cache
 from slotopt.engine.plan import Ordinary, split
 
 
@@ -38,25 +38,25 @@ def test_split_hands_each_group_of_the_step_to_the_plan_that_records_its_variabl
 
     for step in range(2, 5):
         pairs = list(zip(gradients(vs, step), vs))
-        planned = whole._planned_step(pairs)
+        planned = plan_cache.planned_step(whole, pairs)
         assert type(planned) is Ordinary
-        shares = split(planned, owners, lambda step=planned: route(step), [None, odd._current_plan()])
+        shares = split(planned, owners, lambda step=planned: route(step), [None, plan_cache.current_plan(odd)])
         assert list(shares) == [0, 1]
         assert type(shares[0]) is list and all(a is b for a, b in zip(shares[0], pairs[0::2]))
         part = shares[1]
-        assert type(part) is Ordinary and part.plan is odd._current_plan()
+        assert type(part) is Ordinary and part.plan is plan_cache.current_plan(odd)
         assert all(a is b for a, b in zip(part, pairs[1::2]))
         assert part.grads == [g for g, _ in pairs[1::2]]
         assert list(part.grad_addresses) == [g.data_ptr() for g, _ in pairs[1::2]]
     assert len(routed) == 1  # routed once, then taken by the kept indices
     # Another ownership object, or other plans: routed again. A plan of other variables takes no group.
-    split(planned, dict(owners), lambda: route(planned), [None, odd._current_plan()])
+    split(planned, dict(owners), lambda: route(planned), [None, plan_cache.current_plan(odd)])
     assert len(routed) == 2
-    shares = split(planned, owners, lambda: route(planned), [odd._current_plan(), None])
+    shares = split(planned, owners, lambda: route(planned), [plan_cache.current_plan(odd), None])
     assert len(routed) == 3 and type(shares[0]) is list and type(shares[1]) is list
     # Groups that are not the step's own tuples (new tuples, even of the same tensors): handed on as routed.
     fresh = {0: [(g, v) for g, v in pairs[0::2]], 1: [(g, v) for g, v in pairs[1::2]]}
-    assert split(planned, object(), lambda: fresh, [None, odd._current_plan()]) is fresh
+    assert split(planned, object(), lambda: fresh, [None, plan_cache.current_plan(odd)]) is fresh
 
 
 def test_multi_optimizer_steps_give_the_bits_of_its_optimizers_stepped_alone():
@@ -103,10 +103,10 @@ def test_keras3_loss_scale_hands_its_unscaled_views_to_the_inner_plan_checked():
     opt = slotopt.LossScaleOptimizer(slotopt.Adam(learning_rate=0.01), initial_scale=4.0)
     for step in range(3):
         opt.apply_gradients(list(zip(gradients(vs, step), vs)))
-    step = opt._planned_step(list(zip(gradients(vs, 3), vs)))
+    step = plan_cache.planned_step(opt, list(zip(gradients(vs, 3), vs)))
     views = loss_scaling.kept_views(step)
     handed = loss_scaling.handed_on(step, views, opt.inner_optimizer)
-    assert type(handed) is Ordinary and handed.plan is opt.inner_optimizer._current_plan()
+    assert type(handed) is Ordinary and handed.plan is plan_cache.current_plan(opt.inner_optimizer)
     assert [v for _, v in handed] == vs and handed.grads == views
     # Gradients that are not the kept views (a user's tensors) are handed on as plain pairs, to be checked.
     other = gradients(vs, 4)
@@ -134,7 +134,7 @@ def test_keras3_loss_scale_float16_variables_are_not_handed_on_as_checked():
     opt = slotopt.LossScaleOptimizer(slotopt.SGD(learning_rate=0.1))
     for step in range(3):
         opt.apply_gradients(list(zip(gradients(vs, step), vs)))
-    step = opt._planned_step(list(zip(gradients(vs, 3), vs)))
+    step = plan_cache.planned_step(opt, list(zip(gradients(vs, 3), vs)))
     assert step is not None
     grads = loss_scaling.finite_unscaled(step, opt.dynamic_scale.detach(), keep=True)
     assert grads[0].dtype is torch.float32  # unscaled in float32: the inner optimizer checks them itself

@@ -24,7 +24,7 @@ TRUSTED = {"numerics", "roots", "libm", "eigen", "math"}
 
 #: (module path under src/slotopt, enclosing function, call) -> why its value need not match TensorFlow.
 ALLOWED: dict[tuple[str, str, str], str] = {
-    ("engine/shards.py", "ShardedParameters._all_finite", "_foreach_norm"):
+    ("engine/shards.py", "all_finite", "_foreach_norm"):
         "an inf-norm only tells whether every gradient is finite; the value is not used",
     ("kernels/muon.py", "newton_schulz5", "vector_norm"):
         "Muon's Newton-Schulz iteration follows the BLAS library's summation order anyway (a tolerance, "

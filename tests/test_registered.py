@@ -17,8 +17,7 @@ import pytest
 import torch
 
 import slotopt
-from slotopt.engine import registry, sparse_pass
-from slotopt.engine.stages import GroupedUpdates
+from slotopt.engine import registry, sparse_pass, stages
 from slotopt.kernels import native
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -124,6 +123,26 @@ def test_exported_and_documented(entry):
     assert len(pages) == 1, pages
     shown = _api_pages().exported_objects(PACKAGES[entry.generation])
     assert f"{entry.cls.__module__}.{entry.cls.__qualname__}" in shown
+
+
+#: The longest MRO a registered class may have: the class, what it is derived from in its family (AdamW from
+#: Adam, Adam from MomentOptimizer), its face, ``OptimizerCore``, ``TorchProtocol``, torch's ``Optimizer``,
+#: ``object``.
+MRO_LIMIT = 8
+
+
+@pytest.mark.parametrize("entry", ALL)
+def test_built_from_functions_its_face_names_not_from_mixins(entry):
+    """A face's parts (its stages, torch hooks, variables, state) are modules of functions the face class binds
+    as methods, not base classes (issue 36: the MRO was 20 classes deep): a mixin added anywhere fails here."""
+    from slotopt.engine.core import OptimizerCore
+    from slotopt.engine.torch_protocol import TorchProtocol
+
+    mro = entry.cls.__mro__
+    assert len(mro) <= MRO_LIMIT, [c.__qualname__ for c in mro]
+    base = registry.base_class(entry.generation) if entry.generation != "tfrs" else None
+    if base is not None and issubclass(entry.cls, base):
+        assert mro[mro.index(base):] == (base, OptimizerCore, TorchProtocol, torch.optim.Optimizer, object)
 
 
 @pytest.mark.parametrize("entry", OPTIMIZERS)
@@ -233,7 +252,7 @@ def test_a_promise_the_kernel_cannot_keep_is_refused_when_the_class_is_defined()
         _update_kernels = (foreach_only,)
 
     assert Found._sparse_one_pass is False and slotopt.Adam._sparse_one_pass is True
-    assert issubclass(Found, GroupedUpdates)
+    assert Found._apply_updates is stages._apply_updates  # the stage is a function the face names, not a base
 
 
 def test_a_class_keras_does_not_have_serializes_under_slotopts_own_module():

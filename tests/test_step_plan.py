@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import slotopt
+from slotopt.engine import validation
 from slotopt.engine.plan import Ordinary
 
 
@@ -53,7 +54,7 @@ def test_an_ordinary_step_is_recognised_in_one_pass_and_runs_one_compiled_call()
     opt = slotopt.Adam(learning_rate=0.01)
     opt.apply(grads_for(variables, 0), variables)
     pairs = list(zip(grads_for(variables, 1), variables))
-    assert type(opt._checked_pairs(pairs)) is Ordinary
+    assert type(validation.checked_pairs(opt, pairs)) is Ordinary
     if native.active():
         before = native.calls()
         opt.apply(grads_for(variables, 2), variables)

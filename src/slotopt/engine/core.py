@@ -17,16 +17,13 @@ import torch
 from ..kernels import rows as sparse_rows
 from ..kernels.native import tensor_table
 from ..variables import IndexedSlices, named_variables, variable_name
-from . import adopt, checks, distributed
-from .constraints import Constraints
+from . import adopt, checks, constraints, distributed, plan_cache, shards
 from .construction import BuildsOnParams, check_gradient_aggregator, is_parameters
 from .eager import outside_dynamo
 from .group_sync import check_param_groups
 from .plan import Ordinary, Pair, StepPlan
-from .plan_cache import PlanCache
-from .shards import ShardedParameters
 from .torch_protocol import TorchProtocol, is_param_group_list
-from .validation import GradientValidation, is_plain_gradient
+from .validation import is_plain_gradient
 
 __all__ = ["OptimizerCore", "Pairs", "Pair", "count_step", "BuildsOnParams", "is_parameters",
            "check_gradient_aggregator", "is_plain_gradient"]
@@ -41,16 +38,29 @@ def count_step(counter: torch.Tensor) -> None:
         counter.add_(1)
 
 
-class OptimizerCore(ShardedParameters, PlanCache, GradientValidation, Constraints, TorchProtocol,
-                    metaclass=BuildsOnParams):
+class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     """Shared machinery; not used directly (see ``slotopt.Optimizer``, ``slotopt.legacy.Optimizer``, ...).
 
     Every generation is a ``torch.optim.Optimizer`` through ``TorchProtocol``: each variable the core
     registers joins a parameter group.
     """
 
+    # Its other parts are modules of functions of the optimizer (engine/shards.py, plan_cache.py,
+    # validation.py, constraints.py), called as functions; bound here as methods are only the stages
+    # ``run_step`` calls (engine/pipeline.py), the hooks a class overrides, and what wrappers look for on the
+    # optimizers they hold.
+    _local_pairs = shards._local_pairs  # FSDP2: a sharded parameter's gradient made local
+    _slot_axes = shards._slot_axes  # (Adafactor overrides it)
+    _ordinary = plan_cache._ordinary
+    _current_plan = plan_cache.current_plan
+    _planned_step = plan_cache.planned_step
+    _planned_params_step = plan_cache._planned_params_step
+    _apply_constraints = constraints._apply_constraints  # (wrappers and TF1 override it)
+
     #: Whether the multi-tensor (``torch._foreach_*``) path runs over whole (device, dtype) groups.
     foreach: bool = True
+    #: Whether the optimizer trains complex64/complex128 variables (TensorFlow has complex kernels for it).
+    _supports_complex: bool = False
     #: Whether ``apply_gradients`` refuses a variable listed twice (the legacy line; Keras 3 and TF1 apply
     #: each listing in turn, as the real libraries do).
     _refuses_repeated_variables: bool = False

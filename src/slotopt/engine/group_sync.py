@@ -1,7 +1,8 @@
 """Parameter groups as torch's tools write them, applied with Keras's rules: the group values' checks, the sync
 that applies what a torch LR scheduler (or anyone) wrote into ``param_groups`` since the last step, torch's names
 for Keras's hyperparameters (``betas``, ``eps``, ``weight_decay``) kept in step both ways, and the split of a step's
-pairs by group with each group's own values. Part of the torch protocol (``engine/torch_protocol.py``)."""
+pairs by group with each group's own values. Part of the torch protocol: functions of the optimizer (``self``)
+that ``TorchProtocol`` (engine/torch_protocol.py) binds as its methods, not a base class."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import torch
 from ..variables import named_variables
 from .distributed import known_local_view
 
-__all__ = ["GroupSync", "TorchName", "torch_names_for", "is_param_group_list", "check_param_groups",
-           "group_shares"]
+__all__ = ["TorchName", "torch_names_for", "is_param_group_list", "check_param_groups",
+           "group_shares", "broadcast", "torch_names", "adopt_torch_names"]
 
 
 def is_param_group_list(source: Any) -> bool:
@@ -140,172 +141,176 @@ def torch_names_for(keys: Sequence[str]) -> tuple[TorchName, ...]:
     return tuple(names)
 
 
-class GroupSync:
-    """The group-sync part of ``TorchProtocol`` (a mixin: every method runs on a ``TorchProtocol``)."""
+# ------------------------------------------------------------------------------------------ sync
+def _group_keys_of(self, index: int) -> tuple[str, ...]:
+    """The hyperparameter keys of group ``index`` (the owning sub-optimizer's, for a composite)."""
+    return _group_keys(self)
 
-    param_groups: list[dict[str, Any]]
-    _published: list[dict[str, Any]]
-    _negative_lr_allowed: bool
 
-    # ------------------------------------------------------------------------------------------ sync
-    def _group_keys_of(self, index: int) -> tuple[str, ...]:
-        """The hyperparameter keys of group ``index`` (the owning sub-optimizer's, for a composite)."""
-        return self._group_keys()
+def _group_keys(self) -> tuple[str, ...]:
+    keys = self._hyperparameter_keys()
+    return ("lr", *keys) if self._has_learning_rate() else keys
 
-    def _group_keys(self) -> tuple[str, ...]:
-        keys = self._hyperparameter_keys()
-        return ("lr", *keys) if self._has_learning_rate() else keys
 
-    def _check_group_values(self, group: Mapping[str, Any], index: int) -> None:
-        """Raises ``ValueError``/``TypeError`` for a group value slotopt cannot apply; changes nothing."""
-        driven = self._lr_is_driven()
-        for key in self._group_keys():
-            if key not in group:
-                continue
-            value = _as_number(group[key])
-            current = self._shown_lr() if key == "lr" else self._read_hyperparameter(key)
-            if isinstance(current, bool) or not _is_number(current):
-                if _differs(value, current):
-                    raise ValueError(
-                        f"Parameter group {index}: `{key}` decides which state the optimizer keeps and cannot differ "
-                        f"between groups. Received: {key}={value!r} (the optimizer has {current!r})")
-                continue
-            if key == "lr" and driven:
-                published = self._published[index].get("lr") if index < len(self._published) else None
-                if _differs(value, current) and _differs(value, published):
-                    raise TypeError(
-                        f"Parameter group {index}: the learning rate is driven by a Keras schedule or callable, so "
-                        f"`lr` cannot be set (received lr={value!r}). Create the optimizer with a float "
-                        "`learning_rate` to let a torch LR scheduler drive it.")
-                continue
-            negative_lr = key == "lr" and value < 0 if _is_number(value) else False
-            if not _is_number(value) or not math.isfinite(value) or (negative_lr and not self._negative_lr_allowed):
-                what = "a finite number >= 0" if key == "lr" and not self._negative_lr_allowed else "a finite number"
-                raise ValueError(f"Parameter group {index}: `{key}` must be {what}. Received: {key}={value!r}")
-            try:
-                self._check_hyperparameter(key, value)
-            except (TypeError, ValueError) as err:
-                raise type(err)(f"Parameter group {index}: {err}") from None
-
-    def _sync_param_groups(self) -> None:
-        """Applies what was written into the groups since the last step (e.g. by a torch LR scheduler).
-
-        Group 0's values become the optimizer's (``opt.learning_rate = v`` semantics); the other groups' values
-        are used for their parameters at the update. Everything is checked before anything is applied.
-        """
-        groups = self.param_groups
-        if not groups:
-            return
-        published = self._published
-        if len(groups) == len(published) and all(map(_as_published, groups, published)):
-            return  # nothing written since: every value is the very object slotopt published (the common case)
-        keys = self._group_keys()  # (once per step: every step syncs)
-        names = self._torch_names(keys)
-        for index, group in enumerate(groups):
-            if index >= len(published):
-                published.append({})
-            self._adopt_torch_names(group, published[index], index, names)
-        changed = []
-        for index, group in enumerate(groups):
-            seen = published[index]  # a value slotopt wrote is the same object: no comparison needed
-            delta = {k: group[k] for k in keys
-                     if k in group and group[k] is not seen.get(k) and _differs(seen.get(k), group[k])}
-            if delta:
-                self._check_group_values(delta, index)
-                changed.append((index, delta))
-        for index, delta in changed:
-            if index == 0:
-                for key, value in delta.items():
-                    if key == "lr":
-                        if not self._lr_is_driven():
-                            self._write_learning_rate(float(_as_number(value)))
-                    else:
-                        self._write_hyperparameter(key, _as_number(value))
-            published[index].update(delta)
-        if changed:
-            self._show_torch_names()
-            self._hyperparameters_changed()
-
-    def _publish_param_groups(self) -> None:
-        """Shows the optimizer's current values in the groups: a schedule's learning rate after each step."""
-        if not self.param_groups or not self._has_learning_rate() or not self._lr_is_driven():
-            return
-        lr = self._shown_lr()
-        for group, published in zip(self.param_groups, self._published):
-            group["lr"] = published["lr"] = lr
-
-    def _broadcast(self, key: str, value: Any) -> None:
-        """An optimizer attribute was set: every group takes the value."""
-        for group, published in zip(self.param_groups, self._published):
-            if key in group:
-                group[key] = published[key] = value
-        self._show_torch_names()
-
-    # ------------------------------------------------------------------------------------------ torch's names
-    def _torch_names(self, keys: Optional[tuple[str, ...]] = None) -> tuple[TorchName, ...]:
-        """The hyperparameters shown under torch's names too (``betas``, ``eps``, ``weight_decay``); ``keys``:
-        the group keys, when the caller has them."""
-        keys = self._group_keys() if keys is None else keys
-        cached = self.__dict__.get("_torch_names_cache")
-        if cached is None or cached[0] != keys:  # (every step asks: derived once per set of keys)
-            cached = self.__dict__["_torch_names_cache"] = (keys, torch_names_for(keys))
-        return cached[1]
-
-    def _adopt_torch_names(self, group: dict[str, Any], published: Mapping[str, Any], index: int,
-                           names: Optional[tuple[TorchName, ...]] = None) -> None:
-        """A torch name written since ``published`` (a scheduler's ``betas``) becomes the face's keys in the same
-        group, to be checked and applied with them; writing both differently is refused."""
-        for name in self._torch_names() if names is None else names:
-            if name.name not in group:
-                continue
-            value = group[name.name]
-            if value is published.get(name.name) or not _differs(value, published.get(name.name)):
-                continue
-            for key, value in name.face_values(group[name.name], index, type(self).__name__).items():
-                if key in group and _differs(group[key], published.get(key)) and _differs(group[key], value):
-                    raise ValueError(
-                        f"Parameter group {index}: `{name.name}` and `{key}` were both written, differently. "
-                        f"Received: {name.name}={group[name.name]!r}, {key}={group[key]!r}")
-                group[key] = value
-
-    def _show_torch_names(self) -> None:
-        """Every group shows the face's current values under torch's names too."""
-        for group, published in zip(self.param_groups, self._published):
-            for name in self._torch_names():
-                if all(k in group for k in name.keys):
-                    group[name.name] = published[name.name] = name.value_in(group)
-
-    def _hyperparameters_changed(self) -> None:
-        """Face hook: runs after values written into the groups were applied (creates slots a new value needs,
-        such as SGD's momentum slot when a scheduler raises ``momentum`` from 0)."""
-
-    @contextmanager
-    def _group_scope(self, overrides: Mapping[str, Any]) -> Iterator[None]:
-        if not overrides:
-            yield
-            return
-        restore = self._swap_hyperparameters(overrides)
+def _check_group_values(self, group: Mapping[str, Any], index: int) -> None:
+    """Raises ``ValueError``/``TypeError`` for a group value slotopt cannot apply; changes nothing."""
+    driven = self._lr_is_driven()
+    for key in _group_keys(self):
+        if key not in group:
+            continue
+        value = _as_number(group[key])
+        current = self._shown_lr() if key == "lr" else self._read_hyperparameter(key)
+        if isinstance(current, bool) or not _is_number(current):
+            if _differs(value, current):
+                raise ValueError(
+                    f"Parameter group {index}: `{key}` decides which state the optimizer keeps and cannot differ "
+                    f"between groups. Received: {key}={value!r} (the optimizer has {current!r})")
+            continue
+        if key == "lr" and driven:
+            published = self._published[index].get("lr") if index < len(self._published) else None
+            if _differs(value, current) and _differs(value, published):
+                raise TypeError(
+                    f"Parameter group {index}: the learning rate is driven by a Keras schedule or callable, so "
+                    f"`lr` cannot be set (received lr={value!r}). Create the optimizer with a float "
+                    "`learning_rate` to let a torch LR scheduler drive it.")
+            continue
+        negative_lr = key == "lr" and value < 0 if _is_number(value) else False
+        if not _is_number(value) or not math.isfinite(value) or (negative_lr and not self._negative_lr_allowed):
+            what = "a finite number >= 0" if key == "lr" and not self._negative_lr_allowed else "a finite number"
+            raise ValueError(f"Parameter group {index}: `{key}` must be {what}. Received: {key}={value!r}")
         try:
-            yield
-        finally:
-            restore()
+            self._check_hyperparameter(key, value)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"Parameter group {index}: {err}") from None
 
-    def _param_group_partitions(self, pairs: list[Any]) -> list[tuple[list[Any], dict[str, Any]]]:
-        """The pairs split by parameter group, each with the hyperparameters where its group differs from
-        group 0; one partition (no overrides) when every group agrees, which is the common case."""
-        groups = self.param_groups
-        if len(groups) <= 1:
-            return [(pairs, {})]
-        first = groups[0]
-        keys = [k for k in self._group_keys() if not (k == "lr" and self._lr_is_driven())]
-        overrides = [{k: _as_number(g[k]) for k in keys if k in g and _differs(g[k], first.get(k))} for g in groups]
-        if not any(overrides):
-            return [(pairs, {})]
-        membership = {id(p): i for i, g in enumerate(groups) for p in g["params"]}
-        # An FSDP2 parameter (a DTensor) is stepped as its local shard (``distributed.local_view``): both are its.
-        membership.update({id(view): i for i, g in enumerate(groups) for p in g["params"]
-                           if (view := known_local_view(p)) is not None})
-        parts: dict[int, list[Any]] = {}
-        for pair in pairs:
-            parts.setdefault(membership.get(id(pair[1]), 0), []).append(pair)
-        return [(parts[i], overrides[i]) for i in sorted(parts)]
+
+def _sync_param_groups(self) -> None:
+    """Applies what was written into the groups since the last step (e.g. by a torch LR scheduler).
+
+    Group 0's values become the optimizer's (``opt.learning_rate = v`` semantics); the other groups' values
+    are used for their parameters at the update. Everything is checked before anything is applied.
+    """
+    groups = self.param_groups
+    if not groups:
+        return
+    published = self._published
+    if len(groups) == len(published) and all(map(_as_published, groups, published)):
+        return  # nothing written since: every value is the very object slotopt published (the common case)
+    keys = _group_keys(self)  # (once per step: every step syncs)
+    names = torch_names(self, keys)
+    for index, group in enumerate(groups):
+        if index >= len(published):
+            published.append({})
+        adopt_torch_names(self, group, published[index], index, names)
+    changed = []
+    for index, group in enumerate(groups):
+        seen = published[index]  # a value slotopt wrote is the same object: no comparison needed
+        delta = {k: group[k] for k in keys
+                 if k in group and group[k] is not seen.get(k) and _differs(seen.get(k), group[k])}
+        if delta:
+            self._check_group_values(delta, index)
+            changed.append((index, delta))
+    for index, delta in changed:
+        if index == 0:
+            for key, value in delta.items():
+                if key == "lr":
+                    if not self._lr_is_driven():
+                        self._write_learning_rate(float(_as_number(value)))
+                else:
+                    self._write_hyperparameter(key, _as_number(value))
+        published[index].update(delta)
+    if changed:
+        _show_torch_names(self)
+        self._hyperparameters_changed()
+
+
+def _publish_param_groups(self) -> None:
+    """Shows the optimizer's current values in the groups: a schedule's learning rate after each step."""
+    if not self.param_groups or not self._has_learning_rate() or not self._lr_is_driven():
+        return
+    lr = self._shown_lr()
+    for group, published in zip(self.param_groups, self._published):
+        group["lr"] = published["lr"] = lr
+
+
+def broadcast(self, key: str, value: Any) -> None:
+    """An optimizer attribute was set: every group takes the value."""
+    for group, published in zip(self.param_groups, self._published):
+        if key in group:
+            group[key] = published[key] = value
+    _show_torch_names(self)
+
+
+# ------------------------------------------------------------------------------------------ torch's names
+def torch_names(self, keys: Optional[tuple[str, ...]] = None) -> tuple[TorchName, ...]:
+    """The hyperparameters shown under torch's names too (``betas``, ``eps``, ``weight_decay``); ``keys``:
+    the group keys, when the caller has them."""
+    keys = _group_keys(self) if keys is None else keys
+    cached = self.__dict__.get("_torch_names_cache")
+    if cached is None or cached[0] != keys:  # (every step asks: derived once per set of keys)
+        cached = self.__dict__["_torch_names_cache"] = (keys, torch_names_for(keys))
+    return cached[1]
+
+
+def adopt_torch_names(self, group: dict[str, Any], published: Mapping[str, Any], index: int,
+                       names: Optional[tuple[TorchName, ...]] = None) -> None:
+    """A torch name written since ``published`` (a scheduler's ``betas``) becomes the face's keys in the same
+    group, to be checked and applied with them; writing both differently is refused."""
+    for name in torch_names(self) if names is None else names:
+        if name.name not in group:
+            continue
+        value = group[name.name]
+        if value is published.get(name.name) or not _differs(value, published.get(name.name)):
+            continue
+        for key, value in name.face_values(group[name.name], index, type(self).__name__).items():
+            if key in group and _differs(group[key], published.get(key)) and _differs(group[key], value):
+                raise ValueError(
+                    f"Parameter group {index}: `{name.name}` and `{key}` were both written, differently. "
+                    f"Received: {name.name}={group[name.name]!r}, {key}={group[key]!r}")
+            group[key] = value
+
+
+def _show_torch_names(self) -> None:
+    """Every group shows the face's current values under torch's names too."""
+    for group, published in zip(self.param_groups, self._published):
+        for name in torch_names(self):
+            if all(k in group for k in name.keys):
+                group[name.name] = published[name.name] = name.value_in(group)
+
+
+def _hyperparameters_changed(self) -> None:
+    """Face hook: runs after values written into the groups were applied (creates slots a new value needs,
+    such as SGD's momentum slot when a scheduler raises ``momentum`` from 0)."""
+
+
+@contextmanager
+def _group_scope(self, overrides: Mapping[str, Any]) -> Iterator[None]:
+    if not overrides:
+        yield
+        return
+    restore = self._swap_hyperparameters(overrides)
+    try:
+        yield
+    finally:
+        restore()
+
+
+def _param_group_partitions(self, pairs: list[Any]) -> list[tuple[list[Any], dict[str, Any]]]:
+    """The pairs split by parameter group, each with the hyperparameters where its group differs from
+    group 0; one partition (no overrides) when every group agrees, which is the common case."""
+    groups = self.param_groups
+    if len(groups) <= 1:
+        return [(pairs, {})]
+    first = groups[0]
+    keys = [k for k in _group_keys(self) if not (k == "lr" and self._lr_is_driven())]
+    overrides = [{k: _as_number(g[k]) for k in keys if k in g and _differs(g[k], first.get(k))} for g in groups]
+    if not any(overrides):
+        return [(pairs, {})]
+    membership = {id(p): i for i, g in enumerate(groups) for p in g["params"]}
+    # An FSDP2 parameter (a DTensor) is stepped as its local shard (``distributed.local_view``): both are its.
+    membership.update({id(view): i for i, g in enumerate(groups) for p in g["params"]
+                       if (view := known_local_view(p)) is not None})
+    parts: dict[int, list[Any]] = {}
+    for pair in pairs:
+        parts.setdefault(membership.get(id(pair[1]), 0), []).append(pair)
+    return [(parts[i], overrides[i]) for i in sorted(parts)]

@@ -2,21 +2,25 @@
 weight decay with exclusions, the grouped update (dense groups through the multi-tensor kernels, row slices with
 Keras 3's TensorFlow-backend semantics, repeats of a variable in order) and the moving averages of ``use_ema``.
 
-Each is a mixin over ``OptimizerCore``: the Keras 3 face (``slotopt.Optimizer``) is built from them, and a face
-that wants one of these stages takes the mixin instead of writing it again.
+Each stage is a function of the optimizer (``self``), not a base class: ``OptimizerCore`` has a no-op method
+for every stage ``run_step`` calls, and a face that has the stage names its function as that method (the Keras 3
+face, ``slotopt.Optimizer``, binds ``_apply_weight_decay = stages._apply_weight_decay`` and so on). The helpers a
+stage calls are methods only where a subclass overrides them (``update_step``, ``_update_group``...).
 
 Example:
     >>> import torch, slotopt
     >>> from slotopt.engine import stages
-    >>> isinstance(slotopt.AdamW(), stages.DecoupledWeightDecay), stages.rounds([(1, "a"), (2, "b"), (3, "a")])
-    (True, [[(1, 'a'), (2, 'b')], [(3, 'a')]])
+    >>> slotopt.AdamW._apply_weight_decay is stages._apply_weight_decay
+    True
+    >>> stages.rounds([(1, "a"), (2, "b"), (3, "a")])
+    [[(1, 'a'), (2, 'b')], [(3, 'a')]]
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -25,12 +29,12 @@ from ..kernels import rows as sparse_rows
 from ..kernels.ema import moving_average
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
-from . import checks, sparse_pass
+from . import checks, sparse_pass, validation
 from . import constants as K
-from .core import OptimizerCore, Pair
+from .core import Pair
 from .plan import GradientsByPosition, Ordinary
 
-__all__ = ["rounds", "GradientAccumulation", "OverwriteWithGradient", "overwrites_with_gradient", "DecoupledWeightDecay", "GroupedUpdates", "MovingAverages"]
+__all__ = ["rounds", "overwrites_with_gradient", "check_update_kernels"]
 
 
 def rounds(pairs: list[Pair]) -> list[list[Pair]]:
@@ -54,23 +58,37 @@ def rounds(pairs: list[Pair]) -> list[list[Pair]]:
     return parts
 
 
-class GradientAccumulation(OptimizerCore):
-    """``gradient_accumulation_steps``: gradients are summed into a ``gradient_accumulator`` slot and every
-    ``steps``-th call applies their mean (the accumulators are cleared when that step finishes)."""
+def check_update_kernels(cls: type) -> None:
+    """What a class's ``_update_kernels`` can do, read when the class is defined: ``_sparse_one_pass`` is
+    derived from them, and a class that sets it True with a kernel lacking the compiled form is refused."""
+    kernels = cls._update_kernels  # type: ignore[attr-defined]
+    compiled = bool(kernels) and all(getattr(k, "rule", None) is not None for k in kernels)
+    if "_sparse_one_pass" in cls.__dict__:
+        if cls._sparse_one_pass and not compiled:  # type: ignore[attr-defined]
+            lacking = [getattr(k, "__qualname__", repr(k)) for k in kernels
+                       if getattr(k, "rule", None) is None] or ["no `_update_kernels` declared"]
+            raise TypeError(
+                f"{cls.__qualname__} sets `_sparse_one_pass = True`, but its dense update is not one compiled "
+                f"rule ({', '.join(lacking)}): the one-pass sparse update would hand the foreach kernel pieces of "
+                "a table. Leave the flag out: it is derived from `_update_kernels`.")
+    elif "_update_kernels" in cls.__dict__:
+        cls._sparse_one_pass = compiled  # type: ignore[attr-defined]
 
-    gradient_accumulation_steps: Optional[int]
 
-    def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
-        steps = self.gradient_accumulation_steps
-        if not steps:
-            return pairs
-        dense = [(self._dense(g, v), v) for g, v in pairs]
-        accumulators = [self._get_slot("gradient_accumulator", self._position(v)) for _, v in dense]
-        if (int(self._iterations) + 1) % steps != 0:
-            torch._foreach_add_(accumulators, [g for g, _ in dense])
-            return None
-        # The accumulators are cleared in ``_finish_step``: an error in this update keeps them.
-        return [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
+# ------------------------------------------------------------------------------- gradient accumulation
+# ``gradient_accumulation_steps``: gradients are summed into a ``gradient_accumulator`` slot and every
+# ``steps``-th call applies their mean (the accumulators are cleared when that step finishes).
+def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
+    steps = self.gradient_accumulation_steps
+    if not steps:
+        return pairs
+    dense = [(validation.dense(g, v), v) for g, v in pairs]
+    accumulators = [self._get_slot("gradient_accumulator", self._position(v)) for _, v in dense]
+    if (int(self._iterations) + 1) % steps != 0:
+        torch._foreach_add_(accumulators, [g for g, _ in dense])
+        return None
+    # The accumulators are cleared in ``_finish_step``: an error in this update keeps them.
+    return [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
 
 
 def overwrites_with_gradient(variable: Any) -> bool:
@@ -78,337 +96,294 @@ def overwrites_with_gradient(variable: Any) -> bool:
     return getattr(variable, "overwrite_with_gradient", False) is True
 
 
-class OverwriteWithGradient(GradientAccumulation):
-    """Keras 3's ``overwrite_with_gradient`` variables (float8 scales and histories): such a variable is set to
-    its gradient, before unscaling, clipping, weight decay and constraints, and leaves the step. With
-    ``gradient_accumulation_steps`` its accumulator keeps the running maximum of the gradients (starting from
-    0) and the variable takes ``max(gradient, accumulator)`` on the update call. A step whose variables carry the
-    flag takes the full path (no step plan), so the flag is read on every such step."""
-
-    def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        if type(pairs) is Ordinary or not any(overwrites_with_gradient(v) for _, v in pairs):
-            return pairs
-        steps = self.gradient_accumulation_steps
-        update_call = not steps or (int(self._iterations) + 1) % steps == 0
-        kept: list[Pair] = []
-        for g, v in pairs:
-            if not overwrites_with_gradient(v):
-                kept.append((g, v))
-                continue
-            dense = self._dense(g, v).to(v.dtype)
-            if steps:
-                accumulator = self._get_slot("gradient_accumulator", self._position(v))
-                running = torch.maximum(dense, accumulator.to(dense.dtype))
-                if update_call:
-                    v.copy_(running)
-                    accumulator.zero_()
-                else:
-                    accumulator.copy_(running)
+# ----------------------------------------------------------------------------- overwrite with gradient
+# Keras 3's ``overwrite_with_gradient`` variables (float8 scales and histories): such a variable is set to
+# its gradient, before unscaling, clipping, weight decay and constraints, and leaves the step. With
+# ``gradient_accumulation_steps`` its accumulator keeps the running maximum of the gradients (starting from
+# 0) and the variable takes ``max(gradient, accumulator)`` on the update call. A step whose variables carry the
+# flag takes the full path (no step plan), so the flag is read on every such step.
+def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
+    if type(pairs) is Ordinary or not any(overwrites_with_gradient(v) for _, v in pairs):
+        return pairs
+    steps = self.gradient_accumulation_steps
+    update_call = not steps or (int(self._iterations) + 1) % steps == 0
+    kept: list[Pair] = []
+    for g, v in pairs:
+        if not overwrites_with_gradient(v):
+            kept.append((g, v))
+            continue
+        dense = validation.dense(g, v).to(v.dtype)
+        if steps:
+            accumulator = self._get_slot("gradient_accumulator", self._position(v))
+            running = torch.maximum(dense, accumulator.to(dense.dtype))
+            if update_call:
+                v.copy_(running)
+                accumulator.zero_()
             else:
-                v.copy_(dense)
-        return kept
-
-
-class DecoupledWeightDecay(OptimizerCore):
-    """Keras 3's ``weight_decay``: ``w -= (w * weight_decay) * lr`` before the update, except for the variables
-    ``exclude_from_weight_decay`` names. Rules whose kernel takes the decay (``_fused_weight_decay``) apply it in
-    their own pass for dense gradients."""
-
-    weight_decay: Any
-    #: Built-ins whose kernel takes ``weight_decay`` / ``weight_decay_lr`` and decays in its own pass.
-    _fused_weight_decay: bool = False
-
-    def _has_custom_update(self) -> bool:
-        """Whether variables are updated one by one by a subclass's ``update_step`` (no fused decay then)."""
-        return False
-
-    def exclude_from_weight_decay(
-        self, var_list: Optional[Sequence[torch.Tensor]] = None, var_names: Optional[Sequence[str]] = None
-    ) -> None:
-        """Skips weight decay for these variables, or for variables whose name matches any ``var_names`` regex."""
-        # The variables themselves are kept (not only their ids): an id is only meaningful while its object lives,
-        # and a copy of (model, optimizer) maps them to the copied variables.
-        # Keras joins ``var_names`` into one regex: a bare string would become one alternative per character
-        # ("bias" -> "b|i|a|s", which excludes almost everything), so it is refused here, as is a bad regex.
-        excluded = checks.check_tensor_list("var_list", var_list)
-        pattern = checks.check_regex_list("var_names", var_names)
-        self._exclude_vars = excluded
-        self._exclude_ids = {id(v) for v in self._exclude_vars}
-        self._exclude_pattern = pattern
-
-    def _use_weight_decay(self, var: torch.Tensor) -> bool:
-        if id(var) in self._exclude_ids:
-            return False
-        return not (self._exclude_pattern is not None and self._exclude_pattern.search(self._name_of(var)))
-
-    def _apply_weight_decay(self, pairs: list[Pair]) -> None:
-        self.__dict__["_decay_in_update"] = None
-        if not self.weight_decay:
-            return
-        learning_rate = self._learning_rate_of_step()
-        listed = rounds(pairs)  # a variable listed twice decays twice before its updates, as in Keras
-        fused: set[int] = set()
-        plan = pairs.plan if type(pairs) is Ordinary else None
-        exclusions = (self._exclude_ids, self._exclude_pattern)
-        if self._fused_weight_decay and len(listed) == 1 and not self._has_custom_update():
-            # The update kernel decays dense-gradient variables in its own pass (one pass over memory): the
-            # same operations on each element, and each element's decay still precedes its update.
-            remembered = plan.memo.get("decayed") if plan is not None else None
-            if remembered is not None and all(map(operator.is_, remembered[0], exclusions)):
-                fused = remembered[1]  # an ordinary step: every gradient dense, the same exclusions
-            else:
-                # (slices decay in the one-pass sparse update's pass too, engine/sparse_pass.py)
-                one_pass = self._sparse_one_pass and self._sparse_layout == "blocks"
-                fused = {self._var_index[id(v)] for g, v in pairs
-                         if (one_pass or not isinstance(g, IndexedSlices)) and self._use_weight_decay(v)}
-                if plan is not None:
-                    plan.memo["decayed"] = (exclusions, fused)
-            self.__dict__["_decay_in_update"] = fused
-            if plan is not None:
-                return  # every decayed variable of an ordinary step is decayed by the update kernel
-        for round_pairs in listed:
-            decayed = [v for _, v in round_pairs if self._use_weight_decay(v)]
-            positions = [p for p in (self._position(v) for v in decayed) if p not in fused]
-            for group in self._groups(positions):
-                params = [self._vars[p] for p in group]
-                dtype = params[0].dtype
-                decoupled_weight_decay(params, **self._decay_terms(learning_rate, dtype, "lr"))
-
-    def _decay_terms(self, learning_rate: Any, dtype: torch.dtype, lr_key: str) -> dict[str, float]:
-        """The decoupled weight decay's constants in ``dtype`` (``lr_key`` names the learning rate argument)."""
-        return {"weight_decay": K.cast(self.weight_decay, dtype), lr_key: self._lr_for(learning_rate, dtype)}
-
-
-class GroupedUpdates(OptimizerCore):
-    """The update stage: each (device, dtype) group of dense gradients in one multi-tensor kernel call (the
-    small variables' state packed), row slices with Keras 3's TensorFlow-backend semantics, and a variable
-    listed twice updated twice, in order. A subclass that overrides ``update_step`` is updated one variable at a
-    time through it."""
-
-    #: Names of the per-variable state a built-in optimizer's kernel reads, in kernel argument order.
-    _kernel_slots: tuple[str, ...] = ()
-    #: Built-ins whose update is element-wise (no whole-tensor norms) may run over packed or cut tensors.
-    _elementwise_update: bool = True
-
-    #: How a built-in applies an ``IndexedSlices`` gradient with Keras 3's TensorFlow-backend semantics
-    #: (keras3_sparse.md): ``"rows"``: the rule only scatters into the slices' rows; ``"blocks"``: element-wise
-    #: rule that rewrites every row, run a block of rows at a time; ``"whole"``: needs whole-tensor norms;
-    #: ``None``: the gradient is densified first (custom optimizers, and rules whose divisor may be 0).
-    _sparse_layout: Optional[str] = None
-    #: The kernels ``_update_group`` calls for a dense update (one of them per step). What the class can do is
-    #: read from them, not promised by a flag: see ``__init_subclass__``.
-    _update_kernels: tuple[Callable[..., None], ...] = ()
-    #: Whether the dense update is one compiled rule (every one of ``_update_kernels`` has a compiled twin), so
-    #: that a ``"blocks"`` rule's slices can take one pass over the table (engine/sparse_pass.py). Derived from
-    #: ``_update_kernels``; a class that sets it True with a kernel lacking the compiled form is refused.
-    _sparse_one_pass: bool = False
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        kernels = cls._update_kernels
-        compiled = bool(kernels) and all(getattr(k, "rule", None) is not None for k in kernels)
-        if "_sparse_one_pass" in cls.__dict__:
-            if cls._sparse_one_pass and not compiled:
-                lacking = [getattr(k, "__qualname__", repr(k)) for k in kernels
-                           if getattr(k, "rule", None) is None] or ["no `_update_kernels` declared"]
-                raise TypeError(
-                    f"{cls.__qualname__} sets `_sparse_one_pass = True`, but its dense update is not one compiled "
-                    f"rule ({', '.join(lacking)}): the one-pass sparse update would hand the foreach kernel pieces of "
-                    "a table. Leave the flag out: it is derived from `_update_kernels`.")
-        elif "_update_kernels" in cls.__dict__:
-            cls._sparse_one_pass = compiled
-
-    def _learning_rate_of_step(self) -> Any:
-        """This update's learning rate (the face's)."""
-        raise NotImplementedError
-
-    def _lr_for(self, learning_rate: Any, dtype: torch.dtype) -> float:
-        """The learning rate in a variable's dtype, rounded as the face's generation does."""
-        raise NotImplementedError
-
-    def _has_custom_update(self) -> bool:
-        """Whether a subclass overrides ``update_step`` (then every variable goes through it)."""
-        return type(self).update_step is not GroupedUpdates.update_step
-
-    def _apply_updates(self, pairs: list[Pair]) -> None:
-        learning_rate = self._learning_rate_of_step()
-        fused = self.__dict__.pop("_decay_in_update", None) or set()  # decayed by the update kernel
-        for round_pairs in rounds(pairs):
-            self._apply_round(round_pairs, learning_rate, fused)
-
-    def _apply_round(self, pairs: list[Pair], learning_rate: Any, fused: set[int]) -> None:
-        """Updates variables that each appear once in ``pairs``; those in ``fused`` also get their weight decay
-        from the update kernel."""
-        custom = self._has_custom_update()
-        if type(pairs) is Ordinary and not custom:
-            plan = pairs.plan
-            self._update_groups(plan.groups, GradientsByPosition(pairs), learning_rate, fused, pairs)
-            return
-        dense: list[Pair] = []
-        for pair in pairs:
-            g, v = pair
-            if type(g) is torch.Tensor and g.dtype is v.dtype:
-                dense.append(pair)  # the common case: no new objects per pair (the GC's work grows with them)
-            elif isinstance(g, IndexedSlices) and not custom and self._sparse_layout is not None:
-                self._apply_slices(v, g, learning_rate, decay=self._var_index[id(v)] in fused)
-            else:
-                dense.append((self._dense(g, v), v))
-        if custom:
-            for g, v in dense:
-                self.update_step(g, v, learning_rate)
-            return
-        index = self._var_index
-        by_pos = {index[id(v)]: g for g, v in dense}
-        self._update_groups(self._groups(list(by_pos)), by_pos, learning_rate, fused)
-
-    def _update_groups(self, groups: list[list[int]], by_pos: Mapping[int, Any], learning_rate: Any, fused: set[int],
-                       step: Optional[Ordinary] = None) -> None:
-        """The rule over each (device, dtype) group of positions (``by_pos``: their dense gradients), the
-        variables in ``fused`` decayed by the rule's own pass; an ordinary ``step``'s plan keeps the split."""
-        plan = step.plan if step is not None else None
-        for whole_group in groups:
-            parts = [(whole_group, {})]
-            if fused:
-                terms = self._decay_terms(learning_rate, self._vars[whole_group[0]].dtype, "weight_decay_lr")
-                split = plan.memo.get(("fused split", id(whole_group))) if plan is not None else None
-                if split is None or split[0] is not fused:
-                    split = (fused, [p for p in whole_group if p in fused], [p for p in whole_group if p not in fused])
-                    if plan is not None:
-                        plan.memo[("fused split", id(whole_group))] = split
-                parts = [(split[1], terms), (split[2], {})]
-            for group, terms in parts:
-                if self._elementwise_update and self._kernel_slots and group:
-                    group = self._flat_state.update_packed(
-                        group, self._vars, by_pos, self._kernel_slots,
-                        lambda params, grads, slots, terms=terms: self._update_group(params, grads, slots,
-                                                                                     learning_rate, **terms),
-                        step)
-                if group:  # the gradients were checked against their variables this step (Matched)
-                    params = [self._vars[p] for p in group]
-                    self._update_group(params, native.Matched([by_pos[p] for p in group]),
-                                       self._slot_lists(self._kernel_slots, group), learning_rate, **terms)
-
-    def _apply_slices(self, var: torch.Tensor, grad: IndexedSlices, learning_rate: Any, decay: bool = False) -> None:
-        """Keras 3 on its TensorFlow backend keeps a sparse gradient as slices through element-wise ops: repeats
-        of a row are summed only where the rule densifies (keras3_sparse.md §2). ``cast`` keeps slices, so the
-        values are cast to the variable's dtype first; the rule then sees the whole variable, or a block of its
-        rows with the slices of that block (``"blocks"``), so that no table-sized temporary is made."""
-        pos = self._position(var)
-        indices = grad.indices
-        if grad.values.dtype is not var.dtype or indices.dtype is not torch.int64 or indices.dim() != 1:
-            # (checked against the variable already; the rules below read only the values and indices)
-            grad = IndexedSlices(grad.values.to(var.dtype), indices, tuple(var.shape))
-        names = self._kernel_slots
-
-        def update(param: torch.Tensor, slices: IndexedSlices, slots: list[torch.Tensor]) -> None:
-            self._update_slices(param, slices, {n: [s] for n, s in zip(names, slots)}, learning_rate)
-
-        slots = [self._slots[n][pos] for n in names]
-        # ``decay``: the weight decay stage left this variable's decay to this pass (Keras decays every row
-        # first, then updates; the fused rule does both per element, the touched rows' copies are decayed first).
-        terms = self._decay_terms(learning_rate, var.dtype, "weight_decay_lr") if decay else {}
-
-        def decayed_update(param: torch.Tensor, slices: IndexedSlices, state: list[torch.Tensor]) -> None:
-            if decay:
-                decoupled_weight_decay([param], weight_decay=terms["weight_decay"], lr=terms["weight_decay_lr"])
-            update(param, slices, state)
-
-        if self._sparse_layout == "blocks" and self._sparse_one_pass and sparse_pass.update(
-                var, grad, slots, decayed_update,
-                lambda params, grads, state: self._update_group(params, grads, dict(zip(names, state)),
-                                                                learning_rate, **terms)):
-            return
-        if decay:  # the one pass did not apply: the decay stage's own pass, then the rows
-            decoupled_weight_decay([var], **self._decay_terms(learning_rate, var.dtype, "lr"))
-        if self._sparse_layout == "blocks":
-            sparse_rows.update_by_row_blocks(var, grad, slots, update)
+                accumulator.copy_(running)
         else:
-            update(var, grad, slots)
-
-    def _update_slices(self, param: torch.Tensor, grad: IndexedSlices, slots: dict[str, list[torch.Tensor]],
-                       learning_rate: Any) -> None:
-        """The rule on slices. Default: the dense kernel on ``Σg`` with the per-slice terms of ``_slice_terms``."""
-        self._update_group([param], [sparse_rows.summed(grad, param)], slots, learning_rate,
-                           **self._slice_terms(param, grad, learning_rate))
-
-    def _slice_terms(self, param: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> dict[str, Any]:
-        """The kernel inputs that Keras computes per slice and then sums (``Σ(f(g))`` where the dense rule has
-        ``f(Σg)``), as one-element lists keyed by the kernel's argument name."""
-        return {}
-
-    def _before_updates(self, learning_rate: Any) -> None:
-        """Runs once per update step, before any variable is updated (per-step scalars such as Nadam's product)."""
-
-    def update_step(self, gradient: torch.Tensor, variable: torch.Tensor, learning_rate: Any) -> None:
-        """Updates one variable. Custom optimizers override this; built-ins run their multi-tensor kernel.
-
-        Called directly (outside ``apply``), it runs without autograd, as Keras variables are not autograd
-        leaves: a parameter that requires grad is updated in place like in a step."""
-        pos = self._position(variable)
-        with torch.no_grad():
-            self._update_group([variable], [gradient], self._slot_lists(self._kernel_slots, [pos]), learning_rate)
-
-    def _update_group(
-        self,
-        params: list[torch.Tensor],
-        grads: list[torch.Tensor],
-        slots: dict[str, list[torch.Tensor]],
-        learning_rate: Any,
-        **terms: Any,
-    ) -> None:
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement `update_step(gradient, variable, learning_rate)`."
-        )
+            v.copy_(dense)
+    return kept
 
 
-class MovingAverages(OptimizerCore):
-    """``use_ema``: an ``average`` slot per variable follows it after every update (``ema_momentum``; the first
-    update copies it), overwriting the variables every ``ema_overwrite_frequency`` updates;
-    ``finalize_variable_values`` overwrites them once at the end of training."""
+# ------------------------------------------------------------------------------ decoupled weight decay
+# Keras 3's ``weight_decay``: ``w -= (w * weight_decay) * lr`` before the update, except for the variables
+# ``exclude_from_weight_decay`` names. Rules whose kernel takes the decay (``_fused_weight_decay``) apply it in
+# their own pass for dense gradients.
+def exclude_from_weight_decay(
+    self, var_list: Optional[Sequence[torch.Tensor]] = None, var_names: Optional[Sequence[str]] = None
+) -> None:
+    """Skips weight decay for these variables, or for variables whose name matches any ``var_names`` regex."""
+    # The variables themselves are kept (not only their ids): an id is only meaningful while its object lives,
+    # and a copy of (model, optimizer) maps them to the copied variables.
+    # Keras joins ``var_names`` into one regex: a bare string would become one alternative per character
+    # ("bias" -> "b|i|a|s", which excludes almost everything), so it is refused here, as is a bad regex.
+    excluded = checks.check_tensor_list("var_list", var_list)
+    pattern = checks.check_regex_list("var_names", var_names)
+    self._exclude_vars = excluded
+    self._exclude_ids = {id(v) for v in self._exclude_vars}
+    self._exclude_pattern = pattern
 
-    use_ema: bool
-    ema_momentum: float
-    ema_overwrite_frequency: Optional[int]
 
-    def _update_moving_averages(self) -> None:
-        if not self.use_ema:
-            return
-        it = int(self.iterations)
-        for group in self._groups(self._trainable_positions):
+def _use_weight_decay(self, var: torch.Tensor) -> bool:
+    if id(var) in self._exclude_ids:
+        return False
+    return not (self._exclude_pattern is not None and self._exclude_pattern.search(self._name_of(var)))
+
+
+def _apply_weight_decay(self, pairs: list[Pair]) -> None:
+    self.__dict__["_decay_in_update"] = None
+    if not self.weight_decay:
+        return
+    learning_rate = self._learning_rate_of_step()
+    listed = rounds(pairs)  # a variable listed twice decays twice before its updates, as in Keras
+    fused: set[int] = set()
+    plan = pairs.plan if type(pairs) is Ordinary else None
+    exclusions = (self._exclude_ids, self._exclude_pattern)
+    if self._fused_weight_decay and len(listed) == 1 and not self._has_custom_update():
+        # The update kernel decays dense-gradient variables in its own pass (one pass over memory): the
+        # same operations on each element, and each element's decay still precedes its update.
+        remembered = plan.memo.get("decayed") if plan is not None else None
+        if remembered is not None and all(map(operator.is_, remembered[0], exclusions)):
+            fused = remembered[1]  # an ordinary step: every gradient dense, the same exclusions
+        else:
+            # (slices decay in the one-pass sparse update's pass too, engine/sparse_pass.py)
+            one_pass = self._sparse_one_pass and self._sparse_layout == "blocks"
+            fused = {self._var_index[id(v)] for g, v in pairs
+                     if (one_pass or not isinstance(g, IndexedSlices)) and self._use_weight_decay(v)}
+            if plan is not None:
+                plan.memo["decayed"] = (exclusions, fused)
+        self.__dict__["_decay_in_update"] = fused
+        if plan is not None:
+            return  # every decayed variable of an ordinary step is decayed by the update kernel
+    for round_pairs in listed:
+        decayed = [v for _, v in round_pairs if self._use_weight_decay(v)]
+        positions = [p for p in (self._position(v) for v in decayed) if p not in fused]
+        for group in self._groups(positions):
             params = [self._vars[p] for p in group]
-            averages = [self._slots["average"][p] for p in group]
             dtype = params[0].dtype
-            momentum = K.literal(self.ema_momentum, dtype) if it != 0 else 0.0
-            one_minus = K.evaluate(lambda one, m: one - m, dtype, 1.0, momentum)
-            moving_average(params, averages, momentum=momentum, one_minus_momentum=one_minus)
-        if self.ema_overwrite_frequency and (it + 1) % self.ema_overwrite_frequency == 0:
-            self._overwrite_with_averages(self._trainable_variables)
+            decoupled_weight_decay(params, **_decay_terms(self, learning_rate, dtype, "lr"))
 
-    def _overwrite_with_averages(self, variables: Sequence[torch.Tensor]) -> None:
-        with torch.no_grad():
-            torch._foreach_copy_(list(variables), list(self._model_variables_moving_average))
 
-    def finalize_variable_values(self, var_list: Sequence[torch.Tensor]) -> None:
-        """With ``use_ema``, sets each variable to its moving average (call once after training)."""
-        var_list = checks.check_tensor_list("var_list", var_list)
-        if not self.use_ema:
-            return
-        if not self.built:
+def _decay_terms(self, learning_rate: Any, dtype: torch.dtype, lr_key: str) -> dict[str, float]:
+    """The decoupled weight decay's constants in ``dtype`` (``lr_key`` names the learning rate argument)."""
+    return {"weight_decay": K.cast(self.weight_decay, dtype), lr_key: self._lr_for(learning_rate, dtype)}
+
+
+# ------------------------------------------------------------------------------------ grouped updates
+# The update stage: each (device, dtype) group of dense gradients in one multi-tensor kernel call (the
+# small variables' state packed), row slices with Keras 3's TensorFlow-backend semantics, and a variable
+# listed twice updated twice, in order. A subclass that overrides ``update_step`` is updated one variable at a
+# time through it.
+def _has_custom_update(self) -> bool:
+    """Whether a subclass overrides ``update_step`` (then every variable goes through it)."""
+    return type(self).update_step is not update_step
+
+
+def _apply_updates(self, pairs: list[Pair]) -> None:
+    learning_rate = self._learning_rate_of_step()
+    fused = self.__dict__.pop("_decay_in_update", None) or set()  # decayed by the update kernel
+    for round_pairs in rounds(pairs):
+        _apply_round(self, round_pairs, learning_rate, fused)
+
+
+def _apply_round(self, pairs: list[Pair], learning_rate: Any, fused: set[int]) -> None:
+    """Updates variables that each appear once in ``pairs``; those in ``fused`` also get their weight decay
+    from the update kernel."""
+    custom = self._has_custom_update()
+    if type(pairs) is Ordinary and not custom:
+        plan = pairs.plan
+        _update_groups(self, plan.groups, GradientsByPosition(pairs), learning_rate, fused, pairs)
+        return
+    dense: list[Pair] = []
+    for pair in pairs:
+        g, v = pair
+        if type(g) is torch.Tensor and g.dtype is v.dtype:
+            dense.append(pair)  # the common case: no new objects per pair (the GC's work grows with them)
+        elif isinstance(g, IndexedSlices) and not custom and self._sparse_layout is not None:
+            _apply_slices(self, v, g, learning_rate, decay=self._var_index[id(v)] in fused)
+        else:
+            dense.append((validation.dense(g, v), v))
+    if custom:
+        for g, v in dense:
+            self.update_step(g, v, learning_rate)
+        return
+    index = self._var_index
+    by_pos = {index[id(v)]: g for g, v in dense}
+    _update_groups(self, self._groups(list(by_pos)), by_pos, learning_rate, fused)
+
+
+def _update_groups(self, groups: list[list[int]], by_pos: Mapping[int, Any], learning_rate: Any, fused: set[int],
+                   step: Optional[Ordinary] = None) -> None:
+    """The rule over each (device, dtype) group of positions (``by_pos``: their dense gradients), the
+    variables in ``fused`` decayed by the rule's own pass; an ordinary ``step``'s plan keeps the split."""
+    plan = step.plan if step is not None else None
+    for whole_group in groups:
+        parts = [(whole_group, {})]
+        if fused:
+            terms = _decay_terms(self, learning_rate, self._vars[whole_group[0]].dtype, "weight_decay_lr")
+            split = plan.memo.get(("fused split", id(whole_group))) if plan is not None else None
+            if split is None or split[0] is not fused:
+                split = (fused, [p for p in whole_group if p in fused], [p for p in whole_group if p not in fused])
+                if plan is not None:
+                    plan.memo[("fused split", id(whole_group))] = split
+            parts = [(split[1], terms), (split[2], {})]
+        for group, terms in parts:
+            if self._elementwise_update and self._kernel_slots and group:
+                group = self._flat_state.update_packed(
+                    group, self._vars, by_pos, self._kernel_slots,
+                    lambda params, grads, slots, terms=terms: self._update_group(params, grads, slots,
+                                                                                 learning_rate, **terms),
+                    step)
+            if group:  # the gradients were checked against their variables this step (Matched)
+                params = [self._vars[p] for p in group]
+                self._update_group(params, native.Matched([by_pos[p] for p in group]),
+                                   self._slot_lists(self._kernel_slots, group), learning_rate, **terms)
+
+
+def _apply_slices(self, var: torch.Tensor, grad: IndexedSlices, learning_rate: Any, decay: bool = False) -> None:
+    """Keras 3 on its TensorFlow backend keeps a sparse gradient as slices through element-wise ops: repeats
+    of a row are summed only where the rule densifies (keras3_sparse.md §2). ``cast`` keeps slices, so the
+    values are cast to the variable's dtype first; the rule then sees the whole variable, or a block of its
+    rows with the slices of that block (``"blocks"``), so that no table-sized temporary is made."""
+    pos = self._position(var)
+    indices = grad.indices
+    if grad.values.dtype is not var.dtype or indices.dtype is not torch.int64 or indices.dim() != 1:
+        # (checked against the variable already; the rules below read only the values and indices)
+        grad = IndexedSlices(grad.values.to(var.dtype), indices, tuple(var.shape))
+    names = self._kernel_slots
+
+    def update(param: torch.Tensor, slices: IndexedSlices, slots: list[torch.Tensor]) -> None:
+        self._update_slices(param, slices, {n: [s] for n, s in zip(names, slots)}, learning_rate)
+
+    slots = [self._slots[n][pos] for n in names]
+    # ``decay``: the weight decay stage left this variable's decay to this pass (Keras decays every row
+    # first, then updates; the fused rule does both per element, the touched rows' copies are decayed first).
+    terms = _decay_terms(self, learning_rate, var.dtype, "weight_decay_lr") if decay else {}
+
+    def decayed_update(param: torch.Tensor, slices: IndexedSlices, state: list[torch.Tensor]) -> None:
+        if decay:
+            decoupled_weight_decay([param], weight_decay=terms["weight_decay"], lr=terms["weight_decay_lr"])
+        update(param, slices, state)
+
+    if self._sparse_layout == "blocks" and self._sparse_one_pass and sparse_pass.update(
+            var, grad, slots, decayed_update,
+            lambda params, grads, state: self._update_group(params, grads, dict(zip(names, state)),
+                                                            learning_rate, **terms)):
+        return
+    if decay:  # the one pass did not apply: the decay stage's own pass, then the rows
+        decoupled_weight_decay([var], **_decay_terms(self, learning_rate, var.dtype, "lr"))
+    if self._sparse_layout == "blocks":
+        sparse_rows.update_by_row_blocks(var, grad, slots, update)
+    else:
+        update(var, grad, slots)
+
+
+def _update_slices(self, param: torch.Tensor, grad: IndexedSlices, slots: dict[str, list[torch.Tensor]],
+                   learning_rate: Any) -> None:
+    """The rule on slices. Default: the dense kernel on ``Σg`` with the per-slice terms of ``_slice_terms``."""
+    self._update_group([param], [sparse_rows.summed(grad, param)], slots, learning_rate,
+                       **self._slice_terms(param, grad, learning_rate))
+
+
+def _slice_terms(self, param: torch.Tensor, grad: IndexedSlices, learning_rate: Any) -> dict[str, Any]:
+    """The kernel inputs that Keras computes per slice and then sums (``Σ(f(g))`` where the dense rule has
+    ``f(Σg)``), as one-element lists keyed by the kernel's argument name."""
+    return {}
+
+
+def _before_updates(self, learning_rate: Any) -> None:
+    """Runs once per update step, before any variable is updated (per-step scalars such as Nadam's product)."""
+
+
+def update_step(self, gradient: torch.Tensor, variable: torch.Tensor, learning_rate: Any) -> None:
+    """Updates one variable. Custom optimizers override this; built-ins run their multi-tensor kernel.
+
+    Called directly (outside ``apply``), it runs without autograd, as Keras variables are not autograd
+    leaves: a parameter that requires grad is updated in place like in a step."""
+    pos = self._position(variable)
+    with torch.no_grad():
+        self._update_group([variable], [gradient], self._slot_lists(self._kernel_slots, [pos]), learning_rate)
+
+
+def _update_group(
+    self,
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    slots: dict[str, list[torch.Tensor]],
+    learning_rate: Any,
+    **terms: Any,
+) -> None:
+    raise NotImplementedError(
+        f"{type(self).__name__} must implement `update_step(gradient, variable, learning_rate)`."
+    )
+
+
+# ------------------------------------------------------------------------------------- moving averages
+# ``use_ema``: an ``average`` slot per variable follows it after every update (``ema_momentum``; the first
+# update copies it), overwriting the variables every ``ema_overwrite_frequency`` updates;
+# ``finalize_variable_values`` overwrites them once at the end of training.
+def _update_moving_averages(self) -> None:
+    if not self.use_ema:
+        return
+    it = int(self.iterations)
+    for group in self._groups(self._trainable_positions):
+        params = [self._vars[p] for p in group]
+        averages = [self._slots["average"][p] for p in group]
+        dtype = params[0].dtype
+        momentum = K.literal(self.ema_momentum, dtype) if it != 0 else 0.0
+        one_minus = K.evaluate(lambda one, m: one - m, dtype, 1.0, momentum)
+        moving_average(params, averages, momentum=momentum, one_minus_momentum=one_minus)
+    if self.ema_overwrite_frequency and (it + 1) % self.ema_overwrite_frequency == 0:
+        _overwrite_with_averages(self, self._trainable_variables)
+
+
+def _overwrite_with_averages(self, variables: Sequence[torch.Tensor]) -> None:
+    with torch.no_grad():
+        torch._foreach_copy_(list(variables), list(self._model_variables_moving_average))
+
+
+def finalize_variable_values(self, var_list: Sequence[torch.Tensor]) -> None:
+    """With ``use_ema``, sets each variable to its moving average (call once after training)."""
+    var_list = checks.check_tensor_list("var_list", var_list)
+    if not self.use_ema:
+        return
+    if not self.built:
+        raise ValueError(
+            "`finalize_variable_values(var_list)` overwrites the variables with their moving averages, which "
+            "exist once the optimizer is built (by `build` or its first step). Received: "
+            f"var_list={[variable_name(v, 'variable') for v in var_list]} on an unbuilt optimizer.")
+    averages = self._model_variables_moving_average
+    if len(var_list) != len(averages):
+        raise ValueError(
+            f"The length of model variables ({len(var_list)}) to override does not match the length of model "
+            f"variables stored in the optimizer ({len(averages)}). Please check if the optimizer was called "
+            "on your model."
+        )
+    for i, (var, average) in enumerate(zip(var_list, averages)):
+        if var.shape != average.shape:
             raise ValueError(
-                "`finalize_variable_values(var_list)` overwrites the variables with their moving averages, which "
-                "exist once the optimizer is built (by `build` or its first step). Received: "
-                f"var_list={[variable_name(v, 'variable') for v in var_list]} on an unbuilt optimizer.")
-        averages = self._model_variables_moving_average
-        if len(var_list) != len(averages):
-            raise ValueError(
-                f"The length of model variables ({len(var_list)}) to override does not match the length of model "
-                f"variables stored in the optimizer ({len(averages)}). Please check if the optimizer was called "
-                "on your model."
-            )
-        for i, (var, average) in enumerate(zip(var_list, averages)):
-            if var.shape != average.shape:
-                raise ValueError(
-                    f"Argument `var_list` entry {i} has shape {tuple(var.shape)} but its moving average has shape "
-                    f"{tuple(average.shape)}: pass the variables in the order the optimizer was built on. Received: "
-                    f"var_list[{i}]={variable_name(var, 'variable')}")
-        self._overwrite_with_averages(var_list)
+                f"Argument `var_list` entry {i} has shape {tuple(var.shape)} but its moving average has shape "
+                f"{tuple(average.shape)}: pass the variables in the order the optimizer was built on. Received: "
+                f"var_list[{i}]={variable_name(var, 'variable')}")
+    _overwrite_with_averages(self, var_list)

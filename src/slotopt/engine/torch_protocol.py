@@ -36,9 +36,10 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..kernels.native import tensor_table
+from . import group_sync, state_io
 from .eager import outside_dynamo
-from .group_sync import GroupSync, TorchName, _as_number, is_param_group_list, torch_names_for
-from .state_io import CLASS_KEY, StateIO
+from .group_sync import TorchName, _as_number, is_param_group_list, torch_names_for
+from .state_io import CLASS_KEY
 
 __all__ = ["TorchProtocol", "is_param_group_list", "CLASS_KEY", "TorchName", "torch_names_for"]
 
@@ -52,8 +53,39 @@ _HOOK_TABLES = (
 )
 
 
-class TorchProtocol(GroupSync, StateIO, torch.optim.Optimizer):
+class TorchProtocol(torch.optim.Optimizer):
     """The torch side of every slotopt optimizer (not used directly)."""
+
+    # Group sync and the state's format and loads are modules of functions of the optimizer, not base classes;
+    # bound here as methods are the public protocol, the hooks a composite overrides and what engine/resume.py
+    # calls.
+
+    # engine/group_sync.py: parameter groups kept in step with the optimizer
+    _group_keys_of = group_sync._group_keys_of
+    _check_group_values = group_sync._check_group_values
+    _sync_param_groups = group_sync._sync_param_groups
+    _publish_param_groups = group_sync._publish_param_groups
+    _hyperparameters_changed = group_sync._hyperparameters_changed
+    _group_scope = group_sync._group_scope
+    _param_group_partitions = group_sync._param_group_partitions
+    # engine/state_io.py: the state and state_dict
+    state = state_io.state
+    _client_entries = state_io._client_entries
+    _param_states = state_io._param_states
+    state_dict = state_io.state_dict
+    load_state_dict = state_io.load_state_dict
+    _has_pending_weights = state_io._has_pending_weights
+    _group_class_name = state_io._group_class_name
+    _group_lr_is_driven = state_io._group_lr_is_driven
+    _remember_group_lr = state_io._remember_group_lr
+    _show_current_learning_rate = state_io._show_current_learning_rate
+    _write_param_state = state_io._write_param_state
+    _remove_client_entry = state_io._remove_client_entry
+    _replace_param_state = state_io._replace_param_state
+    _reset_param_state = state_io._reset_param_state
+    _reset_all_state = state_io._reset_all_state
+    _reset_slots = state_io._reset_slots
+    _reset_shared_state = state_io._reset_shared_state
 
     #: Whether a negative ``lr`` written into a group is taken (TF1 applies any rate; Keras refuses one < 0).
     _negative_lr_allowed: bool = False
@@ -106,7 +138,7 @@ class TorchProtocol(GroupSync, StateIO, torch.optim.Optimizer):
         values = {key: self._read_hyperparameter(key) for key in self._hyperparameter_keys()}
         if self._has_learning_rate():
             values = {"lr": self._shown_lr(), **values}
-        for name in self._torch_names():
+        for name in group_sync.torch_names(self):
             values[name.name] = name.value_in(values)
         return values
 
@@ -136,8 +168,8 @@ class TorchProtocol(GroupSync, StateIO, torch.optim.Optimizer):
         for key, value in options.items():
             if key != "params":
                 group[key] = value
-        self._adopt_torch_names(group, defaults, len(self.param_groups))  # {"betas": ...} as torch takes it
-        for name in self._torch_names():
+        group_sync.adopt_torch_names(self, group, defaults, len(self.param_groups))  # {"betas": ...} as torch takes it
+        for name in group_sync.torch_names(self):
             if all(k in group for k in name.keys):
                 group[name.name] = name.value_in(group)
         return group

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import torch
 
 from .. import numerics
-from ..engine import checks, registry
+from ..engine import checks, registry, shards
 from ..engine import constants as K
 from ..kernels import adafactor as kernels
 from .optimizer import LearningRate, Optimizer
@@ -93,7 +93,7 @@ class Adafactor(Optimizer):
                           epsilon_1=K.literal(self.epsilon_1, dtype), epsilon_2=K.cast(self.epsilon_2, dtype),
                           beta_2=beta_2, one_minus_beta_2=K.evaluate(lambda b: 1 - b, dtype, beta_2),
                           clip_threshold=K.literal(self.clip_threshold, dtype),
-                          layouts=None if indices is not None else self._shard_layouts(params))
+                          layouts=None if indices is not None else shards.shard_layouts(self, params))
 
     def _slot_axes(self, name: str, slot: torch.Tensor, param: torch.Tensor) -> Optional[Sequence[int]]:
         """``r`` keeps every axis but the last and ``c`` every axis but the second-to-last (rank >= 2)."""

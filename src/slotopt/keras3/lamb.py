@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine import constants as K
-from ..engine import registry
+from ..engine import registry, shards
 from ..kernels import adam as kernels
 from .adam import MomentOptimizer, square_terms
 
@@ -50,7 +50,7 @@ class Lamb(MomentOptimizer):
                      one_minus_beta_1=K.d_form(self.beta_1, dtype), one_minus_beta_2=K.d_form(self.beta_2, dtype),
                      one_minus_beta_1_power=K.evaluate(lambda p: 1 - p, dtype, b1p),
                      one_minus_beta_2_power=K.evaluate(lambda p: 1 - p, dtype, b2p),
-                     epsilon=K.literal(self.epsilon, dtype), layouts=self._shard_layouts(params))
+                     epsilon=K.literal(self.epsilon, dtype), layouts=shards.shard_layouts(self, params))
 
     def _slice_terms(self, param, grad, learning_rate):
         return square_terms(param, grad)

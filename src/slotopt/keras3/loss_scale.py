@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import loss_scaling, registry
+from ..engine import loss_scaling, registry, shards
 from ..engine.clipping import map_gradient_values
 from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair
@@ -253,7 +253,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
             self._update_scale(finite)
             return
         # Keras's `isfinite` on slices sees only the last repeat of each row (keras3_sparse.md §3.8).
-        finite = self._all_finite([last_repeats(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs])
+        finite = shards.all_finite(self, [last_repeats(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs])
         if finite:
             scale = self._dynamic_scale.detach()
             # Keras: a variable flagged `overwrite_with_gradient` takes its gradient as it is (not unscaled).

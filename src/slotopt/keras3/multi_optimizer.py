@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from ..engine import registry
+from ..engine import plan_cache, registry
 from ..engine.composed import ComposesOptimizers
 from ..engine.core import OptimizerCore, Pair
 from ..engine.group_sync import check_param_groups, group_shares
@@ -380,7 +380,7 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
     def _apply_updates(self, pairs: list[Pair]) -> None:
         if type(pairs) is Ordinary:  # checked in this step: each group handed on as checked, where it can be
             groups = split(pairs, self._owner, lambda: self._by_owner(pairs),
-                           [o._current_plan() for o in self._inner_optimizers])
+                           [plan_cache.current_plan(o) for o in self._inner_optimizers])
         else:
             groups = self._by_owner(pairs)
         dispatch(self._inner_optimizers, groups, AGGREGATED, validate_first=True,

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import checks, registry
+from ..engine import checks, registry, shards
 from ..engine import constants as K
 from ..engine.core import Pair
 from ..engine.pattern import compile_pattern
@@ -170,7 +170,7 @@ class Muon(Optimizer):
                               epsilon=K.literal(self.epsilon, dtype))
         if matrices:
             chosen = [params[i] for i in matrices]
-            layouts = self._shard_layouts(chosen)  # FSDP2: the shapes are the whole matrices'
+            layouts = shards.shard_layouts(self, chosen)  # FSDP2: the shapes are the whole matrices'
             shapes = [p.shape if layouts is None or layouts[k] is None else layouts[k].global_shape
                       for k, p in enumerate(chosen)]
             # ``sqrt(max(rows, cols))`` is a float32 square root in Keras (ops.sqrt of an integer).

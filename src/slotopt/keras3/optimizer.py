@@ -12,18 +12,29 @@ import numpy as np
 import torch
 
 from .. import schedules as schedules_module
-from ..engine import as_written, checks, clipping, gradients, transaction
+from ..engine import (
+    as_written,
+    checks,
+    clipping,
+    constraints,
+    gradients,
+    group_sync,
+    plan_cache,
+    shards,
+    stages,
+    transaction,
+    validation,
+)
 from ..engine import constants as K
-from ..engine.core import Pair, Pairs, count_step
+from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
-from ..engine.stages import DecoupledWeightDecay, GroupedUpdates, MovingAverages, OverwriteWithGradient
 from ..engine.state import FlatState
 from ..variables import IndexedSlices, Variable, named_variables
-from .optimizer_variables import OptimizerVariables
-from .torch_hooks import TorchHooks, _floatx
+from . import optimizer_variables, torch_hooks
+from .torch_hooks import _floatx
 
 __all__ = ["Optimizer"]
 
@@ -36,8 +47,7 @@ def _constructed_by_a_subclass(cls: type) -> bool:
     return issubclass(owner, Optimizer)
 
 
-class Optimizer(TorchHooks, OptimizerVariables, GroupedUpdates, DecoupledWeightDecay, MovingAverages,
-                OverwriteWithGradient):
+class Optimizer(OptimizerCore):
     """The Keras 3 optimizer base class, on PyTorch tensors.
 
     A custom optimizer overrides ``build`` (to create its state with ``add_variable_from_reference``) and
@@ -73,6 +83,81 @@ class Optimizer(TorchHooks, OptimizerVariables, GroupedUpdates, DecoupledWeightD
         [0.5, 0.5]
     """
 
+    # The face's parts are modules of functions of the optimizer (``self``), not base classes: the class names
+    # them as its methods here (a stage is the function the class names: ``engine/stages.py``), and a subclass
+    # overrides any of them as usual.
+    # keras3/torch_hooks.py: the torch protocol's hooks
+    _hyperparameter_keys = torch_hooks._hyperparameter_keys
+    _read_hyperparameter = torch_hooks._read_hyperparameter
+    _configuration_values = torch_hooks._configuration_values
+    _write_hyperparameter = torch_hooks._write_hyperparameter
+    _current_lr = torch_hooks._current_lr
+    _lr_is_driven = torch_hooks._lr_is_driven
+    _swap_hyperparameters = torch_hooks._swap_hyperparameters
+    _state_counter = torch_hooks._state_counter
+    _state_variables = torch_hooks._state_variables
+    _add_variables = torch_hooks._add_variables
+    _apply_step = torch_hooks._apply_step
+    _before_state_io = torch_hooks._before_state_io
+    _after_state_load = torch_hooks._after_state_load
+    _load_legacy_format = torch_hooks._load_legacy_format
+    # keras3/optimizer_variables.py: the optimizer's variables
+    _own_variable = optimizer_variables._own_variable
+    variables = optimizer_variables.variables
+    iterations = optimizer_variables.iterations
+    add_variable = optimizer_variables.add_variable
+    add_variable_from_reference = optimizer_variables.add_variable_from_reference
+    add_optimizer_variables = optimizer_variables.add_optimizer_variables
+    assign = staticmethod(optimizer_variables.assign)
+    assign_add = staticmethod(optimizer_variables.assign_add)
+    assign_sub = staticmethod(optimizer_variables.assign_sub)
+    stateless_apply = optimizer_variables.stateless_apply
+    get_weights = optimizer_variables.get_weights
+    _has_pending_weights = optimizer_variables._has_pending_weights
+    set_weights = optimizer_variables.set_weights
+    _set_or_keep_weights = optimizer_variables._set_or_keep_weights
+    _restore_pending_state = optimizer_variables._restore_pending_state
+    save_own_variables = optimizer_variables.save_own_variables
+    load_own_variables = optimizer_variables.load_own_variables
+    # engine/stages.py: Keras 3's stages
+    _has_custom_update = stages._has_custom_update
+    _apply_updates = stages._apply_updates
+    _update_slices = stages._update_slices
+    _slice_terms = stages._slice_terms
+    _before_updates = stages._before_updates
+    update_step = stages.update_step
+    _update_group = stages._update_group
+    exclude_from_weight_decay = stages.exclude_from_weight_decay
+    _use_weight_decay = stages._use_weight_decay
+    _apply_weight_decay = stages._apply_weight_decay
+    _update_moving_averages = stages._update_moving_averages
+    finalize_variable_values = stages.finalize_variable_values
+    _overwrite_with_gradients = stages._overwrite_with_gradients
+    _accumulate_gradients = stages._accumulate_gradients
+
+    #: Built-ins whose kernel takes ``weight_decay`` / ``weight_decay_lr`` and decays in its own pass.
+    _fused_weight_decay: bool = False
+    #: Names of the per-variable state a built-in optimizer's kernel reads, in kernel argument order.
+    _kernel_slots: tuple[str, ...] = ()
+    #: Built-ins whose update is element-wise (no whole-tensor norms) may run over packed or cut tensors.
+    _elementwise_update: bool = True
+    #: How a built-in applies an ``IndexedSlices`` gradient with Keras 3's TensorFlow-backend semantics
+    #: (keras3_sparse.md): ``"rows"``: the rule only scatters into the slices' rows; ``"blocks"``: element-wise
+    #: rule that rewrites every row, run a block of rows at a time; ``"whole"``: needs whole-tensor norms;
+    #: ``None``: the gradient is densified first (custom optimizers, and rules whose divisor may be 0).
+    _sparse_layout: Optional[str] = None
+    #: The kernels ``_update_group`` calls for a dense update (one of them per step). What the class can do is
+    #: read from them, not promised by a flag: see ``stages.check_update_kernels``.
+    _update_kernels: tuple[Callable[..., None], ...] = ()
+    #: Whether the dense update is one compiled rule (every one of ``_update_kernels`` has a compiled twin), so
+    #: that a ``"blocks"`` rule's slices can take one pass over the table (engine/sparse_pass.py). Derived from
+    #: ``_update_kernels``; a class that sets it True with a kernel lacking the compiled form is refused.
+    _sparse_one_pass: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        stages.check_update_kernels(cls)
+
     _plans_steps = True  # the stages below take an ordinary step's shortcuts (engine/plan.py)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -88,7 +173,7 @@ class Optimizer(TorchHooks, OptimizerVariables, GroupedUpdates, DecoupledWeightD
             self._track_callable_hyperparameter(name, value)
         object.__setattr__(self, name, value)
         if name in hyper_keys:
-            self._broadcast(name, value)  # an attribute set applies to every parameter group
+            group_sync.broadcast(self, name, value)  # an attribute set applies to every parameter group
 
     def __init__(
         self,
@@ -192,7 +277,7 @@ class Optimizer(TorchHooks, OptimizerVariables, GroupedUpdates, DecoupledWeightD
     def learning_rate(self, value: Any) -> None:
         self._write_learning_rate(value)
         if not self._lr_is_driven():
-            self._broadcast("lr", float(value))
+            group_sync.broadcast(self, "lr", float(value))
         else:
             self._publish_param_groups()
 
@@ -299,7 +384,7 @@ class Optimizer(TorchHooks, OptimizerVariables, GroupedUpdates, DecoupledWeightD
         # (an ``Ordinary`` group is one a composite had this optimizer check in this very step, engine/routing.py;
         # a list like the last step's is recognised by its plan, which checks every pair, in one pass)
         pairs: Optional[list[Pair]] = grads_and_vars if type(grads_and_vars) is Ordinary else (
-            self._planned_step(grads_and_vars) if type(grads_and_vars) is list else None)
+            plan_cache.planned_step(self, grads_and_vars) if type(grads_and_vars) is list else None)
         if pairs is None:
             pairs = checks.check_pairs(grads_and_vars)
         self._apply_pairs(pairs, skip_gradients_aggregation)
@@ -332,7 +417,7 @@ class Optimizer(TorchHooks, OptimizerVariables, GroupedUpdates, DecoupledWeightD
         pairs = grads_and_vars if type(grads_and_vars) is Ordinary else list(grads_and_vars)
         if not pairs:
             return None
-        checked = self._checked_pairs(pairs)
+        checked = validation.checked_pairs(self, pairs)
         if type(checked) is Ordinary:  # the variables and gradients of the last step's kind (engine/plan.py)
             self._restore_pending_state()
             return checked
@@ -357,7 +442,7 @@ class Optimizer(TorchHooks, OptimizerVariables, GroupedUpdates, DecoupledWeightD
                     f"grad={sparse}"
                 )
         # A constraint rewrites the whole variable: with a sparse gradient slotopt refuses it in every generation.
-        self._reject_sparse_constraints(
+        constraints.reject_sparse_constraints(
             checked, lambda grad, constraint: "Cannot use a constraint function on a sparse variable. Received: "
                                               f"grad={grad}, var.constraint={constraint}.")
         if not self.built:
@@ -395,17 +480,17 @@ class Optimizer(TorchHooks, OptimizerVariables, GroupedUpdates, DecoupledWeightD
         elif self.global_clipnorm and self.global_clipnorm > 0:
             # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
             norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)
-                                          for g, v in pairs], self._shard_groups_of(pairs))
+                                          for g, v in pairs], shards.shard_groups_of(self, pairs))
             grads = clipping.clip_by_global_norm(
-                [self._dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
+                [validation.dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
                 norm=norm)
             return [(g, v) for g, (_, v) in zip(grads, pairs)]
         elif self.clipvalue and self.clipvalue > 0:
             return clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self.clipvalue))
         else:
             return pairs
-        shards = self._shard_groups_of(pairs)
-        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, shards))
+        spans = shards.shard_groups_of(self, pairs)
+        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, spans))
 
     #: Hyperparameters whose value decides which slots the build makes (Keras 3 tests them then, as numbers):
     #: a callable there is refused.

@@ -2,7 +2,8 @@
 optimizer (its numeric hyperparameters and ``weight_decay``), read, written and swapped as attributes; the
 counter and the optimizer variables as the torch state; new groups built in with Keras's variable order.
 
-``TorchHooks`` is a mixin of ``slotopt.keras3.Optimizer`` (keras3/optimizer.py)."""
+Functions of the optimizer (``self``) that ``slotopt.keras3.Optimizer`` (keras3/optimizer.py) binds as
+its methods, not a base class."""
 
 from __future__ import annotations
 
@@ -24,100 +25,110 @@ def _floatx() -> torch.dtype:
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 
 
+# What a parameter group does not carry: the options of the whole optimizer.
+_GLOBAL_OPTIONS = frozenset({
+    "name", "learning_rate", "clipnorm", "clipvalue", "global_clipnorm", "use_ema", "ema_momentum",
+    "ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
 
-class TorchHooks:
-    """The torch protocol's hooks for the Keras 3 optimizers."""
 
-    # What a parameter group does not carry: the options of the whole optimizer.
-    _GLOBAL_OPTIONS = frozenset({
-        "name", "learning_rate", "clipnorm", "clipvalue", "global_clipnorm", "use_ema", "ema_momentum",
-        "ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
+def _hyperparameter_keys(self) -> tuple[str, ...]:
+    keys = self.__dict__.get("_hyper_keys_cache")
+    if keys is None:
+        values = self._configuration_values()
+        keys = tuple(k for k, v in values.items()
+                     if k not in _GLOBAL_OPTIONS and (isinstance(v, (int, float)) or k == "weight_decay"))
+        self.__dict__["_hyper_keys_cache"] = keys
+    return keys
 
-    def _hyperparameter_keys(self) -> tuple[str, ...]:
-        keys = self.__dict__.get("_hyper_keys_cache")
-        if keys is None:
-            values = self._configuration_values()
-            keys = tuple(k for k, v in values.items()
-                         if k not in self._GLOBAL_OPTIONS and (isinstance(v, (int, float)) or k == "weight_decay"))
-            self.__dict__["_hyper_keys_cache"] = keys
-        return keys
 
-    def _read_hyperparameter(self, key: str) -> Any:
-        value = getattr(self, key)
-        return 0.0 if key == "weight_decay" and value is None else value  # None and 0.0 both skip the decay
+def _read_hyperparameter(self, key: str) -> Any:
+    value = getattr(self, key)
+    return 0.0 if key == "weight_decay" and value is None else value  # None and 0.0 both skip the decay
 
-    def _configuration_values(self) -> dict[str, Any]:
-        lr = self._learning_rate
-        if isinstance(lr, Variable):
-            return self.get_config()
-        # A schedule or callable is checked where it is used; serializing it here would require get_config.
-        self.__dict__["_learning_rate"] = None
-        try:
-            return self.get_config()
-        finally:
-            self.__dict__["_learning_rate"] = lr
 
-    def _write_hyperparameter(self, key: str, value: Any) -> None:
-        if key == "weight_decay" and not value and self.weight_decay is None:
-            return  # stays None (no decay either way)
-        object.__setattr__(self, key, value)
+def _configuration_values(self) -> dict[str, Any]:
+    lr = self._learning_rate
+    if isinstance(lr, Variable):
+        return self.get_config()
+    # A schedule or callable is checked where it is used; serializing it here would require get_config.
+    self.__dict__["_learning_rate"] = None
+    try:
+        return self.get_config()
+    finally:
+        self.__dict__["_learning_rate"] = lr
 
-    def _current_lr(self) -> float:
-        return as_written.shown(self.__dict__.setdefault("_as_written", {}), "lr", float(self.learning_rate))
 
-    def _lr_is_driven(self) -> bool:
-        return not isinstance(self._learning_rate, Variable)
+def _write_hyperparameter(self, key: str, value: Any) -> None:
+    if key == "weight_decay" and not value and self.weight_decay is None:
+        return  # stays None (no decay either way)
+    object.__setattr__(self, key, value)
 
-    def _swap_hyperparameters(self, overrides: Mapping[str, Any]) -> Callable[[], None]:
-        saved = {}
-        for key, value in overrides.items():
-            attr = "_learning_rate" if key == "lr" else key
-            saved[attr] = self.__dict__[attr]
-            if key == "lr":
-                value = Variable._adopt(torch.tensor(float(value), dtype=_floatx()), "learning_rate")
-            self.__dict__[attr] = value
-        return lambda: self.__dict__.update(saved)
 
-    def _state_counter(self) -> torch.Tensor:
-        return self._iterations
+def _current_lr(self) -> float:
+    return as_written.shown(self.__dict__.setdefault("_as_written", {}), "lr", float(self.learning_rate))
 
-    def _state_variables(self) -> list[torch.Tensor]:
-        return [v for v in self._variables if v is not self._learning_rate]  # the rate is the groups' "lr"
 
-    def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
-        if not self.built:
-            self.build(groups)
-            return
-        # Rebuild on the old and new variables together (Keras's variable order), keeping every value.
-        self._restore_pending_state()
-        saved = {v.path: v.detach().clone() for v in self._variables}
-        iterations, learning_rate = self._iterations, self._learning_rate
-        old = [(self._var_names[p], self._vars[p]) for p in self._trainable_positions]
-        known = len(self._vars)
-        self._register(groups)
-        new = list(zip(self._var_names[known:], self._vars[known:]))
-        self._variables = [v for v in (iterations, learning_rate) if isinstance(v, Variable)]
-        self._slots = {}
-        self._flat_state = FlatState()
-        self._group_cache.clear()
-        self.built = False
-        self.build(old + new)
-        with torch.no_grad():
-            for var in self._variables:
-                if var.path in saved:
-                    var.copy_(saved[var.path])
+def _lr_is_driven(self) -> bool:
+    return not isinstance(self._learning_rate, Variable)
 
-    def _apply_step(self, pairs: list[Pair]) -> None:
-        run_step(self, pairs)
 
-    def _before_state_io(self) -> None:
-        self._restore_pending_state()
+def _swap_hyperparameters(self, overrides: Mapping[str, Any]) -> Callable[[], None]:
+    saved = {}
+    for key, value in overrides.items():
+        attr = "_learning_rate" if key == "lr" else key
+        saved[attr] = self.__dict__[attr]
+        if key == "lr":
+            value = Variable._adopt(torch.tensor(float(value), dtype=_floatx()), "learning_rate")
+        self.__dict__[attr] = value
+    return lambda: self.__dict__.update(saved)
 
-    def _after_state_load(self) -> None:
-        self._publish_param_groups()
 
-    def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
-        if "variables" not in state_dict:
-            return False
-        self._set_or_keep_weights(list(state_dict["variables"]))  # slotopt 0.1's {"config", "variables"}
-        return True
+def _state_counter(self) -> torch.Tensor:
+    return self._iterations
+
+
+def _state_variables(self) -> list[torch.Tensor]:
+    return [v for v in self._variables if v is not self._learning_rate]  # the rate is the groups' "lr"
+
+
+def _add_variables(self, groups: list[Mapping[str, Any]]) -> None:
+    if not self.built:
+        self.build(groups)
+        return
+    # Rebuild on the old and new variables together (Keras's variable order), keeping every value.
+    self._restore_pending_state()
+    saved = {v.path: v.detach().clone() for v in self._variables}
+    iterations, learning_rate = self._iterations, self._learning_rate
+    old = [(self._var_names[p], self._vars[p]) for p in self._trainable_positions]
+    known = len(self._vars)
+    self._register(groups)
+    new = list(zip(self._var_names[known:], self._vars[known:]))
+    self._variables = [v for v in (iterations, learning_rate) if isinstance(v, Variable)]
+    self._slots = {}
+    self._flat_state = FlatState()
+    self._group_cache.clear()
+    self.built = False
+    self.build(old + new)
+    with torch.no_grad():
+        for var in self._variables:
+            if var.path in saved:
+                var.copy_(saved[var.path])
+
+
+def _apply_step(self, pairs: list[Pair]) -> None:
+    run_step(self, pairs)
+
+
+def _before_state_io(self) -> None:
+    self._restore_pending_state()
+
+
+def _after_state_load(self) -> None:
+    self._publish_param_groups()
+
+
+def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
+    if "variables" not in state_dict:
+        return False
+    self._set_or_keep_weights(list(state_dict["variables"]))  # slotopt 0.1's {"config", "variables"}
+    return True

@@ -19,10 +19,9 @@ import torch
 from .. import schedules as schedules_module
 from ..engine import as_written, checks, state
 from ..engine import constants as K
-from ..engine.core import OptimizerCore
 from ..variables import Variable
 
-__all__ = ["HyperparameterStore", "Hyperparameter", "is_number", "is_hyper_value", "as_scalar", "literal_scalar", "initial_value", "momentum_enabled",
+__all__ = ["Hyperparameter", "is_number", "is_hyper_value", "as_scalar", "literal_scalar", "initial_value", "momentum_enabled",
            "epsilon_or_default", "floats", "DEFAULT_EPSILON", "step_scalar"]
 
 Hyperparameter = Union[float, int, torch.Tensor, Callable[[], Any], schedules_module.LearningRateSchedule]
@@ -107,114 +106,105 @@ def floats(coefficients: dict[str, Any], *names: str) -> tuple[float, ...]:
     return tuple(float(coefficients[n]) for n in names)
 
 
-class HyperparameterStore(OptimizerCore):
-    """tf.keras OptimizerV2's named hyperparameters (``_set_hyper`` / ``_get_hyper``), read as attributes.
+# tf.keras OptimizerV2's named hyperparameters (``_set_hyper`` / ``_get_hyper``), read as attributes: functions of
+# the optimizer (``self``) that ``slotopt.legacy.Optimizer`` (legacy/optimizer.py) binds as its methods. A number
+# becomes a float32 variable named ``<optimizer>/<name>`` on first use (``_create_hypers``, in sorted name order, as
+# tf.keras creates them); a tensor, a no-argument callable or a schedule is kept as it is. The face initialises the
+# store with ``_hyper = {}`` before anything else (``__getattr__`` reads it).
+def _hyperparameter_attribute(self, name: str) -> Any:  # (the class's ``__getattr__``)
+    """Hyperparameters read as attributes (``opt.learning_rate``, ``opt.lr``, ``opt.beta_1``...)."""
+    if name.startswith("__") or name == "_hyper":
+        raise AttributeError(name)
+    hyper = self.__dict__.get("_hyper")
+    key = "learning_rate" if name == "lr" else name
+    if hyper is not None and key in hyper:
+        return self._get_hyper(key)
+    raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
-    A number becomes a float32 variable named ``<optimizer>/<name>`` on first use (``_create_hypers``, in sorted
-    name order, as tf.keras creates them); a tensor, a no-argument callable or a schedule is kept as it is. The
-    face initialises the store with ``_hyper = {}`` before anything else (``__getattr__`` reads it).
 
-    Example:
-        >>> import slotopt
-        >>> opt = slotopt.legacy.SGD(learning_rate=0.5)
-        >>> isinstance(opt, HyperparameterStore), float(opt.learning_rate), float(opt._get_hyper("momentum"))
-        (True, 0.5, 0.0)
+def _dir_with_hyperparameters(self) -> Iterable[str]:  # (the class's ``__dir__``)
+    names = set(object.__dir__(self)) | set(self._hyper)
+    if "learning_rate" in self._hyper:
+        names.add("lr")
+    return sorted(names)
+
+
+def _set_hyper(self, name: str, value: Hyperparameter) -> None:
+    """Sets hyperparameter ``name``: a number, a scalar tensor, a no-argument callable or a schedule.
+
+    Once the hyperparameter variables exist, a number or tensor is assigned into the float32 variable
+    (rounded to float32); a callable or a schedule replaces it.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"Hyperparameter names must be strings. Received: {name!r}")
+    if not is_hyper_value(value):
+        raise TypeError(
+            f"Hyperparameter `{name}` must be a number, a scalar tensor, a LearningRateSchedule or a "
+            f"no-argument callable. Received: {name}={value!r}"
+        )
+    checks.check_value(name, value, self._hyperparameter_ranges)
+    as_written.remember(self.__dict__.setdefault("_as_written", {}), name, value)  # (torch's view of it)
+    previous = self._hyper.get(name)
+    variable = self._hyper_variables.get(name)
+    if variable is not None and previous is variable and not callable(value):
+        with torch.no_grad():
+            variable.copy_(as_scalar(value, torch.float32))
+        return
+    self._hyper[name] = value
 
-    _hyper: dict[str, Any]
-    _hyper_variables: dict[str, Variable]
-    _hypers_created: bool
-    _name: str
 
-    def __getattr__(self, name: str) -> Any:
-        """Hyperparameters read as attributes (``opt.learning_rate``, ``opt.lr``, ``opt.beta_1``...)."""
-        if name.startswith("__") or name == "_hyper":
-            raise AttributeError(name)
-        hyper = self.__dict__.get("_hyper")
-        key = "learning_rate" if name == "lr" else name
-        if hyper is not None and key in hyper:
-            return self._get_hyper(key)
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
-
-    def __dir__(self) -> Iterable[str]:
-        names = set(super().__dir__()) | set(self._hyper)
-        if "learning_rate" in self._hyper:
-            names.add("lr")
-        return sorted(names)
-
-    def _set_hyper(self, name: str, value: Hyperparameter) -> None:
-        """Sets hyperparameter ``name``: a number, a scalar tensor, a no-argument callable or a schedule.
-
-        Once the hyperparameter variables exist, a number or tensor is assigned into the float32 variable
-        (rounded to float32); a callable or a schedule replaces it.
-        """
-        if not isinstance(name, str):
-            raise TypeError(f"Hyperparameter names must be strings. Received: {name!r}")
-        if not is_hyper_value(value):
-            raise TypeError(
-                f"Hyperparameter `{name}` must be a number, a scalar tensor, a LearningRateSchedule or a "
-                f"no-argument callable. Received: {name}={value!r}"
-            )
-        checks.check_value(name, value, self._hyperparameter_ranges)
-        as_written.remember(self.__dict__.setdefault("_as_written", {}), name, value)  # (torch's view of it)
-        previous = self._hyper.get(name)
-        variable = self._hyper_variables.get(name)
-        if variable is not None and previous is variable and not callable(value):
-            with torch.no_grad():
-                variable.copy_(as_scalar(value, torch.float32))
-            return
-        self._hyper[name] = value
-
-    def _get_hyper(self, name: str, dtype: Optional[torch.dtype] = None) -> Any:
-        """The hyperparameter's value: a schedule as is; a callable is called; then cast to ``dtype`` if given
-        (a 0-dim CPU tensor). Without ``dtype``, a number set before the first step is its float32 variable."""
-        if not self._hypers_created:
-            self._create_hypers()
-        value = self._hyper[name]
-        if isinstance(value, schedules_module.LearningRateSchedule):
-            return value
-        if callable(value):
-            step_values = self.__dict__.get("_step_values")
-            if step_values is not None and name in step_values:
-                value = step_values[name]  # evaluated (and checked) once, before this step changed anything
-            else:
-                value = value()
-                checks.check_result(name, value, self._hyperparameter_ranges)
-            if name == "learning_rate":
-                self._remember_lr(value)
-        if dtype is not None:
-            try:
-                return as_scalar(value, dtype)
-            except (TypeError, ValueError, RuntimeError) as err:
-                raise TypeError(
-                    f"Hyperparameter `{name}` must evaluate to a number or a scalar tensor. Received: {value!r}"
-                ) from err
+def _get_hyper(self, name: str, dtype: Optional[torch.dtype] = None) -> Any:
+    """The hyperparameter's value: a schedule as is; a callable is called; then cast to ``dtype`` if given
+    (a 0-dim CPU tensor). Without ``dtype``, a number set before the first step is its float32 variable."""
+    if not self._hypers_created:
+        self._create_hypers()
+    value = self._hyper[name]
+    if isinstance(value, schedules_module.LearningRateSchedule):
         return value
-
-    def _create_hypers(self) -> None:
-        """Turns every number hyperparameter into a float32 variable (in sorted name order)."""
-        if self._hypers_created:
-            return
-        for name, value in sorted(self._hyper.items()):
-            if isinstance(value, torch.Tensor) or callable(value):
-                continue
-            variable = Variable(as_scalar(value, torch.float32), name=name, trainable=False)
-            variable._variable_path = f"{self._name}/{name}"
-            self._hyper[name] = variable
-            self._hyper_variables[name] = variable
-        self._hypers_created = True
-
-    def _serialize_hyperparameter(self, name: str) -> Any:
-        """A schedule → its serialized dict; a callable → its current value; a tensor → a numpy scalar."""
-        value = self._hyper[name]
-        if isinstance(value, schedules_module.LearningRateSchedule):
-            return schedules_module.serialize(value)
-        if callable(value):
+    if callable(value):
+        step_values = self.__dict__.get("_step_values")
+        if step_values is not None and name in step_values:
+            value = step_values[name]  # evaluated (and checked) once, before this step changed anything
+        else:
             value = value()
-        if isinstance(value, torch.Tensor):
-            return value.detach().cpu().numpy()[()]
-        return value
+            checks.check_result(name, value, self._hyperparameter_ranges)
+        if name == "learning_rate":
+            self._remember_lr(value)
+    if dtype is not None:
+        try:
+            return as_scalar(value, dtype)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(
+                f"Hyperparameter `{name}` must evaluate to a number or a scalar tensor. Received: {value!r}"
+            ) from err
+    return value
 
-    @staticmethod
-    def _call_if_callable(param: Any) -> Any:
-        return param() if callable(param) else param
+
+def _create_hypers(self) -> None:
+    """Turns every number hyperparameter into a float32 variable (in sorted name order)."""
+    if self._hypers_created:
+        return
+    for name, value in sorted(self._hyper.items()):
+        if isinstance(value, torch.Tensor) or callable(value):
+            continue
+        variable = Variable(as_scalar(value, torch.float32), name=name, trainable=False)
+        variable._variable_path = f"{self._name}/{name}"
+        self._hyper[name] = variable
+        self._hyper_variables[name] = variable
+    self._hypers_created = True
+
+
+def _serialize_hyperparameter(self, name: str) -> Any:
+    """A schedule → its serialized dict; a callable → its current value; a tensor → a numpy scalar."""
+    value = self._hyper[name]
+    if isinstance(value, schedules_module.LearningRateSchedule):
+        return schedules_module.serialize(value)
+    if callable(value):
+        value = value()
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()[()]
+    return value
+
+
+def _call_if_callable(param: Any) -> Any:
+    return param() if callable(param) else param

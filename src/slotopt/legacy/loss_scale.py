@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import loss_scaling, registry, transaction
+from ..engine import loss_scaling, plan_cache, registry, shards, state_io, transaction, validation
 from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair, count_step
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse
@@ -311,7 +311,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         if "_pending_torch_state" not in self.__dict__:
             # A step like the inner optimizer's last one (every pair a 2-tuple of a known variable and a dense
             # gradient of its kind) is checked in one pass and its gradients checked for inf/NaN flat.
-            step = loss_scaling.ordinary_step(inner, inner._planned_step(pairs))
+            step = loss_scaling.ordinary_step(inner, plan_cache.planned_step(inner, pairs))
             if step is not None and (not experimental_aggregate_gradients or inner._aggregates_nothing()):
                 finite = not self._dynamic or loss_scaling.gradients_finite(step)
                 return self._apply_if_finite(step, finite, name, moves_scale=self._dynamic)
@@ -322,12 +322,12 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
                     f"Argument `grads_and_vars` must hold (gradient, variable) pairs. Received at index {i}: {item!r}"
                 )
             checked.append(tuple(item))
-        checked = inner._checked_pairs(checked)
+        checked = validation.checked_pairs(inner, checked)
         if "_pending_torch_state" in self.__dict__:  # loaded before the build: in place before the scale is used
             saved = [transaction.snapshot(inner), transaction.snapshot(self)]
             try:
                 self._create_all_weights([v for _, v in checked])
-                self._apply_pending_torch_state()
+                state_io.apply_pending_torch_state(self)
             except BaseException:
                 transaction.restore(inner, saved[0])
                 transaction.restore(self, saved[1])
@@ -343,7 +343,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
             present = list(inner._aggregate_gradients(present))
         finite = True
         if self._dynamic and present:
-            finite = inner._all_finite([g.values if isinstance(g, IndexedSlices) else g for g, _ in present])
+            finite = shards.all_finite(inner, [g.values if isinstance(g, IndexedSlices) else g for g, _ in present])
         return self._apply_if_finite(present, finite, name, moves_scale=self._dynamic and bool(present))
 
     def _apply_if_finite(self, pairs: list[Pair], finite: bool, name: Any, moves_scale: bool) -> Any:

@@ -22,23 +22,32 @@ import torch
 from torch import nn
 
 from .. import schedules as schedules_module
-from ..engine import as_written, checks, clipping, gradients
-from ..engine.core import Pair, check_gradient_aggregator, count_step
+from ..engine import (
+    as_written,
+    checks,
+    clipping,
+    constraints,
+    gradients,
+    group_sync,
+    plan_cache,
+    shards,
+    validation,
+)
+from ..engine.core import OptimizerCore, Pair, check_gradient_aggregator, count_step
 from ..engine.naming import unique_name
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
 from ..variables import IndexedSlices, Variable, named_variables
+from . import hyperparameters, torch_hooks, updates
+from . import weights as slot_weights
 from .hyperparameters import (
     Hyperparameter,
-    HyperparameterStore,
     as_scalar,
     is_hyper_value,
     is_number,
     step_scalar,
 )
-from .torch_hooks import TorchHooks
-from .updates import ApplyState, Updates, grouped_dense
-from .weights import SlotWeights
+from .updates import ApplyState, grouped_dense
 
 __all__ = ["Optimizer", "OptimizerV2", "ApplyState", "Hyperparameter", "grouped_dense"]
 
@@ -59,7 +68,7 @@ def _clip_argument(key: str, doc: str) -> Any:
     return property(get, set_checked, doc=doc)
 
 
-class Optimizer(TorchHooks, Updates, SlotWeights, HyperparameterStore):
+class Optimizer(OptimizerCore):
     """Base class of the tf.keras legacy optimizers (``tf.keras.optimizers.legacy.Optimizer``, OptimizerV2).
 
     A custom optimizer implements ``_create_slots(var_list)`` (calling ``add_slot``), optionally
@@ -109,6 +118,58 @@ class Optimizer(TorchHooks, Updates, SlotWeights, HyperparameterStore):
         >>> w.tolist(), [v.path for v in opt.weights]
         ([0.5, 1.5], ['HalfStep/iter', 'HalfStep/w/last_step'])
     """
+
+    # The face's parts are modules of functions of the optimizer (``self``), not base classes: the class names
+    # them as its methods here, and a subclass overrides any of them as usual.
+    # legacy/torch_hooks.py: the torch protocol's hooks
+    _has_learning_rate = torch_hooks._has_learning_rate
+    _configuration_values = torch_hooks._configuration_values
+    _hyperparameter_keys = torch_hooks._hyperparameter_keys
+    _read_hyperparameter = torch_hooks._read_hyperparameter
+    _write_hyperparameter = torch_hooks._write_hyperparameter
+    _current_lr = torch_hooks._current_lr
+    _write_learning_rate = torch_hooks._write_learning_rate
+    _lr_is_driven = torch_hooks._lr_is_driven
+    _swap_hyperparameters = torch_hooks._swap_hyperparameters
+    _state_counter = torch_hooks._state_counter
+    _state_variables = torch_hooks._state_variables
+    _add_variables = torch_hooks._add_variables
+    _load_legacy_format = torch_hooks._load_legacy_format
+    # legacy/updates.py: apply_state and the update hooks
+    _prepare = updates._prepare
+    _prepare_kinds = updates._prepare_kinds
+    _prepare_local = updates._prepare_local
+    _fallback_apply_state = updates._fallback_apply_state
+    _coefficients = updates._coefficients
+    _apply_updates = updates._apply_updates
+    _apply_dense_group = updates._apply_dense_group
+    _resource_apply_dense = updates._resource_apply_dense
+    _resource_apply_sparse_duplicate_indices = updates._resource_apply_sparse_duplicate_indices
+    _resource_apply_sparse = updates._resource_apply_sparse
+    _resource_scatter_add = staticmethod(updates._resource_scatter_add)
+    _resource_scatter_update = staticmethod(updates._resource_scatter_update)
+    _lazy_rows = updates._lazy_rows
+    # legacy/weights.py: slots and weights
+    iterations = slot_weights.iterations
+    add_weight = slot_weights.add_weight
+    add_slot = slot_weights.add_slot
+    get_slot = slot_weights.get_slot
+    get_slot_names = slot_weights.get_slot_names
+    _create_slots = slot_weights._create_slots
+    _create_all_weights = slot_weights._create_all_weights
+    build = slot_weights.build
+    weights = slot_weights.weights
+    variables = slot_weights.variables
+    get_weights = slot_weights.get_weights
+    set_weights = slot_weights.set_weights
+    # legacy/hyperparameters.py: named hyperparameters
+    __getattr__ = hyperparameters._hyperparameter_attribute
+    __dir__ = hyperparameters._dir_with_hyperparameters
+    _set_hyper = hyperparameters._set_hyper
+    _get_hyper = hyperparameters._get_hyper
+    _create_hypers = hyperparameters._create_hypers
+    _serialize_hyperparameter = hyperparameters._serialize_hyperparameter
+    _call_if_callable = staticmethod(hyperparameters._call_if_callable)
 
     #: tf.keras sets this on every built-in optimizer but Ftrl; nothing reads it any more.
     _HAS_AGGREGATE_GRAD = False
@@ -201,13 +262,13 @@ class Optimizer(TorchHooks, Updates, SlotWeights, HyperparameterStore):
             if name == "learning_rate" and self._lr_is_driven():
                 self._publish_param_groups()
             elif is_number(value) or isinstance(value, torch.Tensor):
-                self._broadcast("lr" if name == "learning_rate" else name, float(value))
+                group_sync.broadcast(self, "lr" if name == "learning_rate" else name, float(value))
             return
         if name == "foreach":
             self.__dict__.get("_group_cache", {}).clear()
         object.__setattr__(self, name, value)
         if name == "epsilon" and "_param_groups" in self.__dict__ and is_number(value):
-            self._broadcast(name, value)
+            group_sync.broadcast(self, name, value)
 
     @property
     def name(self) -> str:
@@ -339,7 +400,7 @@ class Optimizer(TorchHooks, Updates, SlotWeights, HyperparameterStore):
                 f"Received: grads_and_vars={grads_and_vars!r}"
             )
         pairs = grads_and_vars if type(grads_and_vars) is Ordinary else list(grads_and_vars)
-        ordinary = self._planned_step(pairs) if "_pending_torch_state" not in self.__dict__ else None
+        ordinary = plan_cache.planned_step(self, pairs) if "_pending_torch_state" not in self.__dict__ else None
         if ordinary is not None:  # the variables and gradients of the last step's kind (engine/plan.py)
             return self._prepare_ordinary(ordinary)
         checked: list[Pair] = []
@@ -363,14 +424,14 @@ class Optimizer(TorchHooks, Updates, SlotWeights, HyperparameterStore):
                 )
             seen.add(id(var))
             checked.append((grad, var))
-        checked = self._checked_pairs(checked)
+        checked = validation.checked_pairs(self, checked)
         present = [(g, v) for g, v in checked if g is not None]
         if checked and not present:
             raise ValueError(
                 f"No gradients provided for any variable: {([self._name_of(v) for _, v in checked],)}. "
                 f"Provided `grads_and_vars` is {tuple((g, self._name_of(v)) for g, v in checked)}."
             )
-        self._reject_sparse_constraints(
+        constraints.reject_sparse_constraints(
             present,
             lambda grad, constraint: "Cannot use a constraint function on a sparse variable. Received: "
                                      f"grad={grad}, var.constraint={constraint}.",
@@ -446,13 +507,13 @@ class Optimizer(TorchHooks, Updates, SlotWeights, HyperparameterStore):
         if self._clipvalue is not None:
             pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self._clipvalue))
         if self._clipnorm is not None:
-            shards = self._shard_groups_of(pairs)
+            spans = shards.shard_groups_of(self, pairs)
             pairs = clipping.map_gradient_values(
-                pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm, shards))
+                pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm, spans))
         if self._global_clipnorm is not None:
             pairs = clipping.map_gradient_values(
                 pairs, lambda grads: clipping.clip_by_global_norm(grads, self._global_clipnorm,
-                                                                  self._shard_groups_of(pairs)))
+                                                                  shards.shard_groups_of(self, pairs)))
         for fn in self.gradient_transformers:
             pairs = list(fn(pairs))
         return pairs

@@ -19,9 +19,9 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import checks, registry, transaction
+from ..engine import checks, registry, state_io, transaction, validation
 from ..engine.composed import ComposesOptimizers
-from ..engine.core import OptimizerCore, is_plain_gradient
+from ..engine.core import is_plain_gradient
 from ..engine.eager import outside_dynamo
 from ..engine.group_sync import check_param_groups, group_shares
 from ..engine.routing import (
@@ -221,7 +221,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         if self._pending_weights is not None:
             self.set_weights(self._pending_weights)  # all checked first; kept pending when it does not fit
             self._pending_weights = None
-        self._apply_pending_torch_state()
+        state_io.apply_pending_torch_state(self)
 
     # ---------------------------------------------------------------------------------------- apply
     @outside_dynamo  # eager under torch.compile, whole: routing included (one break)
@@ -248,7 +248,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
             pairs, lambda var: owners.get(id(var)),
             lambda var: f"Variable {self._name_of(var) or repr(var)} is not handled by any optimizer. This would "
                         "cause it to be not trained.",
-            check=lambda pair: is_plain_gradient(*pair) or OptimizerCore._check_gradient(
+            check=lambda pair: is_plain_gradient(*pair) or validation.check_gradient(
                 pair[0], pair[1], lambda: self._name_of(pair[1]) or "variable"))
         if not any(g is not None for g, _ in pairs) and pairs:
             raise ValueError("No gradients provided for any variable.")

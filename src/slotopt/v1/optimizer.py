@@ -22,16 +22,17 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import as_written, checks, gradients, transaction
-from ..engine.core import Pair, Pairs, count_step
+from ..engine import as_written, checks, constraints, gradients, plan_cache, state_io, transaction, validation
+from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.pipeline import run_step
 from ..engine.plan import Ordinary
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
+from . import hooks, torch_hooks
+from . import state as named_state
 from .config import constructor_config, from_constructor_config
-from .hooks import SubclassHooks
-from .state import NamedState, cast, check_hyperparameter, convert_to_tensor
-from .torch_hooks import TorchHooks, argument_name
+from .state import cast, check_hyperparameter, convert_to_tensor
+from .torch_hooks import argument_name
 
 __all__ = ["Optimizer", "InvalidArgumentError", "GATE_NONE", "GATE_OP", "GATE_GRAPH"]
 
@@ -49,7 +50,7 @@ class InvalidArgumentError(ValueError):
     """TensorFlow's ``tf.errors.InvalidArgumentError``: a kernel rejected an argument's value at apply time."""
 
 
-class Optimizer(SubclassHooks, TorchHooks, NamedState):
+class Optimizer(OptimizerCore):
     """Base class of the TF1 optimizers (``tf.compat.v1.train.Optimizer``), on PyTorch tensors.
 
     Subclasses implement TF1's hooks. ``_create_slots(var_list)`` creates per-variable state with
@@ -83,6 +84,47 @@ class Optimizer(SubclassHooks, TorchHooks, NamedState):
         >>> w.tolist(), int(step)
         ([0.5, 0.5], 1)
     """
+
+    # The face's parts are modules of functions of the optimizer (``self``), not base classes: the class names
+    # them as its methods here, and a subclass overrides any of them as usual.
+    # v1/hooks.py: TF1's subclass hooks and their defaults
+    _create_slots = hooks._create_slots
+    _prepare = hooks._prepare
+    _finish = hooks._finish
+    _resource_apply_dense = hooks._resource_apply_dense
+    _apply_dense = hooks._apply_dense
+    _resource_apply_sparse_duplicate_indices = hooks._resource_apply_sparse_duplicate_indices
+    _apply_sparse_duplicate_indices = hooks._apply_sparse_duplicate_indices
+    _resource_apply_sparse = hooks._resource_apply_sparse
+    _apply_sparse = hooks._apply_sparse
+    _dense_update = hooks._dense_update
+    _sparse_update = hooks._sparse_update
+    # v1/torch_hooks.py: the torch protocol's hooks
+    _add_variables = torch_hooks._add_variables
+    _configuration_values = torch_hooks._configuration_values
+    _check_configuration = torch_hooks._check_configuration
+    _check_hyperparameter = torch_hooks._check_hyperparameter
+    _has_learning_rate = torch_hooks._has_learning_rate
+    _hyperparameter_keys = torch_hooks._hyperparameter_keys
+    _read_hyperparameter = torch_hooks._read_hyperparameter
+    _write_hyperparameter = torch_hooks._write_hyperparameter
+    _current_lr = torch_hooks._current_lr
+    _write_learning_rate = torch_hooks._write_learning_rate
+    _lr_is_driven = torch_hooks._lr_is_driven
+    _swap_hyperparameters = torch_hooks._swap_hyperparameters
+    _state_variables = torch_hooks._state_variables
+    _call_if_callable = staticmethod(torch_hooks._call_if_callable)
+    # v1/state.py: slots and non-slot variables named the TF1 way
+    _zeros_slot = named_state._zeros_slot
+    _get_or_make_slot = named_state._get_or_make_slot
+    _get_or_make_slot_with_initializer = named_state._get_or_make_slot_with_initializer
+    get_slot = named_state.get_slot
+    get_slot_names = named_state.get_slot_names
+    _create_non_slot_variable = named_state._create_non_slot_variable
+    _get_non_slot_variable = named_state._get_non_slot_variable
+    _non_slot_variables = named_state._non_slot_variables
+    variables = named_state.variables
+    _load_legacy_format = named_state._load_legacy_format
 
     _negative_lr_allowed = True  # TF1 applies a negative rate as given (gradient ascent)
 
@@ -221,7 +263,7 @@ class Optimizer(SubclassHooks, TorchHooks, NamedState):
         pairs = grads_and_vars if type(grads_and_vars) is Ordinary else tuple(grads_and_vars)
         if not pairs:
             raise ValueError("No variables provided.")
-        ordinary = self._planned_step(pairs)
+        ordinary = plan_cache.planned_step(self, pairs)
         if ordinary is not None and not self._pending_state and "_pending_torch_state" not in self.__dict__:
             # The variables and gradients of the last step's kind (engine/plan.py): registered, with their slots
             # and a dense gradient of their dtype, shape and device; what remains is this call's own checks.
@@ -247,7 +289,7 @@ class Optimizer(SubclassHooks, TorchHooks, NamedState):
         var_list = [v for g, v in converted if g is not None]
         if not var_list:
             raise ValueError(f"No gradients provided for any variable: {[str(v) for _, v in converted]}.")
-        self._check_variables_unchanged(converted)
+        validation.check_variables_unchanged(self, converted)
         for i, (grad, var) in enumerate(converted):
             if grad is None:
                 continue
@@ -257,8 +299,8 @@ class Optimizer(SubclassHooks, TorchHooks, NamedState):
                 raise TypeError(
                     f"{type(self).__name__} supports variables of dtype {list(self._supported_dtypes)} only "
                     f"(TensorFlow registers no kernel for others). Received: variable {where} of dtype {var.dtype}")
-            converted[i] = (self._check_gradient(grad, var, where), var)
-        self._reject_sparse_constraints(
+            converted[i] = (validation.check_gradient(grad, var, where), var)
+        constraints.reject_sparse_constraints(
             converted, lambda g, c: "Cannot use a constraint function on a sparse variable.")
         self._check_global_step(global_step)
 
@@ -267,7 +309,7 @@ class Optimizer(SubclassHooks, TorchHooks, NamedState):
             for var in var_list:
                 self._register_variable(var)
             self._create_slots(var_list)
-            self._apply_pending_torch_state()
+            state_io.apply_pending_torch_state(self)
             self._prepare()
             self._check_prepared([(g, v) for g, v in converted if g is not None])
         except BaseException:
@@ -359,7 +401,7 @@ class Optimizer(SubclassHooks, TorchHooks, NamedState):
                 self.__dict__["_updating_plan"] = None
             return
         if fused:
-            by_pos = {self._position(v): self._dense(g, v) for g, v in pairs if not isinstance(g, IndexedSlices)}
+            by_pos = {self._position(v): validation.dense(g, v) for g, v in pairs if not isinstance(g, IndexedSlices)}
             for group in self._groups(list(by_pos)):
                 self._dense_update([self._vars[p] for p in group], [by_pos[p] for p in group],
                                    self._slot_lists(self._kernel_slots, group))
@@ -371,9 +413,9 @@ class Optimizer(SubclassHooks, TorchHooks, NamedState):
             if isinstance(g, IndexedSlices):
                 ops.append(self._resource_apply_sparse_duplicate_indices(g.values, v, g.indices))
                 continue
-            ops.append(self._resource_apply_dense(self._dense(g, v), v))
+            ops.append(self._resource_apply_dense(validation.dense(g, v), v))
             if repeated and getattr(v, "constraint", None) is not None:
-                self._constrain(v)
+                constraints.constrain(self, v)
         self._constraints_done = repeated
 
     def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
@@ -400,7 +442,7 @@ class Optimizer(SubclassHooks, TorchHooks, NamedState):
             variables = [self._vars[p] for p in positions]
             self._assert_valid_dtypes(variables, "variable")
             self._create_slots(variables)
-            self._apply_pending_torch_state()
+            state_io.apply_pending_torch_state(self)
         except BaseException:
             transaction.restore(self, saved)  # no slot is left behind by a build that raised
             raise

@@ -163,7 +163,7 @@ def slices(rule_address: int, scalar_type: int, param: torch.Tensor, indices: to
 
 
 def slices_fit(values: Any, indices: Any, dense_shape: Any, variable: torch.Tensor) -> bool:
-    """True when slices of these parts surely fit ``variable`` (``OptimizerCore._check_gradient``'s checks, read in
+    """True when slices of these parts surely fit ``variable`` (``validation.check_gradient``'s checks, read in
     one call: rows of its row shape, contiguous CPU int64/int32 indices all inside it, a dense shape that is None or
     its shape); False when the C++ checks are off or cannot tell (the Python checks then decide)."""
     return _enabled and _module is not None and _module.slices_fit(values, indices, dense_shape, variable) is True
