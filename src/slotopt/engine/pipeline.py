@@ -19,7 +19,9 @@ import torch
 
 from ..kernels.native import tensor_table
 from ..numerics import fpmode
+from . import atomic
 from .eager import outside_dynamo
+from .unchanged import proven_again
 from .undo import StepValues, constrained_step, guarded
 
 if TYPE_CHECKING:
@@ -33,12 +35,18 @@ def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step, run
     # without autograd (what ``torch.no_grad()`` and ``flush_to_zero()`` do, as plain calls: see fpmode), both at
     # once in C++ where it is built.
+    # No finalizer or SIGINT handler runs until the step ends (engine/atomic.py): a step is refused with nothing
+    # written, or completes; a KeyboardInterrupt meanwhile is raised after it.
     enter, leave = tensor_table.step_mode() or _STEP_MODE
-    token = enter()
+    held = atomic.hold()
     try:
-        return _step(opt, grads_and_vars, **options)
+        token = enter()
+        try:
+            return _step(opt, grads_and_vars, **options)
+        finally:
+            leave(token)
     finally:
-        leave(token)
+        atomic.release(held)
 
 
 def _enter_step_mode() -> tuple[bool, Any]:
@@ -90,6 +98,9 @@ def _update(opt: OptimizerCore, pairs: Pairs, undo: Optional[StepValues], **opti
         # Per-step scalars (Nadam's momentum product), once; callable hyperparameters evaluated for this update.
         restore = opt._start_updates()
         try:
+            # What the code called so far (callables, schedules, transformers) may have moved, proven again
+            # before the first write.
+            update = proven_again(opt, update)
             for part, group_values in opt._param_group_partitions(update):
                 if not group_values:  # (the common case: no group differs from the first)
                     opt._apply_weight_decay(part)

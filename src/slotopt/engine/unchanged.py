@@ -16,9 +16,9 @@ import torch
 
 from ..kernels.native import tensor_table
 from ..kernels.native.operands import Held
-from .plan import Pair, is_python_dispatch, within_storage
+from .plan import Ordinary, Pair, is_python_dispatch, within_storage
 
-__all__ = ["slots_hold", "check_slots", "check_writable"]
+__all__ = ["slots_hold", "check_slots", "check_writable", "proven_again"]
 
 
 def _all_slots(opt: Any) -> list[Any]:
@@ -96,3 +96,43 @@ def check_writable(opt: Any, pairs: Sequence[Pair]) -> None:
                 f"Variable {opt._name_of(var)} of shape {tuple(var.shape)} lies outside its storage of "
                 f"{var.untyped_storage().nbytes()} bytes (the storage was resized under it, e.g. freed by "
                 "untyped_storage().resize_(0)): restore its storage before stepping.")
+
+
+def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
+    """``pairs`` proven again just before the step's first write, after the code the step itself calls before it
+    (a learning-rate callable or schedule, a gradient transformer or aggregator, a subclass's hook), which may have
+    moved a variable or a gradient the step checked at its start (``p.data = ...``): a kernel must never take an
+    address read before such code ran. An ordinary step is proven again in one pass (its plan's ``fits``: the
+    gradients' addresses are read anew), any other step has its variables' kinds, its dense gradients' shapes and
+    its variables' storage checked again. Raises, with nothing written, when something changed.
+
+    Nothing else can run in between (engine/atomic.py: no finalizer, no signal handler in a step)."""
+    if type(pairs) is Ordinary:
+        again = pairs.plan.fits(pairs)
+        if again is None:
+            raise RuntimeError(_moved(opt, pairs) + " Nothing was written; step again.")
+        pairs.grads, pairs.grad_addresses = again.grads, again.grad_addresses
+        return pairs
+    if "_var_kinds" not in opt.__dict__:  # (a wrapper: the optimizer it wraps proves its own step)
+        return pairs
+    opt._check_variables_unchanged(pairs)
+    for grad, var in pairs:
+        if type(grad) is torch.Tensor and isinstance(var, torch.Tensor) and grad.shape != var.shape:
+            raise RuntimeError(f"The gradient of variable {opt._name_of(var)} changed while the step ran, before its "
+                               f"first write: it is now of shape {tuple(grad.shape)}, the variable "
+                               f"{tuple(var.shape)}. Nothing was written.")
+    return pairs
+
+
+def _moved(opt: Any, step: Ordinary) -> str:
+    """What changed in an ordinary step since its start: the first variable or gradient no longer as proven."""
+    plan = step.plan
+    for i, (grad, var) in enumerate(step):
+        if var is not plan.variables[i] or var.data_ptr() != plan.addresses[i] or var.shape != plan.shapes[i] \
+                or var.dtype != plan.dtypes[i] or not var.is_contiguous() or not within_storage(var):
+            return (f"Variable {opt._name_of(var)} changed while the step ran, before its first write (now "
+                    f"{var.dtype} of shape {tuple(var.shape)}; e.g. `p.data = ...` in a learning-rate callable or a "
+                    "gradient transformer).")
+        if not isinstance(grad, torch.Tensor) or grad.shape != var.shape or grad.dtype != var.dtype:
+            return f"The gradient of variable {opt._name_of(var)} changed while the step ran, before its first write."
+    return "A variable or gradient of this step changed while the step ran, before its first write."

@@ -21,70 +21,34 @@ Example:
 
 from __future__ import annotations
 
-import contextvars
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, Optional
 
+from .atomic import GUARDED, UNCONSTRAINED, KeptValues, StepGuard, outer_step
 from .plan import Ordinary
 from .routing import optimizer_weights
-from .transaction import copy_values, put_values
 
 __all__ = ["StepGuard", "StepValues", "constrained_step", "guarded"]
 
 _variable = itemgetter(1)
 
 
-# What the step of a wrapper (a loss-scale, composite or multi-optimizer) found of its variables, for the steps
-# of the optimizers it wraps, whose variables are among its own: ``GUARDED`` while it holds a ``StepValues``,
-# ``UNCONSTRAINED`` when none of them has a constraint. Either way those steps need not look again (a pass over
-# every variable per nested step); outside any step, None.
-GUARDED, UNCONSTRAINED = "guarded", "unconstrained"
-_OUTER: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("slotopt_outer_step", default=None)
-
-
-class StepGuard:
-    """What a step found of its variables' constraints, marked for the steps nested in it until ``release``."""
-
-    #: The values to put back when the step fails (``StepValues``), or None: it cannot fail after its first write.
-    values: Optional[StepValues] = None
-
-    def __init__(self, found: str) -> None:
-        self._token = _OUTER.set(found)
-
-    def restore(self) -> None:
-        """Puts back the values taken before the step (nothing to do without constraints)."""
-
-    def release(self) -> None:
-        _OUTER.reset(self._token)
-
-
-class StepValues(StepGuard):
+class StepValues(KeptValues):
     """The values of every tensor a step may write (its variables and all the optimizer's own variables: slots,
     ``iterations``, moving averages, accumulators, a wrapper's counters and its inner optimizers' variables),
     taken before the step's first write so that a step that fails part-way (a constraint that raises or returns
     a value of the wrong shape) can be undone."""
 
     def __init__(self, opt: Any, variables: Any) -> None:
-        seen: set[int] = set()
-        self._tensors = []
-        for t in [*variables, *optimizer_weights(opt)]:
-            if id(t) not in seen:
-                seen.add(id(t))
-                self._tensors.append(t)
-        self._values = copy_values(self._tensors)
-        self.values = self
-        super().__init__(GUARDED)
-
-    def restore(self) -> None:
-        put_values(self._tensors, self._values)
+        super().__init__([*variables, *optimizer_weights(opt)])
 
 
 def constrained_step(opt: Any, pairs: Any) -> Optional[StepGuard]:
     """A ``StepValues`` for a step whose variables have a constraint (one C-level pass over them), else a
     ``StepGuard`` marking that none has: a step without constraints cannot fail after its first write, so it
     copies nothing. None inside an outer step that looked already (its variables include these)."""
-    if _OUTER.get() is not None:
+    if outer_step() is not None:
         return None
     if type(pairs) is Ordinary:
         # The C++ checks read each variable's constraint in their pass over the step (its objects in cache then);
@@ -101,4 +65,4 @@ def constrained_step(opt: Any, pairs: Any) -> Optional[StepGuard]:
 
 def guarded() -> bool:
     """Whether an outer step (a wrapper's) holds a ``StepValues`` for the step running now."""
-    return _OUTER.get() is GUARDED
+    return outer_step() is GUARDED
