@@ -16,6 +16,7 @@ import torch
 
 from ..kernels.native import tensor_table
 from ..kernels.native.operands import Held
+from .aliasing import unaliased
 from .plan import Ordinary, Pair, is_python_dispatch, within_storage
 
 __all__ = ["slots_hold", "check_slots", "check_writable", "proven_again"]
@@ -104,7 +105,8 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
     moved a variable or a gradient the step checked at its start (``p.data = ...``): a kernel must never take an
     address read before such code ran. An ordinary step is proven again in one pass (its plan's ``fits``: the
     gradients' addresses are read anew), any other step has its variables' kinds, its dense gradients' shapes and
-    its variables' storage checked again. Raises, with nothing written, when something changed.
+    its variables' storage checked again. Raises, with nothing written, when something changed. A gradient that is
+    its variable's own memory is copied then, one that overlaps it otherwise refused (engine/aliasing.py).
 
     Nothing else can run in between (engine/atomic.py: no finalizer, no signal handler in a step)."""
     if type(pairs) is Ordinary:
@@ -112,7 +114,7 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
         if again is None:
             raise RuntimeError(_moved(opt, pairs) + " Nothing was written; step again.")
         pairs.grads, pairs.grad_addresses = again.grads, again.grad_addresses
-        return pairs
+        return unaliased(opt, pairs)  # (a gradient that is its variable's memory: read as it was, engine/aliasing.py)
     if "_var_kinds" not in opt.__dict__:  # (a wrapper: the optimizer it wraps proves its own step)
         return pairs
     opt._check_variables_unchanged(pairs)
@@ -121,7 +123,7 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
             raise RuntimeError(f"The gradient of variable {opt._name_of(var)} changed while the step ran, before its "
                                f"first write: it is now of shape {tuple(grad.shape)}, the variable "
                                f"{tuple(var.shape)}. Nothing was written.")
-    return pairs
+    return unaliased(opt, pairs)
 
 
 def _moved(opt: Any, step: Ordinary) -> str:
