@@ -18,6 +18,7 @@ from ..kernels.native import tensor_table
 from ..kernels.native.operands import Held
 from .aliasing import unaliased
 from .plan import Ordinary, Pair, is_python_dispatch, within_storage
+from .undo import plain_tensor_type
 
 __all__ = ["slots_hold", "check_slots", "check_writable", "proven_again"]
 
@@ -118,12 +119,21 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
     if "_var_kinds" not in opt.__dict__:  # (a wrapper: the optimizer it wraps proves its own step)
         return pairs
     opt._check_variables_unchanged(pairs)
-    for grad, var in pairs:
-        if type(grad) is torch.Tensor and isinstance(var, torch.Tensor) and grad.shape != var.shape:
-            raise RuntimeError(f"The gradient of variable {opt._name_of(var)} changed while the step ran, before its "
-                               f"first write: it is now of shape {tuple(grad.shape)}, the variable "
-                               f"{tuple(var.shape)}. Nothing was written.")
-    return unaliased(opt, pairs)
+    plain = None
+    for i, (grad, var) in enumerate(pairs):
+        if type(grad) is torch.Tensor:
+            if isinstance(var, torch.Tensor) and grad.shape != var.shape:
+                raise RuntimeError(f"The gradient of variable {opt._name_of(var)} changed while the step ran, before "
+                                   f"its first write: it is now of shape {tuple(grad.shape)}, the variable "
+                                   f"{tuple(var.shape)}. Nothing was written.")
+        elif isinstance(grad, torch.Tensor) and not plain_tensor_type(type(grad)) and not is_python_dispatch(grad):
+            # A gradient whose class has a ``__torch_function__`` of its own would run it inside the update, between
+            # two writes (where it may raise): its values are read as a plain tensor of the same memory instead.
+            with torch._C.DisableTorchFunctionSubclass():
+                grad = grad.as_subclass(torch.Tensor)
+            plain = list(pairs) if plain is None else plain
+            plain[i] = (grad, var)
+    return unaliased(opt, pairs if plain is None else plain)
 
 
 def _moved(opt: Any, step: Ordinary) -> str:

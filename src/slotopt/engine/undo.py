@@ -21,15 +21,18 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, Optional
+
+import torch
 
 from .atomic import GUARDED, UNCONSTRAINED, KeptValues, StepGuard, outer_step
 from .plan import Ordinary
 from .routing import optimizer_weights
 
-__all__ = ["StepGuard", "StepValues", "constrained_step", "guarded"]
+__all__ = ["StepGuard", "StepValues", "constrained_step", "guarded", "writes_run_user_code", "plain_tensor_type"]
 
 _variable = itemgetter(1)
 
@@ -45,22 +48,58 @@ class StepValues(KeptValues):
 
 
 def constrained_step(opt: Any, pairs: Any) -> Optional[StepGuard]:
-    """A ``StepValues`` for a step whose variables have a constraint (one C-level pass over them), else a
-    ``StepGuard`` marking that none has: a step without constraints cannot fail after its first write, so it
-    copies nothing. None inside an outer step that looked already (its variables include these)."""
+    """A ``StepValues`` for a step whose variables have a constraint (one C-level pass over them) or whose writes
+    may run Python code not slotopt's (``writes_run_user_code``), else a ``StepGuard`` marking that none has: such
+    a step cannot fail after its first write, so it copies nothing. None inside an outer step that looked already
+    (its variables include these)."""
     if outer_step() is not None:
         return None
     if type(pairs) is Ordinary:
         # The C++ checks read each variable's constraint in their pass over the step (its objects in cache then);
         # else the variables are the plan's, checked in this step: read from its list, no pair is touched.
+        variables = pairs.plan.variables
         constrained = pairs.constrained
         if constrained is None:
-            constrained = any(map(getattr, pairs.plan.variables, repeat("constraint"), repeat(None)))
+            constrained = any(map(getattr, variables, repeat("constraint"), repeat(None)))
     else:
-        constrained = any(map(getattr, map(_variable, pairs), repeat("constraint"), repeat(None)))
-    if not constrained:
+        variables = list(map(_variable, pairs))
+        constrained = any(map(getattr, variables, repeat("constraint"), repeat(None)))
+    if not constrained and not writes_run_user_code(variables):
         return StepGuard(UNCONSTRAINED)
     return StepValues(opt, [pair[1] for pair in pairs])
+
+
+def writes_run_user_code(variables: Any) -> bool:
+    """Whether writing ``variables`` may run Python code that is not slotopt's, which may raise between two writes:
+    a torch function or dispatch mode active around the step, or a variable whose class has a
+    ``__torch_function__`` or ``__torch_dispatch__`` of its own (a wrapper subclass's ops run in Python). One
+    C-level pass over the variables' types."""
+    if _function_mode() or _dispatch_modes():
+        return True
+    return not all(map(plain_tensor_type, set(map(type, variables))))
+
+
+def _no_mode() -> Any:
+    return False
+
+
+# (torch's private predicates for the modes, present since at least 2.4; without them, no mode is assumed)
+_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", _no_mode)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", _no_mode)
+_TENSOR_FUNCTION = torch.Tensor.__torch_function__.__func__  # type: ignore[attr-defined]
+_DISABLED = (torch._C._disabled_torch_function_impl, getattr(torch._C, "_disabled_torch_dispatch_impl", None))
+
+
+@functools.cache
+def plain_tensor_type(cls: type) -> bool:
+    """Whether a tensor class runs torch's ops without Python code of its own (``torch.Tensor``, ``Parameter``,
+    slotopt's ``Variable``: no ``__torch_function__`` or ``__torch_dispatch__`` of their own)."""
+    if not issubclass(cls, torch.Tensor):
+        return True  # (not a tensor: the step refuses it before writing)
+    function = getattr(cls.__torch_function__, "__func__", cls.__torch_function__)
+    dispatch = getattr(cls, "__torch_dispatch__", None)
+    dispatch = getattr(dispatch, "__func__", dispatch)
+    return (function is _TENSOR_FUNCTION or function in _DISABLED) and (dispatch is None or dispatch in _DISABLED)
 
 
 def guarded() -> bool:
