@@ -36,6 +36,7 @@ import _signal
 import _thread
 import contextvars
 import gc
+import os
 import threading
 from collections.abc import Iterable
 from itertools import chain
@@ -54,6 +55,17 @@ _lock = threading.Lock()
 _depth = 0  # steps running now, in any thread
 _collecting = False  # whether the collector was on when the first of them began
 _pending: list[tuple[int, Any]] = []  # SIGINTs that arrived during a step, for the handler it replaced
+
+
+def _after_fork() -> None:
+    """In a forked child: the thread that forked is its main thread, and a lock another thread held stays held."""
+    global _MAIN, _lock
+    _MAIN = threading.main_thread().ident
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _deferred(signum: int, frame: Any) -> None:

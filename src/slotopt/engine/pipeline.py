@@ -4,7 +4,10 @@ Every generation (Keras 3, tf.keras legacy, TF1) runs exactly this function. A g
 stage does by overriding the stage methods of ``OptimizerCore``; stages a generation does not have are no-ops
 there (TF1 has no clipping, only Keras 3 has accumulation, weight decay and moving averages).
 
-Validation happens entirely in ``_prepare_pairs``: when it raises, nothing has changed. Constraints run after
+Validation happens entirely in ``_prepare_pairs``: when it raises, nothing has changed. What the step itself calls
+before its first write (learning-rate callables, transformers) may move what was validated: the pairs are proven
+again just before that write (engine/unchanged.py), and from there to the end no finalizer or SIGINT handler runs
+(engine/atomic.py), so a step is refused with nothing written or completes. Constraints run after
 the update: a step whose variables have one first copies the values it may write (``engine/undo.py``),
 so that a constraint that raises or returns a bad value leaves everything as it was. Values written into
 ``param_groups`` since the last step (a torch LR scheduler's ``lr``) are checked and applied first; parameter
