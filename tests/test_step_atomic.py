@@ -281,11 +281,11 @@ class Boom(Exception):
     pass
 
 
+@pytest.mark.parametrize("steps", [0, 3], ids=["first-step", "planned"])
 @pytest.mark.parametrize("composite", ["tfrs", "multi"])
-def test_a_composites_later_optimizer_that_raises_leaves_the_earlier_ones_unchanged(composite, path):
+def test_a_composites_later_optimizer_that_raises_leaves_the_earlier_ones_unchanged(composite, steps, path):
     # The second optimizer's learning-rate callable raises after the first optimizer's step wrote: the first one's
-    # variables, slots and iterations are put back.
-    variables = _variables()
+    # variables, slots and iterations are put back (and, at the first step, the state it built let go).
     armed = []
 
     def lr():
@@ -293,22 +293,37 @@ def test_a_composites_later_optimizer_that_raises_leaves_the_earlier_ones_unchan
             raise Boom("learning rate")
         return 0.1
 
-    if composite == "tfrs":
-        opt = slotopt.tfrs.CompositeOptimizer([(slotopt.Adam(0.1), lambda: variables[:2]),
-                                               (slotopt.Adam(lr), lambda: variables[2:])])
-    else:
+    def make(variables):
+        if composite == "tfrs":
+            return slotopt.tfrs.CompositeOptimizer([(slotopt.Adam(0.1), lambda: variables[:2]),
+                                                    (slotopt.Adam(lr), lambda: variables[2:])])
         for i, v in enumerate(variables):
             v.path = f"layer{i}/kernel"
-        opt = slotopt.MultiOptimizer(slotopt.OptimizerMap(
-            slotopt.Adam(0.1), {"layer[23]/kernel": slotopt.Adam(lr)}))
-    for step in range(3):
+        return slotopt.MultiOptimizer(slotopt.OptimizerMap(slotopt.Adam(0.1), {"layer[23]/kernel": slotopt.Adam(lr)}))
+
+    variables = _variables()
+    opt = make(variables)
+    for step in range(steps):
         _set_grads(variables, step)
         opt.apply_gradients([(v.grad, v) for v in variables])
     before = _state(opt, variables)
     armed.append(True)
+    _set_grads(variables, 7)
     with pytest.raises(Boom):
         opt.apply_gradients([(v.grad, v) for v in variables])
-    assert _same(before, _state(opt, variables))
+    if steps:
+        assert _same(before, _state(opt, variables))
+    else:  # (a first step may leave its optimizers built, their state at its initial values)
+        assert _same(before[:len(variables)], _state(opt, variables)[:len(variables)])
+        assert not any(bool(t.detach().ne(0).any()) for t in optimizer_weights(opt) if "learning_rate" not in t.name)
+    armed.clear()  # the resume property: the step again, as a twin that was never refused
+    opt.apply_gradients([(v.grad, v) for v in variables])
+    twin_variables = _variables()
+    twin = make(twin_variables)
+    for step in [*range(steps), 7]:
+        _set_grads(twin_variables, step)
+        twin.apply_gradients([(v.grad, v) for v in twin_variables])
+    assert _same(_state(opt, variables), _state(twin, twin_variables))
 
 
 # ------------------------------------------------------------------------- Python code inside the update itself

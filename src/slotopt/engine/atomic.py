@@ -44,7 +44,7 @@ from typing import Any, Optional
 
 import torch
 
-from .transaction import copy_values, put_values
+from .transaction import copy_values, put_values, restore, snapshot
 
 __all__ = ["hold", "release", "held", "StepGuard", "KeptValues", "GUARDED", "UNCONSTRAINED", "outer_step",
            "may_run_user_code"]
@@ -154,7 +154,7 @@ class KeptValues(StepGuard):
     """The values of ``tensors`` (each once), taken before a step's first write so that a step that fails part-way
     (a constraint that raises, a composite's later optimizer whose learning-rate callable raises) can be undone."""
 
-    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
+    def __init__(self, tensors: Iterable[torch.Tensor], objects: Iterable[Any] = ()) -> None:
         seen: set[int] = set()
         self._tensors = []
         for t in tensors:
@@ -162,10 +162,14 @@ class KeptValues(StepGuard):
                 seen.add(id(t))
                 self._tensors.append(t)
         self._values = copy_values(self._tensors)
+        # ``objects``' bookkeeping too (optimizers a step may build: their slots made in it are let go again)
+        self._objects = [(obj, snapshot(obj)) for obj in objects]
         self.values = self
         super().__init__(GUARDED)
 
     def restore(self) -> None:
+        for obj, saved in self._objects:
+            restore(obj, saved)
         put_values(self._tensors, self._values)
 
 
