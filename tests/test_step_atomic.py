@@ -402,6 +402,7 @@ def test_python_code_run_by_torch_inside_the_update_that_raises_leaves_nothing_w
     k = 0
     while True:
         before, now, raised = run(k)
+        assert torch.is_grad_enabled(), f"{face} {where}: autograd left off after a raise at call {k}"
         if not raised:
             break  # every call of the step has had its turn
         assert _same(before, now) or _same(after, now), f"{face} {where}: half-applied at call {k}"

@@ -53,16 +53,22 @@ def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
 
 
 def _enter_step_mode() -> tuple[bool, Any]:
-    """Autograd off and subnormals flushed on this thread; returns what ``_leave_step_mode`` puts back."""
-    grad_enabled = torch.is_grad_enabled()
-    torch._C._set_grad_enabled(False)
-    return grad_enabled, fpmode.enter_flush_to_zero()
+    """Autograd off and subnormals flushed on this thread; returns what ``_leave_step_mode`` puts back. (Out of
+    reach of a torch function mode around the step: one that raised here would leave autograd off.)"""
+    with _NO_TORCH_FUNCTION():
+        grad_enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        return grad_enabled, fpmode.enter_flush_to_zero()
 
 
 def _leave_step_mode(token: tuple[bool, Any]) -> None:
     grad_enabled, previous_mode = token
-    fpmode.leave_flush_to_zero(previous_mode)
-    torch._C._set_grad_enabled(grad_enabled)
+    with _NO_TORCH_FUNCTION():
+        fpmode.leave_flush_to_zero(previous_mode)
+        torch._C._set_grad_enabled(grad_enabled)
+
+
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 
 
 #: ``tensor_table.step_mode()``'s pair, in Python: where the C++ table is off or was built without it.
