@@ -2,8 +2,11 @@
 
 Constraints run after the update (engine/pipeline.py), so a constraint that raises or returns a bad value would
 leave variables and slots updated. A step whose variables have a constraint therefore first copies every value
-it may write (``StepValues``) and puts them back when it fails. Steps without constraints cannot fail after
-their first write (everything is validated before it) and copy nothing.
+it may write (``StepValues``) and puts them back when it fails. So does a step whose writes may run Python code that
+is not slotopt's (a variable class with its own ``__torch_function__`` or ``__torch_dispatch__``, a torch function
+or dispatch mode around the step: ``writes_run_user_code``), which may raise between two writes. Other steps
+cannot fail after their first write (everything is validated before it, and no finalizer or signal handler runs
+in a step: engine/atomic.py) and copy nothing.
 
 Example:
     >>> import torch, slotopt
