@@ -408,3 +408,26 @@ def test_python_code_run_by_torch_inside_the_update_that_raises_leaves_nothing_w
         assert _same(before, now) or _same(after, now), f"{face} {where}: half-applied at call {k}"
         k += 1
         assert k < 400
+
+
+@pytest.mark.parametrize("face", ["keras3", "legacy", "v1"])
+def test_a_learning_rate_callable_that_raises_mid_step_leaves_nothing_written(face, path):
+    # Two (device, dtype) groups: the learning rate is evaluated once, before the first group's kernels.
+    variables = _variables()
+    armed = []
+
+    def lr():
+        if armed:
+            raise Boom("learning rate")
+        return 0.1
+
+    opt = {"keras3": lambda: slotopt.AdamW(learning_rate=lr, weight_decay=0.1),
+           "legacy": lambda: slotopt.legacy.Adam(lr), "v1": lambda: slotopt.v1.AdamOptimizer(lr)}[face]()
+    for step in range(3):
+        _set_grads(variables, step)
+        opt.apply_gradients([(v.grad, v) for v in variables])
+    before = _state(opt, variables)
+    armed.append(True)
+    with pytest.raises(Boom):
+        opt.apply_gradients([(v.grad, v) for v in variables])
+    assert _same(before, _state(opt, variables))
