@@ -343,3 +343,26 @@ def test_a_slot_resized_or_retyped_in_place_is_refused_with_nothing_written(face
         slot.data = torch.zeros(3, 4)
     opt.apply_gradients(zip(_grads(variables, 8), variables))
     assert not _same(before, _snapshot(opt, variables))
+
+
+def test_a_multioptimizers_inner_plan_is_not_trusted_for_a_variable_moved_since(path):
+    # The composite's own plan proved the moved variable again (full path, new plan), but handed the group to its
+    # inner optimizer as an ordinary step of that optimizer's older plan, which recorded the old storage: the
+    # compiled kernel wrote the update there (freed memory where nothing else holds it) and the variable kept its
+    # old values. Now a group goes on as an inner plan's step only where that plan records the addresses proven.
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        variables = [torch.randn(3, 4).to(dtype) for dtype in (torch.float32, torch.float64) * 2]
+        opt = slotopt.MultiOptimizer(slotopt.OptimizerMap(slotopt.SGD(0.1, momentum=0.9)))
+        for step in range(3):
+            opt.apply_gradients(zip(_grads(variables, step), variables))
+        runs.append((opt, variables))
+    (opt, variables), (twin, twin_variables) = runs
+    old = variables[1].data
+    variables[1].data = old.clone()  # weight-swapping code's idiom, between two steps
+    old.fill_(123.0)
+    opt.apply_gradients(zip(_grads(variables, 5), variables))
+    twin.apply_gradients(zip(_grads(twin_variables, 5), twin_variables))
+    assert bool((old == 123.0).all())
+    assert _same(_snapshot(opt, variables), _snapshot(twin, twin_variables))

@@ -4,7 +4,10 @@ Every generation (Keras 3, tf.keras legacy, TF1) runs exactly this function. A g
 stage does by overriding the stage methods of ``OptimizerCore``; stages a generation does not have are no-ops
 there (TF1 has no clipping, only Keras 3 has accumulation, weight decay and moving averages).
 
-Validation happens entirely in ``_prepare_pairs``: when it raises, nothing has changed. Constraints run after
+Validation happens entirely in ``_prepare_pairs``: when it raises, nothing has changed. What the step itself calls
+before its first write (learning-rate callables, transformers) may move what was validated: the pairs are proven
+again just before that write (engine/unchanged.py), and from there to the end no finalizer or SIGINT handler runs
+(engine/atomic.py), so a step is refused with nothing written or completes. Constraints run after
 the update: a step whose variables have one first copies the values it may write (``engine/undo.py``),
 so that a constraint that raises or returns a bad value leaves everything as it was. Values written into
 ``param_groups`` since the last step (a torch LR scheduler's ``lr``) are checked and applied first; parameter
@@ -19,7 +22,9 @@ import torch
 
 from ..kernels.native import tensor_table
 from ..numerics import fpmode
+from . import atomic
 from .eager import outside_dynamo
+from .unchanged import proven_again
 from .undo import StepValues, constrained_step, guarded
 
 if TYPE_CHECKING:
@@ -33,25 +38,37 @@ def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step, run
     # without autograd (what ``torch.no_grad()`` and ``flush_to_zero()`` do, as plain calls: see fpmode), both at
     # once in C++ where it is built.
+    # No finalizer or SIGINT handler runs until the step ends (engine/atomic.py): a step is refused with nothing
+    # written, or completes; a KeyboardInterrupt meanwhile is raised after it.
     enter, leave = tensor_table.step_mode() or _STEP_MODE
-    token = enter()
+    held = atomic.hold()
     try:
-        return _step(opt, grads_and_vars, **options)
+        token = enter()
+        try:
+            return _step(opt, grads_and_vars, **options)
+        finally:
+            leave(token)
     finally:
-        leave(token)
+        atomic.release(held)
 
 
 def _enter_step_mode() -> tuple[bool, Any]:
-    """Autograd off and subnormals flushed on this thread; returns what ``_leave_step_mode`` puts back."""
-    grad_enabled = torch.is_grad_enabled()
-    torch._C._set_grad_enabled(False)
-    return grad_enabled, fpmode.enter_flush_to_zero()
+    """Autograd off and subnormals flushed on this thread; returns what ``_leave_step_mode`` puts back. (Out of
+    reach of a torch function mode around the step: one that raised here would leave autograd off.)"""
+    with _NO_TORCH_FUNCTION():
+        grad_enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        return grad_enabled, fpmode.enter_flush_to_zero()
 
 
 def _leave_step_mode(token: tuple[bool, Any]) -> None:
     grad_enabled, previous_mode = token
-    fpmode.leave_flush_to_zero(previous_mode)
-    torch._C._set_grad_enabled(grad_enabled)
+    with _NO_TORCH_FUNCTION():
+        fpmode.leave_flush_to_zero(previous_mode)
+        torch._C._set_grad_enabled(grad_enabled)
+
+
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 
 
 #: ``tensor_table.step_mode()``'s pair, in Python: where the C++ table is off or was built without it.
@@ -90,6 +107,9 @@ def _update(opt: OptimizerCore, pairs: Pairs, undo: Optional[StepValues], **opti
         # Per-step scalars (Nadam's momentum product), once; callable hyperparameters evaluated for this update.
         restore = opt._start_updates()
         try:
+            # What the code called so far (callables, schedules, transformers) may have moved, proven again
+            # before the first write.
+            update = proven_again(opt, update)
             for part, group_values in opt._param_group_partitions(update):
                 if not group_values:  # (the common case: no group differs from the first)
                     opt._apply_weight_decay(part)

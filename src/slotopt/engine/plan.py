@@ -321,8 +321,14 @@ def split(step: Ordinary, key: Any, route: Callable[[], dict[int, list[Pair]]],
             if -1 in indices or not indices:  # (not the step's own tuples: nothing to keep)
                 return groups
             plan = plans[owner]
+            # The owner's plan vouches for the group only where it records the group's variables as ``step``'s plan
+            # proved them in this step: the same objects, where they are now, of the same dtypes and sizes (a
+            # variable moved since that plan was made, ``p.data = p.data.clone()``, would be written where it was).
             if plan is not None and not (len(indices) == len(plan.variables) and all(
-                    map(_is, [step.plan.variables[i] for i in indices], plan.variables))):
+                    map(_is, [step.plan.variables[i] for i in indices], plan.variables))
+                    and [step.plan.addresses[i] for i in indices] == plan.addresses
+                    and [step.plan.shapes[i] for i in indices] == plan.shapes
+                    and [step.plan.dtypes[i] for i in indices] == plan.dtypes):
                 plan = None
             take = operator.itemgetter(*indices) if len(indices) > 1 else _one(indices[0])
             parts.append((owner, take, np.asarray(indices, dtype=np.int64), plan))

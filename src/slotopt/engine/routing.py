@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import weights
+from . import atomic, weights
 from .plan import Ordinary
 from .transaction import copy_values, put_values
 
@@ -136,12 +136,32 @@ def dispatch(optimizers: Sequence[Any], groups: dict[int, list[Pair]], options: 
     """
     live = [(optimizers[i], group) for i, group in groups.items()
             if all_present or type(group) is Ordinary or any(g is not None for g, _ in group)]
-    if validate_first:
-        # An ordinary step comes back as checked (``Ordinary``): its optimizer then takes it without a second pass.
-        live = [(optimizer, checked if type(checked := optimizer._prepare_pairs(group)) is Ordinary else group)
-                for optimizer, group in live]
-    for optimizer, group in live:
-        optimizer.apply_gradients(group, **accepted(optimizer.apply_gradients, options or {}))
+    # One step of the composite: no finalizer or SIGINT handler between its optimizers' steps (engine/atomic.py),
+    # and where a later optimizer's own code may raise after an earlier one wrote (a learning-rate callable), the
+    # values to put back, with the optimizers' bookkeeping as it was before any of them built its state.
+    held = atomic.hold()
+    guard = None
+    try:
+        if len(live) > 1 and atomic.outer_step() is not atomic.GUARDED \
+                and any(atomic.may_run_user_code(optimizer) for optimizer, _ in live[1:]):
+            guard = atomic.KeptValues([t for optimizer, group in live
+                                       for t in (*(v for _, v in group), *optimizer_weights(optimizer))],
+                                      [optimizer for optimizer, _ in live])
+        if validate_first:
+            # An ordinary step comes back as checked (``Ordinary``): its optimizer then takes it without a second
+            # pass.
+            live = [(optimizer, checked if type(checked := optimizer._prepare_pairs(group)) is Ordinary else group)
+                    for optimizer, group in live]
+        for optimizer, group in live:
+            optimizer.apply_gradients(group, **accepted(optimizer.apply_gradients, options or {}))
+    except BaseException:
+        if guard is not None:
+            guard.restore()
+        raise
+    finally:
+        if guard is not None:
+            guard.release()
+        atomic.release(held)
 
 
 def accepted(fn: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:

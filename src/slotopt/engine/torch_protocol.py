@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..kernels.native import tensor_table
-from . import group_sync, state_io
+from . import atomic, group_sync, state_io
 from .eager import outside_dynamo
 from .group_sync import TorchName, _as_number, is_param_group_list, torch_names_for
 from .state_io import CLASS_KEY
@@ -243,9 +243,13 @@ class TorchProtocol(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        pairs = self._step_pairs()
-        if pairs:
-            self._apply_step(pairs)
+        held = atomic.hold()  # from the parameters' proof to the last write: no finalizer, no SIGINT handler
+        try:
+            pairs = self._step_pairs()
+            if pairs:
+                self._apply_step(pairs)
+        finally:
+            atomic.release(held)
         return loss
 
     def _step_pairs(self) -> list[tuple[Any, torch.Tensor]]:

@@ -16,9 +16,11 @@ import torch
 
 from ..kernels.native import tensor_table
 from ..kernels.native.operands import Held
-from .plan import Pair, is_python_dispatch, within_storage
+from .aliasing import unaliased
+from .plan import Ordinary, Pair, is_python_dispatch, within_storage
+from .undo import plain_tensor_type
 
-__all__ = ["slots_hold", "check_slots", "check_writable"]
+__all__ = ["slots_hold", "check_slots", "check_writable", "check_variables_unchanged", "proven_again"]
 
 
 def _all_slots(opt: Any) -> list[Any]:
@@ -96,3 +98,76 @@ def check_writable(opt: Any, pairs: Sequence[Pair]) -> None:
                 f"Variable {opt._name_of(var)} of shape {tuple(var.shape)} lies outside its storage of "
                 f"{var.untyped_storage().nbytes()} bytes (the storage was resized under it, e.g. freed by "
                 "untyped_storage().resize_(0)): restore its storage before stepping.")
+
+
+def check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
+    """A variable whose dtype, device or shape changed since its state was made (``model.double()`` after
+    the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it. So is a
+    variable no kernel may write, and a slot changed in kind (engine/unchanged.py)."""
+    check_writable(self, pairs)
+    check_slots(self)
+    kinds = self.__dict__.get("_var_kinds")
+    if not kinds:
+        return
+    index = self._var_index
+    for _, var in pairs:
+        pos = index.get(id(var))
+        if pos is None or pos not in kinds or pos >= len(self._vars) or self._vars[pos] is not var:
+            continue
+        dtype, device, shape = kinds[pos]
+        same = tensor_table.same_kind(var, dtype, device, shape)  # (one C++ call; None: compared here)
+        if same is False or (same is None and (var.dtype != dtype or var.device != device or var.shape != shape)):
+            raise ValueError(
+                f"Variable {self._var_names[pos]} is now {var.dtype} of shape {tuple(var.shape)} on {var.device}"
+                f"; the optimizer built its state for {dtype} of shape {tuple(shape)} on {device}. Create the "
+                "optimizer after converting or moving the model (torch.optim refuses this too).")
+
+
+def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
+    """``pairs`` proven again just before the step's first write, after the code the step itself calls before it
+    (a learning-rate callable or schedule, a gradient transformer or aggregator, a subclass's hook), which may have
+    moved a variable or a gradient the step checked at its start (``p.data = ...``): a kernel must never take an
+    address read before such code ran. An ordinary step is proven again in one pass (its plan's ``fits``: the
+    gradients' addresses are read anew), any other step has its variables' kinds, its dense gradients' shapes and
+    its variables' storage checked again. Raises, with nothing written, when something changed. A gradient that is
+    its variable's own memory is copied then, one that overlaps it otherwise refused (engine/aliasing.py).
+
+    Nothing else can run in between (engine/atomic.py: no finalizer, no signal handler in a step)."""
+    if type(pairs) is Ordinary:
+        again = pairs.plan.fits(pairs)
+        if again is None:
+            raise RuntimeError(_moved(opt, pairs) + " Nothing was written; step again.")
+        pairs.grads, pairs.grad_addresses = again.grads, again.grad_addresses
+        return unaliased(opt, pairs)  # (a gradient that is its variable's memory: read as it was, engine/aliasing.py)
+    if "_var_kinds" not in opt.__dict__:  # (a wrapper: the optimizer it wraps proves its own step)
+        return pairs
+    check_variables_unchanged(opt, pairs)
+    plain = None
+    for i, (grad, var) in enumerate(pairs):
+        if type(grad) is torch.Tensor:
+            if isinstance(var, torch.Tensor) and grad.shape != var.shape:
+                raise RuntimeError(f"The gradient of variable {opt._name_of(var)} changed while the step ran, before "
+                                   f"its first write: it is now of shape {tuple(grad.shape)}, the variable "
+                                   f"{tuple(var.shape)}. Nothing was written.")
+        elif isinstance(grad, torch.Tensor) and not plain_tensor_type(type(grad)) and not is_python_dispatch(grad):
+            # A gradient whose class has a ``__torch_function__`` of its own would run it inside the update, between
+            # two writes (where it may raise): its values are read as a plain tensor of the same memory instead.
+            with torch._C.DisableTorchFunctionSubclass():
+                grad = grad.as_subclass(torch.Tensor)
+            plain = list(pairs) if plain is None else plain
+            plain[i] = (grad, var)
+    return unaliased(opt, pairs if plain is None else plain)
+
+
+def _moved(opt: Any, step: Ordinary) -> str:
+    """What changed in an ordinary step since its start: the first variable or gradient no longer as proven."""
+    plan = step.plan
+    for i, (grad, var) in enumerate(step):
+        if var is not plan.variables[i] or var.data_ptr() != plan.addresses[i] or var.shape != plan.shapes[i] \
+                or var.dtype != plan.dtypes[i] or not var.is_contiguous() or not within_storage(var):
+            return (f"Variable {opt._name_of(var)} changed while the step ran, before its first write (now "
+                    f"{var.dtype} of shape {tuple(var.shape)}; e.g. `p.data = ...` in a learning-rate callable or a "
+                    "gradient transformer).")
+        if not isinstance(grad, torch.Tensor) or grad.shape != var.shape or grad.dtype != var.dtype:
+            return f"The gradient of variable {opt._name_of(var)} changed while the step ran, before its first write."
+    return "A variable or gradient of this step changed while the step ran, before its first write."

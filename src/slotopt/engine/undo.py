@@ -2,8 +2,11 @@
 
 Constraints run after the update (engine/pipeline.py), so a constraint that raises or returns a bad value would
 leave variables and slots updated. A step whose variables have a constraint therefore first copies every value
-it may write (``StepValues``) and puts them back when it fails. Steps without constraints cannot fail after
-their first write (everything is validated before it) and copy nothing.
+it may write (``StepValues``) and puts them back when it fails. So does a step whose writes may run Python code that
+is not slotopt's (a variable class with its own ``__torch_function__`` or ``__torch_dispatch__``, a torch function
+or dispatch mode around the step: ``writes_run_user_code``), which may raise between two writes. Other steps
+cannot fail after their first write (everything is validated before it, and no finalizer or signal handler runs
+in a step: engine/atomic.py) and copy nothing.
 
 Example:
     >>> import torch, slotopt
@@ -21,84 +24,87 @@ Example:
 
 from __future__ import annotations
 
-import contextvars
+import functools
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, Optional
 
+import torch
+
+from .atomic import GUARDED, UNCONSTRAINED, KeptValues, StepGuard, outer_step
 from .plan import Ordinary
 from .routing import optimizer_weights
-from .transaction import copy_values, put_values
 
-__all__ = ["StepGuard", "StepValues", "constrained_step", "guarded"]
+__all__ = ["StepGuard", "StepValues", "constrained_step", "guarded", "writes_run_user_code", "plain_tensor_type"]
 
 _variable = itemgetter(1)
 
 
-# What the step of a wrapper (a loss-scale, composite or multi-optimizer) found of its variables, for the steps
-# of the optimizers it wraps, whose variables are among its own: ``GUARDED`` while it holds a ``StepValues``,
-# ``UNCONSTRAINED`` when none of them has a constraint. Either way those steps need not look again (a pass over
-# every variable per nested step); outside any step, None.
-GUARDED, UNCONSTRAINED = "guarded", "unconstrained"
-_OUTER: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("slotopt_outer_step", default=None)
-
-
-class StepGuard:
-    """What a step found of its variables' constraints, marked for the steps nested in it until ``release``."""
-
-    #: The values to put back when the step fails (``StepValues``), or None: it cannot fail after its first write.
-    values: Optional[StepValues] = None
-
-    def __init__(self, found: str) -> None:
-        self._token = _OUTER.set(found)
-
-    def restore(self) -> None:
-        """Puts back the values taken before the step (nothing to do without constraints)."""
-
-    def release(self) -> None:
-        _OUTER.reset(self._token)
-
-
-class StepValues(StepGuard):
+class StepValues(KeptValues):
     """The values of every tensor a step may write (its variables and all the optimizer's own variables: slots,
     ``iterations``, moving averages, accumulators, a wrapper's counters and its inner optimizers' variables),
     taken before the step's first write so that a step that fails part-way (a constraint that raises or returns
     a value of the wrong shape) can be undone."""
 
     def __init__(self, opt: Any, variables: Any) -> None:
-        seen: set[int] = set()
-        self._tensors = []
-        for t in [*variables, *optimizer_weights(opt)]:
-            if id(t) not in seen:
-                seen.add(id(t))
-                self._tensors.append(t)
-        self._values = copy_values(self._tensors)
-        self.values = self
-        super().__init__(GUARDED)
-
-    def restore(self) -> None:
-        put_values(self._tensors, self._values)
+        super().__init__([*variables, *optimizer_weights(opt)])
 
 
 def constrained_step(opt: Any, pairs: Any) -> Optional[StepGuard]:
-    """A ``StepValues`` for a step whose variables have a constraint (one C-level pass over them), else a
-    ``StepGuard`` marking that none has: a step without constraints cannot fail after its first write, so it
-    copies nothing. None inside an outer step that looked already (its variables include these)."""
-    if _OUTER.get() is not None:
+    """A ``StepValues`` for a step whose variables have a constraint (one C-level pass over them) or whose writes
+    may run Python code not slotopt's (``writes_run_user_code``), else a ``StepGuard`` marking that none has: such
+    a step cannot fail after its first write, so it copies nothing. None inside an outer step that looked already
+    (its variables include these)."""
+    if outer_step() is not None:
         return None
     if type(pairs) is Ordinary:
         # The C++ checks read each variable's constraint in their pass over the step (its objects in cache then);
         # else the variables are the plan's, checked in this step: read from its list, no pair is touched.
+        variables = pairs.plan.variables
         constrained = pairs.constrained
         if constrained is None:
-            constrained = any(map(getattr, pairs.plan.variables, repeat("constraint"), repeat(None)))
+            constrained = any(map(getattr, variables, repeat("constraint"), repeat(None)))
     else:
-        constrained = any(map(getattr, map(_variable, pairs), repeat("constraint"), repeat(None)))
-    if not constrained:
+        variables = list(map(_variable, pairs))
+        constrained = any(map(getattr, variables, repeat("constraint"), repeat(None)))
+    if not constrained and not writes_run_user_code(variables):
         return StepGuard(UNCONSTRAINED)
     return StepValues(opt, [pair[1] for pair in pairs])
 
 
+def writes_run_user_code(variables: Any) -> bool:
+    """Whether writing ``variables`` may run Python code that is not slotopt's, which may raise between two writes:
+    a torch function or dispatch mode active around the step, or a variable whose class has a
+    ``__torch_function__`` or ``__torch_dispatch__`` of its own (a wrapper subclass's ops run in Python). One
+    C-level pass over the variables' types."""
+    if _function_mode() or _dispatch_modes():
+        return True
+    return not all(map(plain_tensor_type, set(map(type, variables))))
+
+
+def _no_mode() -> Any:
+    return False
+
+
+# (torch's private predicates for the modes, present since at least 2.4; without them, no mode is assumed)
+_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", _no_mode)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", _no_mode)
+_TENSOR_FUNCTION = torch.Tensor.__torch_function__.__func__  # type: ignore[attr-defined]
+_DISABLED = (torch._C._disabled_torch_function_impl, getattr(torch._C, "_disabled_torch_dispatch_impl", None))
+
+
+@functools.cache
+def plain_tensor_type(cls: type) -> bool:
+    """Whether a tensor class runs torch's ops without Python code of its own (``torch.Tensor``, ``Parameter``,
+    slotopt's ``Variable``: no ``__torch_function__`` or ``__torch_dispatch__`` of their own)."""
+    if not issubclass(cls, torch.Tensor):
+        return True  # (not a tensor: the step refuses it before writing)
+    function = getattr(cls.__torch_function__, "__func__", cls.__torch_function__)
+    dispatch = getattr(cls, "__torch_dispatch__", None)
+    dispatch = getattr(dispatch, "__func__", dispatch)
+    return (function is _TENSOR_FUNCTION or function in _DISABLED) and (dispatch is None or dispatch in _DISABLED)
+
+
 def guarded() -> bool:
     """Whether an outer step (a wrapper's) holds a ``StepValues`` for the step running now."""
-    return _OUTER.get() is GUARDED
+    return outer_step() is GUARDED

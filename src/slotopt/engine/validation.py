@@ -18,6 +18,9 @@ from .plan import Pair
 
 __all__ = ["is_plain_gradient", "checked_pairs", "check_variables_unchanged", "check_gradient", "dense"]
 
+#: (defined with the other checks that a step's tensors are as they were, engine/unchanged.py)
+check_variables_unchanged = unchanged.check_variables_unchanged
+
 _FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPLEX_TYPES = (torch.complex64, torch.complex128)
 
@@ -65,29 +68,6 @@ def _check_complex_support(self, var: torch.Tensor) -> None:
             f"{type(self).__name__} cannot update the complex variable {self._name_of(var)} (dtype {var.dtype}): "
             f"{reason} (it raises too)."
         )
-
-
-def check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
-    """A variable whose dtype, device or shape changed since its state was made (``model.double()`` after
-    the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it. So is a
-    variable no kernel may write, and a slot changed in kind (engine/unchanged.py)."""
-    unchanged.check_writable(self, pairs)
-    unchanged.check_slots(self)
-    kinds = self.__dict__.get("_var_kinds")
-    if not kinds:
-        return
-    index = self._var_index
-    for _, var in pairs:
-        pos = index.get(id(var))
-        if pos is None or pos not in kinds or pos >= len(self._vars) or self._vars[pos] is not var:
-            continue
-        dtype, device, shape = kinds[pos]
-        same = tensor_table.same_kind(var, dtype, device, shape)  # (one C++ call; None: compared here)
-        if same is False or (same is None and (var.dtype != dtype or var.device != device or var.shape != shape)):
-            raise ValueError(
-                f"Variable {self._var_names[pos]} is now {var.dtype} of shape {tuple(var.shape)} on {var.device}"
-                f"; the optimizer built its state for {dtype} of shape {tuple(shape)} on {device}. Create the "
-                "optimizer after converting or moving the model (torch.optim refuses this too).")
 
 
 def check_gradient(grad: Any, var: torch.Tensor, name: Union[str, Callable[[], str]]) -> Any:

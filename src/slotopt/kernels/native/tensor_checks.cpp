@@ -72,9 +72,9 @@ PyObject* first_out_of_range(PyObject*, PyObject* args) {
 }
 
 // slices_fit(values, indices, dense_shape, variable) -> True when slices with these parts fit ``variable`` as
-// ``OptimizerCore._check_gradient`` requires (rows of the variable's row shape, floating values (of the variable's
-// dtype for a complex one) on its device, integer indices all inside the table, a dense shape that is None or the
-// variable's), read in one call; None when this cannot tell (anything
+// ``engine/validation.py``'s ``check_gradient`` requires (rows of the variable's row shape, floating values (of
+// the variable's dtype for a complex one) on its device, integer indices all inside the table, a dense shape that is
+// None or the variable's), read in one call; None when this cannot tell (anything
 // else: the Python checks then decide, and raise where they must). Never False: a refusal is Python's to word.
 PyObject* slices_fit(PyObject*, PyObject* args) {
   PyObject *values_object, *indices_object, *shape_object, *variable_object;
@@ -107,7 +107,7 @@ PyObject* slices_fit(PyObject*, PyObject* args) {
 // same_kind(variable, dtype, device, shape) -> True when the variable still has this torch.dtype, torch.device
 // and shape (a tuple of ints, e.g. torch.Size), False when it surely has not, None when this cannot tell (the
 // caller compares in Python). What the optimizer recorded when it built a variable's state is checked on every
-// step (``OptimizerCore._check_variables_unchanged``).
+// step (``engine/unchanged.py``'s ``check_variables_unchanged``).
 PyObject* same_kind(PyObject*, PyObject* args) {
   PyObject *variable_object, *dtype_object, *device_object, *shape_object;
   if (!PyArg_ParseTuple(args, "OOOO", &variable_object, &dtype_object, &device_object, &shape_object))
