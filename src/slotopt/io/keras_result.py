@@ -47,6 +47,7 @@ class _NamedWeights:
         not held twice): each parameter shares the memory of ``weights[name]``, so training it shows in
         ``weights`` too. A later call returns copies while those weights are unwritten, and raises ``ValueError``
         once training has written them (read the file again for a second model). On another ``device``: copies."""
+        self._refuse_unread("build parameters")
         for n in self.variable_names:  # all checked before any is handed out
             self._loans.check(self.weights[n], f"weight {n!r}", self.path)
         out = []
@@ -57,6 +58,15 @@ class _NamedWeights:
             else:
                 out.append(self._loans.take(weight, f"weight {n!r}", self.path).detach().requires_grad_(True))
         return out
+
+    def _refuse_unread(self, action: str) -> None:
+        """Refuses to ``action`` from a checkpoint read with ``metadata_only=True`` (``slotopt inspect``): its
+        tensors past one element are ``meta`` tensors (shapes and dtypes), with no values to train from."""
+        state = getattr(self, "optimizer_state", None) or [v.value for v in getattr(self, "optimizer_variables", ())]
+        for value in (*self.weights.values(), *state):
+            if isinstance(value, torch.Tensor) and value.is_meta:
+                raise ValueError(f"{self.path} was read with metadata_only=True (names, shapes and dtypes, no "
+                                 f"values): read it again without metadata_only to {action}.")
 
     def _check_names(self, argument: str, given: Mapping[str, Any]) -> None:
         """``given`` (keyed by Keras name) names every trainable variable of the checkpoint and nothing else."""
@@ -69,6 +79,7 @@ class _NamedWeights:
             )
 
     def _params_in_order(self, params: Any) -> list[torch.Tensor]:
+        self._refuse_unread("build its optimizer")
         if isinstance(params, Mapping):
             self._check_names("params", params)
             ordered = [params[n] for n in self.variable_names]
@@ -391,6 +402,7 @@ class KerasCheckpoint(_NamedWeights):
         parameters and the optimizer's slots (in Keras layout), and the file's copies are freed; a later use of
         this checkpoint copies them while unwritten and is refused once training has written them.
         """
+        self._refuse_unread("load a module")
         if mapping is None:
             mapping = self.mapping_for(module)
         if not isinstance(mapping, Mapping):

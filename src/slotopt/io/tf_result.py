@@ -371,6 +371,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         (checkpoint layout) and the file's copies are freed; a later use of this checkpoint copies them while
         unwritten and is refused once training has written them.
         """
+        self._refuse_unread("load a module")
         if self.kind == "composite":
             raise ValueError(f"{self.path} holds several optimizers: load the weights yourself (`weights`, "
                              "`layouts`) and call `optimizer(params, optimizer=[...])` on the module's tensors.")
