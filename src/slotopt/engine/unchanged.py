@@ -17,7 +17,7 @@ import torch
 from ..kernels.native import tensor_table
 from ..kernels.native.operands import Held
 from .aliasing import unaliased
-from .plan import Ordinary, Pair, is_python_dispatch, within_storage
+from .plan import Ordinary, Pair, collections, is_python_dispatch, within_storage
 from .undo import plain_tensor_type
 
 __all__ = ["slots_hold", "check_slots", "check_writable", "check_variables_unchanged", "proven_again"]
@@ -134,6 +134,11 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
 
     Nothing else can run in between (engine/atomic.py: no finalizer, no signal handler in a step)."""
     if type(pairs) is Ordinary:
+        quiet, pairs.quiet = pairs.quiet, None  # (once: an ``Ordinary`` kept past its step proves nothing)
+        if quiet is not None and quiet == collections():
+            # Proven in this step where nothing but slotopt's own code has run since (plan_cache._ordinary): no
+            # callable, transformer, hook or mode, and no collection (no finalizer) since before the proof.
+            return unaliased(opt, pairs)
         again = pairs.plan.fits(pairs)
         if again is None:
             raise RuntimeError(_moved(opt, pairs) + " Nothing was written; step again.")
