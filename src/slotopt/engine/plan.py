@@ -35,8 +35,16 @@ import torch
 
 from ..kernels import native
 from ..kernels.native import tensor_table
-from ..kernels.native.operands import (direct, direct_type, in_storage, inside, is_python_dispatch, plain,
-                                       within_storage, writable_now)
+from ..kernels.native.operands import (
+    direct,
+    direct_type,
+    in_storage,
+    inside,
+    is_python_dispatch,
+    plain,
+    within_storage,
+    writable_now,
+)
 
 __all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "split", "direct", "in_storage", "within_storage",
            "is_python_dispatch", "proof_mark", "collections", "quiet_now"]
@@ -223,7 +231,10 @@ class StepPlan:
                     return matched
             elif all(map(_is, tensors, memo[1])) and list(map(_address, tensors)) == memo[2] \
                     and list(map(_shape, tensors)) == memo[3] and all(map(_is, map(_dtype, tensors), repeat(memo[6]))) \
-                    and all(map(_contiguous, tensors)) and all(map(direct, tensors)):
+                    and all(map(_contiguous, tensors)) and list(map(type, tensors)) == memo[7] \
+                    and all(map(direct_type, memo[8])) and plain(tensors) and writable_now(tensors) \
+                    and inside(tensors, memo[9], memo[10]):
+                # (the same proof in bulk: class, address, sizes, dtype, contiguity, kind, writability, bounds)
                 matched.bumped = False
                 return matched
         shapes = [self.shapes[self.index_of[p]] for p in group]
@@ -237,7 +248,11 @@ class StepPlan:
         addresses = list(map(_address, tensors))
         matched.addresses = np.array(addresses, dtype=np.uint64)
         record = tensor_table.make_plan(list(tensors))  # (None when the C++ checks are off)
-        self.memo[key] = (group, list(tensors), addresses, shapes, matched, record, dtype)
+        types = list(map(type, tensors))
+        extents = [t.numel() * t.element_size() for t in tensors]
+        ends = [a + e if e else 0 for a, e in zip(addresses, extents)]
+        self.memo[key] = (group, list(tensors), addresses, shapes, matched, record, dtype, types,
+                          list(dict.fromkeys(types)), ends, extents)
         return matched
 
     @staticmethod
