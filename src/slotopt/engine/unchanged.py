@@ -130,7 +130,9 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
     address read before such code ran. An ordinary step is proven again in one pass (its plan's ``fits``: the
     gradients' addresses are read anew), any other step has its variables' kinds, its dense gradients' shapes and
     its variables' storage checked again. Raises, with nothing written, when something changed. A gradient that is
-    its variable's own memory is copied then, one that overlaps it otherwise refused (engine/aliasing.py).
+    its variable's own memory is copied then, one that overlaps it otherwise refused (engine/aliasing.py). An
+    ordinary step marked ``quiet`` (``plan_cache._ordinary``: proven in this step, where no code but slotopt's own
+    could run since) is not proven a second time, as long as no collection ran since.
 
     Nothing else can run in between (engine/atomic.py: no finalizer, no signal handler in a step)."""
     if type(pairs) is Ordinary:
