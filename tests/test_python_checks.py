@@ -225,3 +225,29 @@ def test_the_bulk_storage_check_finds_a_shrunk_storage(python_checks):
     tensors[2].untyped_storage().resize_(0)  # (no base at all)
     assert not plan_module.inside(tensors, [t.data_ptr() + 64 for t in tensors], [64] * 3)
     assert plan_module.inside([torch.zeros(0)], [0], [0])
+
+
+def test_a_quiet_steps_slots_are_read_once_and_their_kind_still_proven(python_checks):
+    # In a quiet step whose slots the Python record held unchanged, the compiled rule's operands are not read again
+    # for what that record proved (the mark lasts until the plan's next proof, and no collection may run since);
+    # their kind still is: a moment slot replaced between steps by a lazily negated view of the same memory (same
+    # object, address, dtype, sizes and storage) is never read by address (unnegated): torch's own kernels take it
+    # and refuse it (they do not write such a view) before anything is written.
+    params = _params()
+    opt = slotopt.legacy.Adam(learning_rate=0.1, params=params)
+    for step in range(3):
+        opt.apply_gradients(list(zip(_grads(params, step), params)))
+    assert opt._plan._held()
+    gc.collect()
+    assert not opt._plan._held()
+    opt.apply_gradients(list(zip(_grads(params, 3), params)))
+    assert opt._plan._held()
+    slot = opt._slots["m"][1]
+    values = slot.detach().clone()
+    slot.copy_(-values)
+    slot.data = slot.data._neg_view()  # (reads as ``values``)
+    assert slot.is_neg() and torch.equal(slot, values)
+    before = _state(opt, params)
+    with pytest.raises(RuntimeError, match="negation"):
+        opt.apply_gradients(list(zip(_grads(params, 4), params)))
+    assert _same(before, _state(opt, params))

@@ -87,6 +87,8 @@ class Ordinary(list):  # type: ignore[type-arg]
     #: first write (``quiet_now``): the cyclic collector's count of collections then, else None. ``proven_again``
     #: then need not prove it again (engine/unchanged.py).
     quiet: Optional[int] = None
+    #: Whether its slots were proven by the Python record (``unchanged.slots_hold``) in this step.
+    held: bool = False
 
     @classmethod
     def of(cls, pairs: Sequence[Pair], plan: StepPlan, grads: list[torch.Tensor],
@@ -230,11 +232,13 @@ class StepPlan:
                     matched.bumped = True
                     return matched
             elif all(map(_is, tensors, memo[1])) and list(map(_address, tensors)) == memo[2] \
-                    and list(map(_shape, tensors)) == memo[3] and all(map(_is, map(_dtype, tensors), repeat(memo[6]))) \
                     and all(map(_contiguous, tensors)) and list(map(type, tensors)) == memo[7] \
-                    and all(map(direct_type, memo[8])) and plain(tensors) and writable_now(tensors) \
-                    and inside(tensors, memo[9], memo[10]):
-                # (the same proof in bulk: class, address, sizes, dtype, contiguity, kind, writability, bounds)
+                    and all(map(direct_type, memo[8])) and plain(tensors) and (
+                        self._held() or (list(map(_shape, tensors)) == memo[3]
+                                         and all(map(_is, map(_dtype, tensors), repeat(memo[6])))
+                                         and writable_now(tensors) and inside(tensors, memo[9], memo[10]))):
+                # (the same proof in bulk: identity, address, contiguity, class, kind; and sizes, dtype,
+                # writability and bounds, unless this quiet step's slots were held unchanged in it)
                 matched.bumped = False
                 return matched
         shapes = [self.shapes[self.index_of[p]] for p in group]
@@ -254,6 +258,14 @@ class StepPlan:
         self.memo[key] = (group, list(tensors), addresses, shapes, matched, record, dtype, types,
                           list(dict.fromkeys(types)), ends, extents)
         return matched
+
+    def _held(self) -> bool:
+        """Whether this step is quiet and its slots were proven by the Python record (``Held.holds``: each the same
+        object at the same address, dtype and sizes, in the same storage, writable), with no collection since
+        (``unchanged.proven_again`` marks it, the next ``fits`` drops it). The slot tables are not changed by a
+        quiet step's own code: a tensor of the memo found in them now was among those the record proved."""
+        held = self.memo.get("held")
+        return held is not None and held == collections()
 
     @staticmethod
     def possible(opt: Planner, pairs: Sequence[Pair]) -> bool:
@@ -292,6 +304,7 @@ class StepPlan:
 
     def fits(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         """``pairs`` as an ``Ordinary`` step of this plan, or None (see the module docstring)."""
+        self.memo.pop("held", None)  # (a quiet step's mark for its slots, engine/unchanged.py: that step is over)
         if self.table is not None and tensor_table.active():
             checked = tensor_table.fits(self.table, pairs)
             if checked is None:

@@ -49,7 +49,7 @@ def planned_step(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         return pairs  # checked by this plan in this very step (a composite validates its groups first)
     ordinary = plan.fits(pairs)
     # The slots too are proven unchanged before anything is written (else the full path checks and refuses).
-    return ordinary if ordinary is not None and unchanged.slots_hold(self) else None
+    return ordinary if ordinary is not None and unchanged.slots_hold(self, ordinary) else None
 
 
 def _planned_params_step(self, params: list[torch.Tensor]) -> Optional[Ordinary]:
