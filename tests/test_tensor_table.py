@@ -16,6 +16,7 @@ import slotopt
 from slotopt import legacy, v1
 from slotopt.engine import validation
 from slotopt.engine.plan import StepPlan
+from slotopt.kernels import native
 from slotopt.kernels.native import tensor_table
 
 pytestmark = pytest.mark.skipif(not tensor_table.active(), reason=str(tensor_table.status()))
@@ -129,7 +130,9 @@ def test_fits_gives_the_python_verdict_on_hostile_steps(seed):
             return
 
 
-def test_state_operands_refuse_a_replaced_or_moved_state_tensor_on_both_paths():
+def test_state_operands_refuse_a_replaced_or_moved_state_tensor_on_both_paths(monkeypatch):
+    # (operands of the compiled path: run with the compiled kernels whatever SLOTOPT_KERNELS says)
+    monkeypatch.setattr(native, "_mode", "auto")
     variables = [torch.nn.Parameter(torch.randn(4)) for _ in range(3)]
     opt = _Opt(variables)
     plan = StepPlan(opt, [(torch.randn(4), v) for v in variables])

@@ -24,6 +24,7 @@ from ..kernels.native import tensor_table
 from ..numerics import fpmode
 from . import atomic
 from .eager import outside_dynamo
+from .plan import proof_mark
 from .unchanged import proven_again
 from .undo import StepValues, constrained_step, guarded
 
@@ -78,10 +79,11 @@ _STEP_MODE = (_enter_step_mode, _leave_step_mode)
 def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     opt._sync_param_groups()  # torch side: what a scheduler wrote into param_groups
     grads_and_vars = opt._local_pairs(grads_and_vars)  # FSDP2: the local shards of sharded parameters
+    since = proof_mark()  # (an ordinary step proven after this, in ``_prepare_pairs``, may be proven once)
     pairs = opt._prepare_pairs(grads_and_vars, **options)  # validate, build; raises before any change
     if pairs is None:
         return opt._empty_step_result()
-    pairs = opt._ordinary(pairs)  # a step like the last one: its plan serves the stages (engine/plan.py)
+    pairs = opt._ordinary(pairs, since)  # a step like the last one: its plan serves the stages (engine/plan.py)
     # With constraints, the values to put back if the step fails; marked for the steps a wrapper runs inside this
     # one (their variables are among these), which then need not look again (None inside such a step).
     guard = constrained_step(opt, pairs)

@@ -23,9 +23,11 @@ list, else they are read here in Python (one C-level ``map`` per property). Both
 
 from __future__ import annotations
 
+import gc
 import operator
+import sys
 from collections.abc import Mapping, Sequence
-from itertools import repeat
+from itertools import count, repeat
 from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
@@ -33,10 +35,19 @@ import torch
 
 from ..kernels import native
 from ..kernels.native import tensor_table
-from ..kernels.native.operands import direct, in_storage, is_python_dispatch, within_storage
+from ..kernels.native.operands import (
+    direct,
+    direct_type,
+    in_storage,
+    inside,
+    is_python_dispatch,
+    plain,
+    within_storage,
+    writable_now,
+)
 
 __all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "split", "direct", "in_storage", "within_storage",
-           "is_python_dispatch"]
+           "is_python_dispatch", "proof_mark", "collections", "quiet_now"]
 
 Pair = tuple[Any, torch.Tensor]
 
@@ -70,6 +81,14 @@ class Ordinary(list):  # type: ignore[type-arg]
     #: Whether a variable of the step has a ``constraint`` (``engine/undo.py``), read in the C++ checks' pass over
     #: the variables; None when not read (the step then looks itself).
     constrained: Optional[bool]
+    #: When ``fits`` proved it: a number from ``proof_mark``'s sequence (-1: made by others of a step it proved).
+    proof: int
+    #: Set by the step that proved it (``plan_cache._ordinary``) where no code but slotopt's own can run until its
+    #: first write (``quiet_now``): the cyclic collector's count of collections then, else None. ``proven_again``
+    #: then need not prove it again (engine/unchanged.py).
+    quiet: Optional[int] = None
+    #: Whether its slots were proven by the Python record (``unchanged.slots_hold``) in this step.
+    held: bool = False
 
     @classmethod
     def of(cls, pairs: Sequence[Pair], plan: StepPlan, grads: list[torch.Tensor],
@@ -79,6 +98,7 @@ class Ordinary(list):  # type: ignore[type-arg]
         ordinary = cls(pairs)
         ordinary.plan, ordinary.grads, ordinary.grad_addresses = plan, grads, grad_addresses
         ordinary.constrained = constrained
+        ordinary.proof = -1  # (made of a step proven elsewhere: ``fits`` stamps its own)
         return ordinary
 
     def gradients(self, positions: Sequence[int]) -> native.Matched:
@@ -122,6 +142,13 @@ class StepPlan:
         self.devices = [v.device for v in variables]
         self.on_cpu = all(d.type == "cpu" for d in self.devices)
         self.addresses = [v.data_ptr() for v in variables]
+        # What the Python checks compare each step with (``fits``): each variable's class, and the end of its bytes
+        # (0 when empty), for its storage bounds.
+        self.types = list(map(type, variables))
+        self.type_set = list(dict.fromkeys(self.types))
+        self.extents = [v.numel() * v.element_size() for v in variables]
+        self.ends = [a + e if e else 0 for a, e in zip(self.addresses, self.extents)]
+        self.empty = 0 in self.extents
         self.groups = opt._groups(self.positions)  # the (device, dtype) groups of the positions
         self.kinds = list(dict.fromkeys(zip(self.devices, self.dtypes)))  # the (device, dtype) pairs, in order
         self.table = tensor_table.make_plan(variables)  # the C++ checks' record of the variables, or None
@@ -205,8 +232,13 @@ class StepPlan:
                     matched.bumped = True
                     return matched
             elif all(map(_is, tensors, memo[1])) and list(map(_address, tensors)) == memo[2] \
-                    and list(map(_shape, tensors)) == memo[3] and all(map(_is, map(_dtype, tensors), repeat(memo[6]))) \
-                    and all(map(_contiguous, tensors)) and all(map(direct, tensors)):
+                    and all(map(_contiguous, tensors)) and list(map(type, tensors)) == memo[7] \
+                    and all(map(direct_type, memo[8])) and plain(tensors) and (
+                        self._held() or (list(map(_shape, tensors)) == memo[3]
+                                         and all(map(_is, map(_dtype, tensors), repeat(memo[6])))
+                                         and writable_now(tensors) and inside(tensors, memo[9], memo[10]))):
+                # (the same proof in bulk: identity, address, contiguity, class, kind; and sizes, dtype,
+                # writability and bounds, unless this quiet step's slots were held unchanged in it)
                 matched.bumped = False
                 return matched
         shapes = [self.shapes[self.index_of[p]] for p in group]
@@ -220,8 +252,20 @@ class StepPlan:
         addresses = list(map(_address, tensors))
         matched.addresses = np.array(addresses, dtype=np.uint64)
         record = tensor_table.make_plan(list(tensors))  # (None when the C++ checks are off)
-        self.memo[key] = (group, list(tensors), addresses, shapes, matched, record, dtype)
+        types = list(map(type, tensors))
+        extents = [t.numel() * t.element_size() for t in tensors]
+        ends = [a + e if e else 0 for a, e in zip(addresses, extents)]
+        self.memo[key] = (group, list(tensors), addresses, shapes, matched, record, dtype, types,
+                          list(dict.fromkeys(types)), ends, extents)
         return matched
+
+    def _held(self) -> bool:
+        """Whether this step is quiet and its slots were proven by the Python record (``Held.holds``: each the same
+        object at the same address, dtype and sizes, in the same storage, writable), with no collection since
+        (``unchanged.proven_again`` marks it, the next ``fits`` drops it). The slot tables are not changed by a
+        quiet step's own code: a tensor of the memo found in them now was among those the record proved."""
+        held = self.memo.get("held")
+        return held is not None and held == collections()
 
     @staticmethod
     def possible(opt: Planner, pairs: Sequence[Pair]) -> bool:
@@ -260,12 +304,13 @@ class StepPlan:
 
     def fits(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         """``pairs`` as an ``Ordinary`` step of this plan, or None (see the module docstring)."""
+        self.memo.pop("held", None)  # (a quiet step's mark for its slots, engine/unchanged.py: that step is over)
         if self.table is not None and tensor_table.active():
             checked = tensor_table.fits(self.table, pairs)
             if checked is None:
                 return None
             grads, addresses, constrained = checked
-            return Ordinary.of(pairs, self, grads, _from_table(addresses), constrained)
+            return _proven(Ordinary.of(pairs, self, grads, _from_table(addresses), constrained))
         if len(pairs) != len(self.variables) or not all(map(_is, map(type, pairs), repeat(tuple))) \
                 or not all(map(operator.eq, map(len, pairs), repeat(2))):
             return None  # (a face's own pairs are 2-tuples; anything else is checked in full)
@@ -273,29 +318,38 @@ class StepPlan:
         variables = [pair[1] for pair in pairs]
         if not all(map(_is, variables, self.variables)):
             return None
-        # Everything the kernels rely on, proven again (a plan caches work, never trust): each variable's address,
-        # dtype, device, sizes, contiguity, storage bounds and kind. ``p.data = ...`` can give a tensor of another
-        # size at the same address; ``resize_``, ``set_`` and dtype views change sizes or dtype in place.
-        # (Each variable's storage is read again, not held by the plan: a storage the user let go, as FSDP and
-        # weight-swapping code do with ``p.data = ...`` between steps, must be freed then, not at the next step.)
-        if list(map(_address, variables)) != self.addresses or list(map(_dtype, variables)) != self.dtypes \
-                or list(map(_shape, variables)) != self.shapes or list(map(_device, variables)) != self.devices \
-                or not all(map(_contiguous, variables)) or not all(map(direct, variables)):
+        # Everything the kernels rely on, proven again (a plan caches work, never trust): each variable's class,
+        # address, dtype, device, sizes, contiguity, kind, writability and storage bounds. ``p.data = ...`` can give
+        # a tensor of another size at the same address; ``resize_``, ``set_`` and dtype views change sizes or dtype
+        # in place. One C-level pass per property, each property read once per step (``operands``' bulk checks:
+        # a Python call per tensor costs more than the reads). (Each variable's storage is read again, not held
+        # by the plan: a storage the user let go, as FSDP and weight-swapping code do with ``p.data = ...``
+        # between steps, must be freed then, not at the next step.)
+        if list(map(type, variables)) != self.types or not all(map(direct_type, self.type_set)) \
+                or list(map(_address, variables)) != self.addresses or list(map(_dtype, variables)) != self.dtypes \
+                or list(map(_shape, variables)) != self.shapes \
+                or not (all(map(_on_cpu, variables)) if self.on_cpu else list(map(_device, variables)) == self.devices) \
+                or not all(map(_contiguous, variables)) or not plain(variables) or not writable_now(variables) \
+                or not inside(variables, self.ends, self.extents):
             return None  # changed since: checked in full again (the full path refuses a changed variable)
-        # One C-level pass per property (no Python loop per gradient): the type, layout, dtype, device and shape
-        # of each gradient against its variable's, as the plan recorded them. The layout comes first: a sparse
+        # One C-level pass per property (no Python loop per gradient): the type, layout, dtype, device, shape and
+        # kind of each gradient against its variable's, as the plan recorded them. The layout comes first: a sparse
         # COO gradient has a dtype, a shape, a device and even a contiguity (False) like a dense one, and only
         # the full path checks its rows (an index past the table must never reach a kernel). Anything unusual
-        # (sparse, mkldnn, nested, meta, another device) takes the full path, which checks it or refuses it.
+        # (sparse, mkldnn, nested, meta, another device, a lazily negated view a kernel would read unnegated)
+        # takes the full path, which checks it or refuses it.
         if not (all(map(_is, map(type, grads), repeat(torch.Tensor)))
                 and all(map(_is, map(_layout, grads), repeat(_strided))) and not any(map(_nested, grads))
                 and list(map(_dtype, grads)) == self.dtypes
                 and (all(map(_on_cpu, grads)) if self.on_cpu else list(map(_device, grads)) == self.devices)
-                and list(map(_shape, grads)) == self.shapes):
+                and list(map(_shape, grads)) == self.shapes and plain(grads)):
             return None
         # (strided, not nested: contiguity is defined; a gradient read by address must lie inside its storage)
-        contiguous = all(map(_contiguous, grads)) and all(map(in_storage, grads))
-        return Ordinary.of(pairs, self, grads, list(map(_address, grads)) if contiguous else None)
+        addresses = list(map(_address, grads))
+        ends = [a + e if e else 0 for a, e in zip(addresses, self.extents)] if self.empty else \
+            list(map(operator.add, addresses, self.extents))
+        contiguous = all(map(_contiguous, grads)) and inside(grads, ends, self.extents)
+        return _proven(Ordinary.of(pairs, self, grads, addresses if contiguous else None))
 
 
 def split(step: Ordinary, key: Any, route: Callable[[], dict[int, list[Pair]]],
@@ -358,3 +412,43 @@ def _registry_key(opt: Planner) -> tuple[Any, ...]:
     removed or copied), the built variable list, and whether groups are taken whole (``foreach``)."""
     return (opt._var_index, len(opt._vars), opt.__dict__.get("_trainable_index"), opt.foreach,
             opt.__dict__.get("_flat_state"))
+
+
+_proofs = count()
+
+
+def _proven(step: Ordinary) -> Ordinary:
+    step.proof = next(_proofs)
+    return step
+
+
+def proof_mark() -> tuple[int, int]:
+    """``(number, collections)``: an ``Ordinary`` with a greater ``proof`` was proven after this call, and
+    ``collections()`` is still the second number while the cyclic collector has not run since."""
+    return next(_proofs), collections()
+
+
+def collections() -> int:
+    """How many times the cyclic garbage collector has run in this process (its finalizers and weakref callbacks
+    are Python code that may move a variable; a step holds it off, engine/atomic.py, but another thread's step that
+    ends switches it back on)."""
+    return sum([generation["collections"] for generation in gc.get_stats()])
+
+
+_monitoring = getattr(sys, "monitoring", None)  # (Python 3.12 on: tools whose callbacks run at any instruction)
+_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+
+
+def quiet_now(plan: StepPlan) -> bool:
+    """Whether no Python code can run now but slotopt's own and torch's (the caller adds the optimizer's own
+    ``atomic.may_run_user_code``): no trace or profile function, no monitoring tool, no torch function or dispatch
+    mode (Python code run by torch's ops), and every variable of ``plan`` of a class of torch or slotopt (another
+    class's ``__torch_function__`` or properties are Python code)."""
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        return False
+    if _monitoring is not None and any(_monitoring.get_tool(tool) is not None for tool in range(6)):
+        return False
+    if _function_mode is None or _function_mode() or _dispatch_modes is None or _dispatch_modes():
+        return False
+    return all([cls.__module__.partition(".")[0] in ("torch", "slotopt") for cls in plan.type_set])

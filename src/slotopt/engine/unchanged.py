@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
 from ..kernels.native import tensor_table
 from ..kernels.native.operands import Held
 from .aliasing import unaliased
-from .plan import Ordinary, Pair, is_python_dispatch, within_storage
+from .plan import Ordinary, Pair, collections, is_python_dispatch, within_storage
 from .undo import plain_tensor_type
 
 __all__ = ["slots_hold", "check_slots", "check_writable", "check_variables_unchanged", "proven_again"]
@@ -27,10 +27,14 @@ def _all_slots(opt: Any) -> list[Any]:
     return list(chain.from_iterable(map(dict.values, opt._slots.values())))
 
 
-def slots_hold(opt: Any) -> bool:
+def slots_hold(opt: Any, step: Optional[Ordinary] = None) -> bool:
     """Whether every slot of ``opt`` is still the tensor last checked, unchanged (address, dtype, device, sizes,
     storage bounds, kind), in one C++ pass over them all; else, or without the C++ checks, whether each still has
-    the dtype and sizes it was made with and lies inside its storage (read in Python, then recorded again)."""
+    the dtype and sizes it was made with and lies inside its storage (read in Python, then recorded again).
+
+    ``step``: the ordinary step this proves the slots of; marked ``held`` when the Python record proved every slot
+    the same object at the same address, of the same dtype and sizes, in the same storage and writable
+    (``Held.holds``), which ``StepPlan.state_operands`` need not read again in a quiet step."""
     kinds = opt.__dict__.get("_slot_kinds")
     if not kinds:
         return True
@@ -39,6 +43,8 @@ def slots_hold(opt: Any) -> bool:
     if record is not None and len(slots) == record[0]:
         if type(record[1]) is Held:
             if not tensor_table.active() and record[1].holds(slots):
+                if step is not None:
+                    step.held = True
                 return True
         elif tensor_table.active() and tensor_table.same_tensors(record[1], slots):
             return True
@@ -130,10 +136,20 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
     address read before such code ran. An ordinary step is proven again in one pass (its plan's ``fits``: the
     gradients' addresses are read anew), any other step has its variables' kinds, its dense gradients' shapes and
     its variables' storage checked again. Raises, with nothing written, when something changed. A gradient that is
-    its variable's own memory is copied then, one that overlaps it otherwise refused (engine/aliasing.py).
+    its variable's own memory is copied then, one that overlaps it otherwise refused (engine/aliasing.py). An
+    ordinary step marked ``quiet`` (``plan_cache._ordinary``: proven in this step, where no code but slotopt's own
+    could run since) is not proven a second time, as long as no collection ran since.
 
     Nothing else can run in between (engine/atomic.py: no finalizer, no signal handler in a step)."""
     if type(pairs) is Ordinary:
+        quiet, pairs.quiet = pairs.quiet, None  # (once: an ``Ordinary`` kept past its step proves nothing)
+        if quiet is not None and quiet == collections():
+            # Proven in this step where nothing but slotopt's own code has run since (plan_cache._ordinary): no
+            # callable, transformer, hook or mode, and no collection (no finalizer) since before the proof. Its
+            # slots too, when the Python record held them (``slots_hold``): ``state_operands`` reads only what that
+            # record does not prove, until the plan's next proof (``fits`` drops the mark).
+            pairs.plan.memo["held"] = quiet if pairs.held else None
+            return unaliased(opt, pairs)
         again = pairs.plan.fits(pairs)
         if again is None:
             raise RuntimeError(_moved(opt, pairs) + " Nothing was written; step again.")

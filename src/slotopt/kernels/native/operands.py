@@ -10,14 +10,15 @@ or refuse it. A write moves the tensor's version counter, on every torch slotopt
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter, is_
+from operator import add, attrgetter, is_, le
 from typing import Any, Optional
 
 import torch
 
 from . import tensor_table
 
-__all__ = ["in_storage", "within_storage", "is_python_dispatch", "direct", "Held"]
+__all__ = ["in_storage", "within_storage", "is_python_dispatch", "direct", "Held", "direct_type", "plain", "writable_now",
+           "inside"]
 
 try:
     from torch.autograd.graph import increment_version as _torch_increment_version
@@ -90,18 +91,51 @@ def direct(t: torch.Tensor) -> bool:
             and (not t.is_inference() or torch.is_inference_mode_enabled()))
 
 
+# The same checks in bulk, for lists of tensors whose type, address, dtype and sizes the caller compared already
+# with what it recorded (engine/plan.py): one C-level pass per property, no Python call per tensor.
+_is_neg, _is_conj, _is_inference = torch.Tensor.is_neg, torch.Tensor.is_conj, torch.Tensor.is_inference
+_untyped_storage = torch.Tensor.untyped_storage
+_data_ptr = torch.Tensor.data_ptr
+_storage_ptr = torch.UntypedStorage.data_ptr
+_storage_bytes = torch.UntypedStorage.nbytes
+_dtype, _shape = attrgetter("dtype"), attrgetter("shape")
+
+
+def direct_type(cls: type) -> bool:
+    """Whether tensors of class ``cls`` leave dispatch to torch (no ``__torch_dispatch__`` of their own): read
+    per class, on every step (a class attribute can be set at any time)."""
+    return getattr(cls, "__torch_dispatch__", _NO_DISPATCH) is _NO_DISPATCH
+
+
+def plain(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether none of ``tensors`` is a lazily negated or conjugated view or a functional wrapper (``direct``'s
+    other kinds; ``t.data = t.data._neg_view()`` keeps the object, its address, dtype and sizes)."""
+    return not (any(map(_is_neg, tensors)) or any(map(_is_conj, tensors)) or any(map(_is_functional, tensors)))
+
+
+def writable_now(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether every one of ``tensors`` may be written now: no inference tensor outside inference mode."""
+    return torch.is_inference_mode_enabled() or not any(map(_is_inference, tensors))
+
+
+def inside(tensors: Sequence[torch.Tensor], ends: Sequence[int], extents: Sequence[int]) -> bool:
+    """``in_storage`` of every one of ``tensors``, contiguous, each at an address ``a`` with ``ends[i] = a +
+    extents[i]`` (its bytes; 0 when empty, which is inside whatever its storage): its storage has a base and
+    reaches ``ends[i]``. (Its address is the base plus a storage offset, never negative: only the end is in
+    question.) Two passes over the storages instead of ``in_storage``'s six calls per tensor."""
+    storages = list(map(_untyped_storage, tensors))
+    bases = list(map(_storage_ptr, storages))
+    if not all(map(le, ends, map(add, bases, map(_storage_bytes, storages)))):
+        return False
+    return 0 not in bases or all([base != 0 or not extent for base, extent in zip(bases, extents)])
+
+
 def _readable(tensors: Sequence[torch.Tensor], written: bool) -> bool:
     """Whether a kernel may take every one of ``tensors`` by address (``direct``: kind, contiguity,
     storage bounds, and writability when ``written``), in one C++ pass where the table is built."""
     if tensor_table.active():
         return tensor_table.readable(tensors, written)
     return all([t.is_contiguous() and direct(t) for t in tensors])
-
-
-_data_ptr = torch.Tensor.data_ptr
-_storage_ptr = torch.UntypedStorage.data_ptr
-_storage_bytes = torch.UntypedStorage.nbytes
-_dtype, _shape = attrgetter("dtype"), attrgetter("shape")
 
 
 class Held:
