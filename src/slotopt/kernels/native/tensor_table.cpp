@@ -562,6 +562,7 @@ PyMethodDef methods[] = {
     {"leave_step", leave_step, METH_O, "Puts back what enter_step found."},
 #endif
     {"slices_fit", slices_fit, METH_VARARGS, "Whether slices fit a variable (True), or None: undecided."},
+    {"pin", pin, METH_VARARGS, "Every operand's storage held while a kernel runs without the GIL; or None."},
     {"slices", slices, METH_VARARGS, "A compiled rule on slices, its operands checked here; or None."},
     {"increment", increment, METH_O, "Adds 1 to a one-element int64 CPU tensor in place; False if not taken."},
     {nullptr, nullptr, 0, nullptr}};

@@ -73,6 +73,7 @@ PyObject* same_kind(PyObject*, PyObject* args);
 PyObject* scalar(PyObject*, PyObject* object);
 PyObject* increment(PyObject*, PyObject* object);
 PyObject* slices(PyObject*, PyObject* args);
+PyObject* pin(PyObject*, PyObject* args);
 #if defined(__SSE__)
 PyObject* enter_step(PyObject*, PyObject*);
 PyObject* leave_step(PyObject*, PyObject* token_object);

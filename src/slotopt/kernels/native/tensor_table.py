@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 
 __all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_tensors", "readable", "bump_versions",
-           "gradients", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode", "same_kind"]
+           "gradients", "pin", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode", "same_kind"]
 
 _module: Any = None
 _load_error: Optional[str] = None
@@ -123,6 +123,13 @@ def bump_versions(tensors: list[torch.Tensor]) -> None:
     """Moves each tensor's version counter, as an in-place torch op does (``torch.autograd.graph.increment_version``
     without its per-tensor cost)."""
     _module.bump_versions(tensors)
+
+
+def pin(rows: Sequence[Any], table: Any, offsets: Any, n: int, itemsize: int) -> Any:
+    """A holder of every operand's storage for a kernel call (``pins.pin``: ``table`` uint64 and ``offsets`` int64
+    numpy arrays, C-contiguous, kept alive by the caller during this call), or None when an address lies outside
+    its tensor's storage now."""
+    return _module.pin(rows, table.ctypes.data, offsets.ctypes.data, n, itemsize)
 
 
 def gradients(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -1,0 +1,136 @@
+"""The compiled kernels run without the GIL (ctypes releases it, as the C++ rules on slices do): every storage a
+kernel reads or writes is held for the call and every address it takes proven inside the storage held
+(``kernels/native/pins.py``), so another thread that lets go of an operand's storage meanwhile (``p.data = ...``,
+``p.grad = None``, a slot dropped) cannot make it write freed memory (issue 35). Run on both check paths (the C++
+table on and off); ``make asan`` runs this file under AddressSanitizer."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import slotopt
+from slotopt.kernels import native
+from slotopt.kernels.native import pins, tensor_table
+
+needs_compiled = pytest.mark.skipif(not native.active() and native.status()["library"] is None,
+                                    reason="compiled kernels not built")
+
+
+@pytest.fixture(params=[True, False], ids=["table-on", "table-off"])
+def table(request):
+    previous_kernels, previous = native.use("auto"), tensor_table.use(request.param)
+    yield request.param
+    tensor_table.use(previous)
+    native.use(previous_kernels)
+
+
+def test_pin_holds_storages_and_refuses_an_address_outside_them(table):
+    a, b = torch.zeros(10), torch.zeros(5)
+    table_ = np.array([[a.data_ptr(), b.data_ptr()]], dtype=np.uint64)
+    assert pins.pin([[a, b]], table_, np.array([0, 10, 15], dtype=np.int64), 4) is not None
+    assert pins.pin([[a, b]], table_, np.array([0, 10, 16], dtype=np.int64), 4) is None  # one past b
+    flat = torch.zeros(15)
+    whole = np.array([[flat.data_ptr(), flat.data_ptr() + 40]], dtype=np.uint64)
+    assert pins.pin([flat], whole, np.array([0, 10, 15], dtype=np.int64), 4) is not None
+    assert pins.pin([flat[:14]], whole, np.array([0, 10, 15], dtype=np.int64), 4) is not None  # (its storage)
+    old = a.data_ptr()
+    held = pins.pin([[a, b]], table_, np.array([0, 10, 15], dtype=np.int64), 4)
+    storage = a.untyped_storage()
+    a.data = torch.ones(10)  # a lets go of its storage; the pin still holds it
+    assert held is not None and storage.data_ptr() == old
+    # An address read before the tensor let go of its storage lies in none it has now: refused.
+    assert pins.pin([[a, b]], table_, np.array([0, 10, 15], dtype=np.int64), 4) is None
+
+
+@needs_compiled
+def test_a_call_with_an_address_its_tensor_let_go_of_is_not_taken(table):
+    """The addresses of a planned call were proven at the step's start; a storage let go of since (another thread's
+    ``p.data = ...`` between that proof and the call) must not be written: before issue 35's pins the compiled SGD
+    wrote into the freed storage."""
+    p, g = torch.zeros(1000), torch.ones(1000)
+    verified = native.Verified([p], [p.data_ptr()])
+    p.data = torch.full((1000,), 3.0)  # the old storage is freed
+    calls = native.calls()
+    assert native.apply("sgd", [verified, [g]], [0.5, 0.0, 0.0, 0.0]) is False
+    assert native.calls() == calls and torch.equal(p, torch.full((1000,), 3.0))
+    fresh = native.Verified([p], [p.data_ptr()])
+    assert native.apply("sgd", [fresh, [g]], [0.5, 0.0, 0.0, 0.0]) is True and torch.equal(p, torch.full((1000,), 2.5))
+
+
+@needs_compiled
+def test_rules_on_slices_run_with_their_operands_held(table):
+    """The compiled rule on slices takes its addresses from the storages it holds (both the C++ call and ctypes)."""
+    from slotopt.kernels import adagrad, sgd
+
+    param, state = torch.zeros(8, 4), torch.full((8, 4), 1.0)
+    calls = native.calls()
+    assert native.apply_slices("adagrad_slices", param, torch.tensor([1, 3]), torch.ones(2, 4), state,
+                               adagrad._ADAGRAD_SLICES.vector(lr=0.5, epsilon=0.0))
+    assert native.calls() == calls + 1
+    assert torch.equal(state[1], torch.full((4,), 2.0)) and torch.equal(param[1], torch.full((4,), -0.5 / 2 ** 0.5))
+    assert param[0].eq(0).all() and state[0].eq(1).all()
+    assert native.apply_slices("sgd_slices", param, torch.tensor([0], dtype=torch.int32), torch.ones(1, 4), None,
+                               sgd._SGD_SLICES.vector(lr=0.25))
+    assert torch.equal(param[0], torch.full((4,), -0.25))
+
+
+@pytest.mark.parametrize("face", ["keras3", "torch"])
+def test_steps_while_another_thread_swaps_data_grads_and_state(face, table):
+    """Another thread keeps replacing the parameters' storages, dropping gradients and resetting state while the
+    main thread steps (for a bounded time): no crash, every step completes or is refused clearly, and every
+    parameter stays finite."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(200_000)) for _ in range(4)]
+    grads = [torch.randn(200_000) * 1e-3 for _ in params]
+    if face == "torch":
+        opt = slotopt.Adam(params, learning_rate=1e-3)
+    else:
+        opt = slotopt.Adam(learning_rate=1e-3)
+    stop = threading.Event()
+    switches = [0]
+
+    def meddle() -> None:
+        generator = torch.Generator().manual_seed(1)
+        while not stop.is_set():
+            i = int(torch.randint(0, len(params), (1,), generator=generator))
+            kind = switches[0] % 3
+            if kind == 0:
+                params[i].data = torch.randn(200_000, generator=generator)
+            elif kind == 1:
+                params[i].grad = None
+            else:
+                params[i].grad = torch.randn(200_000, generator=generator) * 1e-3
+            switches[0] += 1
+            time.sleep(0)
+
+    worker = threading.Thread(target=meddle, daemon=True)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)  # (a kernel long enough for the other thread to run during it)
+    worker.start()
+    done = refused = 0
+    deadline = time.monotonic() + 1.5
+    try:
+        while time.monotonic() < deadline:
+            try:
+                if face == "torch":
+                    for p, g in zip(params, grads):
+                        if p.grad is None:
+                            p.grad = g.clone()
+                    opt.step()
+                else:
+                    opt.apply_gradients(zip(grads, params))
+                done += 1
+            except (RuntimeError, ValueError) as error:  # a step refused: it says why
+                assert str(error)
+                refused += 1
+    finally:
+        stop.set()
+        worker.join(10)
+        torch.set_num_threads(previous)
+    assert not worker.is_alive() and done > 0 and switches[0] > 0
+    assert all(torch.isfinite(p).all() for p in params)
