@@ -165,7 +165,7 @@ def test_compiled_unscale_reports_inf_and_nan_anywhere(dtype, kernels):
         assert found is True, (trial, host, position)
         assert native.first_nonfinite(np.array([t.data_ptr() for t in tensors], dtype=np.uint64),
                                       np.concatenate([[0], np.cumsum([t.numel() for t in tensors])]).astype(np.int64),
-                                      dtype, lambda: tensors) == host
+                                      dtype, lambda ts=tensors: ts) == host
 
 
 @needs_compiled
@@ -406,11 +406,11 @@ def test_the_threaded_finite_check_finds_the_first_tensor_with_an_inf_or_nan(ker
             tensors = [torch.randn(s, generator=generator) for s in sizes]
             addresses = np.array([t.data_ptr() for t in tensors], dtype=np.uint64)
             offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-            assert native.first_nonfinite(addresses, offsets, torch.float32, lambda: tensors) == -1
+            assert native.first_nonfinite(addresses, offsets, torch.float32, lambda ts=tensors: ts) == -1
             hosts = sorted({int(h) for h in torch.randint(0, 400, (1 + trial % 4,), generator=generator)
                             if sizes[int(h)]})
             for host in hosts:
                 tensors[host].view(-1)[sizes[host] - 1] = (INF, -INF, float("nan"))[host % 3]
-            assert native.first_nonfinite(addresses, offsets, torch.float32, lambda: tensors) == (hosts[0] if hosts else -1)
+            assert native.first_nonfinite(addresses, offsets, torch.float32, lambda ts=tensors: ts) == (hosts[0] if hosts else -1)
     finally:
         torch.set_num_threads(previous)
