@@ -80,10 +80,14 @@ def test_rules_on_slices_run_with_their_operands_held(table):
 
 
 @pytest.mark.parametrize("face", ["keras3", "torch"])
-def test_steps_while_another_thread_swaps_data_grads_and_state(face, table):
-    """Another thread keeps replacing the parameters' storages, dropping gradients and resetting state while the
-    main thread steps (for a bounded time): no crash, every step completes or is refused clearly, and every
-    parameter stays finite."""
+def test_steps_while_another_thread_swaps_data_and_grads(face):
+    """Another thread keeps replacing the parameters' storages (``p.data = ...``) and dropping and replacing their
+    gradients while the main thread steps (for a bounded time): no crash, every step completes or is refused
+    clearly, and every parameter stays finite. (With the C++ checks: the Python checks read storages through
+    torch's Python storage objects, which crash inside torch under the same meddling, as torch.optim's Adam does
+    with one ``untyped_storage()`` read per step: docs/architecture.md, "Threads".)"""
+    if not tensor_table.active():
+        pytest.skip("the C++ checks are not built for this torch")
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(200_000)) for _ in range(4)]
     grads = [torch.randn(200_000) * 1e-3 for _ in params]
@@ -100,11 +104,11 @@ def test_steps_while_another_thread_swaps_data_grads_and_state(face, table):
             i = int(torch.randint(0, len(params), (1,), generator=generator))
             kind = switches[0] % 3
             if kind == 0:
-                params[i].data = torch.randn(200_000, generator=generator)
-            elif kind == 1:
                 params[i].grad = None
-            else:
+            elif kind == 1:
                 params[i].grad = torch.randn(200_000, generator=generator) * 1e-3
+            else:
+                params[i].data = torch.randn(200_000, generator=generator)
             switches[0] += 1
             time.sleep(0)
 
@@ -113,7 +117,7 @@ def test_steps_while_another_thread_swaps_data_grads_and_state(face, table):
     torch.set_num_threads(1)  # (a kernel long enough for the other thread to run during it)
     worker.start()
     done = refused = 0
-    deadline = time.monotonic() + 1.5
+    deadline = time.monotonic() + 1.0
     try:
         while time.monotonic() < deadline:
             try:

@@ -20,8 +20,9 @@ def _ordinary(self, pairs: list[Pair]) -> list[Pair]:
     """Checked ``pairs`` as an ``Ordinary`` step when they can be, leaving a plan for the next steps."""
     if type(pairs) is Ordinary or len(pairs) < 2 or not self._plans_steps or not StepPlan.possible(self, pairs):
         return pairs
-    self._plan = StepPlan(self, pairs)
-    ordinary = self._plan.fits(pairs)  # fits: ``possible`` checked what ``fits`` does
+    # (read back from a local: another thread resetting the optimizer's state meanwhile drops ``self._plan``)
+    plan = self._plan = StepPlan(self, pairs)
+    ordinary = plan.fits(pairs)  # fits: ``possible`` checked what ``fits`` does
     return ordinary if ordinary is not None else pairs
 
 

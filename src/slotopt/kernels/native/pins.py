@@ -34,6 +34,7 @@ __all__ = ["pin", "pin_tensors"]
 Row = Union[None, torch.Tensor, Sequence[torch.Tensor]]
 
 _storage_of = torch.Tensor.untyped_storage
+_detach = torch.Tensor.detach
 _storage_base = torch.UntypedStorage.data_ptr
 _storage_bytes = torch.UntypedStorage.nbytes
 
@@ -96,15 +97,20 @@ def _pin_each(tensors: Sequence[torch.Tensor], addresses: np.ndarray, sizes: np.
 
 def _covered(tensors: Sequence[torch.Tensor], starts: np.ndarray, sizes: np.ndarray, held: list[Any]) -> bool:
     """Whether each tensor's storage, taken now and added to ``held``, holds ``sizes[i]`` bytes from ``starts[i]``
-    (the Python form of the C++ ``pin``). The storage is taken before its bounds are read: an address proven here
-    stays inside memory ``held`` keeps."""
+    (the Python form of the C++ ``pin``). What is held is a tensor of the same storage made here (``detach``: an
+    ``at::Tensor`` reference, as torch's ops hold), which no other thread can reach: its storage's bounds, read
+    after, are those of the memory held. (Not the ``UntypedStorage`` objects themselves: torch's Python storage
+    objects, kept across a call another thread swaps the tensors during, were seen to leave a dangling object
+    behind in torch 2.13, which crashed a later ``untyped_storage()``.)"""
     try:
-        storages = list(map(_storage_of, tensors))
+        kept = list(map(_detach, tensors))
+        storages = list(map(_storage_of, kept))
     except (RuntimeError, NotImplementedError, TypeError):  # (a tensor without a storage of its own)
         return False
-    held.extend(storages)
+    held.extend(kept)
     bases = np.fromiter(map(_storage_base, storages), dtype=np.uint64, count=len(storages))
     ends = bases + np.fromiter(map(_storage_bytes, storages), dtype=np.uint64, count=len(storages))
+    del storages
     starts = np.asarray(starts, dtype=np.uint64)
     sizes = np.asarray(sizes, dtype=np.uint64)
     inside = (bases != 0) & (starts >= bases) & (starts <= ends) & (sizes <= ends - np.minimum(starts, ends))
