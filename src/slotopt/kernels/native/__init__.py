@@ -279,11 +279,10 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     values = np.array(scalars, dtype=np.float64)
     if extents is not None:
         _check_table(table, offsets, extents.reshape(2, -1), first[0].element_size())
-    # Every operand's storage held while the kernel runs without the GIL, each address proven inside it now
-    # (another thread may have let one go since the step proved it: torch's ops then take the call).
+    # Every operand's storage held while the kernel runs without the GIL, each address proven inside it now.
     held = pins.pin(rows, table, offsets, first[0].element_size())
     if held is None:
-        return False
+        raise pins.Moved(rule)
     # The written tensors' versions move before the kernel runs, as torch's in-place ops move them: whatever
     # refuses that (an inference tensor outside inference mode) refuses it with nothing written.
     if tensor_table.active():
@@ -376,7 +375,7 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     # and proven inside them once (``pins``).
     pinned = pins.pin_tensors([indices, values, *written])
     if pinned is None:
-        return False
+        raise pins.Moved(rule)
     held, addresses = pinned
     bad = fn(rows, width, k, int(addresses[0]), int(addresses[1]), int(addresses[2]),
              int(addresses[3]) if state is not None else None, values_array)

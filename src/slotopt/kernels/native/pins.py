@@ -10,8 +10,10 @@ with its elements, inside the storage held; the kernel runs while the returned o
 
 A step is proven against its plan before its first write (``engine/unchanged.py``), but another thread may run
 between that proof and a call (the GIL is handed over between any two bytecodes): an operand whose storage was let
-go meanwhile fails ``pin`` (its address is no longer inside its tensor's storage) and the call is not taken (the
-caller falls back to torch's ops, which read the tensors as they are). A storage resized in place by another thread
+go meanwhile fails ``pin`` (its address is no longer inside its tensor's storage), and the call raises ``Moved``
+with nothing of it written. (Not torch's ops instead: they would run without the GIL on a tensor the other thread
+is changing, which crashes inside torch, as torch.optim does under the same meddling. A step of several groups
+raced this way may have written the groups before.) A storage resized in place by another thread
 while a kernel runs (``untyped_storage().resize_(0)``) cannot be stopped by a reference; torch.optim has the same
 limit (docs/architecture.md, "Threads").
 
@@ -29,7 +31,17 @@ import torch
 
 from . import tensor_table
 
-__all__ = ["pin", "pin_tensors"]
+__all__ = ["pin", "pin_tensors", "Moved"]
+
+
+class Moved(RuntimeError):
+    """A compiled call whose operand let go of the storage the step proved, since that proof: another thread changed
+    it while the step ran (``p.data = ...``, ``p.grad = ...``, a slot replaced). Nothing of the call was written."""
+
+    def __init__(self, rule: str) -> None:
+        super().__init__(f"An operand of the compiled {rule!r} call let go of its memory while the step ran (another "
+                         "thread changed a parameter, gradient or slot: p.data = ..., p.grad = ...); not written. "
+                         "Change parameters between steps, not during one.")
 
 Row = Union[None, torch.Tensor, Sequence[torch.Tensor]]
 
