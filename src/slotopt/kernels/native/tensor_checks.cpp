@@ -320,6 +320,57 @@ PyObject* pin(PyObject*, PyObject* args) {
   return capsule;
 }
 
+// still(plan, pairs, grads, addresses) -> True when the pairs of an ordinary step that ``fits`` proved at the step's
+// start are still exactly that (engine/unchanged.py's ``proven_again``, just before the first write): each item the
+// same 2-tuple of ``grads[i]`` and the plan's variable, the variable of its recorded address, dtype, device and sizes,
+// contiguous, inside its storage and writable, the gradient an exact dense torch.Tensor of the variable's dtype,
+// sizes and device, and, where ``addresses`` (the address of a uint64 array of one address per gradient, or 0: some
+// gradient was not contiguous) is given, contiguous at that address inside its storage. False: not proven (the
+// caller runs ``fits`` again). Everything ``fits`` checks of the tensors, without what it builds (the gradients'
+// list, their addresses, the pairs) or reads besides (whether a variable has a constraint, unused here): a tuple
+// cannot change, so the same gradient objects are the same operands.
+PyObject* still(PyObject*, PyObject* args) {
+  PyObject *capsule, *pairs, *grads;
+  unsigned long long addresses_address;
+  if (!PyArg_ParseTuple(args, "OOOK", &capsule, &pairs, &grads, &addresses_address)) return nullptr;
+  auto plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
+  if (plan == nullptr) return nullptr;
+  if ((!PyList_Check(pairs) && !PyTuple_Check(pairs)) || (!PyList_Check(grads) && !PyTuple_Check(grads)))
+    Py_RETURN_FALSE;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(pairs);
+  if (n != static_cast<Py_ssize_t>(plan->variables.size()) || PySequence_Fast_GET_SIZE(grads) != n) Py_RETURN_FALSE;
+  PyObject** items = PySequence_Fast_ITEMS(pairs);
+  PyObject** grad_items = PySequence_Fast_ITEMS(grads);
+  const auto* addresses = reinterpret_cast<const uint64_t*>(addresses_address);
+  PyObject* tensor_type = reinterpret_cast<PyObject*>(THPVariableClass);
+  try {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      const Recorded& r = plan->variables[i];
+      PyObject* item = items[i];
+      if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 || PyTuple_GET_ITEM(item, 1) != r.variable ||
+          PyTuple_GET_ITEM(item, 0) != grad_items[i] ||
+          reinterpret_cast<PyObject*>(Py_TYPE(grad_items[i])) != tensor_type)
+        Py_RETURN_FALSE;
+      const at::Tensor* v = dense(r.variable);
+      if (v == nullptr || v->const_data_ptr() != r.address || v->scalar_type() != r.dtype ||
+          v->device() != r.device || v->sizes() != c10::IntArrayRef(r.sizes) || !v->is_contiguous() ||
+          !in_storage(*v) || !writable(*v))
+        Py_RETURN_FALSE;
+      const at::Tensor* g = dense(grad_items[i]);
+      if (g == nullptr || g->scalar_type() != r.dtype || g->sizes() != c10::IntArrayRef(r.sizes) ||
+          (plan->on_cpu ? !g->is_cpu() : g->device() != r.device))
+        Py_RETURN_FALSE;
+      // (Without addresses the kernels read each gradient's contiguity and bounds themselves, native.apply.)
+      if (addresses != nullptr && (!g->is_contiguous() || !in_storage(*g) ||
+                                   reinterpret_cast<uint64_t>(g->const_data_ptr()) != addresses[i]))
+        Py_RETURN_FALSE;
+    }
+  } catch (const std::exception&) {
+    Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
+}
+
 #if defined(__SSE__)
 // What a step sets on its thread (engine/pipeline.py): autograd off, as ``torch.no_grad()``, and subnormals flushed
 // to zero, as TensorFlow's kernels run (numerics/fpmode.py; MXCSR flush-to-zero | denormals-are-zero). In two
