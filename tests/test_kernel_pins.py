@@ -121,3 +121,34 @@ def test_steps_while_another_thread_swaps_the_parameters_storages(table):
         torch.set_num_threads(previous)
     assert not worker.is_alive() and done > 0 and switches[0] > 0
     assert all(torch.isfinite(p).all() for p in params)
+
+
+def test_still_proves_an_ordinary_step_unchanged_in_one_pass():
+    """``proven_again``'s C++ pass: the pairs ``fits`` proved, unchanged, pass; a variable moved, re-viewed or resized
+    since, or a gradient replaced in the pair list, does not (``fits`` then runs again and the step is refused)."""
+    if not tensor_table.active():
+        pytest.skip("the C++ checks are not built for this torch")
+    from slotopt.engine.unchanged import _still
+
+    variables = [torch.randn(6) for _ in range(3)]
+    opt = slotopt.Adam(learning_rate=0.1)
+    for _ in range(2):
+        opt.apply_gradients(zip([torch.randn(6) for _ in variables], variables))
+    pairs = [(torch.randn(6), v) for v in variables]
+    step = opt._current_plan().fits(pairs)
+    assert step is not None and _still(step)
+    variables[1].data = variables[1].data.clone()  # moved
+    assert not _still(step)
+    assert opt._current_plan().fits(pairs) is None  # (fits agrees: the full path takes it)
+    fresh = [torch.randn(6) for _ in range(3)]
+    opt.apply_gradients(zip(fresh, variables))
+    opt.apply_gradients(zip(fresh, variables))
+    pairs = [(torch.randn(6), v) for v in variables]
+    step = opt._current_plan().fits(pairs)
+    assert _still(step)
+    variables[2].resize_(5)  # sizes changed in place
+    assert not _still(step)
+    variables[2].resize_(6)
+    assert _still(step)
+    step[0] = (torch.randn(6), variables[0])  # another gradient than the one fits read
+    assert not _still(step)
