@@ -324,7 +324,7 @@ def test_legacy_fixed_scale_applies_ordinary_steps_as_the_full_path(monkeypatch)
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_compiled_finite_check_reads_the_exponent_bits(dtype):
-    if native.first_nonfinite(np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64), dtype) is None:
+    if native.first_nonfinite(np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64), dtype, lambda: []) is None:
         pytest.skip("compiled kernels not built")
     info = torch.finfo(dtype)
     edge = torch.tensor([0.0, -0.0, info.max, -info.max, info.tiny, info.tiny / 2, 1.0], dtype=dtype)
@@ -333,7 +333,7 @@ def test_compiled_finite_check_reads_the_exponent_bits(dtype):
     def first(ts):
         addresses = np.array([t.data_ptr() for t in ts], dtype=np.uint64)
         offsets = np.concatenate([[0], np.cumsum([t.numel() for t in ts])]).astype(np.int64)
-        return native.first_nonfinite(addresses, offsets, dtype)
+        return native.first_nonfinite(addresses, offsets, dtype, lambda: ts)
 
     assert first(tensors) == -1  # max, subnormals, signed zeros: all finite
     for bad in (INF, -INF, NAN):

@@ -23,7 +23,7 @@ _BITS = {torch.float32: (torch.int32, 32), torch.float64: (torch.int64, 64), tor
 
 def compiled_unscale_built():
     return native.unscale_into(np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64), torch.float32,
-                               torch.empty(0), 1.0) is not None
+                               torch.empty(0), 1.0, tensors=lambda: []) is not None
 
 
 needs_compiled = pytest.mark.skipif(not compiled_unscale_built(), reason="compiled kernels not built")
@@ -165,7 +165,7 @@ def test_compiled_unscale_reports_inf_and_nan_anywhere(dtype, kernels):
         assert found is True, (trial, host, position)
         assert native.first_nonfinite(np.array([t.data_ptr() for t in tensors], dtype=np.uint64),
                                       np.concatenate([[0], np.cumsum([t.numel() for t in tensors])]).astype(np.int64),
-                                      dtype) == host
+                                      dtype, lambda ts=tensors: ts) == host
 
 
 @needs_compiled
@@ -183,14 +183,14 @@ def test_compiled_unscale_refuses_a_wrong_output_and_is_off_under_foreach(kernel
     offsets = np.array([0, 4], dtype=np.int64)
     for out in (torch.empty(4, dtype=torch.float16), torch.empty(5), torch.empty(8)[::2]):
         with pytest.raises(ValueError, match="out"):
-            native.unscale_into(addresses, offsets, torch.float16, out, 2.0)
+            native.unscale_into(addresses, offsets, torch.float16, out, 2.0, tensors=lambda: tensors)
     native.use("foreach")
     out = torch.full((4,), 7.0)
-    assert native.unscale_into(addresses, offsets, torch.float16, out, 2.0) is None
+    assert native.unscale_into(addresses, offsets, torch.float16, out, 2.0, tensors=lambda: tensors) is None
     assert out.tolist() == [7.0] * 4  # nothing done
     native.use("auto")
     version = out._version
-    assert native.unscale_into(addresses, offsets, torch.float16, out, 2.0) is False
+    assert native.unscale_into(addresses, offsets, torch.float16, out, 2.0, tensors=lambda: tensors) is False
     assert out.tolist() == [0.5] * 4 and out._version > version
 
 
@@ -406,11 +406,11 @@ def test_the_threaded_finite_check_finds_the_first_tensor_with_an_inf_or_nan(ker
             tensors = [torch.randn(s, generator=generator) for s in sizes]
             addresses = np.array([t.data_ptr() for t in tensors], dtype=np.uint64)
             offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-            assert native.first_nonfinite(addresses, offsets, torch.float32) == -1
+            assert native.first_nonfinite(addresses, offsets, torch.float32, lambda ts=tensors: ts) == -1
             hosts = sorted({int(h) for h in torch.randint(0, 400, (1 + trial % 4,), generator=generator)
                             if sizes[int(h)]})
             for host in hosts:
                 tensors[host].view(-1)[sizes[host] - 1] = (INF, -INF, float("nan"))[host % 3]
-            assert native.first_nonfinite(addresses, offsets, torch.float32) == (hosts[0] if hosts else -1)
+            assert native.first_nonfinite(addresses, offsets, torch.float32, lambda ts=tensors: ts) == (hosts[0] if hosts else -1)
     finally:
         torch.set_num_threads(previous)

@@ -134,7 +134,7 @@ def _checked_in_place(step: Ordinary, kinds: Optional[Sequence[int]] = None) -> 
         if addresses is not None and plan.devices[position].type == "cpu":
             positions, offsets = _offsets(step, k, indices)
             found = native.first_nonfinite(addresses if positions is None else addresses[positions], offsets,
-                                           plan.dtypes[position])
+                                           plan.dtypes[position], lambda indices=indices: _take(step.grads, indices))
         if found is None:
             unchecked.append(k)
         elif found >= 0:

@@ -25,8 +25,9 @@ def _ordinary(self, pairs: list[Pair], since: Optional[tuple[int, int]] = None) 
     its uninterrupted part (``atomic.held``), is marked ``quiet``: ``proven_again`` need not prove it again, as
     long as the cyclic collector has not run since the mark (engine/unchanged.py)."""
     if type(pairs) is not Ordinary and len(pairs) >= 2 and self._plans_steps and StepPlan.possible(self, pairs):
-        self._plan = StepPlan(self, pairs)
-        ordinary = self._plan.fits(pairs)  # fits: ``possible`` checked what ``fits`` does
+        # (read back from a local: another thread resetting the optimizer's state meanwhile drops ``self._plan``)
+        plan = self._plan = StepPlan(self, pairs)
+        ordinary = plan.fits(pairs)  # fits: ``possible`` checked what ``fits`` does
         pairs = ordinary if ordinary is not None else pairs
     if type(pairs) is Ordinary:
         pairs.quiet = since[1] if (since is not None and pairs.proof > since[0] and atomic.held()

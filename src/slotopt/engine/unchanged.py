@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from itertools import chain
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from ..kernels.native import tensor_table
@@ -150,6 +151,8 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
             # record does not prove, until the plan's next proof (``fits`` drops the mark).
             pairs.plan.memo["held"] = quiet if pairs.held else None
             return unaliased(opt, pairs)
+        if _still(pairs):  # (C++: the same pairs, gradients and addresses, every tensor proven again in one pass)
+            return unaliased(opt, pairs)
         again = pairs.plan.fits(pairs)
         if again is None:
             raise RuntimeError(_moved(opt, pairs) + " Nothing was written; step again.")
@@ -173,6 +176,17 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
             plain = list(pairs) if plain is None else plain
             plain[i] = (grad, var)
     return unaliased(opt, pairs if plain is None else plain)
+
+
+def _still(step: Ordinary) -> bool:
+    """Whether the C++ checks prove ``step`` unchanged since its ``fits`` (``tensor_table.still``); False where they
+    are off or the step's gradients or addresses are not in the form they read."""
+    table, addresses = step.plan.table, step.grad_addresses
+    if table is None or type(step.grads) is not list or (addresses is not None and not (
+            type(addresses) is np.ndarray and addresses.dtype == np.uint64 and addresses.flags.c_contiguous
+            and len(addresses) == len(step))):
+        return False
+    return tensor_table.still(table, step, step.grads, addresses)
 
 
 def _moved(opt: Any, step: Ordinary) -> str:

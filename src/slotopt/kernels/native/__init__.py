@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
-from . import tensor_table, variants
+from . import pins, tensor_table, variants
 from .operands import _increment_version, _readable, in_storage, is_python_dispatch
 from .scalars import SLICE_RULES, Flag, Integer, Scalar, describe, slices
 from .variants import VARIANTS
@@ -234,9 +234,11 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     table = np.zeros((len(lists), n), dtype=np.uint64)  # an absent list keeps its (null) row
     bumped: list[torch.Tensor] = []  # written tensors whose version counters move (views share their base's)
     extents = np.zeros((2, len(lists), n), dtype=np.uint64) if _bounds_checks else None
+    rows: list[Any] = [None] * len(lists)  # what holds each row of the table (``pins.pin``)
     for j, tensors in enumerate(lists):
         if tensors is None:
             continue
+        rows[j] = tensors
         if extents is not None:
             if len(tensors) == n:
                 extents[:, j] = np.array([_extent(t) for t in tensors], dtype=np.uint64).T
@@ -258,6 +260,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
                     and _readable([flat], j not in read_only)):
                 return False
             table[j] = flat.data_ptr() + offsets[:-1].astype(np.uint64) * flat.element_size()
+            rows[j] = flat
             if j not in read_only:
                 bumped.append(flat)
             continue
@@ -276,6 +279,10 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     values = np.array(scalars, dtype=np.float64)
     if extents is not None:
         _check_table(table, offsets, extents.reshape(2, -1), first[0].element_size())
+    # Every operand's storage held while the kernel runs without the GIL, each address proven inside it now.
+    held = pins.pin(rows, table, offsets, first[0].element_size())
+    if held is None:
+        raise pins.Moved(rule)
     # The written tensors' versions move before the kernel runs, as torch's in-place ops move them: whatever
     # refuses that (an inference tensor outside inference mode) refuses it with nothing written.
     if tensor_table.active():
@@ -283,6 +290,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     else:
         _increment_version(bumped)
     function(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data, torch.get_num_threads())
+    del held  # (the storages let go only now)
     global _calls
     _calls += 1
     return True
@@ -363,8 +371,15 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
             and (torch.is_inference_mode_enabled() or not any([t.is_inference() for t in written]))):
         return False  # (torch's ops refuse or handle it; the versions below can then not fail after the kernel)
     values_array = _DOUBLES[len(scalars)](*scalars)
-    bad = fn(rows, width, k, indices.data_ptr(), values.data_ptr(), param.data_ptr(),
-             state.data_ptr() if state is not None else None, values_array)
+    # The operands' storages held while the rule runs without the GIL (ctypes releases it), their addresses read
+    # and proven inside them once (``pins``).
+    pinned = pins.pin_tensors([indices, values, *written])
+    if pinned is None:
+        raise pins.Moved(rule)
+    held, addresses = pinned
+    bad = fn(rows, width, k, int(addresses[0]), int(addresses[1]), int(addresses[2]),
+             int(addresses[3]) if state is not None else None, values_array)
+    del held
     if bad != -1:
         _refuse_indices(indices, rows)
     if tensor_table.active():
@@ -523,19 +538,27 @@ _EXPONENT_MASKS = {torch.float32: 0x7F800000, torch.float64: 0x7FF0000000000000,
                    torch.bfloat16: 0x7F80}
 
 
-def first_nonfinite(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype) -> Optional[int]:
+def first_nonfinite(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype,
+                    tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None) -> Optional[int]:
     """The index of the first of a group of contiguous CPU tensors of ``dtype`` (their data ``addresses``, uint64,
     and the ``offsets``, int64, the prefix sums of their element counts) holding an inf or a NaN, -1 when every
     element is finite, or None when the compiled path is off or its library predates this check (the caller
-    checks another way). The caller vouches for the addresses (an ordinary step's, read this step)."""
-    if not active() or dtype not in _EXPONENT_MASKS:
+    checks another way). The caller vouches for the addresses (an ordinary step's, read this step); ``tensors()``
+    gives the tensors themselves, whose storages are held while the check runs without the GIL (``pins``; without
+    them, None: not taken)."""
+    if not active() or dtype not in _EXPONENT_MASKS or tensors is None:
         return None
     fn = _library_function("slotopt_first_nonfinite", [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                                        ctypes.c_int64, ctypes.c_uint64, ctypes.c_int])
     if fn is None:
         return None
+    addresses, offsets = np.ascontiguousarray(addresses, dtype=np.uint64), np.ascontiguousarray(offsets, np.int64)
+    held = pins.pin([tensors()], addresses.reshape(1, -1), offsets, dtype.itemsize)
+    if held is None:
+        return None
     index = fn(len(addresses), addresses.ctypes.data, offsets.ctypes.data, dtype.itemsize, _EXPONENT_MASKS[dtype],
                torch.get_num_threads())
+    del held
     return None if index < -1 else int(index)
 
 
@@ -551,9 +574,10 @@ def unscale_into(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype,
     is then partly written), or None when the compiled path is off or its library predates this kernel (nothing
     done). ``out``: a contiguous CPU tensor of the unscaled dtype holding exactly the group's elements; ``scale``:
     the value of a float32 scale (a float32 ``out`` divides by it as float32, a float64 one as float64). The caller
-    vouches for the addresses (an ordinary step's, read this step); with the bounds check on (``check_bounds``),
-    ``tensors()``, the group itself (called only then), is checked against them first."""
-    if not active() or dtype not in _UNSCALE_DTYPES:
+    vouches for the addresses (an ordinary step's, read this step); ``tensors()``, the group itself, gives the
+    storages held while the kernel runs without the GIL (``pins``; without it, None: not taken), and with the
+    bounds check on (``check_bounds``) is checked against the addresses first."""
+    if not active() or dtype not in _UNSCALE_DTYPES or tensors is None:
         return None
     unscale = _library_function("slotopt_unscale", [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                                     ctypes.c_void_p, ctypes.c_double, ctypes.c_int])
@@ -569,8 +593,14 @@ def unscale_into(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype,
     if _bounds_checks and tensors is not None:
         extents = np.array([_extent(t) for t in tensors()], dtype=np.uint64).reshape(-1, 2).T
         _check_table(np.asarray(addresses, dtype=np.uint64).reshape(1, -1), offsets, extents, dtype.itemsize)
+    addresses, offsets = np.ascontiguousarray(addresses, dtype=np.uint64), np.ascontiguousarray(offsets, np.int64)
+    held = pins.pin([tensors()], addresses.reshape(1, -1), offsets, dtype.itemsize)
+    pinned_out = pins.pin_tensors([out])
+    if held is None or pinned_out is None:
+        return None
     found = unscale(len(addresses), addresses.ctypes.data, offsets.ctypes.data, _UNSCALE_DTYPES[dtype],
-                     out.data_ptr(), scale, torch.get_num_threads())
+                     int(pinned_out[1][0]), scale, torch.get_num_threads())
+    del held, pinned_out
     if found < 0:  # a dtype code the library does not know (nothing done)
         return None
     _increment_version([out])  # written in place, as torch's own in-place ops record

@@ -212,8 +212,13 @@ PyObject* slices(PyObject*, PyObject* args) {
     const void* value_data = values->const_data_ptr();
     void* param_data = param->unsafeGetTensorImpl()->mutable_data();
     void* state_data = state != nullptr ? state->unsafeGetTensorImpl()->mutable_data() : nullptr;
+    // The storages held while the rule runs without the GIL: the arguments' references keep the tensor objects
+    // alive, not their storages (another thread's ``param.data = ...`` lets go of the old one).
+    const c10::Storage held[] = {param->storage(), indices->storage(), values->storage(),
+                                 state != nullptr ? state->storage() : c10::Storage()};
+    (void)held;
     int64_t bad;
-    Py_BEGIN_ALLOW_THREADS  // (as ctypes does: the arguments' references keep the tensors alive meanwhile)
+    Py_BEGIN_ALLOW_THREADS
     bad = reinterpret_cast<SliceRule>(address)(rows, width, k, index_data, value_data, param_data, state_data,
                                                scalars);
     Py_END_ALLOW_THREADS
@@ -225,6 +230,165 @@ PyObject* slices(PyObject*, PyObject* args) {
   } catch (const std::exception&) {
     Py_RETURN_NONE;
   }
+}
+
+// What a kernel running without the GIL holds of its operands (``pin``): a strong reference to each storage it
+// reads or writes. Another Python thread may meanwhile run ``p.data = ...``, ``p.grad = None`` or drop a slot: the
+// tensor then lets go of its storage, and without this reference the kernel would write into freed memory. (A
+// reference cannot stop a storage being resized in place, ``untyped_storage().resize_(0)``: torch.optim's ops have
+// the same limit; docs/architecture.md.)
+struct Pins {
+  std::vector<c10::Storage> storages;
+};
+
+const char* kPinsCapsule = "slotopt.tensor_table.Pins";
+
+void free_pins(PyObject* capsule) {
+  delete static_cast<Pins*>(PyCapsule_GetPointer(capsule, kPinsCapsule));
+}
+
+namespace {
+
+// Whether the storage of the tensor object ``object`` holds the ``bytes`` bytes from ``start``; if so, that storage
+// is held in ``pins``. A tensor not read directly (``dense``) holds nothing here: refused.
+bool pin_range(PyObject* object, uint64_t start, uint64_t bytes, Pins& pins) {
+  const at::Tensor* t = dense(object);
+  if (t == nullptr) return false;
+  const c10::Storage& storage = t->storage();
+  if (bytes != 0) {
+    const auto base = reinterpret_cast<uint64_t>(storage.data());
+    const uint64_t size = storage.nbytes();
+    if (base == 0 || start < base || start - base > size || bytes > size - (start - base)) return false;
+  }
+  pins.storages.push_back(storage);  // (an atomic increment of the storage's count; dropped by free_pins)
+  return true;
+}
+
+// Requests, level by level, the objects, TensorImpls and StorageImpls of ``m`` tensor objects, whose storages
+// ``pin_range`` then reads and counts: their misses overlap instead of coming one by one (as tensor_table.cpp's
+// ``warm``; prefetches are hints, which never fault).
+constexpr Py_ssize_t kPinBlock = 16;
+
+void warm_storages(PyObject** objects, Py_ssize_t m) {
+  const c10::TensorImpl* impls[kPinBlock];
+  for (Py_ssize_t k = 0; k < m; ++k) __builtin_prefetch(objects[k]);
+  for (Py_ssize_t k = 0; k < m; ++k) {
+    impls[k] = is_tensor_object(objects[k]) ? THPVariable_Unpack(objects[k]).unsafeGetTensorImpl() : nullptr;
+    if (impls[k] != nullptr) {
+      __builtin_prefetch(impls[k]);
+      __builtin_prefetch(reinterpret_cast<const char*>(impls[k]) + 64);
+    }
+  }
+  for (Py_ssize_t k = 0; k < m; ++k)
+    if (impls[k] != nullptr) __builtin_prefetch(impls[k]->unsafe_storage().unsafeGetStorageImpl(), 1);
+}
+
+}  // namespace
+
+// pin(rows, table, offsets, n, itemsize) -> a capsule holding every operand's storage, or None when an address
+// of ``table`` does not lie, with its elements, inside the storage its tensor has now (nothing held then: the
+// caller takes another path). ``table``: the address of a uint64 array [len(rows)][n] of the addresses a kernel
+// will take; ``offsets``: of an int64 array [n + 1], the prefix sums of the tensors' element counts; ``rows``: per
+// row of the table None (not read), a list or tuple of n tensors (entry i covers (offsets[i+1] - offsets[i]) *
+// itemsize bytes from table[row][i]), or one tensor holding the whole row back to back (offsets[n] * itemsize
+// bytes from table[row][0]). Read and held under the GIL in one call: the addresses proven here stay valid until
+// the capsule is dropped, whatever other threads do to the tensors meanwhile.
+PyObject* pin(PyObject*, PyObject* args) {
+  PyObject* rows;
+  unsigned long long table_address, offsets_address;
+  Py_ssize_t n;
+  long long itemsize;
+  if (!PyArg_ParseTuple(args, "OKKnL", &rows, &table_address, &offsets_address, &n, &itemsize)) return nullptr;
+  if ((!PyList_Check(rows) && !PyTuple_Check(rows)) || n < 0 || itemsize <= 0 || table_address == 0 ||
+      offsets_address == 0)
+    Py_RETURN_NONE;
+  const auto* table = reinterpret_cast<const uint64_t*>(table_address);
+  const auto* offsets = reinterpret_cast<const int64_t*>(offsets_address);
+  const Py_ssize_t count = PySequence_Fast_GET_SIZE(rows);
+  PyObject** row_items = PySequence_Fast_ITEMS(rows);
+  auto pins = new Pins();
+  try {
+    pins->storages.reserve(static_cast<size_t>(count * n));
+    for (Py_ssize_t j = 0; j < count; ++j) {
+      PyObject* row = row_items[j];
+      const uint64_t* addresses = table + j * n;
+      bool ok = true;
+      if (row == Py_None) continue;
+      if (PyList_Check(row) || PyTuple_Check(row)) {
+        ok = PySequence_Fast_GET_SIZE(row) == n;
+        PyObject** tensors = PySequence_Fast_ITEMS(row);
+        for (Py_ssize_t i = 0; i < n && ok; ++i) {
+          if (i % kPinBlock == 0) warm_storages(tensors + i, std::min(kPinBlock, n - i));
+          const int64_t numel = offsets[i + 1] - offsets[i];
+          ok = numel >= 0 && pin_range(tensors[i], addresses[i], static_cast<uint64_t>(numel * itemsize), *pins);
+        }
+      } else {
+        ok = n == 0 || (offsets[n] >= 0 &&
+                        pin_range(row, addresses[0], static_cast<uint64_t>(offsets[n] * itemsize), *pins));
+      }
+      if (!ok) {
+        delete pins;
+        Py_RETURN_NONE;
+      }
+    }
+  } catch (const std::exception&) {
+    delete pins;
+    Py_RETURN_NONE;
+  }
+  PyObject* capsule = PyCapsule_New(pins, kPinsCapsule, free_pins);
+  if (capsule == nullptr) delete pins;
+  return capsule;
+}
+
+// still(plan, pairs, grads, addresses) -> True when the pairs of an ordinary step that ``fits`` proved at the step's
+// start are still exactly that (engine/unchanged.py's ``proven_again``, just before the first write): each item the
+// same 2-tuple of ``grads[i]`` and the plan's variable, the variable of its recorded address, dtype, device and sizes,
+// contiguous, inside its storage and writable, the gradient an exact dense torch.Tensor of the variable's dtype,
+// sizes and device, and, where ``addresses`` (the address of a uint64 array of one address per gradient, or 0: some
+// gradient was not contiguous) is given, contiguous at that address inside its storage. False: not proven (the
+// caller runs ``fits`` again). Everything ``fits`` checks of the tensors, without what it builds (the gradients'
+// list, their addresses, the pairs) or reads besides (whether a variable has a constraint, unused here): a tuple
+// cannot change, so the same gradient objects are the same operands.
+PyObject* still(PyObject*, PyObject* args) {
+  PyObject *capsule, *pairs, *grads;
+  unsigned long long addresses_address;
+  if (!PyArg_ParseTuple(args, "OOOK", &capsule, &pairs, &grads, &addresses_address)) return nullptr;
+  auto plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
+  if (plan == nullptr) return nullptr;
+  if ((!PyList_Check(pairs) && !PyTuple_Check(pairs)) || (!PyList_Check(grads) && !PyTuple_Check(grads)))
+    Py_RETURN_FALSE;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(pairs);
+  if (n != static_cast<Py_ssize_t>(plan->variables.size()) || PySequence_Fast_GET_SIZE(grads) != n) Py_RETURN_FALSE;
+  PyObject** items = PySequence_Fast_ITEMS(pairs);
+  PyObject** grad_items = PySequence_Fast_ITEMS(grads);
+  const auto* addresses = reinterpret_cast<const uint64_t*>(addresses_address);
+  PyObject* tensor_type = reinterpret_cast<PyObject*>(THPVariableClass);
+  try {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      const Recorded& r = plan->variables[i];
+      PyObject* item = items[i];
+      if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 || PyTuple_GET_ITEM(item, 1) != r.variable ||
+          PyTuple_GET_ITEM(item, 0) != grad_items[i] ||
+          reinterpret_cast<PyObject*>(Py_TYPE(grad_items[i])) != tensor_type)
+        Py_RETURN_FALSE;
+      const at::Tensor* v = dense(r.variable);
+      if (v == nullptr || v->const_data_ptr() != r.address || v->scalar_type() != r.dtype ||
+          v->device() != r.device || v->sizes() != c10::IntArrayRef(r.sizes) || !v->is_contiguous() ||
+          !in_storage(*v) || !writable(*v))
+        Py_RETURN_FALSE;
+      const at::Tensor* g = dense(grad_items[i]);
+      if (g == nullptr || g->scalar_type() != r.dtype || g->sizes() != c10::IntArrayRef(r.sizes) ||
+          (plan->on_cpu ? !g->is_cpu() : g->device() != r.device))
+        Py_RETURN_FALSE;
+      // (Without addresses the kernels read each gradient's contiguity and bounds themselves, native.apply.)
+      if (addresses != nullptr && (!g->is_contiguous() || !in_storage(*g) ||
+                                   reinterpret_cast<uint64_t>(g->const_data_ptr()) != addresses[i]))
+        Py_RETURN_FALSE;
+    }
+  } catch (const std::exception&) {
+    Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
 }
 
 #if defined(__SSE__)

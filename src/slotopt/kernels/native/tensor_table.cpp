@@ -34,28 +34,6 @@ PyObject* parameter_type() {
   return type;
 }
 
-// What a plan recorded of one variable.
-struct Recorded {
-  PyObject* variable;  // borrowed: the plan keeps its variables alive
-  const void* address;
-  c10::ScalarType dtype;
-  c10::Device device;
-  std::vector<int64_t> sizes;
-};
-
-struct Plan {
-  std::vector<Recorded> variables;
-  bool on_cpu = true;
-  // The ``(gradient, parameter)`` 2-tuples of the last ``step()`` over the plan (owned references, or null), for
-  // ``recycled_pair``.
-  std::vector<PyObject*> pairs;
-
-  ~Plan() {
-    for (PyObject* pair : pairs) Py_XDECREF(pair);
-  }
-};
-
-const char* kPlanCapsule = "slotopt.tensor_table.Plan";
 
 const at::Tensor kUndefined;  // (the gradient of a tensor without autograd metadata)
 
@@ -562,6 +540,8 @@ PyMethodDef methods[] = {
     {"leave_step", leave_step, METH_O, "Puts back what enter_step found."},
 #endif
     {"slices_fit", slices_fit, METH_VARARGS, "Whether slices fit a variable (True), or None: undecided."},
+    {"still", still, METH_VARARGS, "Whether an ordinary step's pairs are still as fits proved them."},
+    {"pin", pin, METH_VARARGS, "Every operand's storage held while a kernel runs without the GIL; or None."},
     {"slices", slices, METH_VARARGS, "A compiled rule on slices, its operands checked here; or None."},
     {"increment", increment, METH_O, "Adds 1 to a one-element int64 CPU tensor in place; False if not taken."},
     {nullptr, nullptr, 0, nullptr}};

@@ -66,6 +66,30 @@ inline bool writable(const at::Tensor& t) {
   return !t.is_inference() || c10::InferenceMode::is_enabled();
 }
 
+// A step plan (tensor_table.cpp: make_plan, fits; tensor_checks.cpp: still).
+// What a plan recorded of one variable.
+struct Recorded {
+  PyObject* variable;  // borrowed: the plan keeps its variables alive
+  const void* address;
+  c10::ScalarType dtype;
+  c10::Device device;
+  std::vector<int64_t> sizes;
+};
+
+struct Plan {
+  std::vector<Recorded> variables;
+  bool on_cpu = true;
+  // The ``(gradient, parameter)`` 2-tuples of the last ``step()`` over the plan (owned references, or null), for
+  // ``recycled_pair``.
+  std::vector<PyObject*> pairs;
+
+  ~Plan() {
+    for (PyObject* pair : pairs) Py_XDECREF(pair);
+  }
+};
+
+inline const char* const kPlanCapsule = "slotopt.tensor_table.Plan";
+
 // Defined in tensor_checks.cpp (each documented there).
 PyObject* first_out_of_range(PyObject*, PyObject* args);
 PyObject* slices_fit(PyObject*, PyObject* args);
@@ -73,6 +97,8 @@ PyObject* same_kind(PyObject*, PyObject* args);
 PyObject* scalar(PyObject*, PyObject* object);
 PyObject* increment(PyObject*, PyObject* object);
 PyObject* slices(PyObject*, PyObject* args);
+PyObject* pin(PyObject*, PyObject* args);
+PyObject* still(PyObject*, PyObject* args);
 #if defined(__SSE__)
 PyObject* enter_step(PyObject*, PyObject*);
 PyObject* leave_step(PyObject*, PyObject* token_object);

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 
 __all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_tensors", "readable", "bump_versions",
-           "gradients", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode", "same_kind"]
+           "gradients", "pin", "still", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode", "same_kind"]
 
 _module: Any = None
 _load_error: Optional[str] = None
@@ -123,6 +123,22 @@ def bump_versions(tensors: list[torch.Tensor]) -> None:
     """Moves each tensor's version counter, as an in-place torch op does (``torch.autograd.graph.increment_version``
     without its per-tensor cost)."""
     _module.bump_versions(tensors)
+
+
+def still(table: Any, pairs: Sequence[Any], grads: Sequence[torch.Tensor], addresses: Any) -> bool:
+    """Whether the pairs of an ordinary step that ``fits`` proved are still exactly that, with the same gradient
+    objects (``grads``) at the same ``addresses`` (a C-contiguous uint64 numpy array, or None): every check of the
+    tensors ``fits`` makes, without building its results again. False when the C++ checks are off."""
+    if not (_enabled and _module is not None):
+        return False
+    return _module.still(table, pairs, grads, 0 if addresses is None else addresses.ctypes.data) is True
+
+
+def pin(rows: Sequence[Any], table: Any, offsets: Any, n: int, itemsize: int) -> Any:
+    """A holder of every operand's storage for a kernel call (``pins.pin``: ``table`` uint64 and ``offsets`` int64
+    numpy arrays, C-contiguous, kept alive by the caller during this call), or None when an address lies outside
+    its tensor's storage now."""
+    return _module.pin(rows, table.ctypes.data, offsets.ctypes.data, n, itemsize)
 
 
 def gradients(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..native import pins
 from ..native.scalars import DESCRIPTIONS
 from ..native.scalars import SLICE_RULES as _SLICE_STATE
 from . import table
@@ -118,6 +119,15 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     flags = {name: bool(scalars[i]) for name, i in description.flags}
     if flags.get("DECAY") and launch.aliased:
         return False  # a gradient that IS its variable must be read after the decay: the separate ops do that
+    # Every operand's storage held until the launch is queued, each address of the table proven inside it now:
+    # another thread may let one go between reading the addresses and the launch (then torch's ops take the
+    # call). Once queued, the caching allocator reuses a freed block only after it, in stream order, as for
+    # torch's own ops.
+    n = len(first)
+    held = pins.pin([first if ts is None else ts[0] if len(ts) == 1 and n > 1 else ts for ts in lists],
+                    launch.host, launch.offsets, first[0].element_size())
+    if held is None:
+        return False
     if launch.programs:
         kernel = _kernel(rule)
         if dtype == torch.float32:  # the scalars by value, in the launch: no copy, however often they change
@@ -132,6 +142,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
                                        BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block,
                                        num_warps=launch.warps, enable_fp_fusion=False)
         _launches += 1
+    del held
     written = [t for i, ts in enumerate(lists) if ts is not None and i not in read_only for t in ts]
     if written:
         _increment_version(written)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -92,6 +92,10 @@ class Launch(NamedTuple):
     aliased: bool
     block: int = BLOCK  # elements per program
     warps: int = 4
+    #: The operands' addresses on the host (uint64, operands x tensors) and the prefix sums of the tensors' element
+    #: counts: what ``kernels.native.pins`` proves inside the storages it holds for the launch.
+    host: Any = None
+    offsets: Any = None
 
 
 def clear() -> None:
@@ -192,6 +196,7 @@ def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]], read_only: S
             table[i] = row
         else:  # one flat tensor: each tensor's place in it
             table[i] = row[0] + offsets[:-1].astype(np.uint64) * tensors[0].element_size()
+    host_table = table  # (uint64: what the pins prove; the launch reads the int64 view)
     table = table.view(np.int64)
     block, warps = choose(total, n)
     counts = -(-np.asarray(sizes, dtype=np.int64) // block)  # empty tensors take no program
@@ -208,7 +213,7 @@ def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]], read_only: S
     buffer = _upload(host, device)
     cut = table.size
     launch = Launch(buffer, buffer[:cut], buffer[cut:], n, len(which), aligned, total,
-                    bool(np.any(table[0] == table[1])) if len(table) > 1 else False, block, warps)
+                    bool(np.any(table[0] == table[1])) if len(table) > 1 else False, block, warps, host_table, offsets)
     _cache[key] = _Entry(launch, sizes, ids)
     if len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
