@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _kernel_paths import ALL_PATHS, on_path, path_id
 from torch.testing._internal.two_tensor import TwoTensor
 
 import slotopt
@@ -16,16 +17,13 @@ from slotopt.engine.routing import optimizer_weights
 from slotopt.kernels import native
 from slotopt.kernels.native import operands, tensor_table
 
-PATHS = [("auto", True), ("auto", False), ("foreach", True), ("foreach", False)]
+PATHS = ALL_PATHS
 
 
-@pytest.fixture(params=PATHS, ids=[f"{k}-table{'on' if t else 'off'}" for k, t in PATHS])
+@pytest.fixture(params=PATHS, ids=path_id)
 def path(request):
-    kernels, table = request.param
-    previous = native.use(kernels), tensor_table.use(table)
-    yield request.param
-    native.use(previous[0])
-    tensor_table.use(previous[1])
+    with on_path(*request.param):
+        yield request.param
 
 
 FACES = {

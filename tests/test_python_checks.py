@@ -9,24 +9,21 @@ import sys
 
 import pytest
 import torch
+from _kernel_paths import ALL_PATHS, on_path, path_id
 
 import slotopt
 from slotopt.engine import plan as plan_module
 from slotopt.engine.plan import Ordinary, StepPlan, collections, quiet_now
 from slotopt.engine.unchanged import proven_again
-from slotopt.kernels import native
 from slotopt.kernels.native import tensor_table
 
-PATHS = [("auto", True), ("auto", False), ("foreach", True), ("foreach", False)]
+PATHS = ALL_PATHS
 
 
-@pytest.fixture(params=PATHS, ids=[f"{k}-table{'on' if t else 'off'}" for k, t in PATHS])
+@pytest.fixture(params=PATHS, ids=path_id)
 def path(request):
-    kernels, table = request.param
-    previous = native.use(kernels), tensor_table.use(table)
-    yield request.param
-    native.use(previous[0])
-    tensor_table.use(previous[1])
+    with on_path(*request.param):
+        yield request.param
 
 
 @pytest.fixture

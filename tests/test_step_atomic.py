@@ -16,27 +16,23 @@ import signal
 
 import pytest
 import torch
+from _kernel_paths import ALL_PATHS, on_path, path_id
 
 import slotopt
 from slotopt.engine import atomic
 from slotopt.engine.routing import optimizer_weights
-from slotopt.kernels import native
-from slotopt.kernels.native import tensor_table
 
-PATHS = [("auto", True), ("auto", False), ("foreach", True)]
+PATHS = ALL_PATHS[:3]  # (the fault sweep is the longest: foreach runs with the C++ checks only)
 
 # An interrupt fired from the collector is sometimes handled inside a collector callback of the test's own, where
 # Python reports it as unraisable and drops it (the step then completes): expected, not a finding.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
-@pytest.fixture(params=PATHS, ids=[f"{k}-table{'on' if t else 'off'}" for k, t in PATHS])
+@pytest.fixture(params=PATHS, ids=path_id)
 def path(request):
-    kernels, table = request.param
-    previous = native.use(kernels), tensor_table.use(table)
-    yield request.param
-    native.use(previous[0])
-    tensor_table.use(previous[1])
+    with on_path(*request.param):
+        yield request.param
 
 
 def _composite(variables):
