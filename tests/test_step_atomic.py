@@ -29,6 +29,15 @@ PATHS = ALL_PATHS[:3]  # (the fault sweep is the longest: foreach runs with the 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
+@pytest.fixture
+def default_sigint():
+    """SIGINT handled by Python's default handler for the test (a suite run as a background job inherits an ignored
+    SIGINT, where ``_thread.interrupt_main()`` does nothing and the handler the step must put back is SIG_IGN)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(params=PATHS, ids=path_id)
 def path(request):
     with on_path(*request.param):
@@ -197,7 +206,7 @@ def test_a_fault_at_any_collection_of_a_step_leaves_it_whole_or_untouched(face, 
         assert k < 400
 
 
-def test_a_finalizer_collected_during_a_step_runs_after_it():
+def test_a_finalizer_collected_during_a_step_runs_after_it(default_sigint):
     # A real ``__del__`` in a reference cycle, collected by the first collection after it was made: inside a step
     # it waits until the step ends (the collector is off in a step), then runs (the collector back on).
     opt, variables = _made("keras3")
@@ -229,7 +238,7 @@ def test_a_finalizer_collected_during_a_step_runs_after_it():
     assert gc.isenabled() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_a_sigint_during_a_step_is_raised_after_it_complete():
+def test_a_sigint_during_a_step_is_raised_after_it_complete(default_sigint):
     opt, variables = _made("keras3")
     twin, twin_variables = _made("keras3")
     _set_grads(twin_variables, 9)
