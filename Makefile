@@ -55,7 +55,8 @@ setup: $(TEST_STAMP)
 # is preloaded with the runtime so that ASan finds the real __cxa_throw (else torch's first C++ exception aborts).
 ASAN_DIR := build/asan
 ASAN_TESTS := tests/test_native_kernels.py tests/test_native_bounds.py tests/test_native_slices.py \
-	tests/test_tensor_table.py tests/test_step_plan.py tests/test_plan_trust.py tests/test_kernel_pins.py
+	tests/test_tensor_table.py tests/test_step_plan.py tests/test_plan_trust.py tests/test_kernel_pins.py \
+	tests/test_step_atomic.py tests/test_gradient_aliasing.py tests/test_python_checks.py
 asan: $(TEST_STAMP)
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
 	cp -a src setup.py pyproject.toml README.md MANIFEST.in $(ASAN_DIR)/
