@@ -16,10 +16,8 @@ from ..variables import IndexedSlices, as_indexed_slices, is_integer_dtype, is_s
 from . import plan_cache, unchanged
 from .plan import Pair
 
-__all__ = ["is_plain_gradient", "checked_pairs", "check_variables_unchanged", "check_gradient", "dense"]
+__all__ = ["is_plain_gradient", "checked_pairs", "check_gradient", "dense"]
 
-#: (defined with the other checks that a step's tensors are as they were, engine/unchanged.py)
-check_variables_unchanged = unchanged.check_variables_unchanged
 
 _FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPLEX_TYPES = (torch.complex64, torch.complex128)
@@ -40,7 +38,7 @@ def checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
     ordinary = plan_cache.planned_step(self, pairs)
     if ordinary is not None:
         return ordinary
-    check_variables_unchanged(self, pairs)
+    unchanged.check_variables_unchanged(self, pairs)
     out: list[Pair] = []
     for pair in pairs:
         grad, var = pair

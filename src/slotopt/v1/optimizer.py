@@ -22,7 +22,17 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import as_written, checks, constraints, gradients, plan_cache, state_io, transaction, validation
+from ..engine import (
+    as_written,
+    checks,
+    constraints,
+    gradients,
+    plan_cache,
+    state_io,
+    transaction,
+    unchanged,
+    validation,
+)
 from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.pipeline import run_step
@@ -289,7 +299,7 @@ class Optimizer(OptimizerCore):
         var_list = [v for g, v in converted if g is not None]
         if not var_list:
             raise ValueError(f"No gradients provided for any variable: {[str(v) for _, v in converted]}.")
-        validation.check_variables_unchanged(self, converted)
+        unchanged.check_variables_unchanged(self, converted)
         for i, (grad, var) in enumerate(converted):
             if grad is None:
                 continue
