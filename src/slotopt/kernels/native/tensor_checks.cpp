@@ -371,15 +371,9 @@ PyObject* still(PyObject*, PyObject* args) {
           PyTuple_GET_ITEM(item, 0) != grad_items[i] ||
           reinterpret_cast<PyObject*>(Py_TYPE(grad_items[i])) != tensor_type)
         Py_RETURN_FALSE;
-      const at::Tensor* v = dense(r.variable);
-      if (v == nullptr || v->const_data_ptr() != r.address || v->scalar_type() != r.dtype ||
-          v->device() != r.device || v->sizes() != c10::IntArrayRef(r.sizes) || !v->is_contiguous() ||
-          !in_storage(*v) || !writable(*v))
-        Py_RETURN_FALSE;
+      if (!as_recorded(dense(r.variable), r)) Py_RETURN_FALSE;
       const at::Tensor* g = dense(grad_items[i]);
-      if (g == nullptr || g->scalar_type() != r.dtype || g->sizes() != c10::IntArrayRef(r.sizes) ||
-          (plan->on_cpu ? !g->is_cpu() : g->device() != r.device))
-        Py_RETURN_FALSE;
+      if (!gradient_fits(g, r, plan->on_cpu)) Py_RETURN_FALSE;
       // (Without addresses the kernels read each gradient's contiguity and bounds themselves, native.apply.)
       if (addresses != nullptr && (!g->is_contiguous() || !in_storage(*g) ||
                                    reinterpret_cast<uint64_t>(g->const_data_ptr()) != addresses[i]))

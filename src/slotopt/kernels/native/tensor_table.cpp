@@ -294,9 +294,7 @@ PyObject* check_step(Plan* plan, PyObject* sequence, bool from_params) {
       // a tensor of another size at the same address (the allocator reuses it), ``resize_``/``set_``/a dtype view
       // change the sizes or dtype in place: any difference takes the full path, which refuses it clearly.
       const at::Tensor* v = dense(r.variable);
-      if (v == nullptr || v->const_data_ptr() != r.address || v->scalar_type() != r.dtype ||
-          v->device() != r.device || v->sizes() != c10::IntArrayRef(r.sizes) || !v->is_contiguous() ||
-          !in_storage(*v) || !writable(*v)) {
+      if (!as_recorded(v, r)) {
         ok = false;
         break;
       }
@@ -320,8 +318,7 @@ PyObject* check_step(Plan* plan, PyObject* sequence, bool from_params) {
         break;
       }
       const at::Tensor* g = dense(object);
-      if (g == nullptr || g->scalar_type() != r.dtype || g->sizes() != c10::IntArrayRef(r.sizes) ||
-          (plan->on_cpu ? !g->is_cpu() : g->device() != r.device)) {
+      if (!gradient_fits(g, r, plan->on_cpu)) {
         ok = false;
         break;
       }
@@ -413,9 +410,7 @@ PyObject* same_tensors(PyObject*, PyObject* args) {
         warm(std::min(kBlock, n - i), [&](Py_ssize_t k) { return items[i + k]; }, kStorage);
       const Recorded& r = record->variables[i];
       const at::Tensor* t = items[i] == r.variable ? dense(items[i]) : nullptr;
-      ok = t != nullptr && t->const_data_ptr() == r.address && t->scalar_type() == r.dtype &&
-           t->device() == r.device && t->sizes() == c10::IntArrayRef(r.sizes) && t->is_contiguous() &&
-           in_storage(*t) && writable(*t);
+      ok = as_recorded(t, r);
     }
     if (ok && bump) {  // (all checked first: a refused list bumps nothing)
       bump_all(PySequence_Fast_ITEMS(tensors), n);

@@ -76,6 +76,20 @@ struct Recorded {
   std::vector<int64_t> sizes;
 };
 
+// Whether ``v`` (a variable's tensor, or null) is still what the plan recorded of it, all a kernel relies on: its
+// address, dtype, device, sizes, contiguity, storage bounds and writability (fits, same_tensors, still).
+inline bool as_recorded(const at::Tensor* v, const Recorded& r) {
+  return v != nullptr && v->const_data_ptr() == r.address && v->scalar_type() == r.dtype && v->device() == r.device &&
+         v->sizes() == c10::IntArrayRef(r.sizes) && v->is_contiguous() && in_storage(*v) && writable(*v);
+}
+
+// Whether the gradient ``g`` (or null) fits the recorded variable: its dtype and sizes, on the CPU for a plan on
+// the CPU, else on the variable's device (fits, still).
+inline bool gradient_fits(const at::Tensor* g, const Recorded& r, bool on_cpu) {
+  return g != nullptr && g->scalar_type() == r.dtype && g->sizes() == c10::IntArrayRef(r.sizes) &&
+         (on_cpu ? g->is_cpu() : g->device() == r.device);
+}
+
 struct Plan {
   std::vector<Recorded> variables;
   bool on_cpu = true;
