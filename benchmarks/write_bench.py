@@ -168,13 +168,14 @@ def main(argv: list[str]) -> int:
     print(f"\nload average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.gb} GiB of weights, best of {args.repeat}")
     print("| file | size | byte floor | cat | slotopt save | vs floor | TensorFlow save | vs TF | save peak / file |")
     print("|---|---|---|---|---|---|---|---|---|")
+    def s(row: dict[str, Any], what: str) -> str:
+        return f"{row[what]['total_s']:.2f} s" if what in row and "total_s" in row[what] else "-"
+
     for row in rows:
-        def s(what: str) -> str:
-            return f"{row[what]['total_s']:.2f} s" if what in row and "total_s" in row[what] else "-"
         save = row["save"].get("total_s")
         floor, tf = row["floor"].get("total_s"), row.get("tensorflow", {}).get("total_s")
-        print(f"| {row['kind']} | {row['file_bytes'] / 2**30:.2f} GiB | {s('floor')} | {s('cat')} | {s('save')} | "
-              f"{save / floor:.2f}x | {s('tensorflow')} | " + (f"{save / tf:.2f}x" if tf and save else "-") +
+        print(f"| {row['kind']} | {row['file_bytes'] / 2**30:.2f} GiB | {s(row, 'floor')} | {s(row, 'cat')} | {s(row, 'save')} | "
+              f"{save / floor:.2f}x | {s(row, 'tensorflow')} | " + (f"{save / tf:.2f}x" if tf and save else "-") +
               f" | {row['save'].get('peak_bytes', 0) / row['file_bytes']:.2f}x |")
     if not args.dir:
         shutil.rmtree(root, ignore_errors=True)
