@@ -233,6 +233,20 @@ def test_checkpoint_state_file_continues_the_numbering(tmp_path):
         "ckpt-1", "ckpt-2", "ckpt-3"]
     assert state.count("all_model_checkpoint_timestamps") == 3
     assert not [n for n in os.listdir(tmp_path / "run") if n.endswith(".tmp")]
+    # Saved again from the same checkpoint: the next number, never a checkpoint replaced.
+    assert os.path.basename(ck.save(tmp_path / "run", params, opt)) == "ckpt-4"
+
+
+def test_a_tf1_name_taken_is_refused(tmp_path):
+    shutil.copytree(DATA / "migration" / "m_tf1_saver_adam", tmp_path / "run")
+    ck = slotopt.load_tf_checkpoint(tmp_path / "run")
+    params = ck.parameters()
+    opt = ck.optimizer(params)
+    before = _tree(tmp_path / "run")
+    with pytest.raises(ValueError, match="model.ckpt-5 already exists"):  # global_step not passed: the file read's
+        ck.save(tmp_path / "run", params, opt)
+    assert _tree(tmp_path / "run") == before
+    assert os.path.basename(ck.save(tmp_path / "run", params, opt, global_step=9)) == "model.ckpt-9"
 
 
 # ------------------------------------------------------------------------------------------------ refusals

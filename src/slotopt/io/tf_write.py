@@ -207,19 +207,33 @@ def _numbered(base: str) -> tuple[str, Optional[int]]:
 
 
 def _target_prefix(ck: Any, path: str, source: str, step: Optional[int]) -> str:
+    """The prefix to write: ``path`` itself, or in the folder ``path`` the name TensorFlow would give the next
+    checkpoint. A name chosen here never replaces a checkpoint: ``ckpt-<n>`` takes the number after the file read's
+    and after every ``<stem>-<k>`` already in the folder; a TF1 ``<stem>-<global_step>`` that exists is refused."""
     path = os.fspath(path)
     if path.endswith(".index"):
         path = path[: -len(".index")]
     if not (os.path.isdir(path) or path.endswith(os.sep)):
         return os.path.abspath(path)
+    folder = os.path.abspath(path)
     stem, number = _numbered(os.path.basename(ck.path))
     if source == "tf1" and step is not None:
         name = f"{stem}-{step}"  # as Saver.save(sess, prefix, global_step=...) names it
-    elif number is not None:
-        name = f"{stem}-{number + 1}"  # CheckpointManager's numbering, continued
-    else:
-        name = stem
-    return os.path.abspath(os.path.join(path, name))
+        if os.path.exists(os.path.join(folder, name + ".index")):
+            raise ValueError(
+                f"save({path!r}): {name} already exists in {folder} (a TF1 checkpoint is named after its global step, "
+                f"{step}): pass `global_step=` the step you carry, or a prefix to replace it on purpose; nothing was "
+                "written")
+        return os.path.join(folder, name)
+    if number is None:
+        return os.path.join(folder, stem)
+    taken = [number]
+    if os.path.isdir(folder):
+        for entry in os.listdir(folder):
+            found = re.fullmatch(re.escape(stem) + r"-(\d+)\.index", entry)
+            if found:
+                taken.append(int(found.group(1)))
+    return os.path.join(folder, f"{stem}-{max(taken) + 1}")  # CheckpointManager's numbering, continued
 
 
 def _escape(text: str) -> str:
