@@ -45,7 +45,11 @@ def _sha(path: str) -> str:
 def _optimizer(ck: Any, params: list, spec: dict) -> Any:
     if spec["api"] == "v1":
         return ck.optimizer(params)
-    made = [getattr(slotopt if spec["api"] == "keras3" else slotopt.legacy, c)(**k) for c, k in spec["optimizer"]]
+    generation = slotopt if spec["api"] == "keras3" else slotopt.legacy
+
+    def make(c: str, k: dict) -> Any:  # a [class, kwargs] argument is an optimizer too (a LossScaleOptimizer's)
+        return getattr(generation, c)(**{a: make(*v) if isinstance(v, list) else v for a, v in k.items()})
+    made = [make(c, k) for c, k in spec["optimizer"]]
     return ck.optimizer(params, optimizer=made if spec["api"] == "composite" else made[0])
 
 

@@ -112,7 +112,11 @@ def _slotopt_steps(case: dict, load: str, grads: list[dict], written: Path) -> s
         opt = ck.optimizer(params)
         step = slotopt.Variable(ck.weights["global_step"].clone(), name="global_step")
     else:
-        made = [getattr(slotopt if spec["api"] == "keras3" else slotopt.legacy, c)(**k) for c, k in spec["optimizer"]]
+        generation = slotopt if spec["api"] == "keras3" else slotopt.legacy
+
+        def make(c, k):  # a [class, kwargs] argument is an optimizer too (a LossScaleOptimizer's inner one)
+            return getattr(generation, c)(**{a: make(*v) if isinstance(v, list) else v for a, v in k.items()})
+        made = [make(c, k) for c, k in spec["optimizer"]]
         opt = ck.optimizer(params, optimizer=made if spec["api"] == "composite" else made[0])
     for g in grads:
         pairs = [(torch.from_numpy(g[n].copy()), p) for n, p in zip(ck.variable_names, params)]
@@ -267,6 +271,17 @@ def case_keras3_rmsprop_centered() -> None:
               _keras3(lambda: keras.optimizers.RMSprop(0.01, momentum=0.5, centered=True, name="rmsprop")),
               {"api": "keras3", "optimizer": [["RMSprop", {"learning_rate": 0.01, "momentum": 0.5,
                                                            "centered": True, "name": "rmsprop"}]]}, 3)
+
+
+def case_keras3_loss_scale() -> None:
+    import keras
+
+    _tf2_case("keras3_loss_scale_adam",
+              _keras3(lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.01, name="adam"),
+                                                                 dynamic_growth_steps=2)),
+              {"api": "keras3", "optimizer": [["LossScaleOptimizer", {
+                  "inner_optimizer": ["Adam", {"learning_rate": 0.01, "name": "adam"}],
+                  "dynamic_growth_steps": 2}]]}, 8)
 
 
 def case_savedmodel_keras3_adam() -> None:
