@@ -14,6 +14,7 @@ from typing import Any, Optional, Union
 import torch
 
 from ..engine import adopt, registry
+from . import tf_write
 from .keras_layers import to_torch, torch_shape
 from .keras_result import _handed_over, _NamedWeights, _write_weight
 from .tf_files import OptimizerVariable, _op_base
@@ -78,6 +79,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
     skipped: dict[str, str] = field(default_factory=dict)
     parts: list[TFCheckpoint] = field(default_factory=list)
     _loans: adopt.Loans = field(default_factory=adopt.Loans, repr=False, compare=False)
+    _built_state: Any = field(default=None, repr=False, compare=False)  # what the optimizer took (tf_write.py)
 
     # ---------------------------------------------------------------------------------------------- views
     @property
@@ -334,6 +336,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         with adopt.offering(self._offer(probe, ordered, values)):
             opt.build(list(zip(self.variable_names, ordered)))
         self._load_state(opt, probe, values)
+        tf_write.remember(self, opt, probe[2], layout=False)
         return opt
 
     def _composite(self, ordered: list[torch.Tensor], optimizers: Any) -> Any:
@@ -356,6 +359,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                 [(opt, tensors) for _, opt, _, tensors, _ in checked], params=list(given.items()))
         for part, opt, probe, _, values in checked:
             part._load_state(opt, probe, values)
+            tf_write.remember(part, opt, probe[2], layout=False)
         return composite
 
     def load_module(self, module: torch.nn.Module, mapping: Optional[Mapping[str, str]] = None,
@@ -424,5 +428,38 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             opt.build([(mapping[n], targets[n]) for n in self.variable_names] if self.kind != "v1"
                       else list(zip(self.variable_names, ordered)))
         self._load_state(opt, probe, values)
+        tf_write.remember(self, opt, probe[2], layout=True, mapping=mapping)
         return opt
 
+
+    def save(self, path: Union[str, Any], params: Any, optimizer: Any = None, *,
+             global_step: Optional[Union[int, torch.Tensor]] = None,
+             weights: Optional[Mapping[str, torch.Tensor]] = None) -> str:
+        """Writes the training state continued in PyTorch back as a checkpoint of the format read, which
+        TensorFlow restores and continues (``io/tf_write.py``, ``docs/way_back.md``). Returns the prefix written.
+
+        ``path``: a folder (the prefix is named there as TensorFlow would: ``ckpt-<n+1>`` after ``ckpt-<n>``,
+        TF1 ``model.ckpt-<global_step>``) or a prefix; for a SavedModel, the SavedModel folder to write. The
+        folder's ``checkpoint`` state file is updated to name it (a SavedModel has none). ``params``: what
+        :meth:`parameters` returned (trained since, in ``variable_names`` order, or a dict by name), or the module
+        :meth:`load_module` loaded (written through the same mapping and layouts). ``optimizer``: the optimizer
+        :meth:`optimizer` or :meth:`load_module` built (a composite's ``CompositeOptimizer``). ``global_step``
+        (TF1): the graph's step as you carry it (else ``weights["global_step"]`` as it stands). ``weights``: new
+        values for variables that are not trained (a BatchNormalization's moving statistics, by name).
+
+        Everything else the file held (the object graph, ``save_counter``, an iterator's position, strings) is
+        written back as read. A parameter or optimizer variable whose shape or dtype changed, an optimizer of
+        another class or slot layout, or a file read that has changed since refuses before anything is written;
+        the files are written under temporary names, read back and checked, then renamed into place.
+
+        Example:
+            >>> import os, tempfile, torch, slotopt
+            >>> ck = slotopt.load_tf_checkpoint("tests/data/migration/k_tf_ckpt_keras3_mlp_bn_adam")
+            >>> params = ck.parameters()
+            >>> opt = ck.optimizer(params, optimizer=slotopt.Adam(0.01))
+            >>> _ = opt.apply_gradients(zip([torch.ones_like(p) for p in params], params))
+            >>> prefix = ck.save(tempfile.mkdtemp(), params, opt)
+            >>> os.path.basename(prefix), slotopt.load_tf_checkpoint(prefix).iterations
+            ('ckpt-2', 6)
+        """
+        return tf_write.save(self, path, params, optimizer, global_step=global_step, weights=weights)
