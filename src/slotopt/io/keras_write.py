@@ -29,7 +29,7 @@ import torch
 
 from .errors import CheckpointFormatError
 from .keras_layers import keras_view, torch_shape
-from .keras_zip import StoredZip
+from .keras_zip import StoredZip, Window
 from .staging import Staging
 
 __all__ = ["FileLayout", "capture", "save"]
@@ -406,8 +406,10 @@ def save(ckpt: Any, path: Union[str, os.PathLike], source: Any, optimizer: Any) 
                         _write_h5(window, layout, values)
                 archive.finish()
             stage.verify(lambda: _check_zip(target, staged, layout))
-        else:
-            _write_h5(staged, layout, values)
+        else:  # (through a Python file as the zip's member is: the same write path, and every write call seen)
+            with open(staged, "w+b") as raw:
+                _write_h5(Window(raw, 0), layout, values)
+                raw.flush()
             stage.verify(lambda: _check_h5(target, staged, layout))
         if layout.kind != "weights.h5":  # the reader's own pass over the new file (metadata: no second copy)
             stage.verify(lambda: keras_reader.load_keras_checkpoint(staged, metadata_only=True))
