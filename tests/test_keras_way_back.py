@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import slotopt
-from slotopt.io import CheckpointFormatError, keras_write, staging
 
 pytest.importorskip("h5py")
 

@@ -384,6 +384,22 @@ def _check_zip(where: str, staged: str, layout: FileLayout) -> None:
             _check_h5(where, member, layout)
 
 
+def _verifier(where: str, check: Callable[[], Any]) -> Callable[[], None]:
+    """``check`` run on the staged file, whatever it raises (a zip or HDF5 library's own error on a damaged
+    file) refused as a :class:`CheckpointFormatError` naming the target: nothing is renamed into place."""
+
+    def run() -> None:
+        try:
+            check()
+        except CheckpointFormatError:
+            raise
+        except Exception as err:  # (zipfile.BadZipFile, OSError, h5py's errors...)
+            raise CheckpointFormatError(where, None, f"the written file fails its check ({type(err).__name__}: "
+                                        f"{err}): not renamed into place.") from err
+
+    return run
+
+
 def save(ckpt: Any, path: Union[str, os.PathLike], source: Any, optimizer: Any) -> str:
     """Writes ``ckpt``'s file format at ``path`` with the weights of ``source`` (``params`` or a module) and the
     state of ``optimizer``; returns the path written. See :meth:`KerasCheckpoint.save`."""
@@ -405,12 +421,12 @@ def save(ckpt: Any, path: Union[str, os.PathLike], source: Any, optimizer: Any) 
                     with archive.member(name, date_time, expected) as window:
                         _write_h5(window, layout, values)
                 archive.finish()
-            stage.verify(lambda: _check_zip(target, staged, layout))
+            stage.verify(_verifier(target, lambda: _check_zip(target, staged, layout)))
         else:  # (through a Python file as the zip's member is: the same write path, and every write call seen)
             with open(staged, "w+b") as raw:
                 _write_h5(Window(raw, 0), layout, values)
                 raw.flush()
-            stage.verify(lambda: _check_h5(target, staged, layout))
+            stage.verify(_verifier(target, lambda: _check_h5(target, staged, layout)))
         if layout.kind != "weights.h5":  # the reader's own pass over the new file (metadata: no second copy)
-            stage.verify(lambda: keras_reader.load_keras_checkpoint(staged, metadata_only=True))
+            stage.verify(_verifier(target, lambda: keras_reader.load_keras_checkpoint(staged, metadata_only=True)))
     return target
