@@ -221,6 +221,30 @@ if what == "plain":
         del view, buffer
 elif what == "inspect":
     slotopt.cli.inspect.inspect_checkpoint(path, _io.StringIO())
+elif what in ("floor", "save"):  # the way back (issue 47): what is in memory first, untimed
+    target = os.path.join(os.path.dirname(path), "written" + os.path.basename(path))
+    if what == "floor":  # the same bytes from memory to a new file in the folder, fsynced: what the disk allows
+        buffer = bytearray(os.path.getsize(path))
+    else:
+        ck = slotopt.load_keras_checkpoint(path)
+        params = ck.parameters()
+        opt = ck.optimizer(params)
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    base = rss()
+    start = time.perf_counter()
+    if what == "floor":
+        with open(target, "wb", buffering=0) as f:
+            view, done = memoryview(buffer), 0
+            while done < len(buffer):
+                done += f.write(view[done:done + (1 << 24)])
+            os.fsync(f.fileno())
+    else:
+        ck.save(target, params, opt)  # staged, fsynced, CRC-32 and structure verified, renamed
+    os.remove(target)
 else:
     ck = slotopt.load_keras_checkpoint(path) if kind == "keras" else slotopt.load_tf_checkpoint(path)
     out["load_s"] = time.perf_counter() - start
@@ -300,6 +324,37 @@ def _markdown(results: dict[str, Any], load: tuple[float, float, float]) -> str:
     return "\n".join(lines)
 
 
+def _keras_save(python: str, path: str, repeat: int) -> dict[str, float]:
+    """Keras's own ``model.save`` of the same model (benchmarks/io_tensorflow.py ``--save``), best of ``repeat``."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    runs = []
+    for _ in range(repeat):
+        done = subprocess.run([python, str(HERE / "io_tensorflow.py"), "--save", "keras", path], capture_output=True,
+                              text=True, env=env, check=False)
+        if done.returncode != 0:
+            return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return min(runs, key=lambda r: r["total_s"])
+
+
+def _write_markdown(results: dict[str, Any]) -> str:
+    """The way back's table: slotopt's save against the byte floor and Keras's own save, same run."""
+    gib = 2 ** 30
+    lines = ["| file | size | floor (write + fsync) | slotopt save | ratio to floor | slotopt save peak GiB "
+             "| Keras model.save | ratio to Keras | Keras peak GiB |", "|---|---|---|---|---|---|---|---|---|"]
+    for kind, row in results.items():
+        floor, save, keras = row.get("floor") or {}, row.get("save") or {}, row.get("keras_save") or {}
+        if "total_s" not in save:
+            continue
+        ratio = f"{save['total_s'] / floor['total_s']:.2f}" if "total_s" in floor else "-"
+        kratio = f"{save['total_s'] / keras['total_s']:.2f}" if "total_s" in keras else "-"
+        lines.append(f"| {kind} | {row['bytes'] / gib:.2f} GiB | "
+                     f"{floor['total_s']:.2f} s | {save['total_s']:.2f} s | {ratio} | {save['peak_bytes'] / gib:.3f} | "
+                     + (f"{keras['total_s']:.2f} s | {kratio} | {keras['peak_bytes'] / gib:.2f} |" if keras else
+                        "- | - | - |"))
+    return "\n".join(lines)
+
+
 def _files(kind: str, path: str) -> list[str]:
     if kind == "keras":
         return [path]
@@ -313,7 +368,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--formats", default="tf1,tf2,keras", help="comma-separated: tf1, tf2, keras")
     parser.add_argument("--measure", default="plain,load,optimizer,module,inspect",
                         help="comma-separated: plain, load, optimizer, module, inspect (e.g. leave out optimizer "
-                        "and module where the machine lacks the memory for them)")
+                        "and module where the machine lacks the memory for them); floor, save: the way back "
+                        "(keras: the same bytes written and fsynced, against ckpt.save and Keras's model.save)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement (the best is shown)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
     parser.add_argument("--tensorflow", metavar="PYTHON", help="also time TensorFlow's restore of the same files "
@@ -350,7 +406,11 @@ def main(argv: list[str]) -> int:
                 continue
             print(f"  {what:10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB "
                   f"({r['peak_bytes'] / size:5.2f}x the file)   load average {os.getloadavg()[0]:.2f}")
-        if args.tensorflow:
+        if args.tensorflow and kind == "keras" and "save" in args.measure.split(","):
+            r = row["keras_save"] = _keras_save(args.tensorflow, path, args.repeat)
+            print(f"  {'keras save':10s} error: {r['error']}" if "error" in r else
+                  f"  {'keras save':10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB")
+        if args.tensorflow and set(args.measure.split(",")) - {"floor", "save"}:
             r = row["tensorflow"] = _tensorflow(args.tensorflow, kind, path, args.repeat)
             print(f"  {'tensorflow':10s} error: {r['error']}" if "error" in r else
                   f"  {'tensorflow':10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB "
@@ -360,6 +420,8 @@ def main(argv: list[str]) -> int:
             shutil.rmtree(directory, ignore_errors=True)
     print("\n" + json.dumps(results))
     print("\n" + _markdown(results, load_before))
+    if any("save" in row for row in results.values()):
+        print("\n" + _write_markdown(results))
     return 0
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
@@ -306,35 +307,45 @@ def _attr(value: Any) -> Any:
     return value
 
 
-def _write_dataset(group: Any, name: str, src: _Source, dtype: np.dtype) -> None:
+def _chunks(src: _Source) -> Any:
+    """The bytes of a dataset's new value in C order, a chunk at a time: a contiguous tensor's own memory, a view
+    (a transposed kernel, a GRU's reordered gates) or device memory one slab of rows at a time."""
     value = src.get()
-    shape = tuple(src.shape)
     if isinstance(value, np.ndarray):
-        array = value
-    else:
-        array = None
-        tensor = value.detach()
-        if tensor.is_conj():
-            tensor = tensor.resolve_conj()
-        if tensor.device.type == "cpu" and tensor.is_contiguous():
-            array = tensor.numpy()
-    if array is not None or not shape:
-        if array is None:
-            array = value.detach().cpu().numpy()
-        group.create_dataset(name, data=array.astype(dtype, copy=False).reshape(shape))
+        view = memoryview(np.ascontiguousarray(value).reshape(-1).view(np.uint8))
+        for start in range(0, len(view), _CHUNK):
+            yield view[start:start + _CHUNK]
         return
-    dataset = group.create_dataset(name, shape=shape, dtype=dtype)
-    row = max(1, math.prod(shape[1:]) * dtype.itemsize)
+    tensor = value.detach()
+    if tensor.is_conj():
+        tensor = tensor.resolve_conj()
+    if tensor.device.type == "cpu" and tensor.is_contiguous():
+        view = memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+        for start in range(0, len(view), _CHUNK):
+            yield view[start:start + _CHUNK]
+        return
+    if tensor.dim() == 0:
+        yield memoryview(tensor.cpu().reshape(1).view(torch.uint8).numpy())
+        return
+    row = max(1, math.prod(tensor.shape[1:]) * tensor.element_size())
     step = max(1, _CHUNK // row)
-    for start in range(0, shape[0], step):  # a view (a transposed kernel) or device memory: copied a slab at a time
-        slab = tensor[start:start + step].contiguous().cpu().numpy()
-        dataset[start:start + step] = slab
+    for start in range(0, tensor.shape[0], step):
+        yield memoryview(tensor[start:start + step].contiguous().cpu().reshape(-1).view(torch.uint8).numpy())
 
 
-def _write_h5(target: Any, layout: FileLayout, values: dict[str, _Source]) -> None:
+def _write_h5(window: Window, layout: FileLayout, values: dict[str, _Source], crc: bool = False) -> Optional[int]:
+    """The HDF5 file into ``window``: h5py lays out the groups, attributes and datasets (allocated at creation,
+    never filled), then each dataset's bytes are written once, in file order, straight from its tensor. With
+    ``crc``, the CRC-32 of the whole file is computed on the same pass (the datasets' bytes from memory as they
+    are written, HDF5's metadata between them read back): no second pass over the model."""
     import h5py
 
-    with h5py.File(target, "w") as f:
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # an offset now, and no fill written over it
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    dcpl.set_obj_track_times(False)  # as h5py (and so Keras) creates datasets
+    spans: list[tuple[int, int, str]] = []
+    with h5py.File(window, "w") as f:
         for key, value in layout.attrs.get("", {}).items():
             f.attrs[key] = _attr(value)
         for entry in layout.order:
@@ -343,10 +354,43 @@ def _write_h5(target: Any, layout: FileLayout, values: dict[str, _Source]) -> No
             if entry in layout.groups:
                 obj = group.create_group(name)
             else:
-                _write_dataset(group, name, values[entry], layout.dtypes[entry])
+                shape, dtype = layout.shapes[entry], layout.dtypes[entry]
+                space = h5py.h5s.create_simple(shape) if shape else h5py.h5s.create(h5py.h5s.SCALAR)
+                dataset = h5py.h5d.create(group.id, name.encode(), h5py.h5t.py_create(dtype), space, dcpl=dcpl)
+                size = math.prod(shape) * dtype.itemsize
+                if size:
+                    spans.append((int(dataset.get_offset()), size, entry))
                 obj = group[name]
             for key, value in layout.attrs.get(entry, {}).items():
                 obj.attrs[key] = _attr(value)
+    spans.sort()
+    checksum, done = 0, 0
+    scratch = bytearray(min(_CHUNK, max(window.size, 1)))
+    for offset, size, entry in spans + [(window.size, 0, "")]:
+        if offset < done or offset + size > window.size:
+            raise CheckpointFormatError(str(window), entry, "HDF5 placed it outside the file: not written.")
+        if crc:  # HDF5's own bytes before this dataset
+            window.seek(done)
+            while done < offset:
+                got = window.readinto(memoryview(scratch)[:min(len(scratch), offset - done)])
+                if not got:
+                    raise CheckpointFormatError(str(window), entry, "the HDF5 file is shorter than it says.")
+                checksum = zlib.crc32(memoryview(scratch)[:got], checksum)
+                done += got
+        if not size:
+            continue
+        window.seek(offset)
+        written = 0
+        for chunk in _chunks(values[entry]):
+            window.write(chunk)
+            if crc:
+                checksum = zlib.crc32(chunk, checksum)
+            written += len(chunk)
+        if written != size:
+            raise CheckpointFormatError(str(window), entry, f"{written} bytes made for {size}: not written.")
+        done = offset + size
+    window.flush()
+    return checksum if crc else None
 
 
 def _check_h5(where: str, file: Any, layout: FileLayout) -> None:
@@ -368,20 +412,46 @@ def _check_h5(where: str, file: Any, layout: FileLayout) -> None:
 
 
 def _check_zip(where: str, staged: str, layout: FileLayout) -> None:
+    """The staged zip read back as a reader reads it: its members as planned, each member's bytes on disk against
+    the CRC-32 of its central directory (one sequential pass, large reads), the JSON members byte for byte, the
+    weights member's HDF5 structure."""
+    import struct
     import zipfile
 
+    from ._h5safe import _Region
+
     with zipfile.ZipFile(staged) as archive:
-        names = [i.filename for i in archive.infolist()]
-        if names != [m[0] for m in layout.members]:
-            raise CheckpointFormatError(where, None, f"the written zip holds {names}: not renamed into place.")
-        bad = archive.testzip()  # every member read back, its CRC-32 checked
-        if bad is not None:
-            raise CheckpointFormatError(where, bad, "fails its CRC-32 check: not renamed into place.")
-        for name, data, _ in layout.members:
-            if data is not None and archive.read(name) != data:
-                raise CheckpointFormatError(where, name, "differs from the member read: not renamed into place.")
-        with archive.open("model.weights.h5") as member:
-            _check_h5(where, member, layout)
+        infos = archive.infolist()
+    names = [i.filename for i in infos]
+    if names != [m[0] for m in layout.members]:
+        raise CheckpointFormatError(where, None, f"the written zip holds {names}: not renamed into place.")
+    data = {name: blob for name, blob, _ in layout.members}
+    scratch = bytearray(_CHUNK)
+    with open(staged, "rb", buffering=0) as raw:
+        for info in infos:
+            raw.seek(info.header_offset)
+            header = raw.read(30)
+            if len(header) != 30 or header[:4] != b"PK\x03\x04" or info.compress_type != zipfile.ZIP_STORED:
+                raise CheckpointFormatError(where, info.filename, "has no stored local header: not renamed.")
+            name_length, extra_length = struct.unpack("<HH", header[26:30])
+            base = info.header_offset + 30 + name_length + extra_length
+            raw.seek(base)
+            crc, done = 0, 0
+            while done < info.file_size:
+                got = raw.readinto(memoryview(scratch)[:min(_CHUNK, info.file_size - done)])
+                if not got:
+                    raise CheckpointFormatError(where, info.filename, "is truncated: not renamed into place.")
+                crc = zlib.crc32(memoryview(scratch)[:got], crc)
+                done += got
+            if crc != info.CRC:
+                raise CheckpointFormatError(where, info.filename, "fails its CRC-32 check: not renamed into place.")
+            blob = data[info.filename]
+            if blob is not None:
+                raw.seek(base)
+                if raw.read(info.file_size) != blob:
+                    raise CheckpointFormatError(where, info.filename, "differs from the member read: not renamed.")
+            else:
+                _check_h5(where, _Region(raw, base, info.file_size), layout)
 
 
 def _verifier(where: str, check: Callable[[], Any]) -> Callable[[], None]:
@@ -419,13 +489,12 @@ def save(ckpt: Any, path: Union[str, os.PathLike], source: Any, optimizer: Any) 
                         archive.add(name, data, date_time)
                         continue
                     with archive.member(name, date_time, expected) as window:
-                        _write_h5(window, layout, values)
+                        window.crc = _write_h5(window, layout, values, crc=True)
                 archive.finish()
             stage.verify(_verifier(target, lambda: _check_zip(target, staged, layout)))
         else:  # (through a Python file as the zip's member is: the same write path, and every write call seen)
             with open(staged, "w+b") as raw:
                 _write_h5(Window(raw, 0), layout, values)
-                raw.flush()
             stage.verify(_verifier(target, lambda: _check_h5(target, staged, layout)))
         if layout.kind != "weights.h5":  # the reader's own pass over the new file (metadata: no second copy)
             stage.verify(_verifier(target, lambda: keras_reader.load_keras_checkpoint(staged, metadata_only=True)))

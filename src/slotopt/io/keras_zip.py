@@ -23,7 +23,7 @@ import io
 import struct
 import zlib
 from contextlib import contextmanager
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator, Optional
 
 __all__ = ["StoredZip", "Window"]
 
@@ -43,6 +43,7 @@ class Window(io.RawIOBase):
     def __init__(self, raw: BinaryIO, base: int) -> None:
         super().__init__()
         self._raw, self._base, self._pos, self.size = raw, base, 0, 0
+        self.crc: Optional[int] = None  # the CRC-32 of what was written, where the writer computed it
 
     def readable(self) -> bool:
         return True
@@ -128,8 +129,8 @@ class StoredZip:
     @contextmanager
     def member(self, name: str, date_time: tuple[int, ...], expected: int) -> Iterator[Window]:
         """A member written in place through a :class:`Window` (h5py writes, seeks, reads back); ``expected``: about
-        how many bytes it will hold (zip64 is chosen from it). On leaving, the member's CRC-32 is computed from the
-        bytes on disk and patched into its local header."""
+        how many bytes it will hold (zip64 is chosen from it). On leaving, the member's CRC-32 (``window.crc`` where
+        the writer computed it as it wrote, else computed from the bytes on disk) is patched into its local header."""
         encoded = name.encode("ascii")
         zip64 = expected + _ZIP64_SLACK >= _LIMIT
         header_size = len(self._local(encoded, date_time, 0, 0, zip64))
@@ -138,11 +139,11 @@ class StoredZip:
         size = window.size
         if size >= _LIMIT and not zip64:
             raise ValueError(f"zip member {name!r} grew to {size} bytes, past the size declared for it")
-        crc = 0
-        buffer = bytearray(min(_CHUNK, max(size, 1)))
+        crc = window.crc if window.crc is not None else 0
+        buffer = bytearray(min(_CHUNK, max(size, 1)) if window.crc is None else 1)
         view = memoryview(buffer)
         self._raw.seek(self._offset + header_size)
-        done = 0
+        done = size if window.crc is not None else 0  # (else read back: a writer that did not compute it)
         while done < size:
             got = self._raw.readinto(view[:min(len(view), size - done)])  # type: ignore[attr-defined]
             if not got:
