@@ -245,3 +245,29 @@ def test_the_writer_either_writes_what_it_was_given_or_refuses_and_writes_nothin
         assert again.weights[n].numpy().tobytes() == p.detach().numpy().tobytes()
     for a, v in zip(again.optimizer_state, opt.variables):
         assert np.asarray(a).tobytes() == v.detach().numpy().tobytes()
+
+
+# -------------------------------------------------------------------------------------------------- layouts
+@pytest.mark.parametrize("kind, shape", [("dense_kernel", (3, 5)), ("conv1d_kernel", (3, 2, 4)),
+                                         ("conv2d_kernel", (3, 3, 2, 4)), ("depthwise_kernel", (3, 3, 2, 2)),
+                                         ("einsum_kernel:1", (6, 2, 3)), ("einsum_kernel:2", (2, 3, 6)),
+                                         ("gru_kernel", (4, 9)), ("gru_bias", (2, 9)), ("gru_bias", (9,)),
+                                         ("prelu", (1, 1, 5)), ("flatten", (2, 3)), ("as_is", (4,))])
+def test_every_torch_layout_goes_back_to_keras_exactly(kind, shape):
+    from slotopt.io.keras_layers import to_torch
+
+    keras = torch.randn(shape)
+    back = keras_write.to_keras(to_torch(keras, kind), kind, shape)
+    assert back is not None and torch.equal(back, keras)
+
+
+def test_an_int32_iteration_count_is_written_as_int32(tmp_path):
+    """A torch-backend Keras file stores its iteration count as int32: it goes back in the file's dtype."""
+    import h5py
+
+    ckpt, params, opt = _trained(LEGACY)
+    ckpt._layout.dtypes["optimizer_weights/Adam/iter:0"] = np.dtype(np.int32)
+    target = ckpt.save(tmp_path / "m.h5", params, opt)
+    with h5py.File(target) as f:
+        stored = f["optimizer_weights/Adam/iter:0"]
+        assert stored.dtype == np.int32 and int(stored[()]) == 6
