@@ -221,14 +221,20 @@ if what == "plain":
         del view, buffer
 elif what == "inspect":
     slotopt.cli.inspect.inspect_checkpoint(path, _io.StringIO())
-elif what in ("floor", "save"):  # the way back (issue 47): what is in memory first, untimed
+elif what in ("floor", "save", "save_module"):  # the way back (issue 47): what is in memory first, untimed
     target = os.path.join(os.path.dirname(path), "written" + os.path.basename(path))
     if what == "floor":  # the same bytes from memory to a new file in the folder, fsynced: what the disk allows
         buffer = bytearray(os.path.getsize(path))
-    else:
+    elif what == "save":
         ck = slotopt.load_keras_checkpoint(path)
         params = ck.parameters()
         opt = ck.optimizer(params)
+    else:  # after load_module: the kernels and their slots transposed back as they are written
+        ck = slotopt.load_keras_checkpoint(path)
+        width = next(iter(ck.weights.values())).shape[0]
+        params = torch.nn.Sequential(*[torch.nn.Linear(width, width, device="meta")
+                                       for _ in range(len(ck.variable_names) // 2)]).to_empty(device="cpu")
+        opt = ck.load_module(params, dict(zip(ck.variable_names, dict(params.named_parameters()))))
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -343,15 +349,18 @@ def _write_markdown(results: dict[str, Any]) -> str:
     lines = ["| file | size | floor (write + fsync) | slotopt save | ratio to floor | slotopt save peak GiB "
              "| Keras model.save | ratio to Keras | Keras peak GiB |", "|---|---|---|---|---|---|---|---|---|"]
     for kind, row in results.items():
-        floor, save, keras = row.get("floor") or {}, row.get("save") or {}, row.get("keras_save") or {}
-        if "total_s" not in save:
-            continue
-        ratio = f"{save['total_s'] / floor['total_s']:.2f}" if "total_s" in floor else "-"
-        kratio = f"{save['total_s'] / keras['total_s']:.2f}" if "total_s" in keras else "-"
-        lines.append(f"| {kind} | {row['bytes'] / gib:.2f} GiB | "
-                     f"{floor['total_s']:.2f} s | {save['total_s']:.2f} s | {ratio} | {save['peak_bytes'] / gib:.3f} | "
-                     + (f"{keras['total_s']:.2f} s | {kratio} | {keras['peak_bytes'] / gib:.2f} |" if keras else
-                        "- | - | - |"))
+        floor, keras = row.get("floor") or {}, row.get("keras_save") or {}
+        for what, label in (("save", "params"), ("save_module", "module")):
+            save = row.get(what) or {}
+            if "total_s" not in save:
+                continue
+            ratio = f"{save['total_s'] / floor['total_s']:.2f}" if "total_s" in floor else "-"
+            kratio = f"{save['total_s'] / keras['total_s']:.2f}" if "total_s" in keras else "-"
+            lines.append(f"| {kind} ({label}) | {row['bytes'] / gib:.2f} GiB | "
+                         + (f"{floor['total_s']:.2f} s" if floor else "-") + f" | {save['total_s']:.2f} s | {ratio} | "
+                         f"{save['peak_bytes'] / gib:.3f} | "
+                         + (f"{keras['total_s']:.2f} s | {kratio} | {keras['peak_bytes'] / gib:.2f} |"
+                            if "total_s" in keras else "- | - | - |"))
     return "\n".join(lines)
 
 
@@ -369,7 +378,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--measure", default="plain,load,optimizer,module,inspect",
                         help="comma-separated: plain, load, optimizer, module, inspect (e.g. leave out optimizer "
                         "and module where the machine lacks the memory for them); floor, save: the way back "
-                        "(keras: the same bytes written and fsynced, against ckpt.save and Keras's model.save)")
+                        "(keras: the same bytes written and fsynced, against ckpt.save of params or, save_module, of a module after "
+                        "load_module, and Keras's model.save)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement (the best is shown)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
     parser.add_argument("--tensorflow", metavar="PYTHON", help="also time TensorFlow's restore of the same files "
@@ -406,11 +416,11 @@ def main(argv: list[str]) -> int:
                 continue
             print(f"  {what:10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB "
                   f"({r['peak_bytes'] / size:5.2f}x the file)   load average {os.getloadavg()[0]:.2f}")
-        if args.tensorflow and kind == "keras" and "save" in args.measure.split(","):
+        if args.tensorflow and kind == "keras" and {"save", "save_module"} & set(args.measure.split(",")):
             r = row["keras_save"] = _keras_save(args.tensorflow, path, args.repeat)
             print(f"  {'keras save':10s} error: {r['error']}" if "error" in r else
                   f"  {'keras save':10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB")
-        if args.tensorflow and set(args.measure.split(",")) - {"floor", "save"}:
+        if args.tensorflow and set(args.measure.split(",")) - {"floor", "save", "save_module"}:
             r = row["tensorflow"] = _tensorflow(args.tensorflow, kind, path, args.repeat)
             print(f"  {'tensorflow':10s} error: {r['error']}" if "error" in r else
                   f"  {'tensorflow':10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB "
@@ -419,8 +429,11 @@ def main(argv: list[str]) -> int:
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
     print("\n" + json.dumps(results))
-    print("\n" + _markdown(results, load_before))
-    if any("save" in row for row in results.values()):
+    if set(args.measure.split(",")) - {"floor", "save", "save_module"}:
+        print("\n" + _markdown(results, load_before))
+    else:
+        print(f"\nload average before / after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")
+    if any("save" in row or "save_module" in row for row in results.values()):
         print("\n" + _write_markdown(results))
     return 0
 

@@ -182,3 +182,21 @@ def test_inspect_shows_a_written_file(tmp_path, capsys):
     assert main(["inspect", target]) in (0, None)
     out = capsys.readouterr().out
     assert "hidden/kernel" in out and "Adam" in out
+
+
+def test_a_rollback_overwrites_the_file_it_was_read_from(tmp_path):
+    """Read, train, write over the same path, train on, write again: each save replaces the whole file."""
+    import shutil
+
+    path = tmp_path / "model.keras"
+    shutil.copy(DATA / "keras_checkpoints" / "keras3_adam_float32.keras", path)
+    ckpt = slotopt.load_keras_checkpoint(path)
+    params = ckpt.parameters()
+    opt = ckpt.optimizer(params)
+    for expected in (6, 7):
+        opt.apply_gradients(zip([torch.full_like(p, 0.5) for p in params], params))
+        ckpt.save(path, params, opt)
+        again = slotopt.load_keras_checkpoint(path)
+        assert int(again.optimizer_state[0]) == expected and sorted(os.listdir(tmp_path)) == ["model.keras"]
+        for n, p in zip(ckpt.variable_names, params):
+            _same_bits(again.weights[n].numpy(), p.detach().numpy(), n)

@@ -497,7 +497,7 @@ class KerasCheckpoint(_NamedWeights):
             >>> ckpt = slotopt.load_keras_checkpoint("tests/data/keras_checkpoints/keras3_adam_float32.keras")
             >>> params = ckpt.parameters()
             >>> opt = ckpt.optimizer(params)
-            >>> opt.apply_gradients(zip([torch.ones_like(p) for p in params], params))
+            >>> _ = opt.apply_gradients(zip([torch.ones_like(p) for p in params], params))
             >>> path = ckpt.save(os.path.join(tempfile.mkdtemp(), "model.keras"), params, opt)
             >>> int(slotopt.load_keras_checkpoint(path).optimizer_state[0])
             6
