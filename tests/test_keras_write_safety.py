@@ -271,3 +271,12 @@ def test_an_int32_iteration_count_is_written_as_int32(tmp_path):
     with h5py.File(target) as f:
         stored = f["optimizer_weights/Adam/iter:0"]
         assert stored.dtype == np.int32 and int(stored[()]) == 6
+
+
+def test_a_learning_rate_the_reader_would_refuse_is_not_written(tmp_path, monkeypatch):
+    ckpt, params, opt = _trained(KERAS)
+    with torch.no_grad():
+        opt.variables[1].fill_(float("nan"))
+    _no_write(monkeypatch)
+    with pytest.raises(CheckpointFormatError, match="optimizer/vars/1"):
+        ckpt.save(tmp_path / "m.keras", params, opt)

@@ -30,6 +30,7 @@ import torch
 
 from .errors import CheckpointFormatError
 from .keras_layers import keras_view, torch_shape
+from .keras_result import _scalar_problem
 from .keras_zip import StoredZip, Window
 from .staging import Staging
 
@@ -139,7 +140,7 @@ def _lazy_keras(value: torch.Tensor, kind: str, shape: tuple[int, ...], what: st
         assert out is not None
         return out
 
-    return _Source(what, make=make, shape=shape, dtype=value.dtype)
+    return _Source(what, make=make, shape=tuple(probe.shape) if probe is not None else shape, dtype=value.dtype)
 
 
 def _weights(ckpt: Any, source: Any) -> tuple[dict[str, _Source], bool]:
@@ -290,7 +291,16 @@ def plan(ckpt: Any, source: Any, optimizer: Any) -> dict[str, _Source]:
         if entry not in out:
             raise CheckpointFormatError(ckpt.path, entry, "has no value to write back: refused.")
         out[entry] = _fits(ckpt.path, entry, out[entry], layout.shapes[entry], layout.dtypes[entry])
-    for src in out.values():  # a non-finite iteration count or learning rate is refused as a read refuses it
+    variables = ckpt._state_variables(optimizer)
+    for i, entry in enumerate(ckpt.optimizer_entries):  # what slotopt's reader would refuse is not written
+        value = state[i].value
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_meta:
+            name = str(getattr(variables[i], "path", "") or getattr(variables[i], "name", ""))
+            problem = _scalar_problem(name, value.detach().cpu().numpy())
+            if problem is not None:
+                raise CheckpointFormatError(ckpt.path, entry, f"{state[i].what} must be {problem}; it holds "
+                                            f"{value.item()!r}: refused before anything is written.")
+    for src in out.values():
         if isinstance(src.value, torch.Tensor) and src.value.is_meta:
             raise ValueError(f"{src.what} is a meta tensor: no values to save.")
     return out
