@@ -339,8 +339,13 @@ def _chunks(src: _Source) -> Any:
         return
     row = max(1, math.prod(tensor.shape[1:]) * tensor.element_size())
     step = max(1, _CHUNK // row)
+    # One slab buffer, reused: each slab is copied into memory already mapped (no fresh pages per slab).
+    scratch = torch.empty((min(step, tensor.shape[0]), *tensor.shape[1:]), dtype=tensor.dtype)
     for start in range(0, tensor.shape[0], step):
-        yield memoryview(tensor[start:start + step].contiguous().cpu().reshape(-1).view(torch.uint8).numpy())
+        part = tensor[start:start + step]
+        slab = scratch[:part.shape[0]]
+        slab.copy_(part)
+        yield memoryview(slab.reshape(-1).view(torch.uint8).numpy())
 
 
 def _write_h5(window: Window, layout: FileLayout, values: dict[str, _Source], crc: bool = False) -> Optional[int]:
