@@ -280,3 +280,18 @@ def test_a_learning_rate_the_reader_would_refuse_is_not_written(tmp_path, monkey
     _no_write(monkeypatch)
     with pytest.raises(CheckpointFormatError, match="optimizer/vars/1"):
         ckpt.save(tmp_path / "m.keras", params, opt)
+
+
+def test_a_converted_tensor_written_in_slabs_gives_the_same_file(tmp_path, monkeypatch):
+    """Past ``_WHOLE`` a transposed kernel is written a slab of rows at a time (``_CHUNK``): the same bytes."""
+    ckpt = slotopt.load_keras_checkpoint(KERAS)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    opt = ckpt.load_module(model)
+    opt.apply_gradients(zip([torch.full_like(p, 0.1) for p in model.parameters()], model.parameters()))
+    whole = Path(ckpt.save(tmp_path / "whole.keras", model, opt)).read_bytes()
+    monkeypatch.setattr(keras_write, "_WHOLE", 0)
+    monkeypatch.setattr(keras_write, "_CHUNK", 48)  # a few rows of the (8, 16) kernel per slab
+    slabs = Path(ckpt.save(tmp_path / "slabs.keras", model, opt)).read_bytes()
+    assert slabs == whole
+    again = slotopt.load_keras_checkpoint(tmp_path / "slabs.keras")
+    assert torch.equal(again.weights["hidden/kernel"], model[0].weight.detach().T)

@@ -37,6 +37,7 @@ from .staging import Staging
 __all__ = ["FileLayout", "capture", "save"]
 
 _CHUNK = 1 << 24
+_WHOLE = 1 << 26  # a converted tensor up to this size is copied whole (one at a time), past it a slab at a time
 _INNER = "optimizer/inner_optimizer/vars/"
 # Options that change which variables an optimizer builds: a different value is another slot layout.
 _LAYOUT_OPTIONS = ("amsgrad", "use_ema", "gradient_accumulation_steps", "centered", "momentum")
@@ -336,6 +337,13 @@ def _chunks(src: _Source) -> Any:
         return
     if tensor.dim() == 0:
         yield memoryview(tensor.cpu().reshape(1).view(torch.uint8).numpy())
+        return
+    if tensor.numel() * tensor.element_size() <= _WHOLE:  # whole: torch's blocked transpose, twice a slab's speed
+        whole = torch.empty(tensor.shape, dtype=tensor.dtype)
+        whole.copy_(tensor)
+        view = memoryview(whole.reshape(-1).view(torch.uint8).numpy())
+        for start in range(0, len(view), _CHUNK):
+            yield view[start:start + _CHUNK]
         return
     row = max(1, math.prod(tensor.shape[1:]) * tensor.element_size())
     step = max(1, _CHUNK // row)
