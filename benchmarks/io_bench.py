@@ -221,6 +221,36 @@ if what == "plain":
         del view, buffer
 elif what == "inspect":
     slotopt.cli.inspect.inspect_checkpoint(path, _io.StringIO())
+elif what in ("floor", "save", "save_module"):  # the way back (issue 47): what is in memory first, untimed
+    target = os.path.join(os.path.dirname(path), "written" + os.path.basename(path))
+    if what == "floor":  # the same bytes from memory to a new file in the folder, fsynced: what the disk allows
+        buffer = bytearray(os.path.getsize(path))
+    elif what == "save":
+        ck = slotopt.load_keras_checkpoint(path)
+        params = ck.parameters()
+        opt = ck.optimizer(params)
+    else:  # after load_module: the kernels and their slots transposed back as they are written
+        ck = slotopt.load_keras_checkpoint(path)
+        width = next(iter(ck.weights.values())).shape[0]
+        params = torch.nn.Sequential(*[torch.nn.Linear(width, width, device="meta")
+                                       for _ in range(len(ck.variable_names) // 2)]).to_empty(device="cpu")
+        opt = ck.load_module(params, dict(zip(ck.variable_names, dict(params.named_parameters()))))
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    base = rss()
+    start = time.perf_counter()
+    if what == "floor":
+        with open(target, "wb", buffering=0) as f:
+            view, done = memoryview(buffer), 0
+            while done < len(buffer):
+                done += f.write(view[done:done + (1 << 24)])
+            os.fsync(f.fileno())
+    else:
+        ck.save(target, params, opt)  # staged, fsynced, CRC-32 and structure verified, renamed
+    os.remove(target)
 else:
     ck = slotopt.load_keras_checkpoint(path) if kind == "keras" else slotopt.load_tf_checkpoint(path)
     out["load_s"] = time.perf_counter() - start
@@ -300,6 +330,43 @@ def _markdown(results: dict[str, Any], load: tuple[float, float, float]) -> str:
     return "\n".join(lines)
 
 
+def _keras_save(python: str, path: str, repeat: int) -> dict[str, float]:
+    """Keras's own ``model.save`` of the same model (benchmarks/io_tensorflow.py ``--save``), best of ``repeat``."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    runs = []
+    for _ in range(repeat):
+        done = subprocess.run([python, str(HERE / "io_tensorflow.py"), "--save", "keras", path], capture_output=True,
+                              text=True, env=env, check=False)
+        if done.returncode != 0:
+            return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return min(runs, key=lambda r: r["total_s"])
+
+
+def _write_markdown(results: dict[str, Any]) -> str:
+    """The way back's table: slotopt's save against the byte floor and Keras's own save, same run."""
+    gib = 2 ** 30
+    lines = ["| file | size | floor (write + fsync) | slotopt save | ratio to floor | slotopt save peak GiB "
+             "| Keras model.save (+ fsync) | ratio to Keras + fsync | Keras peak GiB |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for kind, row in results.items():
+        floor, keras = row.get("floor") or {}, row.get("keras_save") or {}
+        for what, label in (("save", "params"), ("save_module", "module")):
+            save = row.get(what) or {}
+            if "total_s" not in save:
+                continue
+            ratio = f"{save['total_s'] / floor['total_s']:.2f}" if "total_s" in floor else "-"
+            durable = keras.get("total_s", 0.0) + keras.get("fsync_s", 0.0)
+            kratio = f"{save['total_s'] / durable:.2f}" if "total_s" in keras else "-"
+            lines.append(f"| {kind} ({label}) | {row['bytes'] / gib:.2f} GiB | "
+                         + (f"{floor['total_s']:.2f} s" if floor else "-") + f" | {save['total_s']:.2f} s | {ratio} | "
+                         f"{save['peak_bytes'] / gib:.3f} | "
+                         + (f"{keras['total_s']:.2f} s (+{keras.get('fsync_s', 0.0):.2f} s) | {kratio} | "
+                            f"{keras['peak_bytes'] / gib:.2f} |"
+                            if "total_s" in keras else "- | - | - |"))
+    return "\n".join(lines)
+
+
 def _files(kind: str, path: str) -> list[str]:
     if kind == "keras":
         return [path]
@@ -313,7 +380,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--formats", default="tf1,tf2,keras", help="comma-separated: tf1, tf2, keras")
     parser.add_argument("--measure", default="plain,load,optimizer,module,inspect",
                         help="comma-separated: plain, load, optimizer, module, inspect (e.g. leave out optimizer "
-                        "and module where the machine lacks the memory for them)")
+                        "and module where the machine lacks the memory for them); floor, save: the way back "
+                        "(keras: the same bytes written and fsynced, against ckpt.save of params or, save_module, of a module after "
+                        "load_module, and Keras's model.save)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement (the best is shown)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
     parser.add_argument("--tensorflow", metavar="PYTHON", help="also time TensorFlow's restore of the same files "
@@ -340,8 +409,16 @@ def main(argv: list[str]) -> int:
         size = sum(os.path.getsize(f) for f in files)
         print(f"\n{kind}: wrote {size / 2 ** 30:.2f} GiB in {time.perf_counter() - start:.1f} s ({path})")
         row = {}
-        for what in args.measure.split(","):
-            runs = [_measure(what, kind, path, files) for _ in range(args.repeat)]
+        measures = args.measure.split(",")
+        writes = [w for w in measures if w in ("floor", "save", "save_module")]
+        keras_save = bool(args.tensorflow and kind == "keras" and {"save", "save_module"} & set(writes))
+        all_runs: dict[str, list] = {w: [] for w in measures + (["keras_save"] if keras_save else [])}
+        for _ in range(args.repeat):  # the writes interleaved, so that a busy disk slows each of them alike
+            for what in writes + (["keras_save"] if keras_save else []):
+                all_runs[what].append(_keras_save(args.tensorflow, path, 1) if what == "keras_save" else
+                                      _measure(what, kind, path, files))
+        for what in measures:
+            runs = all_runs[what] or [_measure(what, kind, path, files) for _ in range(args.repeat)]
             good = [r for r in runs if "error" not in r]
             row[what] = min(good, key=lambda r: r["total_s"]) if good else runs[0]
             r = row[what]
@@ -350,7 +427,12 @@ def main(argv: list[str]) -> int:
                 continue
             print(f"  {what:10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB "
                   f"({r['peak_bytes'] / size:5.2f}x the file)   load average {os.getloadavg()[0]:.2f}")
-        if args.tensorflow:
+        if keras_save:
+            good = [r for r in all_runs["keras_save"] if "error" not in r]
+            r = row["keras_save"] = min(good, key=lambda r: r["total_s"]) if good else all_runs["keras_save"][0]
+            print(f"  {'keras save':10s} error: {r['error']}" if "error" in r else
+                  f"  {'keras save':10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB")
+        if args.tensorflow and set(args.measure.split(",")) - {"floor", "save", "save_module"}:
             r = row["tensorflow"] = _tensorflow(args.tensorflow, kind, path, args.repeat)
             print(f"  {'tensorflow':10s} error: {r['error']}" if "error" in r else
                   f"  {'tensorflow':10s} {r['total_s']:7.2f} s   peak {r['peak_bytes'] / 2 ** 30:6.2f} GiB "
@@ -359,7 +441,12 @@ def main(argv: list[str]) -> int:
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
     print("\n" + json.dumps(results))
-    print("\n" + _markdown(results, load_before))
+    if set(args.measure.split(",")) - {"floor", "save", "save_module"}:
+        print("\n" + _markdown(results, load_before))
+    else:
+        print(f"\nload average before / after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")
+    if any("save" in row or "save_module" in row for row in results.values()):
+        print("\n" + _write_markdown(results))
     return 0
 
 

@@ -129,7 +129,31 @@ def measure(kind: str, path: str) -> dict[str, float]:
     return out
 
 
+def measure_keras_save(path: str, out_path: str) -> dict[str, float]:
+    """Keras's own ``model.save`` of the model ``load_model(path)`` built (the load untimed): the way back's
+    comparison (``io_bench.py --measure save``). Keras does not fsync; the time includes writing the zip."""
+    import keras
+    import tensorflow as tf
+
+    tf.constant(0.0)
+    model = keras.saving.load_model(path)
+    _reset_peak()
+    base = _rss()
+    start = time.perf_counter()
+    model.save(out_path)
+    out = {"total_s": time.perf_counter() - start, "peak_bytes": _hwm() - base}
+    fd = os.open(out_path, os.O_RDONLY)  # Keras does not fsync: what making its file durable adds, apart
+    os.fsync(fd)
+    os.close(fd)
+    out["fsync_s"] = time.perf_counter() - start - out["total_s"]
+    os.remove(out_path)
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--save" and argv[1] == "keras":  # the way back: Keras's own save
+        print(json.dumps(measure_keras_save(argv[2], argv[2] + ".keras-save.keras")))
+        return 0
     if len(argv) == 3 and argv[0] == "--prepare" and argv[1] == "tf1":
         print(prepare_tf1(argv[2]))
         return 0

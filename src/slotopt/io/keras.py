@@ -26,7 +26,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from . import _h5safe
+from . import _h5safe, keras_write
 from .keras_layers import CONTAINER_CLASSES, SUPPORTED_LAYERS, TORCH_COUNTERPARTS
 from .keras_result import KerasCheckpoint
 from .keras_subclassed import find_blocks, order_blocks
@@ -193,6 +193,7 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
         optimizer_state=state, floatx=floatx, _keras_paths={v.name: v.keras_path for v in model.variables},
         optimizer_entries=state_entries, skipped=skipped,
     )
+    ckpt._layout = keras_write.capture(snap, ckpt, "weights.h5")  # the way back: what is written back as read
     return _finish(ckpt, model, where, snap)
 
 
@@ -224,7 +225,13 @@ def _read_keras3(path: str, max_bytes: int, isolate: Optional[bool], metadata_on
             where.entry = "model.weights.h5"
             snap = _h5safe.snapshot_member(path, archive, "model.weights.h5", max_bytes, isolate,  # issue 40: in place
                                            metadata_only=metadata_only)
-        return _read_keras3_weights(where, snap, config, version)
+            members = [(i.filename, None if i.filename == "model.weights.h5" else archive.read(i.filename)
+                        if i.file_size <= 64 * 2 ** 20 else b"", i.date_time) for i in archive.infolist()]
+            oversized = [i.filename for i in archive.infolist() if i.filename != "model.weights.h5"
+                         and i.file_size > 64 * 2 ** 20]
+        ckpt = _read_keras3_weights(where, snap, config, version)
+        ckpt._layout.kind, ckpt._layout.members, ckpt._layout.oversized = "keras", members, oversized
+        return ckpt
 
 
 def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Optional[bool],
@@ -313,6 +320,7 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
         if kind == "keras3" and not isinstance(inner.get("learning_rate"), Mapping) and len(state) > 1:
             ckpt.floatx = _torch_dtype(ckpt.optimizer_state[1])
         _order_state_by_name(ckpt, where, [n.split(":")[0] for n in opt_names])
+        ckpt._layout = keras_write.capture(snap, ckpt, "h5")  # the way back: what is written back as read
         return _finish(ckpt, model, where, snap)
 
 

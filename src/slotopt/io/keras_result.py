@@ -180,6 +180,8 @@ class KerasCheckpoint(_NamedWeights):
     _keras_paths: dict[str, str] = field(default_factory=dict, repr=False)
     _loans: adopt.Loans = field(default_factory=adopt.Loans, repr=False, compare=False)
     _state_views: Optional[list[tuple[Any, Any]]] = field(default=None, repr=False, compare=False)
+    _layout: Any = field(default=None, repr=False, compare=False)  # keras_write.FileLayout: the way back
+    _module_mapping: Optional[dict[str, str]] = field(default=None, repr=False, compare=False)
 
     # ---------------------------------------------------------------------------------------------- helpers
     def _new_optimizer(self) -> Any:
@@ -473,8 +475,36 @@ class KerasCheckpoint(_NamedWeights):
             self._loans.check(self.weights[name], f"weight {name!r}", self.path)
         # issue 40, all or nothing: the state is checked on an optimizer built on meta copies of the targets
         # first, so whatever set_weights refuses is refused before the module is written.
-        return self._built_on([by_name[n] for n in self.variable_names], state,
-                              write=lambda: self._write_module(targets))
+        opt = self._built_on([by_name[n] for n in self.variable_names], state,
+                             write=lambda: self._write_module(targets))
+        self._module_mapping = dict(mapping)  # save(path, module, opt) writes back through the same mapping
+        return opt
+
+    def save(self, path: Union[str, Any], params_or_module: Any, optimizer: Any) -> str:
+        """Writes the training state back into a file of the format and layout read (``.keras`` → ``.keras``,
+        ``.weights.h5`` → ``.weights.h5``, ``.h5`` → ``.h5``), which Keras restores and continues exactly.
+
+        ``params_or_module``: what :meth:`parameters` returned (trained since; or a dict by the same names), or the
+        module given to :meth:`load_module` (its weights go back through the same mapping and layout conversions);
+        ``optimizer``: the one :meth:`optimizer` / :meth:`load_module` returned, trained since. Everything the
+        file held that is not trained (config, metadata, statistics nobody mapped, metrics) is written back as
+        read. Every check (class, slot layout, count, shape and dtype of every entry) runs before a byte is
+        written; the file is written under a temporary name beside ``path``, verified, then renamed into place
+        (``slotopt.io.keras_write``). Returns the absolute path written.
+
+        Example:
+            >>> import os, tempfile, torch, slotopt
+            >>> ckpt = slotopt.load_keras_checkpoint("tests/data/keras_checkpoints/keras3_adam_float32.keras")
+            >>> params = ckpt.parameters()
+            >>> opt = ckpt.optimizer(params)
+            >>> _ = opt.apply_gradients(zip([torch.ones_like(p) for p in params], params))
+            >>> path = ckpt.save(os.path.join(tempfile.mkdtemp(), "model.keras"), params, opt)
+            >>> int(slotopt.load_keras_checkpoint(path).optimizer_state[0])
+            6
+        """
+        from . import keras_write
+
+        return keras_write.save(self, path, params_or_module, optimizer)
 
     def _write_module(self, targets: list[tuple[str, str, torch.Tensor]]) -> None:
         with torch.no_grad():
