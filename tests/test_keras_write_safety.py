@@ -21,7 +21,7 @@ pytest.importorskip("h5py")
 DATA = Path(__file__).parent / "data"
 KERAS = DATA / "keras_checkpoints" / "keras3_adam_float32.keras"
 LEGACY = DATA / "keras_checkpoints" / "legacy_adam_float32.h5"
-WEIGHTS = DATA / "way_back" / "k3_sgd_accumulate_weights"
+WEIGHTS = DATA / "way_back_keras" / "k3_sgd_accumulate_weights"
 OLD = b"the file that was there before"
 
 

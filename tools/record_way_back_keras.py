@@ -1,4 +1,4 @@
-"""Records ``tests/data/way_back``: Keras (3.15.1, and tf-keras 2.21 for the legacy ``.h5``) continuing files that
+"""Records ``tests/data/way_back_keras``: Keras (3.15.1, and tf-keras 2.21 for the legacy ``.h5``) continuing files that
 slotopt wrote, so the suite can check that slotopt's way back gives Keras the same bits as if it had run the steps.
 
 For each case: Keras builds a small model, trains it ``BEFORE`` steps with seeded gradients
@@ -30,7 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-OUT = ROOT / "tests" / "data" / "way_back"
+OUT = ROOT / "tests" / "data" / "way_back_keras"
 BEFORE, SLOTOPT, AFTER = 3, 3, 3
 
 import numpy as np  # noqa: E402
