@@ -73,8 +73,15 @@ class Staging:
             except BaseException:
                 self._discard()
                 raise
-            for temporary, target in self._staged:
-                os.replace(temporary, target)
+            try:
+                for temporary, target in self._staged:
+                    os.replace(temporary, target)
+            except BaseException:
+                # A rename that failed (or an interrupt between two) leaves no temporary file behind; the files
+                # renamed before it stay (a save that names a new prefix, as the writers do by default, then
+                # leaves only unreferenced files: the state file naming them is staged last).
+                self._discard()
+                raise
             _fsync_folders({os.path.dirname(target) for _, target in self._staged})
         else:
             self._discard()
