@@ -179,9 +179,6 @@ class ComposesOptimizers:
     def _param_group_partitions(self, pairs: list[Any]) -> list[tuple[list[Any], dict[str, Any]]]:
         return [(pairs, {})]  # each sub-optimizer applies its own groups' values
 
-    def _start_updates(self) -> None:
-        return None  # each sub-optimizer evaluates its own learning rate
-
     def _own_state(self) -> dict[str, torch.Tensor]:
         """The composite's own scalars, shown in every parameter's state."""
         return {}
