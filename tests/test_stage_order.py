@@ -3,7 +3,7 @@
 For every face that runs the pipeline (Keras 3, tf.keras legacy, TF1, the Keras 3 LossScaleOptimizer and
 MultiOptimizer), each pair of neighbouring stages of the class's real declared step is swapped (the frame's cuts
 ``UPDATE``, ``first_write`` and ``AFTER`` stay where they are, so a stage next to a cut crosses it), and a few steps
-with options that make every order observable (a missing gradient, a flagged variable, loss-scale unscaling,
+with options that make every order observable (a missing gradient, maximize, a flagged variable, loss-scale unscaling,
 accumulation, a non-linear aggregator, clipping, weight decay, a constraint that reads the step count, moving
 averages) must then end elsewhere than the declared step does, or be refused. Moving the unscale after the clip,
 a real bug that once passed every other test, is one of these swaps.
@@ -29,8 +29,8 @@ def _grads(step: int, shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:
 
 
 def _squared(pairs: list[Any]) -> list[Any]:
-    """A non-linear aggregator (a missing gradient is an error, as a real all-reduce's would be)."""
-    return [(g * g.abs(), v) for g, v in pairs]
+    """A non-linear aggregator, not odd either (a missing gradient is an error, as a real all-reduce's would be)."""
+    return [(g * g.abs() + 0.125, v) for g, v in pairs]
 
 
 def _counted_constraint(counter: Callable[[], int]) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -50,7 +50,8 @@ def _keras3() -> tuple[Any, Callable[[int], None]]:
     missing = slotopt.Variable(torch.zeros(2), name="history")
     missing.overwrite_with_gradient = True
     opt = slotopt.AdamW(learning_rate=0.05, weight_decay=0.1, clipnorm=1.0, use_ema=True,
-                        loss_scale_factor=3.0, gradient_accumulation_steps=2, gradient_aggregator=_squared)
+                        loss_scale_factor=3.0, gradient_accumulation_steps=2, gradient_aggregator=_squared,
+                        maximize=True)
     opt_box.append(opt)
     variables = [w, b, flagged, missing]
     opt.build(variables)
@@ -67,7 +68,7 @@ def _legacy() -> tuple[Any, Callable[[int], None]]:
                          constraint=_counted_constraint(lambda: int(opt_box[0].iterations)))
     b = slotopt.Variable(torch.linspace(0.5, 1, 3), name="b")
     unused = slotopt.Variable(torch.zeros(2), name="unused")
-    opt = slotopt.legacy.Adam(learning_rate=0.05, clipnorm=1.0, gradient_aggregator=_squared)
+    opt = slotopt.legacy.Adam(learning_rate=0.05, clipnorm=1.0, gradient_aggregator=_squared, maximize=True)
     opt_box.append(opt)
 
     def step(i: int) -> None:
@@ -82,7 +83,7 @@ def _v1() -> tuple[Any, Callable[[int], None]]:
                          constraint=_counted_constraint(lambda: int(global_step)))
     b = slotopt.Variable(torch.linspace(0.5, 1, 3), name="b")
     unused = slotopt.Variable(torch.zeros(2), name="unused")
-    opt = slotopt.v1.AdamOptimizer(learning_rate=0.05, gradient_aggregator=_squared)
+    opt = slotopt.v1.AdamOptimizer(learning_rate=0.05, gradient_aggregator=_squared, maximize=True)
 
     def step(i: int) -> None:
         grads: list[Any] = _grads(i, [(2, 3), (3,)]) + [None]

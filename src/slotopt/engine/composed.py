@@ -18,6 +18,7 @@ class WrapsInnerOptimizer:
     same dicts), its hyperparameters, and its state plus the wrapper's own scalars."""
 
     _aggregates_gradients = False  # the inner optimizer aggregates (before the wrapper's finiteness check)
+    _maximizes = False  # and takes ``maximize``
     _plans_steps = False  # the inner optimizer plans its own steps
     _protocol_inner: Any
 
@@ -110,6 +111,7 @@ class ComposesOptimizers:
     sub-optimizer), ``state`` and ``state_dict`` cover every sub-optimizer."""
 
     _aggregates_gradients = False  # each sub-optimizer aggregates its own gradients
+    _maximizes = False  # and takes its own ``maximize``
     _plans_steps = False  # and plans its own steps
 
     def _torch_optimizers(self) -> list[TorchProtocol]:

@@ -18,7 +18,7 @@ import torch
 from ..kernels import rows as sparse_rows
 from ..kernels.native import tensor_table
 from ..variables import IndexedSlices, named_variables, variable_name
-from . import adopt, checks, distributed, plan_cache, shards
+from . import adopt, checks, distributed, group_sync, plan_cache, shards
 from .construction import BuildsOnParams, check_gradient_aggregator, is_parameters
 from .eager import outside_dynamo
 from .group_sync import check_param_groups
@@ -77,6 +77,20 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     gradient_aggregator: Callable[[list[Pair]], Any] = staticmethod(distributed.no_aggregation)  # type: ignore
     #: False where the optimizers a class wraps or composes aggregate instead (they get the aggregator).
     _aggregates_gradients: bool = True
+    #: Whether ``maximize=`` is the class's own (False where the optimizers it wraps or composes take it).
+    _maximizes: bool = True
+
+    @property
+    def maximize(self) -> bool:
+        """torch's ``maximize``: steps follow the gradient upwards, as for the negated loss (every generation,
+        given as ``maximize=True`` to the constructor; shown in ``param_groups``, ``defaults`` and ``state_dict``)."""
+        return self.__dict__.get("_maximize", False)
+
+    @maximize.setter
+    def maximize(self, value: bool) -> None:
+        flag = checks.check_flag("maximize", value)
+        self.__dict__["_maximize"] = flag
+        group_sync.broadcast(self, "maximize", flag)
     #: Whether this face's stages take an ``Ordinary`` step's shortcuts (engine/plan.py), so that checked steps
     #: leave a plan for the next ones.
     _plans_steps: bool = False

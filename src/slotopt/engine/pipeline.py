@@ -32,6 +32,7 @@ import torch
 
 from ..kernels.native import tensor_table
 from ..numerics import fpmode
+from ..variables import IndexedSlices
 from . import atomic, distributed
 from .eager import outside_dynamo
 from .plan import Ordinary, proof_mark
@@ -44,7 +45,7 @@ Pair = tuple[Any, Any]
 Pairs = Any
 
 __all__ = ["run_step", "Step", "Call", "Stage", "UPDATE", "AFTER", "FIRST_WRITE", "first_write",
-           "drop_missing_gradients", "aggregate_across_processes", "aggregates_nothing", "none"]
+           "drop_missing_gradients", "negate_gradients", "aggregate_across_processes", "aggregates_nothing", "none"]
 
 
 class Call(NamedTuple):
@@ -139,6 +140,27 @@ def drop_missing_gradients(opt: Any, pairs: Any, call: Call) -> Any:
     if type(pairs) is Ordinary:
         return pairs
     return [pair for pair in pairs if pair[0] is not None]
+
+
+def negate_gradients(opt: Any, pairs: Any, call: Call) -> Any:
+    """torch's ``maximize=True``: each gradient negated, as TensorFlow sees the gradients of the negated loss (the
+    stages after it and the kernels see ``-g``: the same bits as a step given ``-g``, a negation being exact). The
+    pairs have a gradient each (after ``drop_missing_gradients``). An ordinary step stays one: its negated
+    gradients are proven against its plan in one pass (engine/plan.py)."""
+    if not opt.maximize:
+        return pairs
+    if type(pairs) is Ordinary and type(pairs.grads) is list:
+        variables = [pair[1] for pair in pairs]
+        negated = list(zip(torch._foreach_neg(pairs.grads), variables))
+        again = pairs.plan.fits(negated)  # (fresh dense tensors of the gradients' kinds: fits, unless moved)
+        return again if again is not None else negated
+    return [(_negated(g), v) for g, v in pairs]
+
+
+def _negated(grad: Any) -> Any:
+    if isinstance(grad, IndexedSlices):
+        return IndexedSlices(-grad.values, grad.indices, grad.dense_shape)
+    return -grad  # (a torch sparse COO gradient negates as one; a missing gradient is not a stage's input here)
 
 
 def _aggregating(opt: Any) -> Any:

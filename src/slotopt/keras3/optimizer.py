@@ -132,6 +132,7 @@ class Optimizer(OptimizerCore):
     #: One step, in Keras 3's ``apply()`` order (engine/pipeline.py runs it in one all-or-nothing frame).
     _stages = Step(
         pipeline.drop_missing_gradients,
+        pipeline.negate_gradients,  # maximize=True (torch's): the gradients of the negated loss
         stages.overwrite_with_gradients,  # flagged variables take their gradient as it is, and leave the step
         stages.unscale_gradients,  # g / loss_scale_factor
         pipeline.UPDATE,  # (the call's pairs above; below, the update, which an accumulate-only call skips)
@@ -531,6 +532,7 @@ class Optimizer(OptimizerCore):
             "ema_overwrite_frequency": self.ema_overwrite_frequency,
             "loss_scale_factor": self.loss_scale_factor,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            **({"maximize": True} if self.maximize else {}),  # (torch's: Keras refuses it rather than descend)
         }
 
     @classmethod

@@ -340,14 +340,17 @@ class Optimizer(OptimizerCore):
             config["clipvalue"] = self.clipvalue
         if self.global_clipnorm is not None:
             config["global_clipnorm"] = self.global_clipnorm
+        if self.maximize:  # (torch's; tf.keras has none, and refuses such a config rather than descend)
+            config["maximize"] = True
         return config
 
     #: One step, in OptimizerV2's ``apply_gradients`` order (engine/pipeline.py runs it in one all-or-nothing frame).
     _stages = Step(
         pipeline.drop_missing_gradients,
+        pipeline.negate_gradients,  # maximize=True (torch's): the gradients of the negated loss
         pipeline.UPDATE,
         pipeline.aggregate_across_processes,  # _transform_unaggregated_gradients, _aggregate_gradients
-        _clip_and_transform,  # the hook _transform_gradients: clip by value, norm, global norm, then gradient_transformers
+        _clip_and_transform,  # the hook _transform_gradients: clip by value, norm, global norm, transformers
         pipeline.FIRST_WRITE,  # (the learning rate and ``apply_state`` were prepared with the checks)
         updates.apply_updates,
         pipeline.AFTER,

@@ -445,6 +445,7 @@ class Optimizer(OptimizerCore):
     #: One step, in TF1's ``apply_gradients`` order (engine/pipeline.py runs it in one all-or-nothing frame).
     _stages = Step(
         pipeline.drop_missing_gradients,
+        pipeline.negate_gradients,  # maximize=True (torch's): the gradients of the negated loss
         pipeline.UPDATE,
         pipeline.aggregate_across_processes,
         pipeline.FIRST_WRITE,  # (the hyperparameters were converted by ``_prepare`` with the checks)
