@@ -252,7 +252,7 @@ def test_a_promise_the_kernel_cannot_keep_is_refused_when_the_class_is_defined()
         _update_kernels = (foreach_only,)
 
     assert Found._sparse_one_pass is False and slotopt.Adam._sparse_one_pass is True
-    assert Found._apply_updates is stages._apply_updates  # the stage is a function the face names, not a base
+    assert stages.apply_updates in Found._stages  # the stage is a function the face lists in its step, not a base
 
 
 def test_a_class_keras_does_not_have_serializes_under_slotopts_own_module():

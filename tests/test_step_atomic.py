@@ -19,7 +19,7 @@ import torch
 from _kernel_paths import ALL_PATHS, on_path, path_id
 
 import slotopt
-from slotopt.engine import atomic
+from slotopt.engine import atomic, stages
 from slotopt.engine.routing import optimizer_weights
 
 PATHS = ALL_PATHS[:3]  # (the fault sweep is the longest: foreach runs with the C++ checks only)
@@ -244,15 +244,13 @@ def test_a_sigint_during_a_step_is_raised_after_it_complete(default_sigint):
     _set_grads(twin_variables, 9)
     twin.step()
     _set_grads(variables, 9)
-    original = opt._apply_weight_decay
-
-    def interrupted(pairs):  # (a stage of the step: the interrupt arrives between the decay and the update)
-        original(pairs)
+    def interrupted(opt, pairs, call):  # (a stage of the step: the interrupt arrives between the decay and the update)
+        stages.apply_weight_decay(opt, pairs, call)
         _thread.interrupt_main()
         for _ in range(100):
             pass
 
-    opt._apply_weight_decay = interrupted
+    opt._stages = opt._stages.replace(stages.apply_weight_decay, interrupted)
     with pytest.raises(KeyboardInterrupt):
         opt.step()
     assert _same(_state(opt, variables), _state(twin, twin_variables))

@@ -185,7 +185,7 @@ def may_run_user_code(opt: Any, depth: int = 0) -> bool:
     for value in chain(own.values(), hyper.values() if type(hyper) is dict else ()):
         if isinstance(value, torch.Tensor) or value is None or isinstance(value, (int, float, str, bool)):
             continue
-        if type(value) in (list, tuple) and any(callable(item) and not isinstance(item, torch.Tensor)
+        if isinstance(value, (list, tuple)) and any(callable(item) and not isinstance(item, torch.Tensor)
                                                  for item in value):
             return True
         if hasattr(value, "apply_gradients"):  # a wrapped optimizer

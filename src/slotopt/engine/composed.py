@@ -18,6 +18,7 @@ class WrapsInnerOptimizer:
     same dicts), its hyperparameters, and its state plus the wrapper's own scalars."""
 
     _aggregates_gradients = False  # the inner optimizer aggregates (before the wrapper's finiteness check)
+    _maximizes = False  # and takes ``maximize``
     _plans_steps = False  # the inner optimizer plans its own steps
     _protocol_inner: Any
 
@@ -110,6 +111,7 @@ class ComposesOptimizers:
     sub-optimizer), ``state`` and ``state_dict`` cover every sub-optimizer."""
 
     _aggregates_gradients = False  # each sub-optimizer aggregates its own gradients
+    _maximizes = False  # and takes its own ``maximize``
     _plans_steps = False  # and plans its own steps
 
     def _torch_optimizers(self) -> list[TorchProtocol]:
@@ -178,9 +180,6 @@ class ComposesOptimizers:
 
     def _param_group_partitions(self, pairs: list[Any]) -> list[tuple[list[Any], dict[str, Any]]]:
         return [(pairs, {})]  # each sub-optimizer applies its own groups' values
-
-    def _start_updates(self) -> None:
-        return None  # each sub-optimizer evaluates its own learning rate
 
     def _own_state(self) -> dict[str, torch.Tensor]:
         """The composite's own scalars, shown in every parameter's state."""

@@ -1,8 +1,8 @@
 """Variable constraints: ``var.constraint(var)`` applied after an update, once its result is checked to fit the
 variable, and refused where a generation refuses constraints with sparse gradients.
 
-Functions of the optimizer, not a base class; ``OptimizerCore`` (engine/core.py) binds ``_apply_constraints``,
-the stage the pipeline calls and wrappers override, as its method."""
+Functions of the optimizer, not a base class; ``apply_constraints`` is the stage the faces list in their step
+(engine/pipeline.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,14 @@ import torch
 from ..variables import IndexedSlices
 from .plan import Pair
 
-__all__ = ["constrain", "reject_sparse_constraints"]
+__all__ = ["apply_constraints", "constrain", "reject_sparse_constraints"]
 
 
-def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
+def apply_constraints(self, pairs: Sequence[Pair], call: Any) -> None:
+    """Each variable's constraint, on a step that kept the values it may write (``call.kept``: a step whose
+    variables have no constraint kept none)."""
+    if not call.kept:
+        return
     variables = [pair[1] for pair in pairs]
     if not any(map(getattr, variables, repeat("constraint"), repeat(None))):
         return  # (one C-level pass: most steps have no constraint at all)

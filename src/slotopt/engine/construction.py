@@ -11,7 +11,7 @@ import torch
 
 from . import checks, torch_arguments
 
-__all__ = ["BuildsOnParams", "is_parameters", "check_gradient_aggregator"]
+__all__ = ["BuildsOnParams", "is_parameters", "check_gradient_aggregator", "check_maximize"]
 
 
 class BuildsOnParams(type):
@@ -21,7 +21,8 @@ class BuildsOnParams(type):
     (subclass attributes included) has run. A first positional argument that is not parameters is the
     class's own (Keras's ``Adam(0.01)``, TF1's ``MomentumOptimizer(0.1, 0.9)``, a wrapper's inner optimizer)."""
 
-    def __call__(cls, *args: Any, params: Any = None, gradient_aggregator: Any = None, **kwargs: Any) -> Any:
+    def __call__(cls, *args: Any, params: Any = None, gradient_aggregator: Any = None, maximize: Any = None,
+                 **kwargs: Any) -> Any:
         if args and is_parameters(args[0]):
             if params is not None:
                 raise TypeError(f"{cls.__name__}() got parameters both positionally and as `params=`. "
@@ -31,6 +32,8 @@ class BuildsOnParams(type):
             params = list(params)
         if gradient_aggregator is not None:
             check_gradient_aggregator(gradient_aggregator, cls)
+        if maximize is not None:
+            check_maximize(maximize, cls)
         if "name" in kwargs:
             checks.check_name(kwargs["name"])
         kwargs = torch_arguments.translate(cls, args, kwargs)  # torch's ``lr``/``betas``; ``eps`` refused
@@ -40,6 +43,8 @@ class BuildsOnParams(type):
         optimizer._check_configuration()  # every generation's hyperparameters, by name (engine/checks.py)
         if gradient_aggregator is not None:
             optimizer.gradient_aggregator = gradient_aggregator
+        if maximize:
+            optimizer.maximize = True
         if params is not None:
             optimizer.build(params)
             optimizer._hyperparameters_changed()  # a group's own values may need slots (its momentum)
@@ -64,6 +69,14 @@ def is_parameters(value: Any) -> bool:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_maximize(value: Any, cls: type) -> None:
+    """Raises unless ``value`` is a bool that optimizers of ``cls`` take (torch's ``maximize``)."""
+    checks.check_flag("maximize", value)
+    if value and not getattr(cls, "_maximizes", False):
+        raise ValueError(f"`{cls.__name__}` steps through the optimizer(s) it wraps or composes: pass `maximize=True` "
+                         f"to those. Received: maximize={value!r}")
 
 
 def check_gradient_aggregator(value: Any, cls: type) -> None:

@@ -1,6 +1,7 @@
-"""``OptimizerCore``: the variable and slot store, grouping and the stages shared by every generation.
+"""``OptimizerCore``: the variable and slot store and grouping shared by every generation.
 
-A face (Keras 3, legacy, TF1) subclasses this and overrides the stage methods that ``run_step`` calls. The core
+A face (Keras 3, legacy, TF1) subclasses this and declares its step as data (``_stages``, an
+``engine.pipeline.Step``: the ordered stages ``run_step`` runs) and its validation (``_prepare_pairs``). The core
 owns no algorithm: it keeps track of the variables it was given, stores their state ("slots") keyed by the
 variable's position, and groups variables by (device, dtype) for multi-tensor kernels. Its other parts are mixins
 of their own modules: construction (engine/construction.py), FSDP2 shards (engine/shards.py), the plan cache
@@ -17,11 +18,12 @@ import torch
 from ..kernels import rows as sparse_rows
 from ..kernels.native import tensor_table
 from ..variables import IndexedSlices, named_variables, variable_name
-from . import adopt, checks, constraints, distributed, plan_cache, shards
+from . import adopt, checks, distributed, group_sync, plan_cache, shards
 from .construction import BuildsOnParams, check_gradient_aggregator, is_parameters
 from .eager import outside_dynamo
 from .group_sync import check_param_groups
-from .plan import Ordinary, Pair, StepPlan
+from .pipeline import Step, aggregate_gradients, transform_unaggregated_gradients
+from .plan import Pair, StepPlan
 from .torch_protocol import TorchProtocol, is_param_group_list
 from .validation import is_plain_gradient
 
@@ -46,17 +48,21 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     """
 
     # Its other parts are modules of functions of the optimizer (engine/shards.py, plan_cache.py,
-    # validation.py, constraints.py), called as functions; bound here as methods are only the stages
-    # ``run_step`` calls (engine/pipeline.py), the hooks a class overrides, and what wrappers look for on the
-    # optimizers they hold.
+    # validation.py, constraints.py), called as functions; bound here as methods are only what ``run_step``
+    # calls (engine/pipeline.py), the hooks a class overrides, and what wrappers look for on the optimizers they
+    # hold. The step itself is data: each face's ``_stages``.
     _local_pairs = shards._local_pairs  # FSDP2: a sharded parameter's gradient made local
     _slot_axes = shards._slot_axes  # (Adafactor overrides it)
     _ordinary = plan_cache._ordinary
     _current_plan = plan_cache.current_plan
     _planned_step = plan_cache.planned_step
     _planned_params_step = plan_cache._planned_params_step
-    _apply_constraints = constraints._apply_constraints  # (wrappers and TF1 override it)
+    # TensorFlow's aggregation hooks, which the shared stage ``pipeline.aggregate_across_processes`` calls
+    _transform_unaggregated_gradients = transform_unaggregated_gradients
+    _aggregate_gradients = aggregate_gradients
 
+    #: The face's step: its stages in order, run by ``engine.pipeline.run_step`` (each face declares its own).
+    _stages: Step
     #: Whether the multi-tensor (``torch._foreach_*``) path runs over whole (device, dtype) groups.
     foreach: bool = True
     #: Whether the optimizer trains complex64/complex128 variables (TensorFlow has complex kernels for it).
@@ -71,6 +77,20 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     gradient_aggregator: Callable[[list[Pair]], Any] = staticmethod(distributed.no_aggregation)  # type: ignore
     #: False where the optimizers a class wraps or composes aggregate instead (they get the aggregator).
     _aggregates_gradients: bool = True
+    #: Whether ``maximize=`` is the class's own (False where the optimizers it wraps or composes take it).
+    _maximizes: bool = True
+
+    @property
+    def maximize(self) -> bool:
+        """torch's ``maximize``: steps follow the gradient upwards, as for the negated loss (every generation,
+        given as ``maximize=True`` to the constructor; shown in ``param_groups``, ``defaults`` and ``state_dict``)."""
+        return self.__dict__.get("_maximize", False)
+
+    @maximize.setter
+    def maximize(self, value: bool) -> None:
+        flag = checks.check_flag("maximize", value)
+        self.__dict__["_maximize"] = flag
+        group_sync.broadcast(self, "maximize", flag)
     #: Whether this face's stages take an ``Ordinary`` step's shortcuts (engine/plan.py), so that checked steps
     #: leave a plan for the next ones.
     _plans_steps: bool = False
@@ -342,69 +362,3 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         gathered = sparse_rows.gather_rows(targets, rows)
         update(gathered[:1], [values.to(var.dtype)], gathered[1:])
         sparse_rows.scatter_rows(targets, rows, gathered)
-
-
-    # ----------------------------------------------------------------------------------------- stages
-    # Defaults are the identity; each face overrides what its generation does (see engine/pipeline.py).
-    def _prepare_pairs(self, grads_and_vars: Pairs, **options: Any) -> Optional[list[Pair]]:
-        raise NotImplementedError
-
-    def _empty_step_result(self) -> Any:
-        return None
-
-    def _drop_missing_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        if type(pairs) is Ordinary:
-            return pairs
-        return [pair for pair in pairs if pair[0] is not None]
-
-    def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        return pairs
-
-    def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        return pairs
-
-    def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
-        return pairs
-
-    def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:
-        """``_transform_unaggregated_gradients`` then ``_aggregate_gradients``, unless the call says the gradients
-        are aggregated already: ``experimental_aggregate_gradients=False`` (tf.keras) or
-        ``skip_gradients_aggregation=True`` (TF1, Keras 3)."""
-        if options.get("skip_gradients_aggregation") or options.get("experimental_aggregate_gradients") is False:
-            return pairs
-        if self._aggregates_nothing():
-            return pairs  # as they are (an ``Ordinary`` step stays one)
-        return list(self._aggregate_gradients(list(self._transform_unaggregated_gradients(pairs))))
-
-    def _aggregates_nothing(self) -> bool:
-        cls = type(self)
-        return (self.gradient_aggregator is distributed.no_aggregation
-                and cls._transform_unaggregated_gradients is OptimizerCore._transform_unaggregated_gradients
-                and cls._aggregate_gradients is OptimizerCore._aggregate_gradients)
-
-    def _transform_unaggregated_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
-        """Hook run on each process's own gradients before they are aggregated (identity)."""
-        return grads_and_vars
-
-    def _aggregate_gradients(self, grads_and_vars: list[Pair]) -> list[Pair]:
-        """Aggregates gradients across processes with ``gradient_aggregator`` (subclasses may override)."""
-        return self.gradient_aggregator(grads_and_vars)
-
-    def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        return pairs
-
-    def _start_updates(self) -> Optional[Callable[[], None]]:
-        """Runs once before the updates; may return a function that the pipeline calls after them."""
-        return None
-
-    def _apply_weight_decay(self, pairs: list[Pair]) -> None:
-        return None
-
-    def _apply_updates(self, pairs: list[Pair]) -> None:
-        raise NotImplementedError
-
-    def _update_moving_averages(self) -> None:
-        return None
-
-    def _finish_step(self, pairs: list[Pair], **options: Any) -> Any:
-        return None

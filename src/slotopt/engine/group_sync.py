@@ -15,6 +15,7 @@ from typing import Any, Optional
 import torch
 
 from ..variables import named_variables
+from . import checks
 from .distributed import known_local_view
 
 __all__ = ["TorchName", "torch_names_for", "is_param_group_list", "check_param_groups",
@@ -149,7 +150,22 @@ def _group_keys_of(self, index: int) -> tuple[str, ...]:
 
 def _group_keys(self) -> tuple[str, ...]:
     keys = self._hyperparameter_keys()
+    keys = (*keys, "maximize") if "maximize" not in keys and _maximizing(self) is not None else keys
     return ("lr", *keys) if self._has_learning_rate() else keys
+
+
+def _maximizing(self: Any) -> Any:
+    """The optimizer whose ``maximize`` the groups show (a wrapper's: the one it wraps), or None."""
+    while not getattr(self, "_maximizes", False):
+        if not hasattr(type(self), "_protocol_inner"):
+            return None
+        self = self._protocol_inner
+    return self
+
+
+def read_value(self: Any, key: str) -> Any:
+    """A group key's current value (``maximize`` is every generation's; the rest the face's)."""
+    return _maximizing(self).maximize if key == "maximize" else self._read_hyperparameter(key)
 
 
 def _check_group_values(self, group: Mapping[str, Any], index: int) -> None:
@@ -158,8 +174,15 @@ def _check_group_values(self, group: Mapping[str, Any], index: int) -> None:
     for key in _group_keys(self):
         if key not in group:
             continue
+        if key == "maximize":
+            flag = checks.check_flag("maximize", group[key])  # (group 0's is the optimizer's: every group's then)
+            if index != 0 and flag != read_value(self, key):
+                raise ValueError(
+                    f"Parameter group {index}: `maximize` is the whole optimizer's in slotopt (its step negates "
+                    f"every gradient): set it on group 0 or the optimizer. Received: maximize={group[key]!r}")
+            continue
         value = _as_number(group[key])
-        current = self._shown_lr() if key == "lr" else self._read_hyperparameter(key)
+        current = self._shown_lr() if key == "lr" else read_value(self, key)
         if isinstance(current, bool) or not _is_number(current):
             if _differs(value, current):
                 raise ValueError(
@@ -216,6 +239,8 @@ def _sync_param_groups(self) -> None:
                 if key == "lr":
                     if not self._lr_is_driven():
                         self._write_learning_rate(float(_as_number(value)))
+                elif key == "maximize":
+                    _maximizing(self).maximize = value
                 else:
                     self._write_hyperparameter(key, _as_number(value))
         published[index].update(delta)

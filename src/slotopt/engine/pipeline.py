@@ -1,39 +1,215 @@
-"""One optimizer step, top to bottom.
+"""One optimizer step: the frame every generation's step runs in, and the step's declared shape.
 
-Every generation (Keras 3, tf.keras legacy, TF1) runs exactly this function. A generation decides what each
-stage does by overriding the stage methods of ``OptimizerCore``; stages a generation does not have are no-ops
-there (TF1 has no clipping, only Keras 3 has accumulation, weight decay and moving averages).
+A face declares its step as data, an ordered tuple of stages (``Step``: optax's ``chain``, Keras 3's ``apply()``
+order, read top to bottom in the face that owns it), and ``run_step`` runs that tuple in one all-or-nothing frame.
+A stage is a function ``stage(opt, pairs, call) -> pairs``: ``pairs`` the step's ``(gradient, variable)`` pairs as
+the stage before left them, ``call`` what this call was given (``Call``: its keywords, and whether the step kept
+the values it may write). Shared stages are functions of the engine that faces list; where generations differ it
+is a different stage in the tuple, or a parameter of one. Three markers of the frame cut the tuple:
 
-Validation happens entirely in ``_prepare_pairs``: when it raises, nothing has changed. What the step itself calls
-before its first write (learning-rate callables, transformers) may move what was validated: the pairs are proven
-again just before that write (engine/unchanged.py), and from there to the end no finalizer or SIGINT handler runs
-(engine/atomic.py), so a step is refused with nothing written or completes. Constraints run after
-the update: a step whose variables have one first copies the values it may write (``engine/undo.py``),
-so that a constraint that raises or returns a bad value leaves everything as it was. Values written into
-``param_groups`` since the last step (a torch LR scheduler's ``lr``) are checked and applied first; parameter
-groups with their own hyperparameters are updated with those values (one partition per such group).
+* the stages before ``UPDATE`` run on every call, and what they return is the call's pairs (what the stages after
+  ``AFTER`` see); a stage from there on that returns None or nothing (an accumulate-only call) ends the update;
+* ``first_write(evaluate)``: this update's values are evaluated (``evaluate(opt)``: a schedule's learning rate,
+  callable hyperparameters; it may return the function that puts them back after the update), then everything
+  the step checked is proven again before its first write (engine/unchanged.py); the stages from there to
+  ``AFTER`` run once per parameter group with its own hyperparameters (one partition per such group);
+* ``AFTER``: the stages after it see the call's pairs (constraints, moving averages, the step count). ``result(opt)``
+  is what the call returns.
+
+Validation happens entirely in the face's ``_prepare_pairs``, before the tuple runs: when it raises, nothing has
+changed. From there to the end no finalizer or SIGINT handler runs (engine/atomic.py), so a step is refused with
+nothing written or completes. A step whose variables have a constraint first copies the values it may write
+(``engine/undo.py``; ``Call.kept``), so that a constraint that raises or returns a bad value leaves everything as it
+was. Values written into ``param_groups`` since the last step (a torch LR scheduler's ``lr``) are applied first.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Mapping
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
 from ..kernels.native import tensor_table
 from ..numerics import fpmode
-from . import atomic
+from ..variables import IndexedSlices
+from . import atomic, distributed
 from .eager import outside_dynamo
-from .plan import proof_mark
+from .plan import Ordinary, proof_mark
 from .unchanged import proven_again
 from .undo import StepValues, constrained_step, guarded
 
-if TYPE_CHECKING:
-    from .core import OptimizerCore, Pairs
+#: (the optimizer and its pairs are ``engine.core``'s ``OptimizerCore`` and ``Pair``s; the core builds on this module)
+OptimizerCore = Any
+Pair = tuple[Any, Any]
+Pairs = Any
 
-__all__ = ["run_step"]
+__all__ = ["run_step", "Step", "Call", "Stage", "UPDATE", "AFTER", "FIRST_WRITE", "first_write",
+           "drop_missing_gradients", "negate_gradients", "aggregate_across_processes", "aggregates_nothing", "none"]
 
 
+class Call(NamedTuple):
+    """What one call of a step was given: its keywords (``skip_gradients_aggregation``, TF1's ``global_step``...)
+    and whether the step kept the values it may write (``kept``: a variable has a constraint, or a write may run
+    code that is not slotopt's; a step that kept nothing has no constraint to apply)."""
+
+    options: Mapping[str, Any]
+    kept: bool
+
+
+Stage = Callable[[Any, Any, Call], Any]
+
+
+class _Marker:
+    """A cut of the frame in a step's tuple (``UPDATE``, ``first_write(...)``, ``AFTER``), not a stage."""
+
+    def __init__(self, name: str, evaluate: Optional[Callable[[Any], Optional[Callable[[], None]]]] = None) -> None:
+        self.name, self.evaluate = name, evaluate
+
+    def __repr__(self) -> str:
+        return f"pipeline.{self.name}" + (f"({self.evaluate.__qualname__})" if self.evaluate else "")
+
+
+UPDATE = _Marker("UPDATE")
+AFTER = _Marker("AFTER")
+
+
+def first_write(evaluate: Optional[Callable[[Any], Optional[Callable[[], None]]]] = None) -> _Marker:
+    """The marker before a step's first write, with the face's evaluation of this update's values (or none)."""
+    return _Marker("first_write", evaluate) if evaluate is not None else FIRST_WRITE
+
+
+FIRST_WRITE = _Marker("FIRST_WRITE")
+
+
+def none(opt: Any) -> None:
+    """A step's ``result`` when the call returns nothing (TF1 in eager mode)."""
+    return None
+
+
+class Step(tuple):  # type: ignore[type-arg]
+    """A face's step: its stages and the frame's three markers in order (see the module docstring), and
+    ``result(opt)``, what the call returns. A tuple, so it reads, compares and permutes as one; ``replace`` gives
+    a subclass's step with one stage changed."""
+
+    result: Callable[[Any], Any]
+
+    def __new__(cls, *entries: Any, result: Callable[[Any], Any] = none) -> Step:
+        step = super().__new__(cls, entries)
+        markers = [e for e in entries if isinstance(e, _Marker)]
+        if [m.name for m in markers] not in (["UPDATE", "FIRST_WRITE", "AFTER"], ["UPDATE", "first_write", "AFTER"]):
+            raise TypeError(f"A step holds UPDATE, first_write(...) and AFTER in this order, once each. Received: "
+                            f"{[m for m in markers]}")
+        for entry in entries:
+            if not isinstance(entry, _Marker) and not callable(entry):
+                raise TypeError(f"A stage of a step is a function (opt, pairs, call) -> pairs. Received: {entry!r}")
+        update, write, after = (entries.index(m) for m in markers)
+        step.result = result
+        step.every_call = entries[:update]
+        step.gradients = entries[update + 1:write]
+        step.evaluate = markers[1].evaluate
+        step.writes = entries[write + 1:after]
+        step.after = entries[after + 1:]
+        return step
+
+    def replace(self, old: Any, new: Any) -> Step:
+        """This step with the stage ``old`` replaced by ``new`` (a marker by a marker)."""
+        if old not in self:
+            raise ValueError(f"{old!r} is not a stage of this step")
+        return Step(*(new if entry is old else entry for entry in self), result=self.result)
+
+    def without(self, *stages: Any) -> Step:
+        """This step without ``stages``."""
+        return Step(*(entry for entry in self if entry not in stages), result=self.result)
+
+    def stages(self) -> list[Any]:
+        """The stages in order (the markers left out)."""
+        return [entry for entry in self if not isinstance(entry, _Marker)]
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (tuple(self), self.result))
+
+
+def _rebuild(entries: tuple[Any, ...], result: Callable[[Any], Any]) -> Step:
+    return Step(*entries, result=result)
+
+
+# ----------------------------------------------------------------------------------------- shared stages
+def drop_missing_gradients(opt: Any, pairs: Any, call: Call) -> Any:
+    """The pairs that have a gradient (an ordinary step has one for every variable)."""
+    if type(pairs) is Ordinary:
+        return pairs
+    return [pair for pair in pairs if pair[0] is not None]
+
+
+def negate_gradients(opt: Any, pairs: Any, call: Call) -> Any:
+    """torch's ``maximize=True``: each gradient negated, as TensorFlow sees the gradients of the negated loss (the
+    stages after it and the kernels see ``-g``: the same bits as a step given ``-g``, a negation being exact). The
+    pairs have a gradient each (after ``drop_missing_gradients``). An ordinary step stays one: its negated
+    gradients are proven against its plan in one pass (engine/plan.py)."""
+    if not opt.maximize:
+        return pairs
+    if type(pairs) is Ordinary and type(pairs.grads) is list:
+        variables = [pair[1] for pair in pairs]
+        negated = list(zip(torch._foreach_neg(pairs.grads), variables))
+        again = pairs.plan.fits(negated)  # (fresh dense tensors of the gradients' kinds: fits, unless moved)
+        return again if again is not None else negated
+    return [(_negated(g), v) for g, v in pairs]
+
+
+def _negated(grad: Any) -> Any:
+    if isinstance(grad, IndexedSlices):
+        return IndexedSlices(-grad.values, grad.indices, grad.dense_shape)
+    return -grad  # (a torch sparse COO gradient negates as one; a missing gradient is not a stage's input here)
+
+
+def _aggregating(opt: Any) -> Any:
+    """The optimizer whose hooks aggregate ``opt``'s gradients: a wrapper's (a LossScaleOptimizer's) inner one."""
+    while not opt._aggregates_gradients and "_protocol_inner" in dir(type(opt)):
+        opt = opt._protocol_inner
+    return opt
+
+
+def transform_unaggregated_gradients(self: Any, grads_and_vars: list[Pair]) -> list[Pair]:
+    """Hook run on each process's own gradients before they are aggregated (identity; ``OptimizerCore`` binds it
+    as ``_transform_unaggregated_gradients``, TensorFlow's name, which subclasses override)."""
+    return grads_and_vars
+
+
+def aggregate_gradients(self: Any, grads_and_vars: list[Pair]) -> list[Pair]:
+    """Aggregates gradients across processes with ``gradient_aggregator`` (``_aggregate_gradients``, the hook
+    subclasses override)."""
+    return self.gradient_aggregator(grads_and_vars)
+
+
+def aggregates_nothing(opt: Any) -> bool:
+    """Whether ``opt``'s aggregation leaves the gradients as they are: no ``gradient_aggregator``, and neither
+    ``_transform_unaggregated_gradients`` nor ``_aggregate_gradients`` overridden (a wrapper's: its inner one's;
+    a composite's: each of its optimizers')."""
+    opt = _aggregating(opt)
+    inner = opt.__dict__.get("_inner_optimizers")
+    if not opt._aggregates_gradients and inner is not None:
+        return all(map(aggregates_nothing, inner))
+    cls = type(opt)
+    return (opt.gradient_aggregator is distributed.no_aggregation
+            and cls._transform_unaggregated_gradients is transform_unaggregated_gradients
+            and cls._aggregate_gradients is aggregate_gradients)
+
+
+def aggregate_across_processes(opt: Any, pairs: Any, call: Call) -> Any:
+    """``_transform_unaggregated_gradients`` then ``_aggregate_gradients`` (a wrapper's inner optimizer's), unless
+    the call says the gradients are aggregated already: ``experimental_aggregate_gradients=False`` (tf.keras) or
+    ``skip_gradients_aggregation=True`` (TF1, Keras 3)."""
+    options = call.options
+    if options.get("skip_gradients_aggregation") or options.get("experimental_aggregate_gradients") is False:
+        return pairs
+    if aggregates_nothing(opt):
+        return pairs  # as they are (an ``Ordinary`` step stays one)
+    opt = _aggregating(opt)
+    return list(opt._aggregate_gradients(list(opt._transform_unaggregated_gradients(pairs))))
+
+
+# ----------------------------------------------------------------------------------------- the frame
 @outside_dynamo  # exact steps run eagerly under torch.compile (engine/eager.py, TorchProtocol.step)
 def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step, run
@@ -46,7 +222,7 @@ def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     try:
         token = enter()
         try:
-            return _step(opt, grads_and_vars, **options)
+            return _step(opt, grads_and_vars, options)
         finally:
             leave(token)
     finally:
@@ -76,21 +252,21 @@ _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 _STEP_MODE = (_enter_step_mode, _leave_step_mode)
 
 
-def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
+def _step(opt: OptimizerCore, grads_and_vars: Pairs, options: dict[str, Any]) -> Any:
     opt._sync_param_groups()  # torch side: what a scheduler wrote into param_groups
     grads_and_vars = opt._local_pairs(grads_and_vars)  # FSDP2: the local shards of sharded parameters
     since = proof_mark()  # (an ordinary step proven after this, in ``_prepare_pairs``, may be proven once)
     pairs = opt._prepare_pairs(grads_and_vars, **options)  # validate, build; raises before any change
     if pairs is None:
-        return opt._empty_step_result()
+        return None
     pairs = opt._ordinary(pairs, since)  # a step like the last one: its plan serves the stages (engine/plan.py)
     # With constraints, the values to put back if the step fails; marked for the steps a wrapper runs inside this
     # one (their variables are among these), which then need not look again (None inside such a step).
     guard = constrained_step(opt, pairs)
     if guard is None:
-        return _update(opt, pairs, None, **options)
+        return _run(opt, opt._stages, pairs, None, options)
     try:
-        return _update(opt, pairs, guard.values, **options)
+        return _run(opt, opt._stages, pairs, guard.values, options)
     except BaseException:
         guard.restore()  # a constraint raised or returned a bad value: the whole step is undone
         raise
@@ -98,34 +274,35 @@ def _step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
         guard.release()
 
 
-def _update(opt: OptimizerCore, pairs: Pairs, undo: Optional[StepValues], **options: Any) -> Any:
-    pairs = opt._drop_missing_gradients(pairs)
-    pairs = opt._overwrite_with_gradients(pairs)  # Keras 3: flagged variables take their gradient and leave
-    pairs = opt._unscale_gradients(pairs)
-    update = opt._accumulate_gradients(pairs)  # None on an accumulate-only call
+def _run(opt: OptimizerCore, step: Step, pairs: list[Pair], undo: Optional[StepValues],
+         options: dict[str, Any]) -> Any:
+    call = Call(options, undo is not None or guarded())  # (no variable of this step has a constraint otherwise)
+    for stage in step.every_call:
+        pairs = stage(opt, pairs, call)
+    update = pairs
+    for stage in step.gradients:
+        if not update:
+            break
+        update = stage(opt, update, call)
     if update:
-        update = opt._aggregate_across_processes(update, **options)
-        update = opt._transform_gradients(update)  # clipping, gradient transformers
-        # Per-step scalars (Nadam's momentum product), once; callable hyperparameters evaluated for this update.
-        restore = opt._start_updates()
+        restore = step.evaluate(opt) if step.evaluate is not None else None
         try:
             # What the code called so far (callables, schedules, transformers) may have moved, proven again
             # before the first write.
             update = proven_again(opt, update)
             for part, group_values in opt._param_group_partitions(update):
                 if not group_values:  # (the common case: no group differs from the first)
-                    opt._apply_weight_decay(part)
-                    opt._apply_updates(part)
+                    for stage in step.writes:
+                        stage(opt, part, call)
                     continue
                 with opt._group_scope(group_values):
-                    opt._apply_weight_decay(part)
-                    opt._apply_updates(part)
+                    for stage in step.writes:
+                        stage(opt, part, call)
         finally:
             if restore is not None:
                 restore()  # the callables back in place of this update's values
-    if undo is not None or guarded():  # (no variable of this step has a constraint otherwise)
-        opt._apply_constraints(pairs)
-    opt._update_moving_averages()
-    result = opt._finish_step(pairs, **options)  # iterations += 1 / global_step += 1
+    for stage in step.after:
+        stage(opt, pairs, call)
+    result = step.result(opt)
     opt._publish_param_groups()  # a schedule's new learning rate shows in param_groups
     return result

@@ -1,16 +1,16 @@
-"""The Keras 3 stages of the step (``engine/pipeline.py`` runs them in order): gradient accumulation, decoupled
-weight decay with exclusions, the grouped update (dense groups through the multi-tensor kernels, row slices with
-Keras 3's TensorFlow-backend semantics, repeats of a variable in order) and the moving averages of ``use_ema``.
+"""The Keras 3 stages of the step (``slotopt.Optimizer._stages`` lists them, ``engine/pipeline.py`` runs them in
+order): overwrite with gradient, unscaling, gradient accumulation, clipping, the update's values, decoupled weight
+decay with exclusions, the grouped update (dense groups through the multi-tensor kernels, row slices with Keras 3's
+TensorFlow-backend semantics, repeats of a variable in order), the moving averages of ``use_ema`` and the count.
 
-Each stage is a function of the optimizer (``self``), not a base class: ``OptimizerCore`` has a no-op method
-for every stage ``run_step`` calls, and a face that has the stage names its function as that method (the Keras 3
-face, ``slotopt.Optimizer``, binds ``_apply_weight_decay = stages._apply_weight_decay`` and so on). The helpers a
-stage calls are methods only where a subclass overrides them (``update_step``, ``_update_group``...).
+Each stage is a function ``(opt, pairs, call) -> pairs`` (engine/pipeline.py), not a method: the face lists it in
+its step. The helpers a stage calls are methods only where a subclass overrides them (``update_step``,
+``_update_group``, ``_before_updates``...).
 
 Example:
     >>> import torch, slotopt
     >>> from slotopt.engine import stages
-    >>> slotopt.AdamW._apply_weight_decay is stages._apply_weight_decay
+    >>> stages.apply_weight_decay in slotopt.AdamW._stages
     True
     >>> stages.rounds([(1, "a"), (2, "b"), (3, "a")])
     [[(1, 'a'), (2, 'b')], [(3, 'a')]]
@@ -29,9 +29,10 @@ from ..kernels import rows as sparse_rows
 from ..kernels.ema import moving_average
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
-from . import checks, sparse_pass, validation
+from . import checks, clipping, shards, sparse_pass, validation
 from . import constants as K
-from .core import Pair
+from .core import Pair, count_step
+from .pipeline import Call
 from .plan import GradientsByPosition, Ordinary
 
 __all__ = ["rounds", "overwrites_with_gradient", "check_update_kernels"]
@@ -78,7 +79,7 @@ def check_update_kernels(cls: type) -> None:
 # ------------------------------------------------------------------------------- gradient accumulation
 # ``gradient_accumulation_steps``: gradients are summed into a ``gradient_accumulator`` slot and every
 # ``steps``-th call applies their mean (the accumulators are cleared when that step finishes).
-def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
+def accumulate_gradients(self, pairs: list[Pair], call: Call) -> Optional[list[Pair]]:
     steps = self.gradient_accumulation_steps
     if not steps:
         return pairs
@@ -87,7 +88,7 @@ def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
     if (int(self._iterations) + 1) % steps != 0:
         torch._foreach_add_(accumulators, [g for g, _ in dense])
         return None
-    # The accumulators are cleared in ``_finish_step``: an error in this update keeps them.
+    # The accumulators are cleared in ``count_iterations``: an error in this update keeps them.
     return [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
 
 
@@ -102,7 +103,7 @@ def overwrites_with_gradient(variable: Any) -> bool:
 # ``gradient_accumulation_steps`` its accumulator keeps the running maximum of the gradients (starting from
 # 0) and the variable takes ``max(gradient, accumulator)`` on the update call. A step whose variables carry the
 # flag takes the full path (no step plan), so the flag is read on every such step.
-def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
+def overwrite_with_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
     if type(pairs) is Ordinary or not any(overwrites_with_gradient(v) for _, v in pairs):
         return pairs
     steps = self.gradient_accumulation_steps
@@ -124,6 +125,82 @@ def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
         else:
             v.copy_(dense)
     return kept
+
+
+# ----------------------------------------------------------------------------------- unscale and clip
+def unscale_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
+    """``g / loss_scale_factor`` (Keras 3 unscales before accumulating and clipping)."""
+    if self.loss_scale_factor is None:
+        return pairs
+    factor = self.loss_scale_factor
+    return clipping.map_gradient_values(pairs, lambda grads: [g / factor for g in grads])
+
+
+def clip_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
+    """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
+    if self.clipnorm and self.clipnorm > 0:
+        clip, limit = clipping.clip_by_norm, self.clipnorm
+    elif self.global_clipnorm and self.global_clipnorm > 0:
+        # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
+        norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)
+                                      for g, v in pairs], shards.shard_groups_of(self, pairs))
+        grads = clipping.clip_by_global_norm(
+            [validation.dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
+            norm=norm)
+        return [(g, v) for g, (_, v) in zip(grads, pairs)]
+    elif self.clipvalue and self.clipvalue > 0:
+        return clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self.clipvalue))
+    else:
+        return pairs
+    spans = shards.shard_groups_of(self, pairs)
+    return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, spans))
+
+
+# ------------------------------------------------------------------------------------ the update's values
+def evaluate_update(self) -> Optional[Any]:
+    """The update's values, once before its first write: the learning rate (a schedule evaluated once per
+    update), each callable hyperparameter, then the per-step scalars of ``_before_updates`` (Nadam's product).
+    Returns the function that puts the callables back after the update (None: none to put back)."""
+    self.__dict__["_step_learning_rate"] = self.learning_rate
+    restore = None
+    if self.__dict__.get("_callable_hyperparameters"):
+        restore = _evaluate_callable_hyperparameters(self)
+    try:
+        self._before_updates(self._step_learning_rate)
+    except BaseException:
+        if restore is not None:
+            restore()
+        raise
+    return restore
+
+
+def _evaluate_callable_hyperparameters(self) -> Any:
+    """Calls each callable hyperparameter once (no arguments, as Keras documents), checks its value, and puts the
+    number in the attribute for this update, rounded as a constant of that value would be. Returns the function
+    that puts the callables back."""
+    values = {}
+    for name in sorted(self._callable_hyperparameters):
+        fn = self.__dict__[name]
+        result = fn()
+        checks.check_result(name, result, self._hyperparameter_ranges)
+        values[name] = checks.as_number(name, result)
+    saved = {name: self.__dict__[name] for name in values}
+    self.__dict__.update(values)
+    return lambda: self.__dict__.update(saved)
+
+
+# ------------------------------------------------------------------------------------------ the count
+def count_iterations(self, pairs: list[Pair], call: Call) -> None:
+    """``iterations += 1``, the accumulators cleared first on an update call (this update used them)."""
+    steps = self.gradient_accumulation_steps
+    if steps and (int(self._iterations) + 1) % steps == 0:
+        torch._foreach_zero_(self._accumulated_gradients)
+    count_step(self._iterations)
+
+
+def iterations(self) -> torch.Tensor:
+    """What a Keras 3 step returns: the iteration counter."""
+    return self._iterations
 
 
 # ------------------------------------------------------------------------------ decoupled weight decay
@@ -151,11 +228,11 @@ def _use_weight_decay(self, var: torch.Tensor) -> bool:
     return not (self._exclude_pattern is not None and self._exclude_pattern.search(self._name_of(var)))
 
 
-def _apply_weight_decay(self, pairs: list[Pair]) -> None:
+def apply_weight_decay(self, pairs: list[Pair], call: Call) -> None:
     self.__dict__["_decay_in_update"] = None
     if not self.weight_decay:
         return
-    learning_rate = self._learning_rate_of_step()
+    learning_rate = _learning_rate_of_step(self)
     listed = rounds(pairs)  # a variable listed twice decays twice before its updates, as in Keras
     fused: set[int] = set()
     plan = pairs.plan if type(pairs) is Ordinary else None
@@ -200,8 +277,13 @@ def _has_custom_update(self) -> bool:
     return type(self).update_step is not update_step
 
 
-def _apply_updates(self, pairs: list[Pair]) -> None:
-    learning_rate = self._learning_rate_of_step()
+def _learning_rate_of_step(self) -> Any:
+    """This update's learning rate: the schedule's value from ``evaluate_update``, or the (group's) variable."""
+    return self._step_learning_rate if self._lr_is_driven() else self.learning_rate
+
+
+def apply_updates(self, pairs: list[Pair], call: Call) -> None:
+    learning_rate = _learning_rate_of_step(self)
     fused = self.__dict__.pop("_decay_in_update", None) or set()  # decayed by the update kernel
     for round_pairs in rounds(pairs):
         _apply_round(self, round_pairs, learning_rate, fused)
@@ -343,7 +425,7 @@ def _update_group(
 # ``use_ema``: an ``average`` slot per variable follows it after every update (``ema_momentum``; the first
 # update copies it), overwriting the variables every ``ema_overwrite_frequency`` updates;
 # ``finalize_variable_values`` overwrites them once at the end of training.
-def _update_moving_averages(self) -> None:
+def update_moving_averages(self, pairs: list[Pair], call: Call) -> None:
     if not self.use_ema:
         return
     it = int(self.iterations)

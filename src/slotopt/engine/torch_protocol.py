@@ -135,7 +135,7 @@ class TorchProtocol(torch.optim.Optimizer):
     @property
     def defaults(self) -> dict[str, Any]:  # type: ignore[override]
         """The optimizer-level hyperparameters (what a new group without its own values gets)."""
-        values = {key: self._read_hyperparameter(key) for key in self._hyperparameter_keys()}
+        values = {key: group_sync.read_value(self, key) for key in group_sync._group_keys(self) if key != "lr"}
         if self._has_learning_rate():
             values = {"lr": self._shown_lr(), **values}
         for name in group_sync.torch_names(self):

@@ -8,11 +8,12 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import loss_scaling, registry, shards
+from ..engine import loss_scaling, pipeline, registry, shards
 from ..engine.clipping import map_gradient_values
 from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair
 from ..engine.group_sync import check_param_groups, is_param_group_list
+from ..engine.pipeline import Call, Step
 from ..engine.routing import set_weights_all_or_nothing, split_weights
 from ..engine.stages import overwrites_with_gradient
 from ..kernels.rows import last_repeats
@@ -34,6 +35,15 @@ _BASE_DEFAULTS: dict[str, Any] = {
     "loss_scale_factor": None,
     "gradient_accumulation_steps": None,
 }
+
+
+def _finite_update(self: Any, pairs: list[Pair], call: Call) -> None:
+    """The inner optimizer's step on the unscaled gradients when they are all finite; then the scale moves."""
+    self._apply_if_finite(pairs)
+
+
+def _inner_iterations(self: Any) -> torch.Tensor:
+    return self.inner_optimizer._iterations
 
 
 @registry.register("keras3")
@@ -81,6 +91,20 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     # built) and its gradients checked and unscaled flat (engine/loss_scaling.py); the inner optimizer plans its
     # own steps as well.
     _plans_steps = True
+
+    #: Its step: validation and the build come from the base class (``_prepare_pairs``); the inner optimizer's
+    #: aggregator runs before the finiteness check (every process then skips or applies the same step, as
+    #: tf.keras's does), then the inner optimizer's own step on the unscaled gradients when they are all finite
+    #: (it overwrites, clips, decays, constrains and counts), and the scale moves.
+    _stages = Step(
+        pipeline.drop_missing_gradients,
+        pipeline.UPDATE,
+        pipeline.aggregate_across_processes,  # (the inner optimizer's aggregator)
+        pipeline.FIRST_WRITE,
+        _finite_update,
+        pipeline.AFTER,
+        result=_inner_iterations,
+    )
 
     def __init__(
         self,
@@ -230,14 +254,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     def finalize_variable_values(self, var_list: Sequence[torch.Tensor]) -> None:
         self.inner_optimizer.finalize_variable_values(var_list)
 
-    # Pipeline stages: validation and the build come from the base class (``_prepare_pairs``); the update is the
-    # finiteness branch below. Constraints and the iteration counter belong to the inner optimizer.
-    def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:
-        # The inner optimizer's aggregator runs before the finiteness check: every process then sees the same
-        # gradients and skips (or applies) the same step, as tf.keras's LossScaleOptimizer does.
-        return self.inner_optimizer._aggregate_across_processes(pairs, **options)
-
-    def _apply_updates(self, pairs: list[Pair]) -> None:
+    def _apply_if_finite(self, pairs: list[Pair]) -> None:
         step = loss_scaling.ordinary_step(self, pairs)
         if step is not None:  # every gradient dense, of its variable's kind: checked and unscaled flat
             inner = self.inner_optimizer
@@ -276,18 +293,6 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         else:
             self._step_counter.zero_()
             self._dynamic_scale.mul_(0.5)
-
-    def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        return pairs  # the inner optimizer overwrites them, on a finite step only (as Keras)
-
-    def _start_updates(self) -> None:
-        return None  # the inner optimizer evaluates its learning rate in its own step
-
-    def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
-        return None
-
-    def _finish_step(self, pairs: list[Pair], **options: Any) -> Any:
-        return self.inner_optimizer._iterations
 
     # ------------------------------------------------------------------------------------------ config
     def get_config(self) -> dict[str, Any]:

@@ -15,11 +15,12 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from ..engine import plan_cache, registry
+from ..engine import pipeline, plan_cache, registry, stages
 from ..engine.composed import ComposesOptimizers
-from ..engine.core import OptimizerCore, Pair
+from ..engine.core import Pair
 from ..engine.group_sync import check_param_groups, group_shares
 from ..engine.pattern import compile_pattern
+from ..engine.pipeline import Call, Step
 from ..engine.plan import Ordinary, split
 from ..engine.routing import (
     AGGREGATED,
@@ -352,15 +353,7 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         for index in sorted(groups):
             self._inner_optimizers[index].finalize_variable_values([v for _, v in groups[index]])
 
-    # ------------------------------------------------------------------------------------------ pipeline stages
-    # Validation and the build come from the base class (``_prepare_pairs``); each sub-optimizer runs its own
-    # pipeline (loss-scale unscaling, clipping, weight decay, constraints, EMA), so this level adds none of them.
-    def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        return pairs
-
-    def _overwrite_with_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        return pairs  # each sub-optimizer overwrites its own flagged variables (with its own accumulation)
-
+    # ------------------------------------------------------------------------------------------ its step's parts
     def _by_owner(self, pairs: list[Pair]) -> dict[int, list[Pair]]:
         routes = self.__dict__.setdefault("_routes", Routes())  # the last grouping (engine/routing.py)
         groups = routes.group(pairs, lambda v: self._owner.get(id(v)),
@@ -368,16 +361,15 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
                               key=[(self._owner,)])  # (ownership is replaced, never edited, when it changes)
         return {i: groups[i] for i in sorted(groups)}
 
-    def _aggregate_across_processes(self, pairs: list[Pair], **options: Any) -> list[Pair]:
+    def _aggregate_by_owner(self, pairs: list[Pair], call: Call) -> list[Pair]:
         # Each sub-optimizer's aggregator on its own pairs, in sub-optimizer order on every process (collectives
         # must be called in the same order everywhere); the updates below then skip aggregation.
-        if all(type(o)._aggregate_across_processes is OptimizerCore._aggregate_across_processes
-               and o._aggregates_nothing() for o in self._inner_optimizers):
+        if all(pipeline.aggregates_nothing(o) for o in self._inner_optimizers):
             return pairs  # none aggregates anything: as they are (an ``Ordinary`` step stays one)
         return [pair for i, group in self._by_owner(pairs).items()
-                for pair in self._inner_optimizers[i]._aggregate_across_processes(group, **options)]
+                for pair in pipeline.aggregate_across_processes(self._inner_optimizers[i], group, call)]
 
-    def _apply_updates(self, pairs: list[Pair]) -> None:
+    def _dispatch(self, pairs: list[Pair], call: Call) -> None:
         if type(pairs) is Ordinary:  # checked in this step: each group handed on as checked, where it can be
             groups = split(pairs, self._owner, lambda: self._by_owner(pairs),
                            [plan_cache.current_plan(o) for o in self._inner_optimizers])
@@ -386,8 +378,19 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         dispatch(self._inner_optimizers, groups, AGGREGATED, validate_first=True,
                  all_present=type(pairs) is Ordinary)
 
-    def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
-        return None
+    #: Its step: validation and the build come from the base class (``_prepare_pairs``); each sub-optimizer runs
+    #: its own step on its variables (overwrite, unscaling, clipping, weight decay, constraints, EMA), so this
+    #: level adds none of them: it aggregates through each sub-optimizer, dispatches, and counts its own steps.
+    _stages = Step(
+        pipeline.drop_missing_gradients,
+        pipeline.UPDATE,
+        _aggregate_by_owner,
+        pipeline.FIRST_WRITE,
+        _dispatch,
+        pipeline.AFTER,
+        stages.count_iterations,
+        result=stages.iterations,
+    )
 
     # ------------------------------------------------------------------------------------------ config
     def get_config(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import checks, registry, shards
+from ..engine import checks, registry, shards, stages
 from ..engine import constants as K
 from ..engine.core import Pair
 from ..engine.pattern import compile_pattern
@@ -24,6 +24,23 @@ from .optimizer import LearningRate, Optimizer
 def _number(name: str, value: Any, *, optional: bool = False, minimum: Optional[float] = None) -> None:
     if not (optional and value is None):
         checks.check_number(name, value, checks.Range(minimum) if minimum is not None else checks.ANY)
+
+
+def apply_weight_decay(self: Any, pairs: list[Pair], call: Any) -> None:
+    """Muon's weight decay stage: ``adam_weight_decay`` on the AdamW path, ``weight_decay`` on the Muon path."""
+    decayed: dict[tuple[torch.dtype, torch.device, float], list[torch.Tensor]] = {}
+    for _, var in pairs:
+        if not self._use_weight_decay(var):
+            continue
+        adamw = self._get_slot("velocity", self._position(var)) is not None
+        value = self.adam_weight_decay if adamw else self.weight_decay
+        if value is not None:
+            decayed.setdefault((var.dtype, var.device, float(value)), []).append(var)
+    if not decayed:
+        return
+    learning_rate = self.learning_rate
+    for (dtype, _, value), params in decayed.items():
+        decoupled_weight_decay(params, weight_decay=K.cast(value, dtype), lr=self._lr_for(learning_rate, dtype))
 
 
 @registry.register("keras3", files=False)
@@ -66,6 +83,8 @@ class Muon(Optimizer):
 
     _kernel_slots = ("momentum",)
     _elementwise_update = False  # whole-matrix products (gathered from FSDP2 shards)
+
+    _stages = Optimizer._stages.replace(stages.apply_weight_decay, apply_weight_decay)  # its own decay stage
 
     def __init__(self, learning_rate: LearningRate = 0.001, adam_beta_1: float = 0.9, adam_beta_2: float = 0.999,
                  adam_weight_decay: Optional[float] = 0.004, epsilon: float = 1e-7,
@@ -135,21 +154,6 @@ class Muon(Optimizer):
             self.momentums.append(self.add_variable_from_reference(var, "momentum"))
             adamw = self._should_use_adamw(var)
             self.adam_velocities.append(self.add_variable_from_reference(var, "velocity") if adamw else None)
-
-    def _apply_weight_decay(self, pairs: list[Pair]) -> None:
-        decayed: dict[tuple[torch.dtype, torch.device, float], list[torch.Tensor]] = {}
-        for _, var in pairs:
-            if not self._use_weight_decay(var):
-                continue
-            adamw = self._get_slot("velocity", self._position(var)) is not None
-            value = self.adam_weight_decay if adamw else self.weight_decay
-            if value is not None:
-                decayed.setdefault((var.dtype, var.device, float(value)), []).append(var)
-        if not decayed:
-            return
-        learning_rate = self.learning_rate
-        for (dtype, _, value), params in decayed.items():
-            decoupled_weight_decay(params, weight_decay=K.cast(value, dtype), lr=self._lr_for(learning_rate, dtype))
 
     def _update_group(self, params, grads, slots, learning_rate) -> None:
         dtype = params[0].dtype

@@ -15,21 +15,20 @@ from .. import schedules as schedules_module
 from ..engine import (
     as_written,
     checks,
-    clipping,
     constraints,
     gradients,
     group_sync,
+    pipeline,
     plan_cache,
-    shards,
     stages,
     transaction,
     validation,
 )
 from ..engine import constants as K
-from ..engine.core import OptimizerCore, Pair, Pairs, count_step
+from ..engine.core import OptimizerCore, Pair, Pairs
 from ..engine.eager import outside_dynamo
 from ..engine.naming import unique_name
-from ..engine.pipeline import run_step
+from ..engine.pipeline import Step, run_step
 from ..engine.plan import Ordinary
 from ..engine.state import FlatState
 from ..variables import IndexedSlices, Variable, named_variables
@@ -84,8 +83,8 @@ class Optimizer(OptimizerCore):
     """
 
     # The face's parts are modules of functions of the optimizer (``self``), not base classes: the class names
-    # them as its methods here (a stage is the function the class names: ``engine/stages.py``), and a subclass
-    # overrides any of them as usual.
+    # as its methods here what the torch protocol and subclasses call or override; its step is data (``_stages``:
+    # the stages, functions of ``engine/stages.py`` and ``engine/pipeline.py``, in order).
     # keras3/torch_hooks.py: the torch protocol's hooks
     _hyperparameter_keys = torch_hooks._hyperparameter_keys
     _read_hyperparameter = torch_hooks._read_hyperparameter
@@ -119,9 +118,8 @@ class Optimizer(OptimizerCore):
     _restore_pending_state = optimizer_variables._restore_pending_state
     save_own_variables = optimizer_variables.save_own_variables
     load_own_variables = optimizer_variables.load_own_variables
-    # engine/stages.py: Keras 3's stages
+    # engine/stages.py: what Keras 3's stages call that a subclass may override, and its public methods
     _has_custom_update = stages._has_custom_update
-    _apply_updates = stages._apply_updates
     _update_slices = stages._update_slices
     _slice_terms = stages._slice_terms
     _before_updates = stages._before_updates
@@ -129,11 +127,27 @@ class Optimizer(OptimizerCore):
     _update_group = stages._update_group
     exclude_from_weight_decay = stages.exclude_from_weight_decay
     _use_weight_decay = stages._use_weight_decay
-    _apply_weight_decay = stages._apply_weight_decay
-    _update_moving_averages = stages._update_moving_averages
     finalize_variable_values = stages.finalize_variable_values
-    _overwrite_with_gradients = stages._overwrite_with_gradients
-    _accumulate_gradients = stages._accumulate_gradients
+
+    #: One step, in Keras 3's ``apply()`` order (engine/pipeline.py runs it in one all-or-nothing frame).
+    _stages = Step(
+        pipeline.drop_missing_gradients,
+        pipeline.negate_gradients,  # maximize=True (torch's): the gradients of the negated loss
+        stages.overwrite_with_gradients,  # flagged variables take their gradient as it is, and leave the step
+        stages.unscale_gradients,  # g / loss_scale_factor
+        pipeline.UPDATE,  # (the call's pairs above; below, the update, which an accumulate-only call skips)
+        stages.accumulate_gradients,  # None on an accumulate-only call
+        pipeline.aggregate_across_processes,
+        stages.clip_gradients,  # clipnorm, else global_clipnorm, else clipvalue
+        pipeline.first_write(stages.evaluate_update),  # learning rate, callables; proven again; per param group:
+        stages.apply_weight_decay,
+        stages.apply_updates,
+        pipeline.AFTER,  # (the call's pairs)
+        constraints.apply_constraints,
+        stages.update_moving_averages,  # use_ema
+        stages.count_iterations,
+        result=stages.iterations,
+    )
 
     #: Built-ins whose kernel takes ``weight_decay`` / ``weight_decay_lr`` and decays in its own pass.
     _fused_weight_decay: bool = False
@@ -467,31 +481,6 @@ class Optimizer(OptimizerCore):
             )
         return checked
 
-    def _unscale_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        if self.loss_scale_factor is None:
-            return pairs
-        factor = self.loss_scale_factor
-        return clipping.map_gradient_values(pairs, lambda grads: [g / factor for g in grads])
-
-    def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
-        """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
-        if self.clipnorm and self.clipnorm > 0:
-            clip, limit = clipping.clip_by_norm, self.clipnorm
-        elif self.global_clipnorm and self.global_clipnorm > 0:
-            # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
-            norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)
-                                          for g, v in pairs], shards.shard_groups_of(self, pairs))
-            grads = clipping.clip_by_global_norm(
-                [validation.dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
-                norm=norm)
-            return [(g, v) for g, (_, v) in zip(grads, pairs)]
-        elif self.clipvalue and self.clipvalue > 0:
-            return clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self.clipvalue))
-        else:
-            return pairs
-        spans = shards.shard_groups_of(self, pairs)
-        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, spans))
-
     #: Hyperparameters whose value decides which slots the build makes (Keras 3 tests them then, as numbers):
     #: a callable there is refused.
     _decided_at_build: frozenset[str] = frozenset({"momentum"})
@@ -507,37 +496,6 @@ class Optimizer(OptimizerCore):
         else:
             callables.discard(name)
 
-    def _start_updates(self) -> Optional[Callable[[], None]]:
-        self.__dict__["_step_learning_rate"] = self.learning_rate  # a schedule is evaluated once per update
-        restore = None
-        if self.__dict__.get("_callable_hyperparameters"):
-            restore = self._evaluate_callable_hyperparameters()
-        try:
-            self._before_updates(self._step_learning_rate)
-        except BaseException:
-            if restore is not None:
-                restore()
-            raise
-        return restore
-
-    def _evaluate_callable_hyperparameters(self) -> Callable[[], None]:
-        """Calls each callable hyperparameter once (no arguments, as Keras documents), checks its value, and
-        puts the number in the attribute for this update, rounded as a constant of that value would be. Returns
-        the function that puts the callables back."""
-        values = {}
-        for name in sorted(self._callable_hyperparameters):
-            fn = self.__dict__[name]
-            result = fn()
-            checks.check_result(name, result, self._hyperparameter_ranges)
-            values[name] = checks.as_number(name, result)
-        saved = {name: self.__dict__[name] for name in values}
-        self.__dict__.update(values)
-        return lambda: self.__dict__.update(saved)
-
-    def _learning_rate_of_step(self) -> Any:
-        """This update's learning rate: the schedule's value from ``_start_updates``, or the (group's) variable."""
-        return self._step_learning_rate if self._lr_is_driven() else self.learning_rate
-
     def _lr_for(self, learning_rate: Any, dtype: torch.dtype) -> float:
         """``cast(learning_rate, var.dtype)``: the learning rate (a floatx tensor, or a Python float taken as
         float32) in the variable's dtype."""
@@ -548,13 +506,6 @@ class Optimizer(OptimizerCore):
     def _step_count(self) -> int:
         """``it + 1``: the bias-correction step of this update."""
         return int(self.iterations) + 1
-
-    def _finish_step(self, pairs: list[Pair], **options: Any) -> Any:
-        steps = self.gradient_accumulation_steps
-        if steps and (int(self._iterations) + 1) % steps == 0:
-            torch._foreach_zero_(self._accumulated_gradients)  # this update used them
-        count_step(self._iterations)
-        return self._iterations
 
     def _after_copy(self) -> None:
         super()._after_copy()
@@ -581,6 +532,7 @@ class Optimizer(OptimizerCore):
             "ema_overwrite_frequency": self.ema_overwrite_frequency,
             "loss_scale_factor": self.loss_scale_factor,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            **({"maximize": True} if self.maximize else {}),  # (torch's: Keras refuses it rather than descend)
         }
 
     @classmethod

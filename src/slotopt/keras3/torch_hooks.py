@@ -28,7 +28,7 @@ def _floatx() -> torch.dtype:
 # What a parameter group does not carry: the options of the whole optimizer.
 _GLOBAL_OPTIONS = frozenset({
     "name", "learning_rate", "clipnorm", "clipvalue", "global_clipnorm", "use_ema", "ema_momentum",
-    "ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
+    "ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps", "maximize"})
 
 
 def _hyperparameter_keys(self) -> tuple[str, ...]:

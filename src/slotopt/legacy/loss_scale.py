@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import loss_scaling, plan_cache, registry, shards, state_io, transaction, validation
+from ..engine import loss_scaling, pipeline, plan_cache, registry, shards, state_io, transaction, validation
 from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair, count_step
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse
@@ -312,7 +312,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
             # A step like the inner optimizer's last one (every pair a 2-tuple of a known variable and a dense
             # gradient of its kind) is checked in one pass and its gradients checked for inf/NaN flat.
             step = loss_scaling.ordinary_step(inner, plan_cache.planned_step(inner, pairs))
-            if step is not None and (not experimental_aggregate_gradients or inner._aggregates_nothing()):
+            if step is not None and (not experimental_aggregate_gradients or pipeline.aggregates_nothing(inner)):
                 finite = not self._dynamic or loss_scaling.gradients_finite(step)
                 return self._apply_if_finite(step, finite, name, moves_scale=self._dynamic)
         checked = []

@@ -8,8 +8,8 @@ norm and global norm followed by ``gradient_transformers``; and the subclassing 
 ``_prepare_local`` (``apply_state``), ``_resource_apply_dense``, ``_resource_apply_sparse``,
 ``_transform_unaggregated_gradients``, ``_aggregate_gradients`` and ``_transform_gradients``.
 
-One step is ``engine.pipeline.run_step``; this class only decides what its stages do (see ``_prepare_pairs``,
-``_aggregate_across_processes``, ``_transform_gradients``, ``_apply_updates`` and ``_finish_step``).
+One step is ``engine.pipeline.run_step`` running this class's ``_stages``: its stages in order (validation is
+``_prepare_pairs``).
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ from ..engine import (
     constraints,
     gradients,
     group_sync,
+    pipeline,
     plan_cache,
     shards,
     validation,
 )
 from ..engine.core import OptimizerCore, Pair, check_gradient_aggregator, count_step
 from ..engine.naming import unique_name
-from ..engine.pipeline import run_step
+from ..engine.pipeline import Call, Step, run_step
 from ..engine.plan import Ordinary
 from ..variables import IndexedSlices, Variable, named_variables
 from . import hyperparameters, torch_hooks, updates
@@ -66,6 +67,20 @@ def _clip_argument(key: str, doc: str) -> Any:
 
     get.__doc__ = doc
     return property(get, set_checked, doc=doc)
+
+
+def _clip_and_transform(self: Any, pairs: list[Pair], call: Call) -> list[Pair]:
+    """The clipping stage: OptimizerV2's ``_transform_gradients`` hook (subclasses override it)."""
+    return self._transform_gradients(pairs)
+
+
+def _count_iterations(self: Any, pairs: list[Pair], call: Call) -> None:
+    self._apply_state = None
+    count_step(self.iterations)
+
+
+def _iterations(self: Any) -> torch.Tensor:
+    return self.iterations
 
 
 class Optimizer(OptimizerCore):
@@ -141,7 +156,6 @@ class Optimizer(OptimizerCore):
     _prepare_local = updates._prepare_local
     _fallback_apply_state = updates._fallback_apply_state
     _coefficients = updates._coefficients
-    _apply_updates = updates._apply_updates
     _apply_dense_group = updates._apply_dense_group
     _resource_apply_dense = updates._resource_apply_dense
     _resource_apply_sparse_duplicate_indices = updates._resource_apply_sparse_duplicate_indices
@@ -326,7 +340,24 @@ class Optimizer(OptimizerCore):
             config["clipvalue"] = self.clipvalue
         if self.global_clipnorm is not None:
             config["global_clipnorm"] = self.global_clipnorm
+        if self.maximize:  # (torch's; tf.keras has none, and refuses such a config rather than descend)
+            config["maximize"] = True
         return config
+
+    #: One step, in OptimizerV2's ``apply_gradients`` order (engine/pipeline.py runs it in one all-or-nothing frame).
+    _stages = Step(
+        pipeline.drop_missing_gradients,
+        pipeline.negate_gradients,  # maximize=True (torch's): the gradients of the negated loss
+        pipeline.UPDATE,
+        pipeline.aggregate_across_processes,  # _transform_unaggregated_gradients, _aggregate_gradients
+        _clip_and_transform,  # the hook _transform_gradients: clip by value, norm, global norm, transformers
+        pipeline.FIRST_WRITE,  # (the learning rate and ``apply_state`` were prepared with the checks)
+        updates.apply_updates,
+        pipeline.AFTER,
+        constraints.apply_constraints,
+        _count_iterations,
+        result=_iterations,
+    )
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Optional[dict[str, Any]] = None) -> Optimizer:
@@ -517,12 +548,6 @@ class Optimizer(OptimizerCore):
         for fn in self.gradient_transformers:
             pairs = list(fn(pairs))
         return pairs
-
-    def _finish_step(self, pairs: list[Pair], **options: Any) -> torch.Tensor:
-        self._apply_state = None
-        iterations = self.iterations
-        count_step(iterations)
-        return iterations
 
     def __repr__(self) -> str:
         return as_written.describe(self, f"slotopt.legacy.{type(self).__name__}", self._name)

@@ -3,7 +3,7 @@ sparse update hooks of OptimizerV2 (``_resource_apply_dense``, ``_resource_apply
 multi-tensor path of the built-ins (``grouped_dense``).
 
 Functions of the optimizer (``self``) that ``slotopt.legacy.Optimizer`` (legacy/optimizer.py) binds as
-its methods, not a base class."""
+its methods, not a base class; ``apply_updates`` is the update stage its step lists."""
 
 from __future__ import annotations
 
@@ -66,7 +66,9 @@ def _coefficients(self, var: torch.Tensor, apply_state: Optional[ApplyState]) ->
     return (apply_state or {}).get(key) or self._fallback_apply_state(*key)
 
 
-def _apply_updates(self, pairs: list[Pair]) -> None:
+def apply_updates(self, pairs: list[Pair], call: Any) -> None:
+    """The update stage: each (device, dtype) group of a grouped built-in in one multi-tensor call, every other
+    variable through its ``_resource_apply_dense`` / ``_resource_apply_sparse`` hook."""
     apply_state = self._apply_state
     if type(pairs) is Ordinary and getattr(type(self)._resource_apply_dense, _GROUPED, False):
         plan = pairs.plan  # its groups, their variables and the gradients' addresses, read once

@@ -48,6 +48,8 @@ def constructor_config(opt: Any) -> dict[str, Any]:
                 "(a tensor, a callable or a variable is not data)."
             )
         config[name] = value
+    if opt.maximize:  # (torch's, given to any optimizer's constructor: a slotopt extension, as this config is)
+        config["maximize"] = True
     return config
 
 
@@ -55,7 +57,7 @@ def from_constructor_config(cls: type, config: Mapping[str, Any]) -> Any:
     """``cls(**config)`` after checking that every key is a constructor argument and every value plain data."""
     if not isinstance(config, Mapping):
         raise ValueError(f"A {cls.__name__} config must be a dict. Received: config={config!r}")
-    known = {p.name for p in _parameters(cls)}
+    known = {p.name for p in _parameters(cls)} | {"maximize"}
     unknown = sorted(str(k) for k in config if k not in known)
     if unknown:
         raise ValueError(f"Unknown arguments in the {cls.__name__} config: {unknown}. Valid: {sorted(known)}")

@@ -27,6 +27,7 @@ from ..engine import (
     checks,
     constraints,
     gradients,
+    pipeline,
     plan_cache,
     state_io,
     transaction,
@@ -35,7 +36,7 @@ from ..engine import (
 )
 from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
-from ..engine.pipeline import run_step
+from ..engine.pipeline import Call, Step, run_step
 from ..engine.plan import Ordinary
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
 from . import hooks, torch_hooks
@@ -389,7 +390,7 @@ class Optimizer(OptimizerCore):
         self._group_cache.clear()
 
     # ------------------------------------------------------------------------------------------ update stages
-    def _apply_updates(self, pairs: list[Pair]) -> None:
+    def _apply_updates(self, pairs: list[Pair], call: Call) -> None:
         ops = self._update_ops
         vars_seen: set[int] = set()
         repeated = False
@@ -428,18 +429,32 @@ class Optimizer(OptimizerCore):
                 constraints.constrain(self, v)
         self._constraints_done = repeated
 
-    def _apply_constraints(self, pairs: Sequence[Pair]) -> None:
-        if not self._constraints_done:
-            super()._apply_constraints(pairs)
+    def _apply_constraints(self, pairs: Sequence[Pair], call: Call) -> None:
+        if not self._constraints_done:  # (a variable listed twice was constrained after each of its updates)
+            constraints.apply_constraints(self, pairs, call)
 
-    def _finish_step(self, pairs: list[Pair], global_step: Optional[torch.Tensor] = None, **options: Any) -> None:
+    def _finish_step(self, pairs: list[Pair], call: Call) -> None:
+        global_step = call.options.get("global_step")
         if global_step is None:
             self._finish(self._update_ops, self._apply_name)
         else:
             self._finish(self._update_ops, "update")
             count_step(global_step)
         self._update_ops = []
-        return None
+
+    #: One step, in TF1's ``apply_gradients`` order (engine/pipeline.py runs it in one all-or-nothing frame).
+    _stages = Step(
+        pipeline.drop_missing_gradients,
+        pipeline.negate_gradients,  # maximize=True (torch's): the gradients of the negated loss
+        pipeline.UPDATE,
+        pipeline.aggregate_across_processes,
+        pipeline.FIRST_WRITE,  # (the hyperparameters were converted by ``_prepare`` with the checks)
+        _apply_updates,  # each variable in order (a variable listed twice: twice)
+        pipeline.AFTER,
+        _apply_constraints,
+        _finish_step,  # ``_finish``, then global_step += 1
+        result=pipeline.none,
+    )
 
     # ------------------------------------------------------------------------------------------ torch protocol
     # The hooks of ``engine/torch_protocol.py``: a group carries the constructor's hyperparameters (TF1 names).
