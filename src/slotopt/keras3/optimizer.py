@@ -143,8 +143,8 @@ class Optimizer(OptimizerCore):
         stages.apply_weight_decay,
         stages.apply_updates,
         pipeline.AFTER,  # (the call's pairs)
+        stages.update_moving_averages,  # use_ema: Keras averages the variables before their constraints run
         constraints.apply_constraints,
-        stages.update_moving_averages,  # use_ema
         stages.count_iterations,
         result=stages.iterations,
     )
