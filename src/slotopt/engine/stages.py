@@ -29,7 +29,7 @@ from ..kernels import rows as sparse_rows
 from ..kernels.ema import moving_average
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
-from . import checks, sparse_pass, validation
+from . import checks, gradient_maps, sparse_pass, validation
 from . import constants as K
 from .core import Pair
 from .plan import GradientsByPosition, Ordinary
@@ -88,7 +88,7 @@ def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
         torch._foreach_add_(accumulators, [g for g, _ in dense])
         return None
     # The accumulators are cleared in ``_finish_step``: an error in this update keeps them.
-    return [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
+    return gradient_maps.replaced(pairs, [(g + acc) / steps for (g, _), acc in zip(dense, accumulators)])
 
 
 def overwrites_with_gradient(variable: Any) -> bool:

@@ -16,7 +16,9 @@ from ..engine import (
     as_written,
     checks,
     clipping,
+    compiled_maps,
     constraints,
+    gradient_maps,
     gradients,
     group_sync,
     plan_cache,
@@ -471,22 +473,30 @@ class Optimizer(OptimizerCore):
         if self.loss_scale_factor is None:
             return pairs
         factor = self.loss_scale_factor
-        return clipping.map_gradient_values(pairs, lambda grads: [g / factor for g in grads])
+        # (an ordinary step: one compiled pass, engine/compiled_maps.py; else torch's ops, the same bits)
+        return compiled_maps.mapped(self, pairs, "unscale", divisor=factor) or clipping.map_gradient_values(
+            pairs, lambda grads: [g / factor for g in grads])
 
     def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
         """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
         if self.clipnorm and self.clipnorm > 0:
             clip, limit = clipping.clip_by_norm, self.clipnorm
+            done = compiled_maps.mapped(self, pairs, "clip", clipnorm=limit)  # (None: not an ordinary step's)
+            if done is not None:
+                return done
         elif self.global_clipnorm and self.global_clipnorm > 0:
+            done = compiled_maps.mapped(self, pairs, "clip", global_clipnorm=self.global_clipnorm)
+            if done is not None:
+                return done
             # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
             norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)
                                           for g, v in pairs], shards.shard_groups_of(self, pairs))
             grads = clipping.clip_by_global_norm(
                 [validation.dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
                 norm=norm)
-            return [(g, v) for g, (_, v) in zip(grads, pairs)]
+            return gradient_maps.replaced(pairs, grads)  # (an ordinary step stays one)
         elif self.clipvalue and self.clipvalue > 0:
-            return clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self.clipvalue))
+            return compiled_maps.mapped(self, pairs, "clip", clipvalue=self.clipvalue) or clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self.clipvalue))
         else:
             return pairs
         spans = shards.shard_groups_of(self, pairs)
