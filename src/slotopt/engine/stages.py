@@ -22,14 +22,16 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from ..kernels import native
 from ..kernels import rows as sparse_rows
 from ..kernels.ema import moving_average
+from ..kernels.native import tensor_table
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
-from . import checks, gradient_maps, sparse_pass, validation
+from . import checks, gradient_maps, plan_cache, sparse_pass, validation
 from . import constants as K
 from .core import Pair
 from .plan import GradientsByPosition, Ordinary
@@ -82,6 +84,20 @@ def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
     steps = self.gradient_accumulation_steps
     if not steps:
         return pairs
+    if type(pairs) is Ordinary:  # every gradient dense, of its variable's kind: the lists taken through the plan
+        plan = pairs.plan
+        table = self._slots.get("gradient_accumulator", {})
+        try:
+            accumulators: Optional[list[torch.Tensor]] = list(plan.entries(table, plan.positions))
+        except KeyError:  # (a variable without an accumulator: the per-pair path below says which)
+            accumulators = None
+        if accumulators is not None:
+            if (int(self._iterations) + 1) % steps != 0:
+                torch._foreach_add_(accumulators, pairs.grads)
+                return None
+            # (the same two ops per tensor as below, as one foreach call each)
+            return gradient_maps.replaced(pairs, torch._foreach_div(torch._foreach_add(pairs.grads, accumulators),
+                                                                    steps))
     dense = [(validation.dense(g, v), v) for g, v in pairs]
     accumulators = [self._get_slot("gradient_accumulator", self._position(v)) for _, v in dense]
     if (int(self._iterations) + 1) % steps != 0:
@@ -347,15 +363,52 @@ def _update_moving_averages(self) -> None:
     if not self.use_ema:
         return
     it = int(self.iterations)
-    for group in self._groups(self._trainable_positions):
-        params = [self._vars[p] for p in group]
-        averages = [self._slots["average"][p] for p in group]
+    plan = _ema_plan(self)
+    for group in self._groups(self._trainable_positions) if plan is None else plan.groups:
+        operands = None if plan is None else _ema_operands(self, plan, group)
+        if operands is None:
+            params, averages = [self._vars[p] for p in group], [self._slots["average"][p] for p in group]
+        else:
+            params, averages = operands
         dtype = params[0].dtype
         momentum = K.literal(self.ema_momentum, dtype) if it != 0 else 0.0
         one_minus = K.evaluate(lambda one, m: one - m, dtype, 1.0, momentum)
         moving_average(params, averages, momentum=momentum, one_minus_momentum=one_minus)
     if self.ema_overwrite_frequency and (it + 1) % self.ema_overwrite_frequency == 0:
         _overwrite_with_averages(self, self._trainable_variables)
+
+
+def _ema_plan(self) -> Optional[Any]:
+    """The last step's plan when it records exactly the trainable variables, in order, and the C++ checks run (they
+    prove its operands again here, after the update and any constraint), else None. Its groups are then the
+    moving averages' groups, and their operands are proven in one pass each instead of read per tensor."""
+    plan = plan_cache.current_plan(self)
+    if plan is None or not tensor_table.active() or plan.table is None:
+        return None
+    trainable = self._trainable_positions
+    kept = plan.memo.get(("ema", "trainable"))
+    if kept is None or kept[0] is not trainable:
+        kept = (trainable, plan.positions == list(trainable))
+        plan.memo[("ema", "trainable")] = kept
+    return plan if kept[1] else None
+
+
+def _ema_operands(self, plan: Any, group: list[int]) -> Optional[tuple[Any, Any]]:
+    """The variables and averages of ``group`` (one of ``plan.groups``) for the compiled moving average, each list
+    proven now in one C++ pass (``state_operands``: the same objects at the same addresses, of their dtype and
+    sizes, contiguous, inside their storage); None when they are not (the caller reads them per tensor)."""
+    params = plan.group_params(group, self._vars)
+    if type(params) is not native.Verified:
+        return None
+    proven = plan.state_operands("ema variables", group, list(params))
+    averages = plan.state_operands("average", group, plan.entries(self._slots["average"], group))
+    if type(proven) is not native.Matched or type(averages) is not native.Matched:
+        return None
+    kept = plan.memo.get(("ema", "same", id(group)))
+    if kept is None or kept[0] is not proven or kept[1] is not params:
+        kept = (proven, params, bool(np.array_equal(proven.addresses, params.addresses)))
+        plan.memo[("ema", "same", id(group))] = kept
+    return (params, averages) if kept[2] else None
 
 
 def _overwrite_with_averages(self, variables: Sequence[torch.Tensor]) -> None:
