@@ -183,3 +183,18 @@ def test_the_map_runs_compiled_on_an_ordinary_step(face, name, kernel_mode):
         opt.step()
         counts.append(native.calls() - before)
     assert counts[1] > counts[0], counts
+
+
+def test_the_options_benchmark_measures_every_option_of_a_face():
+    """``slotopt bench --workload options`` (cli/bench_options.py): a row per option of the face, each against the
+    face's plain step, and the torch rows against torch's fused Adam."""
+    from slotopt.cli.bench_options import FACE_OPTIONS, format_options, measure_options
+
+    rows = measure_options(("small",), steps=1, warmup=0, faces=["Keras 3 Adam"])
+    options = [r["option"] for r in rows if r["face"] == "Keras 3 Adam"]
+    assert options == ["plain", *FACE_OPTIONS["Keras 3 Adam"]]
+    assert all(r["ms"] > 0 for r in rows) and [r["ratio"] for r in rows if r["option"] == "plain"] == [1.0]
+    assert {r["option"] for r in rows if r["face"] == "torch"} == {"fused Adam",
+                                                                   "clip_grad_norm_(foreach=True) + fused Adam"}
+    table = format_options(rows)
+    assert "| Keras 3 Adam | global_clipnorm=1.0 |" in table and "× plain" in table

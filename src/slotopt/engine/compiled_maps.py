@@ -28,11 +28,12 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from ..kernels import native
 from ..kernels.native import maps
 from .loss_scaling import keeps_no_gradients
 from .plan import Ordinary
 
-__all__ = ["mapped", "keeps_none"]
+__all__ = ["mapped", "accumulated", "keeps_none"]
 
 _unflatten = torch._C._nn.unflatten_dense_tensors
 
@@ -105,6 +106,29 @@ def mapped(opt: Any, step: Any, key: str, divisor: Optional[float] = None, clipv
     done = maps.gradient_map(addresses, offsets, dtype, tensors, buffer, flags, div, lo, hi, clip, denominators,
                              scale)
     if done is None:
+        return None
+    result = Ordinary.of(pairs, plan, views, view_addresses, step.constrained)
+    result.quiet, result.held, result.proof = step.quiet, step.held, step.proof
+    return result
+
+
+def accumulated(opt: Any, step: Any, accumulators: list[torch.Tensor], steps: int) -> Optional[Ordinary]:
+    """Gradient accumulation's update call on an ordinary step: ``(g + acc) / steps`` for every gradient of
+    ``step`` and its accumulator (in pair order) in one compiled pass into a buffer kept with the plan, as an
+    ``Ordinary`` step of its plan; None where this path does not apply (the caller takes torch's ops, the same
+    bits). The accumulators are proven in the same C++ pass as any slot (``state_operands``)."""
+    if type(step) is not Ordinary or step.grad_addresses is None or type(steps) is not int:
+        return None
+    plan = step.plan
+    if len(plan.kinds) != 1 or not plan.on_cpu or plan.dtypes[0] not in maps.DTYPES:
+        return None
+    proven = plan.state_operands("gradient_accumulator", plan.positions, accumulators)
+    if type(proven) is not native.Matched:
+        return None
+    dtype, grads, offsets = plan.dtypes[0], step.grads, _offsets(plan)
+    buffer, views, pairs, view_addresses = _buffer(plan, "accumulate", grads, offsets, dtype, keeps_none(opt))
+    if maps.accumulated_mean(np.asarray(step.grad_addresses, dtype=np.uint64), proven.addresses, offsets, dtype,
+                             lambda: (grads, proven), buffer, steps) is None:
         return None
     result = Ordinary.of(pairs, plan, views, view_addresses, step.constrained)
     result.quiet, result.held, result.proof = step.quiet, step.held, step.proof

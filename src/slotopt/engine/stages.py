@@ -31,7 +31,7 @@ from ..kernels.ema import moving_average
 from ..kernels.native import tensor_table
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
-from . import checks, gradient_maps, plan_cache, sparse_pass, validation
+from . import checks, compiled_maps, gradient_maps, plan_cache, sparse_pass, validation
 from . import constants as K
 from .core import Pair
 from .plan import GradientsByPosition, Ordinary
@@ -95,6 +95,9 @@ def _accumulate_gradients(self, pairs: list[Pair]) -> Optional[list[Pair]]:
             if (int(self._iterations) + 1) % steps != 0:
                 torch._foreach_add_(accumulators, pairs.grads)
                 return None
+            mean = compiled_maps.accumulated(self, pairs, accumulators, steps)  # (one compiled pass)
+            if mean is not None:
+                return mean
             # (the same two ops per tensor as below, as one foreach call each)
             return gradient_maps.replaced(pairs, torch._foreach_div(torch._foreach_add(pairs.grads, accumulators),
                                                                     steps))

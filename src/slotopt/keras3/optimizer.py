@@ -473,7 +473,6 @@ class Optimizer(OptimizerCore):
         if self.loss_scale_factor is None:
             return pairs
         factor = self.loss_scale_factor
-        # (an ordinary step: one compiled pass, engine/compiled_maps.py; else torch's ops, the same bits)
         return compiled_maps.mapped(self, pairs, "unscale", divisor=factor) or clipping.map_gradient_values(
             pairs, lambda grads: [g / factor for g in grads])
 
@@ -481,12 +480,10 @@ class Optimizer(OptimizerCore):
         """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
         if self.clipnorm and self.clipnorm > 0:
             clip, limit = clipping.clip_by_norm, self.clipnorm
-            done = compiled_maps.mapped(self, pairs, "clip", clipnorm=limit)  # (None: not an ordinary step's)
-            if done is not None:
+            if (done := compiled_maps.mapped(self, pairs, "clip", clipnorm=limit)) is not None:  # (ordinary steps)
                 return done
         elif self.global_clipnorm and self.global_clipnorm > 0:
-            done = compiled_maps.mapped(self, pairs, "clip", global_clipnorm=self.global_clipnorm)
-            if done is not None:
+            if (done := compiled_maps.mapped(self, pairs, "clip", global_clipnorm=self.global_clipnorm)) is not None:
                 return done
             # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
             norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)

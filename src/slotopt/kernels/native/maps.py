@@ -19,7 +19,7 @@ import torch
 
 from . import pins
 
-__all__ = ["DTYPES", "square_sums", "eigen_sum", "gradient_map"]
+__all__ = ["DTYPES", "square_sums", "eigen_sum", "gradient_map", "accumulated_mean"]
 
 #: The dtypes the maps are compiled for, with their NumPy types.
 DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
@@ -110,6 +110,39 @@ def gradient_map(addresses: np.ndarray, offsets: np.ndarray, dtype: torch.dtype,
         return None
     fn(len(addresses), addresses.ctypes.data, offsets.ctypes.data, int(pinned_out[1][0]), flags, divisor, lo, hi,
        clip, denominators.ctypes.data if flags & 4 else None, scale, torch.get_num_threads())
+    del held, pinned_out
+    native._increment_version([out])
+    native._calls += 1
+    return True
+
+
+def accumulated_mean(grads: np.ndarray, accumulators: np.ndarray, offsets: np.ndarray, dtype: torch.dtype,
+                     tensors: Callable[[], Sequence[Sequence[torch.Tensor]]], out: torch.Tensor,
+                     steps: int) -> Optional[bool]:
+    """``out`` (contiguous, of ``dtype``, the group's element count) = ``(g + acc) / steps`` element by element for
+    a group of gradients and their accumulators (data addresses ``grads`` and ``accumulators``, uint64; ``tensors()``
+    gives both lists, held while the kernel runs). True when done, None when not (nothing written)."""
+    native = _native()
+    if not native.active() or dtype not in _SUFFIX:
+        return None
+    fn = native._library_function(f"slotopt_accumulated_mean_{_SUFFIX[dtype]}",
+                                  [_I64, _PTR, _PTR, _PTR, _F64, _INT], None)
+    if fn is None:
+        return None
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    if not (out.dtype is dtype and out.is_cpu and out.is_contiguous() and out.numel() == int(offsets[-1])):
+        raise ValueError("accumulated_mean: `out` must be a contiguous CPU tensor of the group's dtype and size")
+    table = np.ascontiguousarray(np.stack([np.asarray(grads, np.uint64), np.asarray(accumulators, np.uint64)]))
+    if native._bounds_checks:
+        lists = tensors()
+        extents = np.array([native._extent(t) for ts in lists for t in ts], dtype=np.uint64).reshape(-1, 2).T
+        native._check_table(table, offsets, extents, dtype.itemsize)
+    held = pins.pin(list(tensors()), table, offsets, dtype.itemsize)
+    pinned_out = pins.pin_tensors([out])
+    if held is None or pinned_out is None:
+        return None
+    fn(table.shape[1], table.ctypes.data, offsets.ctypes.data, int(pinned_out[1][0]), float(steps),
+       torch.get_num_threads())
     del held, pinned_out
     native._increment_version([out])
     native._calls += 1
