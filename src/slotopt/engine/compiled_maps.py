@@ -59,8 +59,9 @@ def mapped(opt: Any, step: Any, key: str, divisor: Optional[float] = None, clipv
     clipvalue]``, then clipped to ``clipnorm`` per tensor, or to ``global_clipnorm`` together) in compiled passes,
     as an ``Ordinary`` step of its plan; None where this path does not apply (see the module docstring). ``key``
     names the stage (its buffer is its own)."""
-    if type(step) is not Ordinary or opt.__dict__.get("_sharded") or step.grad_addresses is None:
-        return None
+    if type(step) is not Ordinary or opt.__dict__.get("_sharded") or getattr(opt, "_layouts", None) \
+            or step.grad_addresses is None:
+        return None  # (FSDP2 shards: a norm is summed over the processes, engine/shards.py)
     plan = step.plan
     if len(plan.kinds) != 1 or not plan.on_cpu or plan.dtypes[0] not in maps.DTYPES:
         return None
