@@ -175,7 +175,8 @@ setup(
         *[Extension(
             KERNELS + suffix,
             sources=[os.path.join(NATIVE, "slotopt_kernels.c")],
-            depends=[os.path.join(NATIVE, "rules.inc"), os.path.join(NATIVE, "rules_scalars.h")],
+            depends=[os.path.join(NATIVE, "rules.inc"), os.path.join(NATIVE, "rules_scalars.h"),
+                     os.path.join(NATIVE, "gradient_maps.inc")],
             extra_compile_args=FLAGS + isa,
             optional=True,
         ) for suffix, isa in VARIANTS.items()],

@@ -442,6 +442,12 @@ def run_bench(quick: bool = False, png: Optional[str] = "slotopt-bench.png", dev
                                                        "warmup": min(warmup, 2)}, setting.fresh)
         print("\n" + (format_keras3_sparse(sliced["results"], sparse_rows) if "results" in sliced
                        else f"keras3-sparse: {sliced['failed']}"), file=stream, flush=True)
+    if "options" in chosen:  # (asked for by name: each option of each face against its plain step, issue 46)
+        from .bench_options import format_options, measure_options
+
+        rows = measure_options(("small",) if quick else ("small", "model"), steps=steps, warmup=warmup)
+        print("\nEach option against the same face's plain step (median per call; torch rows against torch's "
+              "fused Adam)\n" + format_options(rows), file=stream, flush=True)
     if png and (dense or sparse):
         path = os.path.abspath(png)
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -102,8 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print the tables only (no matplotlib needed)")
     bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default cpu)")
     bench.add_argument("--workload", action="append", default=None,
-                       choices=("large", "model", "small", "sparse", "faces", "keras3-sparse"),
-                       help="only this workload (repeatable; default all)")
+                       choices=("large", "model", "small", "sparse", "faces", "keras3-sparse", "options"),
+                       help="only this workload (repeatable; default all but options, the cost of each option "
+                            "against the plain step)")
     bench.add_argument("--steps", type=_positive_int, default=None, metavar="N",
                        help="timed steps per measurement (default 20, 3 with --quick)")
     commands.add_parser(

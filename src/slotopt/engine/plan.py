@@ -156,6 +156,9 @@ class StepPlan:
         #: Values a stage derived from the variables, by the stage's key (e.g. the decayed positions for one
         #: exclusion list); dropped with the plan.
         self.memo: dict[Any, Any] = {}
+        #: How many steps reached their first write as an ordinary step of this plan (``unchanged.proven_again``):
+        #: what a test reads to tell that an option's step kept the plan.
+        self.uses = 0
 
     def order(self, positions: Sequence[int]) -> Optional[list[int]]:
         """The pair indices of ``positions`` (a sequence the caller keeps and never changes: one of ``groups``, or

@@ -22,14 +22,16 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from ..kernels import native
 from ..kernels import rows as sparse_rows
 from ..kernels.ema import moving_average
+from ..kernels.native import tensor_table
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
-from . import checks, clipping, shards, sparse_pass, validation
+from . import checks, clipping, compiled_maps, gradient_maps, plan_cache, shards, sparse_pass, validation
 from . import constants as K
 from .core import Pair, count_step
 from .pipeline import Call
@@ -83,13 +85,30 @@ def accumulate_gradients(self, pairs: list[Pair], call: Call) -> Optional[list[P
     steps = self.gradient_accumulation_steps
     if not steps:
         return pairs
+    if type(pairs) is Ordinary:  # every gradient dense, of its variable's kind: the lists taken through the plan
+        plan = pairs.plan
+        table = self._slots.get("gradient_accumulator", {})
+        try:
+            accumulators: Optional[list[torch.Tensor]] = list(plan.entries(table, plan.positions))
+        except KeyError:  # (a variable without an accumulator: the per-pair path below says which)
+            accumulators = None
+        if accumulators is not None:
+            if (int(self._iterations) + 1) % steps != 0:
+                torch._foreach_add_(accumulators, pairs.grads)
+                return None
+            mean = compiled_maps.accumulated(self, pairs, accumulators, steps)  # (one compiled pass)
+            if mean is not None:
+                return mean
+            # (the same two ops per tensor as below, as one foreach call each)
+            return gradient_maps.replaced(pairs, torch._foreach_div(torch._foreach_add(pairs.grads, accumulators),
+                                                                    steps))
     dense = [(validation.dense(g, v), v) for g, v in pairs]
     accumulators = [self._get_slot("gradient_accumulator", self._position(v)) for _, v in dense]
     if (int(self._iterations) + 1) % steps != 0:
         torch._foreach_add_(accumulators, [g for g, _ in dense])
         return None
     # The accumulators are cleared in ``count_iterations``: an error in this update keeps them.
-    return [((g + acc) / steps, v) for (g, v), acc in zip(dense, accumulators)]
+    return gradient_maps.replaced(pairs, [(g + acc) / steps for (g, _), acc in zip(dense, accumulators)])
 
 
 def overwrites_with_gradient(variable: Any) -> bool:
@@ -129,27 +148,36 @@ def overwrite_with_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
 
 # ----------------------------------------------------------------------------------- unscale and clip
 def unscale_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
-    """``g / loss_scale_factor`` (Keras 3 unscales before accumulating and clipping)."""
+    """``g / loss_scale_factor`` (Keras 3 unscales before accumulating and clipping); one compiled pass on an
+    ordinary step (engine/compiled_maps.py), the same bits as the foreach division."""
     if self.loss_scale_factor is None:
         return pairs
     factor = self.loss_scale_factor
-    return clipping.map_gradient_values(pairs, lambda grads: [g / factor for g in grads])
+    return compiled_maps.mapped(self, pairs, "unscale", divisor=factor) or clipping.map_gradient_values(
+        pairs, lambda grads: [g / factor for g in grads])
 
 
 def clip_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
-    """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
+    """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it. An ordinary
+    step's norms and clipped gradients come from compiled passes in TensorFlow's order (engine/compiled_maps.py);
+    the foreach forms below are the reference and take every other step."""
     if self.clipnorm and self.clipnorm > 0:
         clip, limit = clipping.clip_by_norm, self.clipnorm
+        if (done := compiled_maps.mapped(self, pairs, "clip", clipnorm=limit)) is not None:
+            return done
     elif self.global_clipnorm and self.global_clipnorm > 0:
+        if (done := compiled_maps.mapped(self, pairs, "clip", global_clipnorm=self.global_clipnorm)) is not None:
+            return done
         # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
         norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)
                                       for g, v in pairs], shards.shard_groups_of(self, pairs))
         grads = clipping.clip_by_global_norm(
             [validation.dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
             norm=norm)
-        return [(g, v) for g, (_, v) in zip(grads, pairs)]
+        return gradient_maps.replaced(pairs, grads)  # (an ordinary step stays one)
     elif self.clipvalue and self.clipvalue > 0:
-        return clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self.clipvalue))
+        return compiled_maps.mapped(self, pairs, "clip", clipvalue=self.clipvalue) or clipping.map_gradient_values(
+            pairs, lambda grads: clipping.clip_by_value(grads, self.clipvalue))
     else:
         return pairs
     spans = shards.shard_groups_of(self, pairs)
@@ -429,15 +457,52 @@ def update_moving_averages(self, pairs: list[Pair], call: Call) -> None:
     if not self.use_ema:
         return
     it = int(self.iterations)
-    for group in self._groups(self._trainable_positions):
-        params = [self._vars[p] for p in group]
-        averages = [self._slots["average"][p] for p in group]
+    plan = _ema_plan(self)
+    for group in self._groups(self._trainable_positions) if plan is None else plan.groups:
+        operands = None if plan is None else _ema_operands(self, plan, group)
+        if operands is None:
+            params, averages = [self._vars[p] for p in group], [self._slots["average"][p] for p in group]
+        else:
+            params, averages = operands
         dtype = params[0].dtype
         momentum = K.literal(self.ema_momentum, dtype) if it != 0 else 0.0
         one_minus = K.evaluate(lambda one, m: one - m, dtype, 1.0, momentum)
         moving_average(params, averages, momentum=momentum, one_minus_momentum=one_minus)
     if self.ema_overwrite_frequency and (it + 1) % self.ema_overwrite_frequency == 0:
         _overwrite_with_averages(self, self._trainable_variables)
+
+
+def _ema_plan(self) -> Optional[Any]:
+    """The last step's plan when it records exactly the trainable variables, in order, and the C++ checks run (they
+    prove its operands again here, after the update and any constraint), else None. Its groups are then the
+    moving averages' groups, and their operands are proven in one pass each instead of read per tensor."""
+    plan = plan_cache.current_plan(self)
+    if plan is None or not tensor_table.active() or plan.table is None:
+        return None
+    trainable = self._trainable_positions
+    kept = plan.memo.get(("ema", "trainable"))
+    if kept is None or kept[0] is not trainable:
+        kept = (trainable, plan.positions == list(trainable))
+        plan.memo[("ema", "trainable")] = kept
+    return plan if kept[1] else None
+
+
+def _ema_operands(self, plan: Any, group: list[int]) -> Optional[tuple[Any, Any]]:
+    """The variables and averages of ``group`` (one of ``plan.groups``) for the compiled moving average, each list
+    proven now in one C++ pass (``state_operands``: the same objects at the same addresses, of their dtype and
+    sizes, contiguous, inside their storage); None when they are not (the caller reads them per tensor)."""
+    params = plan.group_params(group, self._vars)
+    if type(params) is not native.Verified:
+        return None
+    proven = plan.state_operands("ema variables", group, list(params))
+    averages = plan.state_operands("average", group, plan.entries(self._slots["average"], group))
+    if type(proven) is not native.Matched or type(averages) is not native.Matched:
+        return None
+    kept = plan.memo.get(("ema", "same", id(group)))
+    if kept is None or kept[0] is not proven or kept[1] is not params:
+        kept = (proven, params, bool(np.array_equal(proven.addresses, params.addresses)))
+        plan.memo[("ema", "same", id(group))] = kept
+    return (params, averages) if kept[2] else None
 
 
 def _overwrite_with_averages(self, variables: Sequence[torch.Tensor]) -> None:

@@ -143,6 +143,7 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
 
     Nothing else can run in between (engine/atomic.py: no finalizer, no signal handler in a step)."""
     if type(pairs) is Ordinary:
+        pairs.plan.uses += 1
         quiet, pairs.quiet = pairs.quiet, None  # (once: an ``Ordinary`` kept past its step proves nothing)
         if quiet is not None and quiet == collections():
             # Proven in this step where nothing but slotopt's own code has run since (plan_cache._ordinary): no

@@ -26,7 +26,9 @@ from ..engine import (
     as_written,
     checks,
     clipping,
+    compiled_maps,
     constraints,
+    gradient_maps,
     gradients,
     group_sync,
     pipeline,
@@ -534,19 +536,24 @@ class Optimizer(OptimizerCore):
         if self._clipvalue is None and self._clipnorm is None and self._global_clipnorm is None \
                 and not self.gradient_transformers:
             return grads_and_vars  # as they are (an ``Ordinary`` step stays one)
-        pairs = list(grads_and_vars)
-        if self._clipvalue is not None:
+        pairs = grads_and_vars
+        done = compiled_maps.mapped(self, pairs, "clip", clipvalue=self._clipvalue, clipnorm=self._clipnorm,
+                                    global_clipnorm=self._global_clipnorm)  # (an ordinary step: compiled passes)
+        if done is not None:
+            pairs = done
+        elif self._clipvalue is not None:
             pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self._clipvalue))
-        if self._clipnorm is not None:
+        if self._clipnorm is not None and done is None:
             spans = shards.shard_groups_of(self, pairs)
             pairs = clipping.map_gradient_values(
                 pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm, spans))
-        if self._global_clipnorm is not None:
+        if self._global_clipnorm is not None and done is None:
             pairs = clipping.map_gradient_values(
                 pairs, lambda grads: clipping.clip_by_global_norm(grads, self._global_clipnorm,
                                                                   shards.shard_groups_of(self, pairs)))
         for fn in self.gradient_transformers:
-            pairs = list(fn(pairs))
+            # (a transformer's result is checked as any step's: an ordinary step of the plan only where it fits)
+            pairs = gradient_maps.replaced_pairs(pairs, fn(list(pairs)))
         return pairs
 
     def __repr__(self) -> str:

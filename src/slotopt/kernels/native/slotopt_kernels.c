@@ -507,3 +507,19 @@ int64_t slotopt_unscale(int64_t n, const void *const *ptr, const int64_t *off, i
     }
     return __atomic_load_n(&found, __ATOMIC_RELAXED);
 }
+
+/* The step's gradient maps (clipping by norm in TensorFlow's order, unscale, clipvalue): gradient_maps.inc. */
+#define GM_T float
+#define GM_W 8
+#define GM_SFX f32
+#include "gradient_maps.inc"
+#undef GM_T
+#undef GM_W
+#undef GM_SFX
+#define GM_T double
+#define GM_W 4
+#define GM_SFX f64
+#include "gradient_maps.inc"
+#undef GM_T
+#undef GM_W
+#undef GM_SFX

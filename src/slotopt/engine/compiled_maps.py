@@ -1,0 +1,162 @@
+"""Clipping, unscaling and ``clipvalue`` of an ordinary step in compiled passes, the same bits as the foreach
+path (``engine/clipping.py``, the reference, which every other step takes).
+
+On an ordinary step (``engine/plan.py``) of one (device, dtype) kind of contiguous float32 or float64 CPU
+gradients, a gradient map costs one compiled pass over the gradients (``kernels/native/maps.py``):
+
+* ``g / factor`` (Keras 3's ``loss_scale_factor``), ``clamp(g, -c, c)`` (``clipvalue``): one pass that reads the
+  gradients and writes the mapped ones into a buffer kept with the plan;
+* clipping by norm, per tensor or global: first one pass computing every tensor's sum of squares in Eigen's order
+  (``numerics.sum(g * g)``: TensorFlow's), of the gradients as the preceding maps leave them (unscaled, clamped:
+  mapped on the fly, not written), then the norms, denominators and global scale from those sums exactly as the
+  foreach path computes them (NumPy scalars of the dtype: the same IEEE operations torch's 0-d ops perform), then
+  the map pass with the scale or the per-tensor denominators.
+
+The result is an ``Ordinary`` step of the same plan whose gradients are the buffer's views, made by this module
+(held by nothing else, their addresses known), with what the step's start proved kept. The buffer is kept between
+steps only where nothing can hold on to the gradients the update receives (a built-in optimizer updating with its
+own kernels, no gradient transformer); elsewhere each step maps into a new one. Anything else (other dtypes or
+devices, mixed kinds, FSDP2 shards, a missing compiled library, a value that is not a Python number) returns None
+and the stage takes the foreach path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from ..kernels import native
+from ..kernels.native import maps
+from .loss_scaling import keeps_no_gradients
+from .plan import Ordinary
+
+__all__ = ["mapped", "accumulated", "keeps_none"]
+
+_unflatten = torch._C._nn.unflatten_dense_tensors
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (float, int)
+
+
+def keeps_none(opt: Any) -> bool:
+    """Whether ``opt`` drops the gradients it updates with once its step is done (so their buffer can be kept):
+    Keras 3's built-ins (``loss_scaling.keeps_no_gradients``), tf.keras legacy built-ins whose dense update is the
+    grouped kernel call, with no ``gradient_transformers``."""
+    if keeps_no_gradients(opt):
+        return True
+    cls = type(opt)  # (legacy/updates.py marks its grouped kernel calls with this attribute)
+    return (cls.__module__.startswith("slotopt.legacy.") and not getattr(opt, "gradient_transformers", None)
+            and getattr(getattr(cls, "_resource_apply_dense", None), "_slotopt_grouped", False) is True)
+
+
+def mapped(opt: Any, step: Any, key: str, divisor: Optional[float] = None, clipvalue: Optional[float] = None,
+           clipnorm: Optional[float] = None, global_clipnorm: Optional[float] = None) -> Optional[Ordinary]:
+    """``step``'s gradients mapped in the step's order (``/ divisor``, then clamped to ``[-clipvalue,
+    clipvalue]``, then clipped to ``clipnorm`` per tensor, or to ``global_clipnorm`` together) in compiled passes,
+    as an ``Ordinary`` step of its plan; None where this path does not apply (see the module docstring). ``key``
+    names the stage (its buffer is its own)."""
+    if type(step) is not Ordinary or opt.__dict__.get("_sharded") or getattr(opt, "_layouts", None) \
+            or step.grad_addresses is None:
+        return None  # (FSDP2 shards: a norm is summed over the processes, engine/shards.py)
+    plan = step.plan
+    if len(plan.kinds) != 1 or not plan.on_cpu or plan.dtypes[0] not in maps.DTYPES:
+        return None
+    given = [v for v in (divisor, clipvalue, clipnorm, global_clipnorm) if v is not None]
+    if not given or not all(map(_number, given)) or (clipnorm is not None and global_clipnorm is not None):
+        return None
+    if clipvalue is not None and not clipvalue > 0:
+        return None  # (clamp(g, -0.0, 0.0): torch's vector and scalar loops differ on the zero's sign)
+    dtype = plan.dtypes[0]
+    f = maps.DTYPES[dtype]
+    addresses = step.grad_addresses
+    if type(addresses) is not np.ndarray:
+        addresses = np.asarray(addresses, dtype=np.uint64)
+    offsets = _offsets(plan)
+    grads = step.grads
+    tensors = lambda: grads  # noqa: E731
+    pre = (1 if divisor is not None else 0) | (2 if clipvalue is not None else 0)
+    lo, hi = (-float(clipvalue), float(clipvalue)) if clipvalue is not None else (0.0, 0.0)
+    div = float(divisor) if divisor is not None else 1.0
+    flags, denominators, scale, clip = pre, None, 1.0, 1.0
+    if clipnorm is not None or global_clipnorm is not None:
+        sums = maps.square_sums(addresses, offsets, dtype, tensors, pre, div, lo, hi)
+        if sums is None:
+            return None
+        with np.errstate(all="ignore"):
+            if clipnorm is not None:
+                # clipping.clip_by_norm: norm = sqrt(sq) where sq > 0, else sq; (g * c) / max(norm, c)
+                positive = sums > 0
+                norms = np.where(positive, np.sqrt(np.where(positive, sums, f(1))), sums)
+                denominators = np.maximum(norms, f(clipnorm))  # (NaN wins, as torch.maximum)
+                flags, clip = flags | 4, float(clipnorm)
+            else:
+                # clipping.clip_by_global_norm: c * min(1 / N, 1 / c) + (N - N), N the sqrt of the sums' sum
+                total = maps.eigen_sum(sums)
+                if total is None:
+                    return None
+                norm = np.sqrt(f(total))
+                limit = f(1.0 / global_clipnorm if global_clipnorm else math.inf)
+                scale = float(f(global_clipnorm) * np.minimum(f(1) / norm, limit) + (norm - norm))
+                flags |= 8
+    keep = keeps_none(opt)
+    buffer, views, pairs, view_addresses = _buffer(plan, key, grads, offsets, dtype, keep)
+    done = maps.gradient_map(addresses, offsets, dtype, tensors, buffer, flags, div, lo, hi, clip, denominators,
+                             scale)
+    if done is None:
+        return None
+    result = Ordinary.of(pairs, plan, views, view_addresses, step.constrained)
+    result.quiet, result.held, result.proof = step.quiet, step.held, step.proof
+    return result
+
+
+def accumulated(opt: Any, step: Any, accumulators: list[torch.Tensor], steps: int) -> Optional[Ordinary]:
+    """Gradient accumulation's update call on an ordinary step: ``(g + acc) / steps`` for every gradient of
+    ``step`` and its accumulator (in pair order) in one compiled pass into a buffer kept with the plan, as an
+    ``Ordinary`` step of its plan; None where this path does not apply (the caller takes torch's ops, the same
+    bits). The accumulators are proven in the same C++ pass as any slot (``state_operands``)."""
+    if type(step) is not Ordinary or step.grad_addresses is None or type(steps) is not int:
+        return None
+    plan = step.plan
+    if len(plan.kinds) != 1 or not plan.on_cpu or plan.dtypes[0] not in maps.DTYPES:
+        return None
+    proven = plan.state_operands("gradient_accumulator", plan.positions, accumulators)
+    if type(proven) is not native.Matched:
+        return None
+    dtype, grads, offsets = plan.dtypes[0], step.grads, _offsets(plan)
+    buffer, views, pairs, view_addresses = _buffer(plan, "accumulate", grads, offsets, dtype, keeps_none(opt))
+    if maps.accumulated_mean(np.asarray(step.grad_addresses, dtype=np.uint64), proven.addresses, offsets, dtype,
+                             lambda: (grads, proven), buffer, steps) is None:
+        return None
+    result = Ordinary.of(pairs, plan, views, view_addresses, step.constrained)
+    result.quiet, result.held, result.proof = step.quiet, step.held, step.proof
+    return result
+
+
+def _offsets(plan: Any) -> np.ndarray:
+    """The prefix sums of the plan's element counts (int64), kept with the plan."""
+    offsets = plan.memo.get(("gradient maps", "offsets"))
+    if offsets is None:
+        offsets = np.concatenate([[0], np.cumsum([math.prod(s) for s in plan.shapes], dtype=np.int64)]).astype(
+            np.int64)
+        plan.memo[("gradient maps", "offsets")] = offsets
+    return offsets
+
+
+def _buffer(plan: Any, key: str, grads: list[torch.Tensor], offsets: np.ndarray, dtype: torch.dtype,
+            keep: bool) -> tuple[torch.Tensor, list[torch.Tensor], list[Any], np.ndarray]:
+    """The flat buffer a map writes, its views shaped like the gradients, the pairs of those views with the plan's
+    variables and the views' addresses: kept with the plan (``keep``) or made for this step."""
+    memo_key = ("gradient maps", "buffer", key)
+    kept = plan.memo.get(memo_key) if keep else None
+    if kept is None:
+        buffer = torch.empty(int(offsets[-1]), dtype=dtype)
+        views = list(_unflatten(buffer, grads)) if len(grads) > 1 else [buffer.view(grads[0].shape)]
+        addresses = (np.uint64(buffer.data_ptr()) + offsets[:-1].astype(np.uint64) * np.uint64(dtype.itemsize))
+        kept = (buffer, views, list(zip(views, plan.variables)), addresses)
+        if keep:
+            plan.memo[memo_key] = kept
+    return kept
