@@ -22,7 +22,7 @@ pytest.importorskip("h5py", reason="the `keras` extra (h5py) is not installed")
 
 DATA = Path(__file__).parent / "data"
 # migration2: recorded for the issue; migration3: this repository's own (tools/record_migration_fixtures.py).
-RUNS = sorted(f"{d}/{p.name}" for d in ("migration2", "migration3") for p in (DATA / d).iterdir()
+RUNS = sorted(f"{d}/{p.name}" for d in ("migration2", "migration3", "migration4") for p in (DATA / d).iterdir()
               if (p / "case.json").is_file())
 # tf-keras 2.11+ names its slots ``m``/``v``/``vhat``; the Keras 3 optimizer slotopt continues it with names them
 # ``momentum``/``velocity``/``velocity_hat``.

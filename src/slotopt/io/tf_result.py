@@ -16,6 +16,7 @@ import torch
 from ..engine import adopt, registry
 from .keras_layers import to_torch, torch_shape
 from .keras_result import _handed_over, _NamedWeights, _write_weight
+from .tf1_optimizers import disagreement
 from .tf_files import OptimizerVariable, _op_base
 
 # tf-keras 2.11+ slot names → the Keras 3 class's (the rest are the same in both).
@@ -77,6 +78,9 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
     notes: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     parts: list[TFCheckpoint] = field(default_factory=list)
+    #: What the file says the optimizer did that slotopt cannot do (TF1: a ``.meta`` graph's kernel or attribute,
+    #: two optimizers on one variable): ``optimizer``/``load_module`` refuse, with this message.
+    unsupported: Optional[str] = None
     _loans: adopt.Loans = field(default_factory=adopt.Loans, repr=False, compare=False)
 
     # ---------------------------------------------------------------------------------------------- views
@@ -94,6 +98,8 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         """The caller's optimizer, or one built from what the file names; checked for its generation."""
         if self.kind == "none":
             raise ValueError(f"{self.path} holds no optimizer state: only variables ({sorted(self.weights)[:8]}...).")
+        if self.unsupported is not None and (optimizer is None or self.kind == "v1" and not self.parts):
+            raise ValueError(f"{self.path}: {self.unsupported}; slotopt cannot continue it as it ran.")
         if optimizer is None:
             if self.optimizer_class is None or self.optimizer_config is None:
                 hint = {"keras3": "slotopt.Adam(0.01)", "tfkeras_new": "slotopt.Adam(0.01)",
@@ -115,6 +121,9 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             raise ValueError(
                 "Argument `optimizer` must be a new optimizer (not built yet): the checkpoint's state is loaded into "
                 f"it as it is built. Received: optimizer={optimizer!r}")
+        differs = disagreement(optimizer, self.optimizer_config) if self.kind == "v1" else None
+        if differs is not None:  # issue 49: e.g. plain momentum passed for a Nesterov run
+            raise ValueError(f"{self.path}: {differs}: pass the optimizer the run was trained with.")
         return optimizer
 
     def _planned_state(self, probe: Any) -> list[tuple[str, Optional[str], Optional[torch.Tensor], Any]]:
@@ -337,6 +346,8 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         return opt
 
     def _composite(self, ordered: list[torch.Tensor], optimizers: Any) -> Any:
+        if self.unsupported is not None:
+            raise ValueError(f"{self.path}: {self.unsupported}.")
         if optimizers is None and all(p.optimizer_config is not None for p in self.parts):
             optimizers = [None] * len(self.parts)  # each part's class and hyperparameters from the .meta graph
         if not isinstance(optimizers, (list, tuple)) or len(optimizers) != len(self.parts):

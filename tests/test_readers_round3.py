@@ -1,0 +1,112 @@
+"""Issue 49: the readers' third round, on files recorded by the real libraries (tests/data/migration4, written by
+tools/record_round3.py; the bit-for-bit replays of its runs are in test_migration2.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import slotopt
+from slotopt.io.tf1_optimizers import v1_class
+from slotopt.io.tf_meta import ApplyNode, MetaGraph, read_meta
+
+DATA = Path(__file__).parent / "data" / "migration4"
+
+
+# ------------------------------------------------------------------------------------------------ TF1 graphs
+def test_a_tf1_nesterov_momentum_is_read_from_its_update_nodes_and_a_plain_momentum_is_refused():
+    ck = slotopt.load_tf_checkpoint(DATA / "g1_tf1_momentum_nesterov")
+    assert ck.optimizer_config["use_nesterov"] is True
+    params = ck.parameters()
+    with pytest.raises(ValueError, match="use_nesterov=True; the optimizer passed has use_nesterov=False"):
+        ck.optimizer(params, optimizer=slotopt.v1.MomentumOptimizer(0.05, 0.9))
+    opt = ck.optimizer(params)
+    assert isinstance(opt, slotopt.v1.MomentumOptimizer) and opt._use_nesterov
+
+
+def test_every_tf1_optimizers_hyperparameters_come_from_the_graph():
+    ck = slotopt.load_tf_checkpoint(DATA / "g2_tf1_every_optimizer")
+    configs = {p.optimizer_name: p.optimizer_config for p in ck.parts}
+    f32 = lambda x: float(torch.tensor(x, dtype=torch.float32))  # noqa: E731  (the graph's Consts are float32)
+    assert configs["Ftrl"] == {"learning_rate": f32(0.1), "learning_rate_power": f32(-0.6),
+                               "l1_regularization_strength": f32(0.01), "l2_regularization_strength": f32(0.02),
+                               "l2_shrinkage_regularization_strength": f32(0.03), "beta": 0.0,
+                               "initial_accumulator_value": f32(0.2)}
+    assert configs["Adagrad"]["initial_accumulator_value"] == f32(0.3)  # the slot initializer's fill
+    assert configs["RMSProp"]["centered"] is True and configs["Adadelta"]["rho"] == f32(0.9)
+    assert configs["Adam"]["epsilon"] == f32(1e-6) and configs["ProximalAdagrad"]["l2_regularization_strength"] \
+        == f32(0.02)
+
+
+def _meta(op: str, attrs: dict, inputs: tuple = ()) -> MetaGraph:
+    consts = {"Adam/learning_rate": 0.01, "Adam/beta1": 0.9, "Adam/beta2": 0.999, "Adam/epsilon": 1e-8}
+    return MetaGraph(consts=consts, applies=[ApplyNode("Adam/update_w/" + op, op, inputs or (
+        "w", "w/Adam", "w/Adam_1", "p1", "p2", "Adam/learning_rate", "Adam/beta1", "Adam/beta2", "Adam/epsilon",
+        "g"), attrs)], trainable=["w"])
+
+
+def test_what_a_graph_says_that_slotopt_cannot_honour_is_refused_naming_it():
+    slots = {"w/Adam": ("w", "Adam"), "w/Adam_1": ("w", "Adam_1")}
+    _, config, unsupported = v1_class("Adam", _meta("ResourceApplyAdam", {"use_nesterov": True}), slots, [])
+    assert config is None and "use_nesterov=True" in unsupported and "use_nesterov=False only" in unsupported
+    _, _, unsupported = v1_class("Adam", _meta("ResourceApplyAdam", {"some_new_option": 3}), slots, [])
+    assert "attribute some_new_option=3" in unsupported
+    _, _, unsupported = v1_class("Adam", _meta("ResourceApplyAdaMax", {}), slots, [])
+    assert "ResourceApplyAdaMax" in unsupported
+    notes: list = []
+    decayed = ("w", "w/Adam", "w/Adam_1", "p1", "p2", "ExponentialDecay", "Adam/beta1", "Adam/beta2", "Adam/epsilon",
+               "g")
+    meta = _meta("ResourceApplyAdam", {"use_nesterov": False}, decayed)
+    del meta.consts["Adam/learning_rate"]
+    _, config, unsupported = v1_class("Adam", meta, slots, notes)
+    assert config is None and unsupported is None
+    assert "learning_rate (computed by 'ExponentialDecay')" in notes[0] and "`optimizer=`" in notes[0]
+
+
+def test_a_refused_graph_refuses_the_continuation_and_changes_nothing(tmp_path):
+    ck = slotopt.load_tf_checkpoint(DATA / "g1_tf1_momentum_nesterov")
+    ck.unsupported = "the .meta graph's x has attribute y=1"
+    params = ck.parameters()
+    before = [p.detach().clone() for p in params]
+    with pytest.raises(ValueError, match="attribute y=1; slotopt cannot continue it as it ran"):
+        ck.optimizer(params, optimizer=slotopt.v1.MomentumOptimizer(0.05, 0.9, use_nesterov=True))
+    assert all(torch.equal(a, b) for a, b in zip(params, before))
+
+
+def test_ema_shadows_are_weights_and_the_optimizer_continues_alone():
+    ck = slotopt.load_tf_checkpoint(DATA / "g3_tf1_adam_ema_shadows")
+    assert ck.optimizer_name == "Adam" and not ck.parts
+    assert {"net/w/ExponentialMovingAverage", "net/b/ExponentialMovingAverage"} <= set(ck.weights)
+    assert all(v.owner is None or "Moving" not in v.name for v in ck.optimizer_variables)
+    assert any("ExponentialMovingAverage shadow" in n for n in ck.notes)
+
+
+def test_two_optimizers_on_one_variable_are_refused_naming_the_way_out_which_works():
+    ck = slotopt.load_tf_checkpoint(DATA / "x1_tf1_adam_and_momentum_one_variable")
+    params = ck.parameters()
+    with pytest.raises(ValueError, match=r"variable 'w' is trained by 2 TF1 optimizers \(Adam, Momentum.*"
+                                         r"`ck.parts\[i\].optimizer\(params\)`"):
+        ck.optimizer(params)
+    opt = ck.optimizer(params, optimizer=slotopt.v1.AdamOptimizer(0.01))
+    assert sorted(v.name for v in opt.variables())[-2:] == ["w/Adam", "w/Adam_1"]
+
+
+def test_a_partitioned_variable_is_read_whole_with_its_slots_and_a_damaged_slice_refused(tmp_path):
+    ck = slotopt.load_tf_checkpoint(DATA / "g4_tf1_partitioned_embedding")
+    assert ck.variable_names == ["emb", "w"] and ck.weights["emb"].shape == (9, 2)
+    assert ck.slots["emb"]["Momentum"].shape == (9, 2)
+    meta = read_meta(str(DATA / "g4_tf1_partitioned_embedding" / "model.ckpt-3.meta"))
+    assert meta.partitions == {"emb/part_0": "emb", "emb/part_1": "emb", "emb/part_2": "emb"}
+    # One slice's bytes damaged: its CRC names it.
+    import shutil
+
+    folder = tmp_path / "ck"
+    shutil.copytree(DATA / "g4_tf1_partitioned_embedding", folder)
+    data = folder / "model.ckpt-3.data-00000-of-00001"
+    raw = bytearray(data.read_bytes())
+    raw[0] ^= 0xFF  # the first tensor written: a slice of emb
+    data.write_bytes(bytes(raw))
+    with pytest.raises(slotopt.TFCheckpointError, match="CRC-32C"):
+        slotopt.load_tf_checkpoint(folder)
