@@ -110,3 +110,46 @@ def test_a_partitioned_variable_is_read_whole_with_its_slots_and_a_damaged_slice
     data.write_bytes(bytes(raw))
     with pytest.raises(slotopt.TFCheckpointError, match="CRC-32C"):
         slotopt.load_tf_checkpoint(folder)
+
+
+# ------------------------------------------------------------------------------------------------ load_module
+def _replay_through_module(run: str, ck) -> None:
+    import json
+
+    import numpy as np
+
+    case = json.loads((DATA / run / "case.json").read_text())
+    arrays = np.load(DATA / run / "arrays.npz")
+    module = torch.nn.ModuleDict({"inner": torch.nn.Linear(5, 7), "head": torch.nn.Linear(7, 3)})
+    mapping = {"body/inner/kernel": "inner.weight", "body/inner/bias": "inner.bias",
+               "body/head/kernel": "head.weight", "body/head/bias": "head.bias"}
+    kwargs = case["optimizer"]["constructed_with"]["kwargs"]
+    opt = ck.load_module(module, mapping, optimizer=slotopt.Adam(**kwargs))
+    params = [dict(module.named_parameters())[mapping[n]] for n in ck.variable_names]
+    for s in range(len(case["steps"])):
+        for i, (name, p) in enumerate(zip(ck.variable_names, params)):
+            g = torch.from_numpy(arrays[f"step{s}/g/{i}"])
+            p.grad = g.T.contiguous() if ck.layouts[name] == "dense_kernel" else g
+        opt.step()
+        for i, (name, p) in enumerate(zip(ck.variable_names, params)):
+            got = p.detach().T if ck.layouts[name] == "dense_kernel" else p.detach()
+            assert torch.equal(got, torch.from_numpy(arrays[f"step{s}/w/{i}"])), (run, s, name)
+
+
+@pytest.mark.parametrize("run", ["k1_tfckpt_keras3_adam_clipnorm", "k1b_tfckpt_keras3_adam_global_clipnorm"])
+def test_clipping_through_load_module_gives_the_files_bits_as_parameters_does(run):
+    """issue 49 item 3: the norm is taken in TensorFlow's order of the kernel, not over nn.Linear's transpose
+    (the parameters() path is test_migration2's replay of the same run)."""
+    _replay_through_module(run, slotopt.load_tf_checkpoint(DATA / run / "ckpts"))
+
+
+def test_keras_order_undoes_every_layout_to_torch_has():
+    from slotopt.io.keras_layers import keras_order, to_torch
+
+    for kind, shape in [("dense_kernel", (3, 4)), ("conv1d_kernel", (2, 3, 4)), ("conv2d_kernel", (2, 3, 4, 5)),
+                        ("conv3d_kernel", (2, 2, 3, 4, 5)), ("depthwise_kernel", (3, 3, 2, 2)),
+                        ("gru_kernel", (4, 6)), ("gru_bias", (2, 6)), ("einsum_kernel:1", (4, 2, 3))]:
+        value = torch.arange(float(torch.tensor(shape).prod())).reshape(shape)
+        order = keras_order(kind, shape)
+        assert torch.equal(order(to_torch(value, kind)).reshape(shape), value), kind
+    assert keras_order("as_is", (3, 4)) is None and keras_order("flatten", (2, 3)) is None

@@ -171,6 +171,28 @@ def torch_view(value: torch.Tensor, kind: str) -> Optional[torch.Tensor]:
     return None
 
 
+def keras_order(kind: str, shape: Sequence[int]) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
+    """The function putting a tensor in torch's layout of a Keras tensor of ``shape`` and layout ``kind`` back in
+    Keras's logical order (what TensorFlow sums a norm in, engine/summation.py); ``None`` where the two orders
+    are the same (``as_is``, reshapes). A permutation of the axes where the layout is one (a view, no copy);
+    otherwise an index computed once (GRU gates, depthwise and einsum kernels)."""
+    shape = tuple(shape)
+    rank = len(shape)
+    if kind in ("as_is", "flatten", "prelu") or _converter(kind, shape) is None:
+        return None
+    if kind == "dense_kernel":
+        return lambda t: t.permute(1, 0)
+    if kind in ("conv1d_kernel", "conv2d_kernel", "conv3d_kernel"):
+        forward = (rank - 1, rank - 2, *range(rank - 2))  # to_torch's permutation, undone
+        inverse = tuple(sorted(range(rank), key=lambda d: forward[d]))
+        return lambda t: t.permute(*inverse)
+    numel = math.prod(shape)
+    positions = to_torch(torch.arange(numel).reshape(shape), kind).reshape(-1)
+    gather = torch.empty(numel, dtype=torch.long)
+    gather[positions] = torch.arange(numel)  # Keras element k sits at torch element gather[k]
+    return lambda t: t.reshape(-1)[gather.to(t.device)].view(shape)
+
+
 def torch_shape(shape: Sequence[int], kind: str) -> Optional[tuple[int, ...]]:
     """The torch shape of a Keras ``shape`` of layout ``kind`` (``None``: no torch layout)."""
     convert = _converter(kind, tuple(shape))

@@ -15,10 +15,10 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import adopt
+from ..engine import adopt, summation
 from ..engine.resume import state_value_problem
 from .errors import CheckpointFormatError
-from .keras_layers import keras_view, to_torch, torch_shape, torch_view
+from .keras_layers import keras_order, keras_view, to_torch, torch_shape, torch_view
 
 # Optimizer variables built on placeholder names ``p0, p1, ...`` are named after them (Keras 3: ``p0_momentum``,
 # tf.keras: ``p0/m``): this finds which model variable an optimizer variable belongs to.
@@ -473,8 +473,11 @@ class KerasCheckpoint(_NamedWeights):
             self._loans.check(self.weights[name], f"weight {name!r}", self.path)
         # issue 40, all or nothing: the state is checked on an optimizer built on meta copies of the targets
         # first, so whatever set_weights refuses is refused before the module is written.
-        return self._built_on([by_name[n] for n in self.variable_names], state,
-                              write=lambda: self._write_module(targets))
+        orders = _summation_orders({n: t for n, _, t in targets}, self.layouts, self.weights)
+        opt = self._built_on([by_name[n] for n in self.variable_names], state,
+                             write=lambda: self._write_module(targets))
+        summation.set_orders(opt, orders)  # issue 49: norms in TensorFlow's order of each variable's layout
+        return opt
 
     def _write_module(self, targets: list[tuple[str, str, torch.Tensor]]) -> None:
         with torch.no_grad():
@@ -505,6 +508,18 @@ def _handed_over(loans: adopt.Loans, original: torch.Tensor, converted: torch.Te
         return None
     loans.lend(view)
     return view
+
+
+def _summation_orders(targets: Mapping[str, torch.Tensor], layouts: Mapping[str, str],
+                      weights: Mapping[str, torch.Tensor]) -> dict[int, Any]:
+    """``id(parameter)`` → the view putting a tensor of its torch layout in TensorFlow's order, for each
+    parameter whose layout is not the file's (engine/summation.py)."""
+    out = {}
+    for name, param in targets.items():
+        order = keras_order(layouts.get(name, "as_is"), tuple(weights[name].shape))
+        if order is not None:
+            out[id(param)] = order
+    return out
 
 
 def _write_weight(loans: adopt.Loans, weights: dict[str, torch.Tensor], name: str, param: torch.Tensor,

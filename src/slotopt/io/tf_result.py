@@ -13,9 +13,9 @@ from typing import Any, Optional, Union
 
 import torch
 
-from ..engine import adopt, registry
+from ..engine import adopt, registry, summation
 from .keras_layers import to_torch, torch_shape
-from .keras_result import _handed_over, _NamedWeights, _write_weight
+from .keras_result import _handed_over, _NamedWeights, _summation_orders, _write_weight
 from .tf1_optimizers import disagreement
 from .tf_files import OptimizerVariable, _op_base
 
@@ -426,6 +426,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                     "cannot be converted to torch's layout. Use `optimizer(params)` with checkpoint-layout tensors.")
         for name in targets:
             self._loans.check(self.weights[name], f"weight {name!r}", self.path)
+        orders = _summation_orders(targets, self.layouts, self.weights)
         values = self._state_values(probe, layout=True)
         with torch.no_grad():
             for name, param in targets.items():
@@ -435,5 +436,6 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             opt.build([(mapping[n], targets[n]) for n in self.variable_names] if self.kind != "v1"
                       else list(zip(self.variable_names, ordered)))
         self._load_state(opt, probe, values)
+        summation.set_orders(opt, orders)  # issue 49: norms in TensorFlow's order of each variable's layout
         return opt
 

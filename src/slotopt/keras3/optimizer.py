@@ -22,6 +22,7 @@ from ..engine import (
     plan_cache,
     shards,
     stages,
+    summation,
     transaction,
     validation,
 )
@@ -475,12 +476,15 @@ class Optimizer(OptimizerCore):
 
     def _transform_gradients(self, pairs: list[Pair]) -> list[Pair]:
         """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it."""
+        # issue 49: a variable held in another layout than TensorFlow's (load_module) is summed in TF's order.
+        orders = summation.orders_of(self, pairs)
         if self.clipnorm and self.clipnorm > 0:
             clip, limit = clipping.clip_by_norm, self.clipnorm
         elif self.global_clipnorm and self.global_clipnorm > 0:
             # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
-            norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)
-                                          for g, v in pairs], shards.shard_groups_of(self, pairs))
+            every = summation.orders_of(self, [(True, v) for _, v in pairs]) or [None] * len(pairs)
+            norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1, order)
+                                          for (g, v), order in zip(pairs, every)], shards.shard_groups_of(self, pairs))
             grads = clipping.clip_by_global_norm(
                 [validation.dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
                 norm=norm)
@@ -490,7 +494,7 @@ class Optimizer(OptimizerCore):
         else:
             return pairs
         spans = shards.shard_groups_of(self, pairs)
-        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, spans))
+        return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, spans, orders))
 
     #: Hyperparameters whose value decides which slots the build makes (Keras 3 tests them then, as numbers):
     #: a callable there is refused.
