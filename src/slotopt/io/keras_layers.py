@@ -11,10 +11,13 @@ optimizer slot of the variable alike, since a slot has its variable's layout): s
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.resources import files
 from typing import Any, Callable, Optional
 
 import torch
@@ -210,6 +213,22 @@ class LayerSpec:
     own: list[tuple[str, str, bool]] = field(default_factory=list)
     children: list[tuple[str, str, str, dict]] = field(default_factory=list)
     known: bool = True
+    #: From the recorded table of built-in layers (their default config): a file whose count differs is read as
+    #: an unknown layer's (its variables by number, trainable only where floating point).
+    from_table: bool = False
+
+
+@functools.cache
+def built_in_variables() -> dict[str, tuple[tuple[str, bool, str], ...]]:
+    """Every built-in Keras 3 and tf-keras layer class → its own variables ``(name, trainable, dtype)`` in the
+    order Keras saves them, for its default config: recorded from the layers themselves by
+    ``tools/record_layer_table.py`` (``slotopt/data/keras_layer_variables.json``); Keras 3's entry wins."""
+    table = json.loads(files("slotopt").joinpath("data/keras_layer_variables.json").read_text())
+    out: dict[str, tuple[tuple[str, bool, str], ...]] = {}
+    for generation in ("tf_keras", "keras3"):
+        for name, variables in table[generation]["layers"].items():
+            out[name] = tuple((str(v["name"]), bool(v["trainable"]), str(v["dtype"])) for v in variables)
+    return out
 
 
 def _einsum_kind(equation: Any) -> str:
@@ -279,5 +298,9 @@ def layer_spec(class_name: str, config: Mapping[str, Any]) -> LayerSpec:
         return LayerSpec([], [("layer", str(inner.get("name", "")), inner_cls, inner)])
     if class_name in SUPPORTED_LAYERS:
         return LayerSpec([])
+    # issue 49: any other built-in layer (Normalization's mean, variance and int64 count...) as it records itself
+    recorded = built_in_variables().get(class_name)
+    if recorded is not None:
+        return LayerSpec([(name, "as_is", trainable) for name, trainable, _ in recorded], from_table=True)
     return LayerSpec([], [], known=False)
 
