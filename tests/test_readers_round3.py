@@ -191,3 +191,27 @@ def test_an_unknown_layers_integer_variables_are_not_trainable(tmp_path):
     # saved optimizer state then refuses, naming the count: the model's 8 + mean and variance.
     with pytest.raises(slotopt.io.CheckpointFormatError, match="built on the model's 10 trainable variables"):
         slotopt.load_keras_checkpoint(target)
+
+
+# ------------------------------------------------------------------------------------------------ Keras files
+def test_a_torch_backend_files_int32_iteration_keeps_its_dtype_and_the_run_continues():
+    import json
+
+    import numpy as np
+
+    folder = DATA / "k3_keras3_torch_backend_adam"
+    record = json.loads((folder / "recorded.json").read_text())
+    assert record["iteration_dtype"] == "int32"
+    ck = slotopt.load_keras_checkpoint(folder / "model.keras")
+    assert ck.optimizer_state[0].dtype == np.int32
+    params = ck.parameters()
+    opt = ck.optimizer(params)
+    assert opt.iterations.dtype == torch.int32 and int(opt.iterations) == record["steps"][0]["iterations"] - 1
+    arrays = np.load(folder / "arrays.npz")
+    for s in range(len(record["steps"])):
+        opt.apply_gradients([(torch.from_numpy(arrays[f"step{s}/g/{i}"]), p) for i, p in enumerate(params)])
+    assert int(opt.iterations) == record["iterations_after"] and opt.get_weights()[0].dtype == np.int32
+    # The torch backend's Adam is torch's arithmetic, not TensorFlow's (which slotopt reproduces): close, not bits.
+    last = len(record["steps"]) - 1
+    for i, p in enumerate(params):
+        assert np.allclose(p.detach().numpy(), arrays[f"step{last}/w/{i}"], rtol=1e-5, atol=1e-6)

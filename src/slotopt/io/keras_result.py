@@ -188,10 +188,19 @@ class KerasCheckpoint(_NamedWeights):
             previous = torch.get_default_dtype()
             torch.set_default_dtype(torch.float64)
             try:
-                return self.optimizer_class.from_config(config)
+                return self._count_as_saved(self.optimizer_class.from_config(config))
             finally:
                 torch.set_default_dtype(previous)
-        return self.optimizer_class.from_config(config)
+        return self._count_as_saved(self.optimizer_class.from_config(config))
+
+    def _count_as_saved(self, opt: Any) -> Any:
+        """issue 49: the iteration count keeps the file's integer dtype (Keras's torch backend saves int32)."""
+        if self.kind != "keras3" or not self.optimizer_state or not hasattr(opt, "_iterations"):
+            return opt
+        saved = np.asarray(self.optimizer_state[0]).dtype
+        if saved.kind in "iu" and saved.itemsize < 8 and saved != np.dtype(np.uint32):
+            opt._iterations.data = torch.zeros((), dtype=torch.from_numpy(np.zeros((), saved)).dtype)
+        return opt
 
     def _state_variables(self, opt: Any) -> list[torch.Tensor]:
         """What ``opt.set_weights`` assigns, in order: Keras 3 ``variables``, tf.keras ``weights``."""
