@@ -186,10 +186,14 @@ def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_
             full_name, _ = variable(node_id)
             name, _, local = full_name.rpartition("/")
             owner = slot = None
-            # Keras 3 names a slot ``<optimizer>/<variable path with _>_<slot>``: the longest variable that fits.
-            for flat_name in sorted(flat, key=len, reverse=True):
-                if local.startswith(flat_name + "_"):
-                    owner, slot = flat[flat_name], local[len(flat_name) + 1:]
+            # Keras 3 names a slot ``<optimizer>/<variable path with _>_<slot>``: the longest variable that fits. A
+            # plain tf.Variable (a tf.Module's) is known by its name ``w:0``: ``w_0_<slot>`` (issue 49); a variable
+            # really named ``w_0`` is taken first.
+            prefixes = sorted([(f + "_", f, 1) for f in flat] + [(f + "_0_", f, 0) for f in flat],
+                              key=lambda p: (len(p[0]), p[2]), reverse=True)
+            for prefix, flat_name, _ in prefixes:
+                if local.startswith(prefix) and len(local) > len(prefix):
+                    owner, slot = flat[flat_name], local[len(prefix):]
                     break
             value = add(node_id, owner, slot if owner else local)
             if node_id == node.child("_iterations"):

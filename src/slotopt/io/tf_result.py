@@ -136,7 +136,9 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             built = list(probe.variables)
             # The last component: a LossScaleOptimizer's inner variables are scoped differently in the file.
             own = [str(v.path).rsplit("/", 1)[-1] for v in built]
-            saved = [v.name.rsplit("/", 1)[-1] for v in file_vars]
+            # A slot by its variable and slot name: a tf.Variable's slot is named after ``w:0`` (``w_0_momentum``).
+            saved = [f"{v.owner.replace('/', '_')}_{v.slot}" if v.owner and v.slot else v.name.rsplit("/", 1)[-1]
+                     for v in file_vars]
             if own != saved:
                 raise ValueError(
                     f"{where}: a {type(probe).__name__} built on the checkpoint's variables has optimizer variables "
