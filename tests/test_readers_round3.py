@@ -215,3 +215,30 @@ def test_a_torch_backend_files_int32_iteration_keeps_its_dtype_and_the_run_conti
     last = len(record["steps"]) - 1
     for i, p in enumerate(params):
         assert np.allclose(p.detach().numpy(), arrays[f"step{last}/w/{i}"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_tfrs_users_composite_optimizer_is_accepted_as_built():
+    """issue 49 item 9: ``ck.optimizer(params, optimizer=slotopt.CompositeOptimizer(...))`` as a TFRS user writes
+    it (its entries in any order), continuing as the list of parts does (test_migration2 replays the run)."""
+    run = Path(__file__).parent / "data" / "migration2" / "c11_tfrs_ranking_composite" / "ckpts"
+    ck = slotopt.load_tf_checkpoint(run)
+    params = ck.parameters()
+    by_name = dict(zip(ck.variable_names, params))
+    adam, adagrad = slotopt.legacy.Adam(0.01), slotopt.legacy.Adagrad(0.1)
+    embeddings = [by_name[n] for n in ck.parts[0].variable_names]
+    rest = [by_name[n] for n in ck.parts[1].variable_names]
+    composite = slotopt.CompositeOptimizer([(adam, lambda: rest), (adagrad, lambda: embeddings)])
+    opt = ck.optimizer(params, optimizer=composite)
+    assert [type(o).__name__ for o in opt.optimizers] == ["Adagrad", "Adam"] and opt.optimizers[1] is adam
+    assert [int(o.iterations) for o in opt.optimizers] == [5, 5]
+    reference = slotopt.load_tf_checkpoint(run)
+    ref_params = reference.parameters()
+    ref = reference.optimizer(ref_params, optimizer=[slotopt.legacy.Adagrad(0.1), slotopt.legacy.Adam(0.01)])
+    grads = [torch.full_like(p, 0.1) for p in params]
+    opt.apply_gradients(zip(grads, params))
+    ref.apply_gradients(zip([g.clone() for g in grads], ref_params))
+    assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(params, ref_params))
+    wrong = slotopt.CompositeOptimizer([(slotopt.legacy.Adam(0.01), lambda: rest[:1]),
+                                        (slotopt.legacy.Adagrad(0.1), lambda: embeddings + rest[1:])])
+    with pytest.raises(ValueError, match="give each optimizer the variables of one part"):
+        slotopt.load_tf_checkpoint(run).optimizer(params, optimizer=wrong)

@@ -336,6 +336,8 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         step count loaded; every part is checked before any is built.
         """
         ordered = self._params_in_order(params)
+        if isinstance(optimizer, registry.registered_classes("tfrs")["CompositeOptimizer"]):
+            optimizer = self._parts_of(optimizer, ordered, params)  # issue 49: the composite a TFRS user builds
         if self.kind == "composite" or (self.parts and (optimizer is None or isinstance(optimizer, (list, tuple)))):
             return self._composite(ordered, optimizer)
         opt = self._optimizer_for(optimizer)
@@ -346,6 +348,35 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             opt.build(list(zip(self.variable_names, ordered)))
         self._load_state(opt, probe, values)
         return opt
+
+    def _parts_of(self, composite: Any, ordered: list[torch.Tensor], params: Any) -> list[Any]:
+        """A ``slotopt.CompositeOptimizer`` built as a TFRS user builds one (``[(optimizer, variables), ...]`` on
+        ``params``) → its optimizers in ``parts`` order, each matched to the part holding its variables."""
+        if not self.parts:
+            raise TypeError(f"{self.path} holds one optimizer ({self.kind}); a CompositeOptimizer continues a "
+                            "checkpoint of several (a TFRS CompositeOptimizer's). Pass that one optimizer.")
+        if composite.built:
+            raise ValueError("Argument `optimizer` must be a new CompositeOptimizer (not built yet): the checkpoint's "
+                             "state is loaded into its optimizers as they are built.")
+        names = {id(t): n for n, t in zip(self.variable_names, ordered)}
+        if isinstance(params, Mapping) or any(spec for _, spec in composite._entries if isinstance(spec, list)
+                                              and spec and isinstance(spec[0], str)):
+            composite._remember(list(zip(self.variable_names, ordered)))  # names for its patterns
+        owners = composite._owner_map(ordered)
+        chosen: list[Any] = [None] * len(self.parts)
+        for index, (sub, _) in enumerate(composite._entries):
+            mine = {names.get(id(v), "?") for v in composite._variables_of(index, owners)}
+            part = next((j for j, p in enumerate(self.parts) if set(p.variable_names) == mine), None)
+            if part is None or chosen[part] is not None:
+                raise ValueError(
+                    f"Argument `optimizer`: the CompositeOptimizer's optimizer {index} ({type(sub).__name__}) trains "
+                    f"{sorted(mine)}; the checkpoint's parts train {[p.variable_names for p in self.parts]}: give each "
+                    "optimizer the variables of one part (the tensors passed as `params`).")
+            chosen[part] = sub
+        if None in chosen:
+            raise ValueError(f"Argument `optimizer`: the CompositeOptimizer has {len(composite._entries)} optimizers; "
+                             f"the checkpoint {len(self.parts)} parts ({[p.optimizer_name for p in self.parts]}).")
+        return chosen
 
     def _composite(self, ordered: list[torch.Tensor], optimizers: Any) -> Any:
         if self.unsupported is not None:
