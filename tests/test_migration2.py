@@ -51,7 +51,8 @@ def _load(case: dict):
     """What a user does: load the file, then build the optimizer (passing it where the file does not hold it)."""
     path = case["folder"] / case["load"]
     if case["format"].startswith("keras3") or case["format"] == "tfkeras_file":
-        ck = slotopt.load_keras_checkpoint(path, **case["load_kwargs"])
+        paths = {k: case["folder"] / v for k, v in case.get("load_kwargs_paths", {}).items()}  # (config=...)
+        ck = slotopt.load_keras_checkpoint(path, **case["load_kwargs"], **paths)
         return ck, ck.entries, lambda params: ck.optimizer(params)
     ck = slotopt.load_tf_checkpoint(path, **case["load_kwargs"])
     built = case["optimizer"]["constructed_with"]

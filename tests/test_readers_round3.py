@@ -242,3 +242,25 @@ def test_a_tfrs_users_composite_optimizer_is_accepted_as_built():
                                         (slotopt.legacy.Adagrad(0.1), lambda: embeddings + rest[1:])])
     with pytest.raises(ValueError, match="give each optimizer the variables of one part"):
         slotopt.load_tf_checkpoint(run).optimizer(params, optimizer=wrong)
+
+
+def test_a_sharded_weights_manifest_is_read_with_its_config_and_its_shards_stay_inside(tmp_path):
+    import json
+    import shutil
+
+    folder = DATA / "k4_keras3_sharded_weights_json"
+    ck = slotopt.load_keras_checkpoint(folder / "model.weights.json", config=folder / "config.json")
+    assert ck.variable_names == ["fc/kernel", "fc/bias", "out/kernel", "out/bias"] and len(ck.optimizer_state) == 10
+    with pytest.raises(slotopt.io.CheckpointFormatError, match="pass `config=`"):
+        slotopt.load_keras_checkpoint(folder / "model.weights.json")
+    copy = tmp_path / "w"
+    shutil.copytree(folder, copy)
+    manifest = json.loads((copy / "model.weights.json").read_text())
+    manifest["weight_map"]["/optimizer/vars"][1] = "../model_00001.weights.h5"
+    (copy / "model.weights.json").write_text(json.dumps(manifest))
+    with pytest.raises(slotopt.io.CheckpointFormatError, match="a shard is a file next to the manifest"):
+        slotopt.load_keras_checkpoint(copy / "model.weights.json", config=copy / "config.json")
+    manifest["weight_map"]["/optimizer/vars"] = ["model_00000.weights.h5"]  # a shard left out: state missing
+    (copy / "model.weights.json").write_text(json.dumps(manifest))
+    with pytest.raises(slotopt.io.CheckpointFormatError, match="optimizer"):
+        slotopt.load_keras_checkpoint(copy / "model.weights.json", config=copy / "config.json")

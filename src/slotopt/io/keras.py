@@ -18,6 +18,7 @@ weights, BatchNorm statistics and optimizer state into an ``nn.Module`` with the
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -316,6 +317,63 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
         return _finish(ckpt, model, where, snap)
 
 
+def _read_sharded(path: str, config_path: Optional[str], max_bytes: int, isolate: Optional[bool],
+                  metadata_only: bool) -> KerasCheckpoint:
+    """A Keras 3 sharded weights file (``save_weights("x.weights.json", max_shard_size=...)``, issue 49): the JSON
+    manifest's ``weight_map`` names the shards (HDF5 files next to it) holding each group; the shards are read as
+    one file (a dataset in two shards is refused), with the model's config given as ``config``."""
+    where = _Where(path)
+    with _guard(where):
+        if Path(path).stat().st_size > 64 * 2 ** 20:
+            raise where.fail("is over 64 MiB of JSON: refused.", None)
+        manifest = _mapping(where, _json(where, Path(path).read_bytes(), path), path)
+        weight_map = manifest.get("weight_map")
+        where.entry = "weight_map"
+        if not isinstance(weight_map, Mapping) or not weight_map:
+            raise where.fail("has no `weight_map`: not a Keras sharded weights manifest.")
+        folder = os.path.dirname(os.path.realpath(path))
+        shards: list[str] = []
+        for group, names in weight_map.items():
+            for name in names if isinstance(names, list) else [names]:
+                if not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".", ".."):
+                    raise where.fail(f"names shard {name!r} for {group!r}: a shard is a file next to the manifest.")
+                shard = os.path.join(folder, name)
+                if os.path.dirname(os.path.realpath(shard)) != folder:
+                    raise where.fail(f"shard {name!r} leads outside {folder}: it is not followed.")
+                if not os.path.isfile(shard):
+                    raise where.fail(f"names shard {name!r}, which is not a file next to the manifest.")
+                if shard not in shards:
+                    shards.append(shard)
+        if config_path is None:
+            raise where.fail("is a sharded weights manifest, which holds no config: pass `config=` (the model's "
+                             "`config.json`, with its `compile_config`).")
+        total = sum(os.path.getsize(s) for s in shards)
+        if total > max_bytes:
+            raise where.fail(f"shards hold {total} bytes, over max_bytes={max_bytes}: refused.")
+        merged = _h5safe.H5Snapshot()
+        for shard in shards:
+            snap = _h5safe.snapshot(shard, shard, max_bytes, isolate, metadata_only=metadata_only)
+            for entry, value in snap.datasets.items():
+                if entry in merged.datasets:
+                    raise CheckpointFormatError(shard, entry, "is stored in two shards: refused rather than one "
+                                                "dropped.")
+                merged.datasets[entry] = value
+            for entry, attrs in snap.attrs.items():
+                known = merged.attrs.setdefault(entry, {})
+                clash = [k for k in attrs if k in known and known[k] != attrs[k]]
+                if clash:
+                    raise CheckpointFormatError(shard, entry, f"attribute {clash[0]!r} differs between shards.")
+                known.update(attrs)
+            merged.groups |= snap.groups
+            merged.unread |= snap.unread
+        cwhere = _Where(config_path)
+        with _guard(cwhere):
+            if Path(config_path).stat().st_size > 64 * 2 ** 20:
+                raise cwhere.fail("is over 64 MiB of JSON: refused.", None)
+            config = _mapping(cwhere, _json(cwhere, Path(config_path).read_bytes(), config_path), config_path)
+        return _read_keras3_weights(where, merged, config, "")
+
+
 def _check_trainable_dtype(where: _Where, variable: Any, value: np.ndarray) -> None:
     """issue 40: a trainable weight stored as integers is refused here, naming it (``parameters()`` failed later)."""
     if variable.trainable and value.dtype.kind != "f":
@@ -416,4 +474,7 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
         return _read_keras3(path, max_bytes, isolate, metadata_only)
     if head == b"\x89HDF\r\n\x1a\n":
         return _read_h5(path, None if config is None else str(config), max_bytes, isolate, metadata_only)
-    raise CheckpointFormatError(path, None, "is neither a Keras 3 `.keras` file (zip) nor an `.h5` file (HDF5).")
+    if head.lstrip()[:1] == b"{" and path.endswith(".json"):  # issue 49: a sharded `.weights.json` manifest
+        return _read_sharded(path, None if config is None else str(config), max_bytes, isolate, metadata_only)
+    raise CheckpointFormatError(path, None, "is neither a Keras 3 `.keras` file (zip), an `.h5` file (HDF5) nor a "
+                                "sharded `.weights.json` manifest.")
