@@ -264,3 +264,43 @@ def test_a_sharded_weights_manifest_is_read_with_its_config_and_its_shards_stay_
     (copy / "model.weights.json").write_text(json.dumps(manifest))
     with pytest.raises(slotopt.io.CheckpointFormatError, match="optimizer"):
         slotopt.load_keras_checkpoint(copy / "model.weights.json", config=copy / "config.json")
+
+
+class Warmup(slotopt.schedules.LearningRateSchedule):
+    """The run's registered ``fixtures>Warmup``, written for slotopt: ``peak * min(1, (step + 1) / steps)`` in
+    float32, as the Keras one computes it."""
+
+    def __init__(self, peak: float, steps: float) -> None:
+        self.peak, self.steps = peak, steps
+
+    def __call__(self, step):
+        step = torch.as_tensor(step).to(torch.float32)
+        return self.peak * torch.minimum(torch.tensor(1.0), (step + 1.0) / self.steps)
+
+    def get_config(self):
+        return {"peak": self.peak, "steps": self.steps}
+
+
+def test_a_registered_custom_schedule_is_refused_truly_and_continues_when_passed_in():
+    import json
+
+    import numpy as np
+
+    folder = DATA / "k5_keras3_registered_schedule"
+    with pytest.raises(slotopt.io.CheckpointFormatError, match=r"class 'Warmup' \(registered as 'fixtures>Warmup'\)"
+                                                               r".*custom_objects=\{'fixtures>Warmup': MySchedule\}"):
+        slotopt.load_keras_checkpoint(folder / "model.keras")
+    with pytest.raises(TypeError, match="custom_objects"):
+        slotopt.load_keras_checkpoint(folder / "model.keras", custom_objects={"fixtures>Warmup": 3})
+    record = json.loads((folder / "recorded.json").read_text())
+    arrays = np.load(folder / "arrays.npz")
+    for custom in (Warmup, Warmup(0.02, 10.0)):  # the class (built from the file's arguments) or an instance
+        ck = slotopt.load_keras_checkpoint(folder / "model.keras", custom_objects={"fixtures>Warmup": custom})
+        params = ck.parameters()
+        opt = ck.optimizer(params)
+        assert isinstance(opt.learning_rate, Warmup) or isinstance(opt._learning_rate, Warmup)
+        for s, step in enumerate(record["steps"]):
+            opt.apply_gradients([(torch.from_numpy(arrays[f"step{s}/g/{i}"]), p) for i, p in enumerate(params)])
+            for i, p in enumerate(params):
+                assert torch.equal(p.detach(), torch.from_numpy(arrays[f"step{s}/w/{i}"])), (s, i)
+            assert int(opt.iterations) == step["iterations"]

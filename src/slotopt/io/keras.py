@@ -29,7 +29,7 @@ import torch
 
 from . import _h5safe
 from .keras_layers import CONTAINER_CLASSES, SUPPORTED_LAYERS, TORCH_COUNTERPARTS
-from .keras_result import KerasCheckpoint
+from .keras_result import CUSTOM_OBJECTS, KerasCheckpoint
 from .keras_subclassed import find_blocks, order_blocks
 from .keras_walk import (
     CheckpointFormatError,
@@ -426,7 +426,8 @@ def _order_state_by_name(ckpt: KerasCheckpoint, where: _Where, file_names: list[
 
 def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, None] = None,
                           max_bytes: int = _h5safe.MAX_BYTES, isolate: Optional[bool] = None,
-                          metadata_only: bool = False) -> KerasCheckpoint:
+                          metadata_only: bool = False,
+                          custom_objects: Optional[Mapping[str, Any]] = None) -> KerasCheckpoint:
     """Reads a Keras training checkpoint: a Keras 3 ``.keras`` file, an ``.h5`` model file (tf.keras, or Keras 3's
     ``model.save("x.h5")``), or a Keras 3 ``.weights.h5`` file with its model config given as ``config`` (a JSON
     file holding what a ``.keras`` file's ``config.json`` holds, ``compile_config`` included).
@@ -448,6 +449,12 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
     lists, it cannot build or load), and the zip CRC-32 of the weights, which needs all their bytes, is not
     computed. Otherwise a ``.keras`` file's stored weights member has its CRC-32 checked as it is read.
 
+    ``custom_objects`` (issue 49): the learning-rate schedules the file names by a class slotopt does not have (a
+    schedule registered with ``keras.saving.register_keras_serializable``), name (``registered_name`` such as
+    ``"my_package>Warmup"``, or ``class_name``) → what computes it: a ``slotopt.schedules.LearningRateSchedule``
+    subclass (built from the file's arguments), a factory called with them, or a schedule instance used as it
+    is. Nothing the file names is imported.
+
     Raises:
         FileNotFoundError: ``path`` (or ``config``) is not a file.
         CheckpointFormatError: (a ``ValueError``) the file is malformed, truncated, inconsistent, unsupported or
@@ -468,6 +475,19 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
         raise FileNotFoundError(f"Argument `path` is not a file. Received: path={path!r}")
     if config is not None and not Path(config).is_file():
         raise FileNotFoundError(f"Argument `config` is not a file. Received: config={str(config)!r}")
+    if custom_objects is not None and (not isinstance(custom_objects, Mapping) or not all(
+            isinstance(k, str) and callable(v) for k, v in custom_objects.items())):
+        raise TypeError("Argument `custom_objects` must be a dict name → schedule class, factory or instance. "
+                        f"Received: custom_objects={custom_objects!r}")
+    token = CUSTOM_OBJECTS.set(dict(custom_objects or {}))
+    try:
+        return _dispatch(path, config, max_bytes, isolate, metadata_only)
+    finally:
+        CUSTOM_OBJECTS.reset(token)
+
+
+def _dispatch(path: str, config: Union[str, Path, None], max_bytes: int, isolate: Optional[bool],
+              metadata_only: bool) -> KerasCheckpoint:
     with open(path, "rb") as handle:
         head = handle.read(8)
     if head.startswith(b"PK"):
