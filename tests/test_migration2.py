@@ -26,7 +26,7 @@ RUNS = sorted(f"{d}/{p.name}" for d in ("migration2", "migration3", "migration4"
               if (p / "case.json").is_file())
 # tf-keras 2.11+ names its slots ``m``/``v``/``vhat``; the Keras 3 optimizer slotopt continues it with names them
 # ``momentum``/``velocity``/``velocity_hat``.
-_ALIASES = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"}
+_ALIASES = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat", "u": "norm"}
 
 
 def _case(run: str) -> tuple[dict, Any]:

@@ -304,3 +304,36 @@ def test_a_registered_custom_schedule_is_refused_truly_and_continues_when_passed
             for i, p in enumerate(params):
                 assert torch.equal(p.detach(), torch.from_numpy(arrays[f"step{s}/w/{i}"])), (s, i)
             assert int(opt.iterations) == step["iterations"]
+
+
+# ------------------------------------------------------------------------------------------------ tf-keras 2.11+
+def test_tfkeras_new_sparse_updates_deduplicate_and_what_differs_is_refused():
+    """issue 49 item 2: tf-keras 2.11+ sums a sparse gradient's repeated rows before the update (replayed bit for
+    bit by test_migration2: t1 Adagrad, t3 SGD momentum; d* dense Adam, AdamW, Adamax, SGD, Nesterov SGD,
+    Adagrad). Its sparse Adam scatters in its own order: refused, naming the way forward; its RMSprop (and Ftrl,
+    Adadelta, Nadam) differ dense too: refused at load."""
+    import json
+
+    import numpy as np
+
+    folder = DATA / "t2_tfkeras_new_adam_sparse_repeated"
+    ck = slotopt.load_tf_checkpoint(folder / "ckpts")
+    params = ck.parameters()
+    opt = ck.optimizer(params, optimizer=slotopt.Adam(0.01))
+    assert opt._deduplicate_sparse
+    arrays = np.load(folder / "arrays.npz")
+    before = [p.detach().clone() for p in params]
+    sparse = slotopt.IndexedSlices(torch.from_numpy(arrays["step0/g/0/values"]),
+                                   torch.from_numpy(arrays["step0/g/0/indices"]), (10, 3))
+    rest = [(torch.from_numpy(arrays[f"step0/g/{i}"]), p) for i, p in enumerate(params) if i]
+    with pytest.raises(ValueError, match="whose sparse update") as refused:
+        opt.apply_gradients([(sparse, params[0]), *rest])
+    assert "`grad.to_dense()`" in str(refused.value)
+    assert all(torch.equal(a, b) for a, b in zip(params, before)) and int(opt.iterations) == 3
+    record = json.loads((folder / "recorded.json").read_text())
+    assert record["optimizer"]["class_name"] == "Adam"
+    rmsprop = slotopt.load_tf_checkpoint(DATA / "d4_tfkeras_new_rmsprop_dense" / "ckpts")
+    with pytest.raises(ValueError, match="tf-keras 2.11\\+'s RMSprop, whose update .* differs from Keras 3's"):
+        rmsprop.optimizer(rmsprop.parameters(), optimizer=slotopt.RMSprop(0.01))
+    # A Keras 3 optimizer keeps Keras 3's sparse update (rows one by one, no deduplication).
+    assert not slotopt.Adam(0.01)._deduplicate_sparse

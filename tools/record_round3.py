@@ -489,11 +489,104 @@ def case_savedmodel_tf_module() -> None:
     base._write(case_id, case, arrays)
 
 
+# ------------------------------------------------------------------------------------------------ tf-keras 2.11+
+def _tfkeras_new_sparse(case_id: str, class_name: str, kwargs: dict, seed: int, sparse: bool = True) -> None:
+    """tf-keras 2.11+'s ``tf.keras.optimizers.<Class>`` on an Embedding fed sparse gradients with repeated ids
+    (deduplicated by tf-keras before the update) and a Dense kernel, ``tf.train.Checkpoint``."""
+    import tensorflow as tf
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(seed)
+    model = tf_keras.Sequential([tf_keras.Input((2,), dtype="int32"), tf_keras.layers.Embedding(10, 3, name="emb"),
+                                 tf_keras.layers.Flatten(), tf_keras.layers.Dense(2, name="out")])
+    optimizer = getattr(tf_keras.optimizers, class_name)(**kwargs)
+    assert not getattr(optimizer, "_is_legacy_optimizer", False)
+    variables = model.trainable_variables
+    rng = base._rng(seed)
+
+    def grads_for(rng):
+        idx = rng.integers(0, 4, size=6).astype(np.int32)  # rows 0-3 only: repeats certain
+        vals = rng.standard_normal((6, 3)).astype(np.float32)
+        dense = [rng.standard_normal(v.shape.as_list()).astype(np.float32) * 0.1 for v in variables[1:]]
+        return idx, vals, dense
+
+    def apply(idx, vals, dense):
+        first = tf.IndexedSlices(tf.constant(vals), tf.constant(idx), tf.constant([10, 3]))
+        pairs = [(first if sparse else tf.convert_to_tensor(first), variables[0])]
+        pairs += [(tf.constant(g), v) for g, v in zip(dense, variables[1:])]
+        optimizer.apply_gradients(pairs)
+
+    for _ in range(3):
+        apply(*grads_for(rng))
+    folder = base._fresh(case_id)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, optimizer=optimizer), folder / "ckpts", 2)
+    manager.save()
+    state = folder / "ckpts" / "checkpoint"
+    state.write_text(state.read_text().replace(f"{folder / 'ckpts'}/", ""))
+    names = [v.name.split(":")[0] for v in variables]
+    case = {"title": f"tf-keras 2.21 tf.keras.optimizers.{class_name} (2.11+): sparse gradients with repeated ids "
+                     "(deduplicated) and dense ones", "format": "tf_checkpoint_tfkeras_new", "load": "ckpts",
+            "optimizer": {"api": "tfkeras_new", "class_name": class_name,
+                          "constructed_with": {"class_name": class_name, "kwargs": kwargs}},
+            "trainable": [{"name": n, "shape": v.shape.as_list(), "dtype": v.dtype.name}
+                          for n, v in zip(names, variables)], "non_trainable": []}
+    opt_vars = list(optimizer.variables)
+    case["optimizer_variables"] = []
+    for v in opt_vars:
+        full = v.name.split(":")[0]
+        owner = next((i for i, n in sorted(enumerate(names), key=lambda x: -len(x[1])) if full.endswith("/" + n)),
+                     None)
+        local = full[: -len(names[owner]) - 1].rpartition("/")[2] if owner is not None else "iteration"
+        case["optimizer_variables"].append({"name": full, "owner": owner, "local": local, "part": None})
+    arrays: dict = {}
+    for i, v in enumerate(variables):
+        arrays[f"saved/w/{i}"] = v.numpy()
+    for j, v in enumerate(opt_vars):
+        arrays[f"saved/opt/{j}"] = np.asarray(v.numpy())
+    rng = base._rng(seed + 1)
+    case["steps"] = []
+    for s in range(STEPS):
+        idx, vals, dense = grads_for(rng)
+        if sparse:
+            arrays[f"step{s}/g/0/indices"], arrays[f"step{s}/g/0/values"] = idx, vals
+        else:  # the same rows, densified (tf.convert_to_tensor of the IndexedSlices: a segment sum)
+            arrays[f"step{s}/g/0"] = tf.convert_to_tensor(
+                tf.IndexedSlices(tf.constant(vals), tf.constant(idx), tf.constant([10, 3]))).numpy()
+        for i, g in enumerate(dense, start=1):
+            arrays[f"step{s}/g/{i}"] = g
+        apply(idx, vals, dense)
+        for i, v in enumerate(variables):
+            arrays[f"step{s}/w/{i}"] = v.numpy()
+        for j, v in enumerate(opt_vars):
+            arrays[f"step{s}/opt/{j}"] = np.asarray(v.numpy())
+        case["steps"].append({"grads": ["sparse" if sparse else "dense"] + ["dense"] * (len(variables) - 1),
+                              "iterations": int(optimizer.iterations.numpy())})
+    case["iterations_after"] = case["steps"][-1]["iterations"]
+    base._write(case_id, case, arrays)
+
+
+TFKERAS_NEW = {"t1": ("Adagrad", {"learning_rate": 0.1}), "t2": ("Adam", {"learning_rate": 0.01}),
+               "t3": ("SGD", {"learning_rate": 0.05, "momentum": 0.9}), "t4": ("RMSprop", {"learning_rate": 0.01}),
+               "t5": ("Adamax", {"learning_rate": 0.01}), "t6": ("Nadam", {"learning_rate": 0.01}),
+               "t7": ("Ftrl", {"learning_rate": 0.05}), "t8": ("Adadelta", {"learning_rate": 0.5}),
+               "t9": ("AdamW", {"learning_rate": 0.01, "weight_decay": 0.01}),
+               "t10": ("SGD", {"learning_rate": 0.05, "momentum": 0.9, "nesterov": True})}
+
+
+def _tfkeras_case(key: str, sparse: bool = True):
+    class_name, kwargs = TFKERAS_NEW[key]
+    suffix = "_nesterov" if kwargs.get("nesterov") else ""
+    kind = "sparse_repeated" if sparse else "dense"
+    name = f"{key if sparse else 'd' + key[1:]}_tfkeras_new_{class_name.lower()}{suffix}_{kind}"
+    return lambda: _tfkeras_new_sparse(name, class_name, kwargs, 50 + int(key[1:]), sparse)
+
+
 CASES = {"g1": case_tf1_nesterov, "g2": case_tf1_every_optimizer, "g3": case_tf1_ema,
          "x1": case_tf1_adam_and_momentum_one_variable, "g4": case_tf1_partitioned,
          "k1": case_tfckpt_clipnorm, "k1b": case_tfckpt_global_clipnorm, "k2": case_normalization,
          "k3": case_torch_backend, "k4": case_sharded_weights, "k5": case_custom_schedule,
-         "k6": case_savedmodel_tf_module}
+         "k6": case_savedmodel_tf_module, **{k: _tfkeras_case(k) for k in TFKERAS_NEW},
+         **{"d" + k[1:]: _tfkeras_case(k, sparse=False) for k in TFKERAS_NEW}}
 
 
 def main() -> None:

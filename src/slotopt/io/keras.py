@@ -380,8 +380,9 @@ def _check_trainable_dtype(where: _Where, variable: Any, value: np.ndarray) -> N
         raise where.fail(f"holds {value.dtype} values; a trainable variable is floating point.", variable.entry)
 
 
-_TFKERAS_NOTE = ("the optimizer is tf-keras 2.11+'s (is_legacy_optimizer=False): continued by the Keras 3 class, "
-                 "whose arithmetic it shares; its learning rate comes from the config.")
+_TFKERAS_NOTE = ("the optimizer is tf-keras 2.11+'s (is_legacy_optimizer=False): continued by the Keras 3 class with "
+                 "tf-keras's summing of a sparse gradient's repeated rows (where the rest of the arithmetic differs, "
+                 "refused: docs/tf_checkpoints.md); its learning rate comes from the config.")
 
 
 def _tfkeras_new(where: _Where, opt_config: dict) -> tuple[dict, bool]:

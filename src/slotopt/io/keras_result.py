@@ -227,7 +227,11 @@ class KerasCheckpoint(_NamedWeights):
         return self._count_as_saved(self._from_config(config))
 
     def _count_as_saved(self, opt: Any) -> Any:
-        """issue 49: the iteration count keeps the file's integer dtype (Keras's torch backend saves int32)."""
+        """issue 49: the iteration count keeps the file's integer dtype (Keras's torch backend saves int32); a
+        tf-keras 2.11+ optimizer (the notes say so) sums a sparse gradient's repeated rows first."""
+        if any(note.startswith("the optimizer is tf-keras 2.11+'s") for note in self.notes):
+            refuse_tfkeras_new(opt, self.path)
+            opt._deduplicate_sparse = True
         if self.kind != "keras3" or not self.optimizer_state or not hasattr(opt, "_iterations"):
             return opt
         saved = np.asarray(self.optimizer_state[0]).dtype
@@ -550,6 +554,23 @@ def _handed_over(loans: adopt.Loans, original: torch.Tensor, converted: torch.Te
         return None
     loans.lend(view)
     return view
+
+
+#: tf-keras 2.11+ classes whose dense update differs from the Keras 3 class's (recorded against tf-keras 2.21,
+#: tests/data/migration4 ``d*``): continuing them with the Keras 3 class would not give the file's numbers.
+TFKERAS_DIFFERS = frozenset({"RMSprop", "Ftrl", "Adadelta", "Nadam"})
+
+
+def refuse_tfkeras_new(opt: Any, path: str) -> None:
+    """Refuses continuing a tf-keras 2.11+ optimizer of a class whose arithmetic slotopt does not have (issue 49)."""
+    name = type(opt).__name__
+    if name in TFKERAS_DIFFERS:
+        raise ValueError(
+            f"{path}: the run's optimizer is tf-keras 2.11+'s {name}, whose update (or state) differs from Keras 3's "
+            f"{name} (checked against tf-keras 2.21); slotopt continues tf-keras 2.11+'s Adam, AdamW, Adamax, SGD "
+            "and Adagrad only. Start an optimizer from the file's values yourself (`weights`, `optimizer_state` / "
+            "`optimizer_variables`), knowing it will not give the file's numbers, or continue the run in "
+            "TensorFlow.")
 
 
 def _built(schedule: Any) -> Any:

@@ -11,7 +11,7 @@ tensor is:
   optimizer=slotopt.Adam(0.01))``. A **tf.keras legacy** optimizer (children ``iter`` and its hyperparameter
   variables, slots in ``slot_variables``) → ``slotopt.legacy.<Class>``, also passed by the caller. tf-keras
   2.11+'s optimizer (``_iterations`` and ``_variables`` without ``_trainable_variables``; slots
-  ``<optimizer>/<slot>/<variable>``) is continued by the Keras 3 class. Several optimizers (a TFRS
+  ``<optimizer>/<slot>/<variable>``) is continued by the Keras 3 class, deduplicating sparse rows as tf-keras does. Several optimizers (a TFRS
   ``CompositeOptimizer``) give one part each, continued together as a ``slotopt.CompositeOptimizer``.
 * a TF1 ``Saver`` checkpoint names each tensor after its variable: slots are ``<variable>/<optimizer name>`` (made
   unique with ``_1``, ``_2``), non-slot state ``beta1_power``... → ``slotopt.v1.<Class>Optimizer``. The class and

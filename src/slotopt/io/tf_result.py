@@ -15,12 +15,12 @@ import torch
 
 from ..engine import adopt, registry, summation
 from .keras_layers import to_torch, torch_shape
-from .keras_result import _handed_over, _NamedWeights, _summation_orders, _write_weight
+from .keras_result import _handed_over, _NamedWeights, _summation_orders, _write_weight, refuse_tfkeras_new
 from .tf1_optimizers import disagreement
 from .tf_files import OptimizerVariable, _op_base
 
 # tf-keras 2.11+ slot names → the Keras 3 class's (the rest are the same in both).
-_TFKERAS_SLOTS = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"}
+_TFKERAS_SLOTS = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat", "u": "norm"}
 
 
 # ------------------------------------------------------------------------------------------------ the result
@@ -33,8 +33,8 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
     Attributes:
         path: the checkpoint prefix read (``.../ckpt-1``).
         kind: the optimizer's generation: ``"keras3"`` (``tf.train.Checkpoint`` of a Keras 3 optimizer),
-            ``"tfkeras_new"`` (of tf-keras 2.11+'s ``tf.keras.optimizers.<Class>``, continued by the Keras 3 class:
-            the same arithmetic), ``"composite"`` (several optimizers, a TFRS ``CompositeOptimizer``: ``parts``),
+            ``"tfkeras_new"`` (of tf-keras 2.11+'s ``tf.keras.optimizers.<Class>``, continued by the Keras 3 class
+            with tf-keras's deduplication of sparse rows; the classes whose arithmetic differs are refused), ``"composite"`` (several optimizers, a TFRS ``CompositeOptimizer``: ``parts``),
             ``"legacy"`` (of a tf.keras ``OptimizerV2``), ``"v1"`` (a TF1 ``Saver`` checkpoint), or ``"none"``
             (variables only).
         variable_names: the trainable variables the optimizer holds state for, in the optimizer's order (TF1:
@@ -109,7 +109,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                     f"named {self.optimizer_name!r}): pass the optimizer you trained with, e.g. "
                     f"`optimizer={hint}`.")
             return self.optimizer_class(**self.optimizer_config)
-        # tf-keras 2.11+'s Optimizer does Keras 3's arithmetic: the Keras 3 class continues it.
+        # tf-keras 2.11+'s Optimizer: the Keras 3 class continues it (deduplicating sparse rows, issue 49).
         expected = registry.base_class({"tfkeras_new": "keras3"}.get(self.kind, self.kind))
         if not isinstance(optimizer, expected):
             raise TypeError(
@@ -121,6 +121,9 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             raise ValueError(
                 "Argument `optimizer` must be a new optimizer (not built yet): the checkpoint's state is loaded into "
                 f"it as it is built. Received: optimizer={optimizer!r}")
+        if self.kind == "tfkeras_new":  # issue 49: tf-keras 2.11+ sums a sparse gradient's repeated rows first
+            refuse_tfkeras_new(optimizer, self.path)
+            optimizer._deduplicate_sparse = True
         differs = disagreement(optimizer, self.optimizer_config) if self.kind == "v1" else None
         if differs is not None:  # issue 49: e.g. plain momentum passed for a Nesterov run
             raise ValueError(f"{self.path}: {differs}: pass the optimizer the run was trained with.")
