@@ -226,11 +226,13 @@ class KerasCheckpoint(_NamedWeights):
                 torch.set_default_dtype(previous)
         return self._count_as_saved(self._from_config(config))
 
+    def _tfkeras_new(self) -> bool:
+        return any(note.startswith("the optimizer is tf-keras 2.11+'s") for note in self.notes)
+
     def _count_as_saved(self, opt: Any) -> Any:
         """issue 49: the iteration count keeps the file's integer dtype (Keras's torch backend saves int32); a
         tf-keras 2.11+ optimizer (the notes say so) sums a sparse gradient's repeated rows first."""
-        if any(note.startswith("the optimizer is tf-keras 2.11+'s") for note in self.notes):
-            refuse_tfkeras_new(opt, self.path)
+        if self._tfkeras_new():
             opt._deduplicate_sparse = True
         if self.kind != "keras3" or not self.optimizer_state or not hasattr(opt, "_iterations"):
             return opt
@@ -315,6 +317,8 @@ class KerasCheckpoint(_NamedWeights):
         probe built on ``meta`` copies first (every check set_weights applies, without its copies), then built with
         the slots taken from ``state`` where they fit (engine/adopt.py), the rest copied once."""
         probe = self._new_optimizer()
+        if self._tfkeras_new():  # (the file is read, its weights usable: only the continuation is refused)
+            refuse_tfkeras_new(probe, self.path)
         placeholders = [torch.empty(t.shape, dtype=t.dtype, device="meta") for _, t in params]
         probe.build([(name, p) for (name, _), p in zip(params, placeholders)])
         self._check_state(probe, f"optimizer({self.path})", state)
