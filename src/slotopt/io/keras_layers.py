@@ -56,7 +56,10 @@ SUPPORTED_LAYERS: dict[str, tuple[tuple[str, str], ...]] = {
     "LSTMCell": (("kernel", "dense_kernel"), ("recurrent_kernel", "dense_kernel"), ("bias", "as_is")),
     "GRUCell": (("kernel", "gru_kernel"), ("recurrent_kernel", "gru_kernel"), ("bias", "gru_bias")),
     "SimpleRNNCell": (("kernel", "dense_kernel"), ("recurrent_kernel", "dense_kernel"), ("bias", "as_is")),
+    # ConvLSTM (issue 49): the convolution kernels stay in Keras's layout (torch has no ConvLSTM module)
+    "ConvLSTMCell": (("kernel", "as_is"), ("recurrent_kernel", "as_is"), ("bias", "as_is")),
     "LSTM": (), "GRU": (), "SimpleRNN": (), "MultiHeadAttention": (), "Bidirectional": (), "TimeDistributed": (),
+    "ConvLSTM1D": (), "ConvLSTM2D": (), "ConvLSTM3D": (),
 }
 
 #: Layout kind → (the torch counterpart, the conversion), for the documentation and error messages.
@@ -278,6 +281,8 @@ def layer_spec(class_name: str, config: Mapping[str, Any]) -> LayerSpec:
     if class_name in ("LSTM", "GRU", "SimpleRNN"):
         cell = {"LSTM": "LSTMCell", "GRU": "GRUCell", "SimpleRNN": "SimpleRNNCell"}[class_name]
         return LayerSpec([], [("cell", f"{snake_case(class_name)}_cell", cell, dict(config))])
+    if class_name in ("ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"):
+        return LayerSpec([], [("cell", "conv_lstm_cell", "ConvLSTMCell", dict(config))])
     if class_name == "MultiHeadAttention":
         heads = [("query_dense", "query", "abc,cde->abde"), ("key_dense", "key", "abc,cde->abde"),
                  ("value_dense", "value", "abc,cde->abde")]

@@ -245,7 +245,10 @@ class _Keras3Walk:
                 raise self.where.fail(
                     f"layer {full!r} of class {cls} (not one the reader knows: {sorted(SUPPORTED_LAYERS)}) holds "
                     "sub-layers with variables, whose order the file does not record: refused rather than "
-                    "guessed.", nested[0])
+                    "guessed (a limit of `.keras` files for layers no Keras ships, such as keras_hub's "
+                    "TransformerEncoder). Way forward: save the model and optimizer with "
+                    "`tf.train.Checkpoint(model=model, optimizer=optimizer)`, whose object graph names every "
+                    "variable and slot, and read it with `slotopt.load_tf_checkpoint`.", nested[0])
             # A custom layer's own variables (``add_weight``): in creation order, in the file's layout, trainable
             # unless the layer is frozen (a custom non-trainable weight is not told apart: the optimizer state's
             # count and shapes are checked against the result).
