@@ -22,11 +22,11 @@ pytest.importorskip("h5py", reason="the `keras` extra (h5py) is not installed")
 
 DATA = Path(__file__).parent / "data"
 # migration2: recorded for the issue; migration3: this repository's own (tools/record_migration_fixtures.py).
-RUNS = sorted(f"{d}/{p.name}" for d in ("migration2", "migration3") for p in (DATA / d).iterdir()
+RUNS = sorted(f"{d}/{p.name}" for d in ("migration2", "migration3", "migration4") for p in (DATA / d).iterdir()
               if (p / "case.json").is_file())
 # tf-keras 2.11+ names its slots ``m``/``v``/``vhat``; the Keras 3 optimizer slotopt continues it with names them
 # ``momentum``/``velocity``/``velocity_hat``.
-_ALIASES = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"}
+_ALIASES = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat", "u": "norm"}
 
 
 def _case(run: str) -> tuple[dict, Any]:
@@ -51,7 +51,8 @@ def _load(case: dict):
     """What a user does: load the file, then build the optimizer (passing it where the file does not hold it)."""
     path = case["folder"] / case["load"]
     if case["format"].startswith("keras3") or case["format"] == "tfkeras_file":
-        ck = slotopt.load_keras_checkpoint(path, **case["load_kwargs"])
+        paths = {k: case["folder"] / v for k, v in case.get("load_kwargs_paths", {}).items()}  # (config=...)
+        ck = slotopt.load_keras_checkpoint(path, **case["load_kwargs"], **paths)
         return ck, ck.entries, lambda params: ck.optimizer(params)
     ck = slotopt.load_tf_checkpoint(path, **case["load_kwargs"])
     built = case["optimizer"]["constructed_with"]

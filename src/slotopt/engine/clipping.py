@@ -36,31 +36,40 @@ def clip_by_value(grads: Sequence[torch.Tensor], clipvalue: float) -> list[torch
     return [torch.clamp(g, -clipvalue, clipvalue) for g in grads]
 
 
-def _square_sums(grads: Sequence[torch.Tensor], shard_groups: ShardGroups) -> list[torch.Tensor]:
-    sums = [numerics.sum(g * g) for g in grads]
+def _in_order(g: torch.Tensor, order: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> torch.Tensor:
+    """``g`` in TensorFlow's logical order (``order``: engine/summation.py; a view of ``g`` or a copy)."""
+    return g if order is None else order(g)
+
+
+def _square_sums(grads: Sequence[torch.Tensor], shard_groups: ShardGroups, orders: Any = None) -> list[torch.Tensor]:
+    sums = [numerics.sum(t * t) for t in (_in_order(g, o) for g, o in zip(grads, orders or [None] * len(grads)))]
     return sums if shard_groups is None else sum_over_shards(sums, [list(gr) for gr in shard_groups])
 
 
-def clip_by_norm(grads: Sequence[torch.Tensor], clipnorm: float, shard_groups: ShardGroups = None) -> list[torch.Tensor]:
-    """``g * c / max(||g||, c)`` per tensor; a zero norm leaves the gradient unchanged."""
+def clip_by_norm(grads: Sequence[torch.Tensor], clipnorm: float, shard_groups: ShardGroups = None,
+                 orders: Any = None) -> list[torch.Tensor]:
+    """``g * c / max(||g||, c)`` per tensor; a zero norm leaves the gradient unchanged. ``orders`` (one per
+    gradient, engine/summation.py): the norm's sum is taken in TensorFlow's order of the variable's layout."""
     out = []
-    for g, sq in zip(grads, _square_sums(grads, shard_groups)):
+    for g, sq in zip(grads, _square_sums(grads, shard_groups, orders)):
         norm = torch.where(sq > 0, numerics.sqrt(torch.where(sq > 0, sq, torch.ones_like(sq))), sq)
         out.append((g * clipnorm) / torch.maximum(norm, torch.tensor(clipnorm, dtype=g.dtype, device=g.device)))
     return out
 
 
-def sum_of_squares(grad: Any, rows: int) -> torch.Tensor:
+def sum_of_squares(grad: Any, rows: int, order: Any = None) -> torch.Tensor:
     """``sum(g * g)``; for slices of a ``rows``-row variable, the sum of their squares densified per row
-    (Keras 3, keras3_sparse.md §3.5)."""
+    (Keras 3, keras3_sparse.md §3.5). ``order``: as :func:`clip_by_norm`'s (dense gradients)."""
     if isinstance(grad, IndexedSlices):
         return numerics.sum(segment_sum(grad.values * grad.values, grad.indices, rows))
+    grad = _in_order(grad, order)
     return numerics.sum(grad * grad)
 
 
-def global_norm(grads: Sequence[torch.Tensor], shard_groups: ShardGroups = None) -> torch.Tensor:
-    """``sqrt(sum_i sum(g_i ** 2))``, accumulated on the first gradient's device."""
-    return norm_of_sums([numerics.sum(g * g) for g in grads], shard_groups)
+def global_norm(grads: Sequence[torch.Tensor], shard_groups: ShardGroups = None, orders: Any = None) -> torch.Tensor:
+    """``sqrt(sum_i sum(g_i ** 2))``, accumulated on the first gradient's device (``orders``: as
+    :func:`clip_by_norm`'s)."""
+    return norm_of_sums(_square_sums(grads, None, orders), shard_groups)
 
 
 def norm_of_sums(sums: Sequence[torch.Tensor], shard_groups: ShardGroups = None) -> torch.Tensor:
@@ -73,7 +82,7 @@ def norm_of_sums(sums: Sequence[torch.Tensor], shard_groups: ShardGroups = None)
 
 
 def clip_by_global_norm(grads: Sequence[torch.Tensor], clipnorm: float, norm: Optional[torch.Tensor] = None,
-                        shard_groups: ShardGroups = None) -> list[torch.Tensor]:
+                        shard_groups: ShardGroups = None, orders: Any = None) -> list[torch.Tensor]:
     """Scales all gradients by ``c * min(1/N, 1/c) + (N - N)`` (``N = norm``, default their global norm).
 
     A non-finite global norm N makes every gradient NaN; ``c = 0`` (which tf.keras legacy accepts) gives zero
@@ -82,7 +91,7 @@ def clip_by_global_norm(grads: Sequence[torch.Tensor], clipnorm: float, norm: Op
     if not grads:
         return []
     if norm is None:
-        norm = global_norm(grads, shard_groups)
+        norm = global_norm(grads, shard_groups, orders)
     inverse_limit = 1.0 / clipnorm if clipnorm else math.inf
     scale = clipnorm * torch.minimum(1.0 / norm, torch.tensor(inverse_limit, dtype=norm.dtype,
                                                                 device=norm.device)) + (norm - norm)

@@ -60,8 +60,10 @@ def mapped(opt: Any, step: Any, key: str, divisor: Optional[float] = None, clipv
     as an ``Ordinary`` step of its plan; None where this path does not apply (see the module docstring). ``key``
     names the stage (its buffer is its own)."""
     if type(step) is not Ordinary or opt.__dict__.get("_sharded") or getattr(opt, "_layouts", None) \
-            or step.grad_addresses is None:
-        return None  # (FSDP2 shards: a norm is summed over the processes, engine/shards.py)
+            or getattr(opt, "_summation_orders", None) or step.grad_addresses is None:
+        # (FSDP2 shards: a norm is summed over the processes, engine/shards.py; a variable held in another layout
+        # than TensorFlow's is summed in TF's order of it, engine/summation.py)
+        return None
     plan = step.plan
     if len(plan.kinds) != 1 or not plan.on_cpu or plan.dtypes[0] not in maps.DTYPES:
         return None

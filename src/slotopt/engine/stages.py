@@ -31,7 +31,17 @@ from ..kernels.ema import moving_average
 from ..kernels.native import tensor_table
 from ..kernels.weight_decay import decoupled_weight_decay
 from ..variables import IndexedSlices, variable_name
-from . import checks, clipping, compiled_maps, gradient_maps, plan_cache, shards, sparse_pass, validation
+from . import (
+    checks,
+    clipping,
+    compiled_maps,
+    gradient_maps,
+    plan_cache,
+    shards,
+    sparse_pass,
+    summation,
+    validation,
+)
 from . import constants as K
 from .core import Pair, count_step
 from .pipeline import Call
@@ -160,7 +170,16 @@ def unscale_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
 def clip_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
     """Keras 3 clipping: clipnorm, else global_clipnorm, else clipvalue; a value <= 0 disables it. An ordinary
     step's norms and clipped gradients come from compiled passes in TensorFlow's order (engine/compiled_maps.py);
-    the foreach forms below are the reference and take every other step."""
+    the foreach forms below are the reference and take every other step. A tf-keras 2.11+ run then sums each
+    sparse gradient's repeated rows (``_deduplicate_sparse``, set by the readers)."""
+    pairs = _clipped(self, pairs)
+    return self._deduplicated_sparse(pairs) if self._deduplicate_sparse else pairs
+
+
+def _clipped(self: Any, pairs: list[Pair]) -> list[Pair]:
+    # A variable held in another layout than TensorFlow's (``load_module``) is summed in TF's order of its layout
+    # (engine/summation.py); the compiled passes sum in the layout's own order, so they do not take such a step.
+    orders = summation.orders_of(self, pairs)
     if self.clipnorm and self.clipnorm > 0:
         clip, limit = clipping.clip_by_norm, self.clipnorm
         if (done := compiled_maps.mapped(self, pairs, "clip", clipnorm=limit)) is not None:
@@ -169,8 +188,9 @@ def clip_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
         if (done := compiled_maps.mapped(self, pairs, "clip", global_clipnorm=self.global_clipnorm)) is not None:
             return done
         # The norm sees each slice's squares (summed per row); the scaled gradients are dense (§3.5).
-        norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1)
-                                      for g, v in pairs], shards.shard_groups_of(self, pairs))
+        every = summation.orders_of(self, [(True, v) for _, v in pairs]) or [None] * len(pairs)
+        norm = clipping.norm_of_sums([clipping.sum_of_squares(g, v.shape[0] if v.dim() else 1, order)
+                                      for (g, v), order in zip(pairs, every)], shards.shard_groups_of(self, pairs))
         grads = clipping.clip_by_global_norm(
             [validation.dense(g, v) if isinstance(g, IndexedSlices) else g for g, v in pairs], self.global_clipnorm,
             norm=norm)
@@ -181,7 +201,7 @@ def clip_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
     else:
         return pairs
     spans = shards.shard_groups_of(self, pairs)
-    return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, spans))
+    return clipping.map_gradient_values(pairs, lambda grads: clip(grads, limit, spans, orders))
 
 
 # ------------------------------------------------------------------------------------ the update's values

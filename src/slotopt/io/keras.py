@@ -18,6 +18,7 @@ weights, BatchNorm statistics and optimizer state into an ``nn.Module`` with the
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,7 +29,7 @@ import torch
 
 from . import _h5safe, keras_write
 from .keras_layers import CONTAINER_CLASSES, SUPPORTED_LAYERS, TORCH_COUNTERPARTS
-from .keras_result import KerasCheckpoint
+from .keras_result import CUSTOM_OBJECTS, KerasCheckpoint
 from .keras_subclassed import find_blocks, order_blocks
 from .keras_walk import (
     CheckpointFormatError,
@@ -324,14 +325,72 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
         return _finish(ckpt, model, where, snap)
 
 
+def _read_sharded(path: str, config_path: Optional[str], max_bytes: int, isolate: Optional[bool],
+                  metadata_only: bool) -> KerasCheckpoint:
+    """A Keras 3 sharded weights file (``save_weights("x.weights.json", max_shard_size=...)``, issue 49): the JSON
+    manifest's ``weight_map`` names the shards (HDF5 files next to it) holding each group; the shards are read as
+    one file (a dataset in two shards is refused), with the model's config given as ``config``."""
+    where = _Where(path)
+    with _guard(where):
+        if Path(path).stat().st_size > 64 * 2 ** 20:
+            raise where.fail("is over 64 MiB of JSON: refused.", None)
+        manifest = _mapping(where, _json(where, Path(path).read_bytes(), path), path)
+        weight_map = manifest.get("weight_map")
+        where.entry = "weight_map"
+        if not isinstance(weight_map, Mapping) or not weight_map:
+            raise where.fail("has no `weight_map`: not a Keras sharded weights manifest.")
+        folder = os.path.dirname(os.path.realpath(path))
+        shards: list[str] = []
+        for group, names in weight_map.items():
+            for name in names if isinstance(names, list) else [names]:
+                if not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".", ".."):
+                    raise where.fail(f"names shard {name!r} for {group!r}: a shard is a file next to the manifest.")
+                shard = os.path.join(folder, name)
+                if os.path.dirname(os.path.realpath(shard)) != folder:
+                    raise where.fail(f"shard {name!r} leads outside {folder}: it is not followed.")
+                if not os.path.isfile(shard):
+                    raise where.fail(f"names shard {name!r}, which is not a file next to the manifest.")
+                if shard not in shards:
+                    shards.append(shard)
+        if config_path is None:
+            raise where.fail("is a sharded weights manifest, which holds no config: pass `config=` (the model's "
+                             "`config.json`, with its `compile_config`).")
+        total = sum(os.path.getsize(s) for s in shards)
+        if total > max_bytes:
+            raise where.fail(f"shards hold {total} bytes, over max_bytes={max_bytes}: refused.")
+        merged = _h5safe.H5Snapshot()
+        for shard in shards:
+            snap = _h5safe.snapshot(shard, shard, max_bytes, isolate, metadata_only=metadata_only)
+            for entry, value in snap.datasets.items():
+                if entry in merged.datasets:
+                    raise CheckpointFormatError(shard, entry, "is stored in two shards: refused rather than one "
+                                                "dropped.")
+                merged.datasets[entry] = value
+            for entry, attrs in snap.attrs.items():
+                known = merged.attrs.setdefault(entry, {})
+                clash = [k for k in attrs if k in known and known[k] != attrs[k]]
+                if clash:
+                    raise CheckpointFormatError(shard, entry, f"attribute {clash[0]!r} differs between shards.")
+                known.update(attrs)
+            merged.groups |= snap.groups
+            merged.unread |= snap.unread
+        cwhere = _Where(config_path)
+        with _guard(cwhere):
+            if Path(config_path).stat().st_size > 64 * 2 ** 20:
+                raise cwhere.fail("is over 64 MiB of JSON: refused.", None)
+            config = _mapping(cwhere, _json(cwhere, Path(config_path).read_bytes(), config_path), config_path)
+        return _read_keras3_weights(where, merged, config, "")
+
+
 def _check_trainable_dtype(where: _Where, variable: Any, value: np.ndarray) -> None:
     """issue 40: a trainable weight stored as integers is refused here, naming it (``parameters()`` failed later)."""
     if variable.trainable and value.dtype.kind != "f":
         raise where.fail(f"holds {value.dtype} values; a trainable variable is floating point.", variable.entry)
 
 
-_TFKERAS_NOTE = ("the optimizer is tf-keras 2.11+'s (is_legacy_optimizer=False): continued by the Keras 3 class, "
-                 "whose arithmetic it shares; its learning rate comes from the config.")
+_TFKERAS_NOTE = ("the optimizer is tf-keras 2.11+'s (is_legacy_optimizer=False): continued by the Keras 3 class with "
+                 "tf-keras's summing of a sparse gradient's repeated rows (where the rest of the arithmetic differs, "
+                 "refused: docs/tf_checkpoints.md); its learning rate comes from the config.")
 
 
 def _tfkeras_new(where: _Where, opt_config: dict) -> tuple[dict, bool]:
@@ -376,7 +435,8 @@ def _order_state_by_name(ckpt: KerasCheckpoint, where: _Where, file_names: list[
 
 def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, None] = None,
                           max_bytes: int = _h5safe.MAX_BYTES, isolate: Optional[bool] = None,
-                          metadata_only: bool = False) -> KerasCheckpoint:
+                          metadata_only: bool = False,
+                          custom_objects: Optional[Mapping[str, Any]] = None) -> KerasCheckpoint:
     """Reads a Keras training checkpoint: a Keras 3 ``.keras`` file, an ``.h5`` model file (tf.keras, or Keras 3's
     ``model.save("x.h5")``), or a Keras 3 ``.weights.h5`` file with its model config given as ``config`` (a JSON
     file holding what a ``.keras`` file's ``config.json`` holds, ``compile_config`` included).
@@ -398,6 +458,12 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
     lists, it cannot build or load), and the zip CRC-32 of the weights, which needs all their bytes, is not
     computed. Otherwise a ``.keras`` file's stored weights member has its CRC-32 checked as it is read.
 
+    ``custom_objects`` (issue 49): the learning-rate schedules the file names by a class slotopt does not have (a
+    schedule registered with ``keras.saving.register_keras_serializable``), name (``registered_name`` such as
+    ``"my_package>Warmup"``, or ``class_name``) → what computes it: a ``slotopt.schedules.LearningRateSchedule``
+    subclass (built from the file's arguments), a factory called with them, or a schedule instance used as it
+    is. Nothing the file names is imported.
+
     Raises:
         FileNotFoundError: ``path`` (or ``config``) is not a file.
         CheckpointFormatError: (a ``ValueError``) the file is malformed, truncated, inconsistent, unsupported or
@@ -418,10 +484,26 @@ def load_keras_checkpoint(path: Union[str, Path], *, config: Union[str, Path, No
         raise FileNotFoundError(f"Argument `path` is not a file. Received: path={path!r}")
     if config is not None and not Path(config).is_file():
         raise FileNotFoundError(f"Argument `config` is not a file. Received: config={str(config)!r}")
+    if custom_objects is not None and (not isinstance(custom_objects, Mapping) or not all(
+            isinstance(k, str) and callable(v) for k, v in custom_objects.items())):
+        raise TypeError("Argument `custom_objects` must be a dict name → schedule class, factory or instance. "
+                        f"Received: custom_objects={custom_objects!r}")
+    token = CUSTOM_OBJECTS.set(dict(custom_objects or {}))
+    try:
+        return _dispatch(path, config, max_bytes, isolate, metadata_only)
+    finally:
+        CUSTOM_OBJECTS.reset(token)
+
+
+def _dispatch(path: str, config: Union[str, Path, None], max_bytes: int, isolate: Optional[bool],
+              metadata_only: bool) -> KerasCheckpoint:
     with open(path, "rb") as handle:
         head = handle.read(8)
     if head.startswith(b"PK"):
         return _read_keras3(path, max_bytes, isolate, metadata_only)
     if head == b"\x89HDF\r\n\x1a\n":
         return _read_h5(path, None if config is None else str(config), max_bytes, isolate, metadata_only)
-    raise CheckpointFormatError(path, None, "is neither a Keras 3 `.keras` file (zip) nor an `.h5` file (HDF5).")
+    if head.lstrip()[:1] == b"{" and path.endswith(".json"):  # issue 49: a sharded `.weights.json` manifest
+        return _read_sharded(path, None if config is None else str(config), max_bytes, isolate, metadata_only)
+    raise CheckpointFormatError(path, None, "is neither a Keras 3 `.keras` file (zip), an `.h5` file (HDF5) nor a "
+                                "sharded `.weights.json` manifest.")

@@ -11,10 +11,13 @@ optimizer slot of the variable alike, since a slot has its variable's layout): s
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.resources import files
 from typing import Any, Callable, Optional
 
 import torch
@@ -53,7 +56,10 @@ SUPPORTED_LAYERS: dict[str, tuple[tuple[str, str], ...]] = {
     "LSTMCell": (("kernel", "dense_kernel"), ("recurrent_kernel", "dense_kernel"), ("bias", "as_is")),
     "GRUCell": (("kernel", "gru_kernel"), ("recurrent_kernel", "gru_kernel"), ("bias", "gru_bias")),
     "SimpleRNNCell": (("kernel", "dense_kernel"), ("recurrent_kernel", "dense_kernel"), ("bias", "as_is")),
+    # ConvLSTM (issue 49): the convolution kernels stay in Keras's layout (torch has no ConvLSTM module)
+    "ConvLSTMCell": (("kernel", "as_is"), ("recurrent_kernel", "as_is"), ("bias", "as_is")),
     "LSTM": (), "GRU": (), "SimpleRNN": (), "MultiHeadAttention": (), "Bidirectional": (), "TimeDistributed": (),
+    "ConvLSTM1D": (), "ConvLSTM2D": (), "ConvLSTM3D": (),
 }
 
 #: Layout kind → (the torch counterpart, the conversion), for the documentation and error messages.
@@ -171,6 +177,28 @@ def torch_view(value: torch.Tensor, kind: str) -> Optional[torch.Tensor]:
     return None
 
 
+def keras_order(kind: str, shape: Sequence[int]) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
+    """The function putting a tensor in torch's layout of a Keras tensor of ``shape`` and layout ``kind`` back in
+    Keras's logical order (what TensorFlow sums a norm in, engine/summation.py); ``None`` where the two orders
+    are the same (``as_is``, reshapes). A permutation of the axes where the layout is one (a view, no copy);
+    otherwise an index computed once (GRU gates, depthwise and einsum kernels)."""
+    shape = tuple(shape)
+    rank = len(shape)
+    if kind in ("as_is", "flatten", "prelu") or _converter(kind, shape) is None:
+        return None
+    if kind == "dense_kernel":
+        return lambda t: t.permute(1, 0)
+    if kind in ("conv1d_kernel", "conv2d_kernel", "conv3d_kernel"):
+        forward = (rank - 1, rank - 2, *range(rank - 2))  # to_torch's permutation, undone
+        inverse = tuple(sorted(range(rank), key=lambda d: forward[d]))
+        return lambda t: t.permute(*inverse)
+    numel = math.prod(shape)
+    positions = to_torch(torch.arange(numel).reshape(shape), kind).reshape(-1)
+    gather = torch.empty(numel, dtype=torch.long)
+    gather[positions] = torch.arange(numel)  # Keras element k sits at torch element gather[k]
+    return lambda t: t.reshape(-1)[gather.to(t.device)].view(shape)
+
+
 def torch_shape(shape: Sequence[int], kind: str) -> Optional[tuple[int, ...]]:
     """The torch shape of a Keras ``shape`` of layout ``kind`` (``None``: no torch layout)."""
     convert = _converter(kind, tuple(shape))
@@ -188,6 +216,22 @@ class LayerSpec:
     own: list[tuple[str, str, bool]] = field(default_factory=list)
     children: list[tuple[str, str, str, dict]] = field(default_factory=list)
     known: bool = True
+    #: From the recorded table of built-in layers (their default config): a file whose count differs is read as
+    #: an unknown layer's (its variables by number, trainable only where floating point).
+    from_table: bool = False
+
+
+@functools.cache
+def built_in_variables() -> dict[str, tuple[tuple[str, bool, str], ...]]:
+    """Every built-in Keras 3 and tf-keras layer class → its own variables ``(name, trainable, dtype)`` in the
+    order Keras saves them, for its default config: recorded from the layers themselves by
+    ``tools/record_layer_table.py`` (``slotopt/data/keras_layer_variables.json``); Keras 3's entry wins."""
+    table = json.loads(files("slotopt").joinpath("data/keras_layer_variables.json").read_text())
+    out: dict[str, tuple[tuple[str, bool, str], ...]] = {}
+    for generation in ("tf_keras", "keras3"):
+        for name, variables in table[generation]["layers"].items():
+            out[name] = tuple((str(v["name"]), bool(v["trainable"]), str(v["dtype"])) for v in variables)
+    return out
 
 
 def _einsum_kind(equation: Any) -> str:
@@ -237,6 +281,8 @@ def layer_spec(class_name: str, config: Mapping[str, Any]) -> LayerSpec:
     if class_name in ("LSTM", "GRU", "SimpleRNN"):
         cell = {"LSTM": "LSTMCell", "GRU": "GRUCell", "SimpleRNN": "SimpleRNNCell"}[class_name]
         return LayerSpec([], [("cell", f"{snake_case(class_name)}_cell", cell, dict(config))])
+    if class_name in ("ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"):
+        return LayerSpec([], [("cell", "conv_lstm_cell", "ConvLSTMCell", dict(config))])
     if class_name == "MultiHeadAttention":
         heads = [("query_dense", "query", "abc,cde->abde"), ("key_dense", "key", "abc,cde->abde"),
                  ("value_dense", "value", "abc,cde->abde")]
@@ -257,5 +303,9 @@ def layer_spec(class_name: str, config: Mapping[str, Any]) -> LayerSpec:
         return LayerSpec([], [("layer", str(inner.get("name", "")), inner_cls, inner)])
     if class_name in SUPPORTED_LAYERS:
         return LayerSpec([])
+    # issue 49: any other built-in layer (Normalization's mean, variance and int64 count...) as it records itself
+    recorded = built_in_variables().get(class_name)
+    if recorded is not None:
+        return LayerSpec([(name, "as_is", trainable) for name, trainable, _ in recorded], from_table=True)
     return LayerSpec([], [], known=False)
 

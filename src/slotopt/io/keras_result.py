@@ -5,6 +5,7 @@ weights and state loaded into an ``nn.Module`` in torch's layout. Every check ru
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 import warnings
@@ -15,10 +16,12 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import adopt
+from ..engine import adopt, summation
 from ..engine.resume import state_value_problem
+from ..schedules.base import LearningRateSchedule
+from ..schedules.serialization import _BUILTINS as BUILTIN_SCHEDULES
 from .errors import CheckpointFormatError
-from .keras_layers import keras_view, to_torch, torch_shape, torch_view
+from .keras_layers import keras_order, keras_view, to_torch, torch_shape, torch_view
 
 # Optimizer variables built on placeholder names ``p0, p1, ...`` are named after them (Keras 3: ``p0_momentum``,
 # tf.keras: ``p0/m``): this finds which model variable an optimizer variable belongs to.
@@ -107,6 +110,11 @@ class _NamedWeights:
         return ordered
 
 
+#: The ``custom_objects`` of the ``load_keras_checkpoint`` call reading a file (the checkpoint keeps them).
+CUSTOM_OBJECTS: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar("slotopt_keras_custom_objects",
+                                                                               default=None)
+
+
 @dataclass
 class KerasCheckpoint(_NamedWeights):
     """The training state read from a Keras checkpoint by :func:`load_keras_checkpoint`.
@@ -178,22 +186,62 @@ class KerasCheckpoint(_NamedWeights):
     skipped: dict[str, str] = field(default_factory=dict)
     _owners: list[Optional[int]] = field(default_factory=list, repr=False)
     _keras_paths: dict[str, str] = field(default_factory=dict, repr=False)
+    #: ``load_keras_checkpoint(custom_objects=...)``: name → the user's schedule class, factory or instance.
+    custom_objects: dict[str, Any] = field(default_factory=lambda: dict(CUSTOM_OBJECTS.get() or {}), repr=False,
+                                           compare=False)
     _loans: adopt.Loans = field(default_factory=adopt.Loans, repr=False, compare=False)
     _state_views: Optional[list[tuple[Any, Any]]] = field(default=None, repr=False, compare=False)
     _layout: Any = field(default=None, repr=False, compare=False)  # keras_write.FileLayout: the way back
     _module_mapping: Optional[dict[str, str]] = field(default=None, repr=False, compare=False)
 
     # ---------------------------------------------------------------------------------------------- helpers
+    def _from_config(self, config: dict) -> Any:
+        """``optimizer_class.from_config`` with the caller's ``custom_objects`` for a schedule the file names by a
+        class slotopt does not have (issue 49: refused, with the way to pass it, before anything is built)."""
+        lr = config.get("learning_rate")
+        if isinstance(lr, Mapping):
+            names = [n for n in (lr.get("registered_name"), lr.get("class_name")) if isinstance(n, str)]
+            if not any(n in self.custom_objects for n in names) and lr.get("class_name") not in BUILTIN_SCHEDULES:
+                shown = next(iter(names), repr(lr.get("class_name")))
+                raise CheckpointFormatError(
+                    self.path, "compile_config.optimizer.config.learning_rate",
+                    f"is a learning-rate schedule of class {lr.get('class_name')!r} (registered as "
+                    f"{lr.get('registered_name')!r}), which slotopt does not have (nothing a file names is "
+                    f"imported): pass one that computes it, `load_keras_checkpoint(path, custom_objects={{"
+                    f"{shown!r}: MySchedule}})` (a slotopt.schedules.LearningRateSchedule subclass built from the "
+                    f"file's arguments {dict(lr.get('config') or {})}, a factory called with them, or a schedule "
+                    "instance).")
+        if not self.custom_objects:
+            return self.optimizer_class.from_config(config)
+        custom = {name: _built(value) if isinstance(value, LearningRateSchedule) else value
+                  for name, value in self.custom_objects.items()}
+        return self.optimizer_class.from_config(config, custom_objects=custom)
+
     def _new_optimizer(self) -> Any:
         config = json.loads(json.dumps(self.optimizer_config["config"]))  # a deep copy: from_config may pop
         if self.kind == "keras3" and self.floatx == torch.float64:  # the learning-rate variable in floatx
             previous = torch.get_default_dtype()
             torch.set_default_dtype(torch.float64)
             try:
-                return self.optimizer_class.from_config(config)
+                return self._count_as_saved(self._from_config(config))
             finally:
                 torch.set_default_dtype(previous)
-        return self.optimizer_class.from_config(config)
+        return self._count_as_saved(self._from_config(config))
+
+    def _tfkeras_new(self) -> bool:
+        return any(note.startswith("the optimizer is tf-keras 2.11+'s") for note in self.notes)
+
+    def _count_as_saved(self, opt: Any) -> Any:
+        """issue 49: the iteration count keeps the file's integer dtype (Keras's torch backend saves int32); a
+        tf-keras 2.11+ optimizer (the notes say so) sums a sparse gradient's repeated rows first."""
+        if self._tfkeras_new():
+            opt._deduplicate_sparse = True
+        if self.kind != "keras3" or not self.optimizer_state or not hasattr(opt, "_iterations"):
+            return opt
+        saved = np.asarray(self.optimizer_state[0]).dtype
+        if saved.kind in "iu" and saved.itemsize < 8 and saved != np.dtype(np.uint32):
+            opt._iterations.data = torch.zeros((), dtype=torch.from_numpy(np.zeros((), saved)).dtype)
+        return opt
 
     def _state_variables(self, opt: Any) -> list[torch.Tensor]:
         """What ``opt.set_weights`` assigns, in order: Keras 3 ``variables``, tf.keras ``weights``."""
@@ -271,6 +319,8 @@ class KerasCheckpoint(_NamedWeights):
         probe built on ``meta`` copies first (every check set_weights applies, without its copies), then built with
         the slots taken from ``state`` where they fit (engine/adopt.py), the rest copied once."""
         probe = self._new_optimizer()
+        if self._tfkeras_new():  # (the file is read, its weights usable: only the continuation is refused)
+            refuse_tfkeras_new(probe, self.path)
         placeholders = [torch.empty(t.shape, dtype=t.dtype, device="meta") for _, t in params]
         probe.build([(name, p) for (name, _), p in zip(params, placeholders)])
         self._check_state(probe, f"optimizer({self.path})", state)
@@ -475,8 +525,10 @@ class KerasCheckpoint(_NamedWeights):
             self._loans.check(self.weights[name], f"weight {name!r}", self.path)
         # issue 40, all or nothing: the state is checked on an optimizer built on meta copies of the targets
         # first, so whatever set_weights refuses is refused before the module is written.
+        orders = _summation_orders({n: t for n, _, t in targets}, self.layouts, self.weights)
         opt = self._built_on([by_name[n] for n in self.variable_names], state,
                              write=lambda: self._write_module(targets))
+        summation.set_orders(opt, orders)  # issue 49: norms in TensorFlow's order of each variable's layout
         self._module_mapping = dict(mapping)  # save(path, module, opt) writes back through the same mapping
         return opt
 
@@ -535,6 +587,40 @@ def _handed_over(loans: adopt.Loans, original: torch.Tensor, converted: torch.Te
         return None
     loans.lend(view)
     return view
+
+
+#: tf-keras 2.11+ classes whose dense update differs from the Keras 3 class's (recorded against tf-keras 2.21,
+#: tests/data/migration4 ``d*``): continuing them with the Keras 3 class would not give the file's numbers.
+TFKERAS_DIFFERS = frozenset({"RMSprop", "Ftrl", "Adadelta", "Nadam"})
+
+
+def refuse_tfkeras_new(opt: Any, path: str) -> None:
+    """Refuses continuing a tf-keras 2.11+ optimizer of a class whose arithmetic slotopt does not have (issue 49)."""
+    name = type(opt).__name__
+    if name in TFKERAS_DIFFERS:
+        raise ValueError(
+            f"{path}: the run's optimizer is tf-keras 2.11+'s {name}, whose update (or state) differs from Keras 3's "
+            f"{name} (checked against tf-keras 2.21); slotopt continues tf-keras 2.11+'s Adam, AdamW, Adamax, SGD "
+            "and Adagrad only. Start an optimizer from the file's values yourself (`weights`, `optimizer_state` / "
+            "`optimizer_variables`), knowing it will not give the file's numbers, or continue the run in "
+            "TensorFlow.")
+
+
+def _built(schedule: Any) -> Any:
+    """A schedule instance as the factory deserialization calls (with the file's arguments): itself."""
+    return lambda **_: schedule
+
+
+def _summation_orders(targets: Mapping[str, torch.Tensor], layouts: Mapping[str, str],
+                      weights: Mapping[str, torch.Tensor]) -> dict[int, Any]:
+    """``id(parameter)`` → the view putting a tensor of its torch layout in TensorFlow's order, for each
+    parameter whose layout is not the file's (engine/summation.py)."""
+    out = {}
+    for name, param in targets.items():
+        order = keras_order(layouts.get(name, "as_is"), tuple(weights[name].shape))
+        if order is not None:
+            out[id(param)] = order
+    return out
 
 
 def _write_weight(loans: adopt.Loans, weights: dict[str, torch.Tensor], name: str, param: torch.Tensor,

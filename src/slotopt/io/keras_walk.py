@@ -8,6 +8,7 @@ checkpoint from what it finds.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -235,6 +236,8 @@ class _Keras3Walk:
                            f"{path_prefix}{name}/" if cls == "Sequential" else path_prefix, trainable, h5names)
             return
         spec = layer_spec(cls, config)
+        if spec.from_table and self.own_count(group) != len(spec.own):
+            spec = dataclasses.replace(spec, own=[], known=False)  # another config than the recorded default
         if not spec.known:
             under = sorted(self.groups.get(group, []))
             nested = [e for e in under if not e.startswith(f"{group}/vars/")]
@@ -242,13 +245,19 @@ class _Keras3Walk:
                 raise self.where.fail(
                     f"layer {full!r} of class {cls} (not one the reader knows: {sorted(SUPPORTED_LAYERS)}) holds "
                     "sub-layers with variables, whose order the file does not record: refused rather than "
-                    "guessed.", nested[0])
+                    "guessed (a limit of `.keras` files for layers no Keras ships, such as keras_hub's "
+                    "TransformerEncoder). Way forward: save the model and optimizer with "
+                    "`tf.train.Checkpoint(model=model, optimizer=optimizer)`, whose object graph names every "
+                    "variable and slot, and read it with `slotopt.load_tf_checkpoint`.", nested[0])
             # A custom layer's own variables (``add_weight``): in creation order, in the file's layout, trainable
             # unless the layer is frozen (a custom non-trainable weight is not told apart: the optimizer state's
             # count and shapes are checked against the result).
             for i in range(self.own_count(group) if under else 0):
+                # issue 49: integers (a count, a seed) are state, never trained
+                floating = getattr(self.datasets.get(f"{group}/vars/{i}"), "dtype", None)
+                floating = floating is None or floating.kind in "fc"
                 self.model.variables.append(_Var(f"{full}/vars/{i}", f"{path_prefix}{name}/vars/{i}", "as_is",
-                                                 trainable, f"{group}/vars/{i}", cls))
+                                                 trainable and floating, f"{group}/vars/{i}", cls))
             if under:
                 self.model.notes.append(f"{full}: layer class {cls} is not one slotopt knows: its variables come "
                                         f"as '{full}/vars/<i>' in the file's layout; map them yourself.")

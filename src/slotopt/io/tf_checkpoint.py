@@ -11,7 +11,7 @@ tensor is:
   optimizer=slotopt.Adam(0.01))``. A **tf.keras legacy** optimizer (children ``iter`` and its hyperparameter
   variables, slots in ``slot_variables``) → ``slotopt.legacy.<Class>``, also passed by the caller. tf-keras
   2.11+'s optimizer (``_iterations`` and ``_variables`` without ``_trainable_variables``; slots
-  ``<optimizer>/<slot>/<variable>``) is continued by the Keras 3 class. Several optimizers (a TFRS
+  ``<optimizer>/<slot>/<variable>``) is continued by the Keras 3 class, deduplicating sparse rows as tf-keras does. Several optimizers (a TFRS
   ``CompositeOptimizer``) give one part each, continued together as a ``slotopt.CompositeOptimizer``.
 * a TF1 ``Saver`` checkpoint names each tensor after its variable: slots are ``<variable>/<optimizer name>`` (made
   unique with ``_1``, ``_2``), non-slot state ``beta1_power``... → ``slotopt.v1.<Class>Optimizer``. The class and
@@ -36,13 +36,12 @@ from typing import Any, Optional, Union
 
 import torch
 
-from ..engine import registry
 from .bounds import check_object_graph, check_optimizer_values, iterations_of
 from .tensor_bundle import DTYPES, MetadataBundle, TensorBundle, TFCheckpointError, inside_directory
+from .tf1_optimizers import v1_class as _v1_class
 from .tf_files import (
     _SLOT_OP,
     _V1_NON_SLOT,
-    _V1_OPTIMIZERS,
     _VALUE_SUFFIX,
     OBJECT_GRAPH_KEY,
     OptimizerVariable,
@@ -52,8 +51,10 @@ from .tf_files import (
     _resolve,
     latest_checkpoint,
 )
-from .tf_meta import read_meta_graph as _read_meta_graph  # issue 40: walked field by field, bounded
+from .tf_meta import MetaGraph
+from .tf_meta import read_meta as _read_meta  # issue 40: walked field by field, bounded
 from .tf_result import TFCheckpoint
+from .tf_slices import read_partitioned
 
 __all__ = ["TFCheckpoint", "TFCheckpointError", "OptimizerVariable", "load_tf_checkpoint", "latest_checkpoint"]
 
@@ -185,10 +186,14 @@ def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_
             full_name, _ = variable(node_id)
             name, _, local = full_name.rpartition("/")
             owner = slot = None
-            # Keras 3 names a slot ``<optimizer>/<variable path with _>_<slot>``: the longest variable that fits.
-            for flat_name in sorted(flat, key=len, reverse=True):
-                if local.startswith(flat_name + "_"):
-                    owner, slot = flat[flat_name], local[len(flat_name) + 1:]
+            # Keras 3 names a slot ``<optimizer>/<variable path with _>_<slot>``: the longest variable that fits. A
+            # plain tf.Variable (a tf.Module's) is known by its name ``w:0``: ``w_0_<slot>`` (issue 49); a variable
+            # really named ``w_0`` is taken first.
+            prefixes = sorted([(f + "_", f, 1) for f in flat] + [(f + "_0_", f, 0) for f in flat],
+                              key=lambda p: (len(p[0]), p[2]), reverse=True)
+            for prefix, flat_name, _ in prefixes:
+                if local.startswith(prefix) and len(local) > len(prefix):
+                    owner, slot = flat[flat_name], local[len(prefix):]
                     break
             value = add(node_id, owner, slot if owner else local)
             if node_id == node.child("_iterations"):
@@ -248,17 +253,29 @@ def _holds_value(node: _Node, child_name: str, variable: Any) -> bool:
     return True
 
 
-def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
-    """A TF1 ``Saver`` checkpoint: keys are variable names, slots ``<variable>/<op name>[_<n>]``."""
+#: TF1 ``tf.train.ExponentialMovingAverage`` names its shadow of ``v`` ``v/ExponentialMovingAverage`` (or
+#: ``v/<its name>``): shaped like ``v`` as a slot is, but model state, not an optimizer's.
+_EMA_SUFFIXES = ("ExponentialMovingAverage", "MovingAverage")
+
+
+def _from_tf1_names(bundle: TensorBundle, numeric: list[str], partitioned: frozenset = frozenset()) -> TFCheckpoint:
+    """A TF1 ``Saver`` checkpoint: keys are variable names, slots ``<variable>/<op name>[_<n>]``. ``partitioned``:
+    the keys saved in slices (read whole)."""
     meta_path = bundle.prefix + ".meta"
-    consts: dict[str, float] = {}
-    order: list[str] = []
+    meta = MetaGraph()
     notes: list[str] = []
     if os.path.isfile(meta_path):
         inside_directory(meta_path, bundle.prefix)  # issue 40: no symbolic link out of the checkpoint's directory
-        consts, order = _read_meta_graph(meta_path)
+        meta = _read_meta(meta_path)
+    # A partitioned variable's parts (``emb/part_0``...) are one variable of the checkpoint (``emb``).
+    order = list(dict.fromkeys(meta.partitions.get(n, n) for n in meta.trainable))
+
+    def read(key: str) -> torch.Tensor:
+        return read_partitioned(bundle, bundle.entries[key]) if key in partitioned else bundle.read(key)
+
     names = set(numeric)
     slot_of: dict[str, tuple[str, str]] = {}
+    shadows: list[str] = []
     for key in numeric:
         owner, _, op = key.rpartition("/")
         # TF1's built-in slots have their variable's shape and dtype: that keeps a variable named like a child
@@ -266,20 +283,27 @@ def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
         if owner in names and _SLOT_OP.match(op) and key not in order and (
                 bundle.entries[key].shape, bundle.entries[key].dtype) == (
                 bundle.entries[owner].shape, bundle.entries[owner].dtype):
+            if (_op_base(op) or "").endswith(_EMA_SUFFIXES):  # issue 49: an EMA's shadow is a weight
+                shadows.append(key)
+                continue
             slot_of[key] = (owner, op)
+    if shadows:
+        notes.append(f"{len(shadows)} ExponentialMovingAverage shadow variables ({shadows[:3]}...) are carried in "
+                     "`weights`, not continued by the optimizer: keep averaging them yourself if the run did (e.g. "
+                     "torch.optim.swa_utils.AveragedModel with get_ema_multi_avg_fn(decay))")
     non_slot = [k for k in numeric if k.rpartition("/")[2] in _V1_NON_SLOT and k not in order]
     ops = sorted({_op_base(op) for _, op in slot_of.values()})  # type: ignore[type-var]
     trainable = [n for n in order if n in names] or sorted({owner for owner, _ in slot_of.values()})
     optimizer_name = ops[0] if len(ops) == 1 else None
     if len(ops) > 1:
         notes.append(f"slots of several TF1 optimizers: {ops}; pass the one to continue as `optimizer=`")
-    optimizer_variables = [OptimizerVariable(k, k, None, None, bundle.read(k)) for k in non_slot]
-    optimizer_variables += [OptimizerVariable(k, k, owner, op, bundle.read(k)) for k, (owner, op) in slot_of.items()]
+    optimizer_variables = [OptimizerVariable(k, k, None, None, read(k)) for k in non_slot]
+    optimizer_variables += [OptimizerVariable(k, k, owner, op, read(k)) for k, (owner, op) in slot_of.items()]
     used = set(slot_of) | set(non_slot)
-    weights = {k: bundle.read(k) for k in numeric if k not in used}
+    weights = {k: read(k) for k in numeric if k not in used}
     # Variables the optimizer holds state for, in the graph's order when the .meta says it.
     trainable = [n for n in trainable if n in weights]
-    optimizer_class, optimizer_config = _v1_class(optimizer_name, consts, order, slot_of, notes)
+    optimizer_class, optimizer_config, unsupported = _v1_class(optimizer_name, meta, slot_of, notes)
     global_step = weights.get("global_step")
     iterations = iterations_of(global_step, bundle.index_path, "global_step") if global_step is not None \
         and not global_step.is_floating_point() else None
@@ -288,46 +312,38 @@ def _from_tf1_names(bundle: TensorBundle, numeric: list[str]) -> TFCheckpoint:
     parts = []
     if len(ops) > 1:  # several optimizers in one graph (wide & deep): one part each, the variables it has slots for
         power_parts = [op for op in ops if op == "Adam"]  # ``beta1_power``/``beta2_power`` are Adam's
+        owners_of: dict[str, list[str]] = {}
         for op in ops:
             mine = {k for k, (_, o) in slot_of.items() if _op_base(o) == op}
             owners = {slot_of[k][0] for k in mine}
-            part_class, part_config = _v1_class(op, consts, order, slot_of, [])
+            for owner in owners:
+                owners_of.setdefault(owner, []).append(op)  # type: ignore[arg-type]
+            part_class, part_config, part_unsupported = _v1_class(op, meta, slot_of, [])
             part_vars = [v for v in optimizer_variables if v.key in mine
                          or (v.owner is None and len(power_parts) == 1 and op == "Adam")]
             parts.append(TFCheckpoint(
                 path=bundle.prefix, kind="v1", variable_names=[n for n in trainable if n in owners],
                 weights=weights, layouts=layouts, keys={n: n for n in weights}, optimizer_variables=part_vars,
-                optimizer_name=op, optimizer_class=part_class, optimizer_config=part_config, iterations=iterations))
+                optimizer_name=op, optimizer_class=part_class, optimizer_config=part_config, iterations=iterations,
+                unsupported=part_unsupported))
         notes[-1] = (f"slots of several TF1 optimizers: {ops}; `parts` holds each with its variables: "
                      "`optimizer(params)` builds a slotopt.CompositeOptimizer of them (or pass `optimizer=[...]`, one "
                      "per part; one optimizer continues only its own slots)")
+        shared = {n: o for n, o in owners_of.items() if len(o) > 1}
+        if shared:  # issue 49: two optimizers updating one variable ran in no fixed order in the Session
+            name, both = next(iter(shared.items()))
+            unsupported = (
+                f"variable {name!r} is trained by {len(both)} TF1 optimizers ({', '.join(both)}; "
+                f"{len(shared)} such variables), whose updates TensorFlow's Session ran in no fixed order: a "
+                "slotopt.CompositeOptimizer gives each variable one optimizer. Continue one of them: "
+                f"`ck.parts[i].optimizer(params)` (parts: {ops}) or `optimizer=slotopt.v1.<Class>Optimizer(...)`, "
+                "which continues only its own slots")
     return TFCheckpoint(
         path=bundle.prefix, kind=kind, variable_names=trainable if kind == "v1" else [], weights=weights,
         layouts=layouts, keys={n: n for n in weights},
         optimizer_variables=optimizer_variables, optimizer_name=optimizer_name,
         optimizer_class=optimizer_class, optimizer_config=optimizer_config, iterations=iterations, notes=notes,
-        parts=parts)
-
-
-def _v1_class(optimizer_name: Optional[str], consts: dict[str, float], order: list[str],
-              slot_of: dict[str, tuple[str, str]], notes: list[str]) -> tuple[Optional[type], Optional[dict]]:
-    """The slotopt.v1 class a TF1 optimizer's default name means, and its hyperparameters from the ``.meta``
-    graph's constants (``<name>/learning_rate``...) when every one is there."""
-    if optimizer_name not in _V1_OPTIMIZERS:
-        return None, None
-    class_name, arguments = _V1_OPTIMIZERS[optimizer_name]
-    optimizer_class = registry.registered_classes("v1")[class_name]  # the one registry, not a lazy import
-    config: dict[str, Any] = {arg: consts[f"{optimizer_name}/{const}"] for const, arg in arguments.items()
-                              if f"{optimizer_name}/{const}" in consts}
-    if config.keys() != set(arguments.values()):
-        if consts or order:
-            notes.append(f"the .meta graph has no scalar Const for every {class_name} hyperparameter")
-        return optimizer_class, None
-    if optimizer_name == "RMSProp" and any(op == "RMSProp_2" for _, op in slot_of.values()):
-        config["centered"] = True
-    if optimizer_name == "Adam":  # a .meta graph ran in a Session: Grappler's order of the sparse update
-        config["graph_mode_sparse"] = True
-    return optimizer_class, config
+        parts=parts, unsupported=unsupported)
 
 
 def load_tf_checkpoint(prefix_or_directory: Union[str, Path], *, metadata_only: bool = False) -> TFCheckpoint:
@@ -358,13 +374,15 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path], *, metadata_only: 
     bundle = MetadataBundle(prefix) if metadata_only else TensorBundle(prefix)
     numeric, notes = [], []
     skipped: dict[str, str] = {}
+    partitioned = frozenset(k for k, e in bundle.entries.items() if e.slices)
     for key, entry in bundle.entries.items():
         if key == OBJECT_GRAPH_KEY:
             continue
-        if entry.slices:
+        if entry.slices and OBJECT_GRAPH_KEY in bundle.entries:
             raise TFCheckpointError(
-                f"{bundle.index_path}: entry {key!r} is a partitioned variable ({len(entry.slices)} slices); slotopt "
-                "does not read partitioned variables")
+                f"{bundle.index_path}: entry {key!r} is a partitioned variable ({len(entry.slices)} slices) of a "
+                "tf.train.Checkpoint; slotopt reads the partitioned variables of TF1 Saver checkpoints only: restore "
+                "it in TensorFlow and save it unpartitioned (or as a TF1 Saver checkpoint)")
         if key.startswith("\x00"):
             continue  # the data of a slice, keyed by TensorFlow's binary slice name
         if entry.dtype == "string":
@@ -388,7 +406,7 @@ def load_tf_checkpoint(prefix_or_directory: Union[str, Path], *, metadata_only: 
         check_object_graph(strings[0], bundle.index_path, OBJECT_GRAPH_KEY)  # issue 40: bounded before it is built
         checkpoint = _from_object_graph(bundle, _object_graph(strings[0], bundle.index_path), skipped)
     else:
-        checkpoint = _from_tf1_names(bundle, numeric)
+        checkpoint = _from_tf1_names(bundle, numeric, partitioned)
     checkpoint.notes = notes + checkpoint.notes
     # issue 40: optimizer scalars checked as load_state_dict checks them, in every part (a composite's too)
     for part in [checkpoint, *checkpoint.parts]:

@@ -19,16 +19,6 @@ from .tensor_bundle import TFCheckpointError
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
-#: TF1 optimizers slotopt can name from a checkpoint alone: default name (the slots' op name) → (slotopt.v1
-#: class, ``Const`` node name in the optimizer's scope → constructor argument).
-_V1_OPTIMIZERS: dict[str, tuple[str, dict[str, str]]] = {
-    "Adam": ("AdamOptimizer", {"learning_rate": "learning_rate", "beta1": "beta1", "beta2": "beta2",
-                               "epsilon": "epsilon"}),
-    "Momentum": ("MomentumOptimizer", {"learning_rate": "learning_rate", "momentum": "momentum"}),
-    "RMSProp": ("RMSPropOptimizer", {"learning_rate": "learning_rate", "decay": "decay", "momentum": "momentum",
-                                     "epsilon": "epsilon"}),
-    "Adagrad": ("AdagradOptimizer", {"learning_rate": "learning_rate"}),
-}
 #: TF1 non-slot variables (shared by all variables of one optimizer).
 _V1_NON_SLOT = ("beta1_power", "beta2_power")
 _SLOT_OP = re.compile(r"^(?P<op>[A-Za-z][\w.\-]*?)(?:_(?P<n>\d+))?$")

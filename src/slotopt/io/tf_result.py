@@ -13,14 +13,15 @@ from typing import Any, Optional, Union
 
 import torch
 
-from ..engine import adopt, registry
+from ..engine import adopt, registry, summation
 from . import tf_write
 from .keras_layers import to_torch, torch_shape
-from .keras_result import _handed_over, _NamedWeights, _write_weight
+from .keras_result import _handed_over, _NamedWeights, _summation_orders, _write_weight, refuse_tfkeras_new
+from .tf1_optimizers import disagreement
 from .tf_files import OptimizerVariable, _op_base
 
 # tf-keras 2.11+ slot names → the Keras 3 class's (the rest are the same in both).
-_TFKERAS_SLOTS = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"}
+_TFKERAS_SLOTS = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat", "u": "norm"}
 
 
 # ------------------------------------------------------------------------------------------------ the result
@@ -33,8 +34,8 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
     Attributes:
         path: the checkpoint prefix read (``.../ckpt-1``).
         kind: the optimizer's generation: ``"keras3"`` (``tf.train.Checkpoint`` of a Keras 3 optimizer),
-            ``"tfkeras_new"`` (of tf-keras 2.11+'s ``tf.keras.optimizers.<Class>``, continued by the Keras 3 class:
-            the same arithmetic), ``"composite"`` (several optimizers, a TFRS ``CompositeOptimizer``: ``parts``),
+            ``"tfkeras_new"`` (of tf-keras 2.11+'s ``tf.keras.optimizers.<Class>``, continued by the Keras 3 class
+            with tf-keras's deduplication of sparse rows; the classes whose arithmetic differs are refused), ``"composite"`` (several optimizers, a TFRS ``CompositeOptimizer``: ``parts``),
             ``"legacy"`` (of a tf.keras ``OptimizerV2``), ``"v1"`` (a TF1 ``Saver`` checkpoint), or ``"none"``
             (variables only).
         variable_names: the trainable variables the optimizer holds state for, in the optimizer's order (TF1:
@@ -78,6 +79,9 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
     notes: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     parts: list[TFCheckpoint] = field(default_factory=list)
+    #: What the file says the optimizer did that slotopt cannot do (TF1: a ``.meta`` graph's kernel or attribute,
+    #: two optimizers on one variable): ``optimizer``/``load_module`` refuse, with this message.
+    unsupported: Optional[str] = None
     _loans: adopt.Loans = field(default_factory=adopt.Loans, repr=False, compare=False)
     _built_state: Any = field(default=None, repr=False, compare=False)  # what the optimizer took (tf_write.py)
 
@@ -96,6 +100,8 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         """The caller's optimizer, or one built from what the file names; checked for its generation."""
         if self.kind == "none":
             raise ValueError(f"{self.path} holds no optimizer state: only variables ({sorted(self.weights)[:8]}...).")
+        if self.unsupported is not None and (optimizer is None or self.kind == "v1" and not self.parts):
+            raise ValueError(f"{self.path}: {self.unsupported}; slotopt cannot continue it as it ran.")
         if optimizer is None:
             if self.optimizer_class is None or self.optimizer_config is None:
                 hint = {"keras3": "slotopt.Adam(0.01)", "tfkeras_new": "slotopt.Adam(0.01)",
@@ -105,7 +111,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                     f"named {self.optimizer_name!r}): pass the optimizer you trained with, e.g. "
                     f"`optimizer={hint}`.")
             return self.optimizer_class(**self.optimizer_config)
-        # tf-keras 2.11+'s Optimizer does Keras 3's arithmetic: the Keras 3 class continues it.
+        # tf-keras 2.11+'s Optimizer: the Keras 3 class continues it (deduplicating sparse rows, issue 49).
         expected = registry.base_class({"tfkeras_new": "keras3"}.get(self.kind, self.kind))
         if not isinstance(optimizer, expected):
             raise TypeError(
@@ -117,6 +123,12 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             raise ValueError(
                 "Argument `optimizer` must be a new optimizer (not built yet): the checkpoint's state is loaded into "
                 f"it as it is built. Received: optimizer={optimizer!r}")
+        if self.kind == "tfkeras_new":  # issue 49: tf-keras 2.11+ sums a sparse gradient's repeated rows first
+            refuse_tfkeras_new(optimizer, self.path)
+            optimizer._deduplicate_sparse = True
+        differs = disagreement(optimizer, self.optimizer_config) if self.kind == "v1" else None
+        if differs is not None:  # issue 49: e.g. plain momentum passed for a Nesterov run
+            raise ValueError(f"{self.path}: {differs}: pass the optimizer the run was trained with.")
         return optimizer
 
     def _planned_state(self, probe: Any) -> list[tuple[str, Optional[str], Optional[torch.Tensor], Any]]:
@@ -129,7 +141,9 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             built = list(probe.variables)
             # The last component: a LossScaleOptimizer's inner variables are scoped differently in the file.
             own = [str(v.path).rsplit("/", 1)[-1] for v in built]
-            saved = [v.name.rsplit("/", 1)[-1] for v in file_vars]
+            # A slot by its variable and slot name: a tf.Variable's slot is named after ``w:0`` (``w_0_momentum``).
+            saved = [f"{v.owner.replace('/', '_')}_{v.slot}" if v.owner and v.slot else v.name.rsplit("/", 1)[-1]
+                     for v in file_vars]
             if own != saved:
                 raise ValueError(
                     f"{where}: a {type(probe).__name__} built on the checkpoint's variables has optimizer variables "
@@ -327,6 +341,8 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         step count loaded; every part is checked before any is built.
         """
         ordered = self._params_in_order(params)
+        if isinstance(optimizer, registry.registered_classes("tfrs")["CompositeOptimizer"]):
+            optimizer = self._parts_of(optimizer, ordered, params)  # issue 49: the composite a TFRS user builds
         if self.kind == "composite" or (self.parts and (optimizer is None or isinstance(optimizer, (list, tuple)))):
             return self._composite(ordered, optimizer)
         opt = self._optimizer_for(optimizer)
@@ -339,7 +355,38 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         tf_write.remember(self, opt, probe[2], layout=False)
         return opt
 
+    def _parts_of(self, composite: Any, ordered: list[torch.Tensor], params: Any) -> list[Any]:
+        """A ``slotopt.CompositeOptimizer`` built as a TFRS user builds one (``[(optimizer, variables), ...]`` on
+        ``params``) → its optimizers in ``parts`` order, each matched to the part holding its variables."""
+        if not self.parts:
+            raise TypeError(f"{self.path} holds one optimizer ({self.kind}); a CompositeOptimizer continues a "
+                            "checkpoint of several (a TFRS CompositeOptimizer's). Pass that one optimizer.")
+        if composite.built:
+            raise ValueError("Argument `optimizer` must be a new CompositeOptimizer (not built yet): the checkpoint's "
+                             "state is loaded into its optimizers as they are built.")
+        names = {id(t): n for n, t in zip(self.variable_names, ordered)}
+        if isinstance(params, Mapping) or any(spec for _, spec in composite._entries if isinstance(spec, list)
+                                              and spec and isinstance(spec[0], str)):
+            composite._remember(list(zip(self.variable_names, ordered)))  # names for its patterns
+        owners = composite._owner_map(ordered)
+        chosen: list[Any] = [None] * len(self.parts)
+        for index, (sub, _) in enumerate(composite._entries):
+            mine = {names.get(id(v), "?") for v in composite._variables_of(index, owners)}
+            part = next((j for j, p in enumerate(self.parts) if set(p.variable_names) == mine), None)
+            if part is None or chosen[part] is not None:
+                raise ValueError(
+                    f"Argument `optimizer`: the CompositeOptimizer's optimizer {index} ({type(sub).__name__}) trains "
+                    f"{sorted(mine)}; the checkpoint's parts train {[p.variable_names for p in self.parts]}: give each "
+                    "optimizer the variables of one part (the tensors passed as `params`).")
+            chosen[part] = sub
+        if None in chosen:
+            raise ValueError(f"Argument `optimizer`: the CompositeOptimizer has {len(composite._entries)} optimizers; "
+                             f"the checkpoint {len(self.parts)} parts ({[p.optimizer_name for p in self.parts]}).")
+        return chosen
+
     def _composite(self, ordered: list[torch.Tensor], optimizers: Any) -> Any:
+        if self.unsupported is not None:
+            raise ValueError(f"{self.path}: {self.unsupported}.")
         if optimizers is None and all(p.optimizer_config is not None for p in self.parts):
             optimizers = [None] * len(self.parts)  # each part's class and hyperparameters from the .meta graph
         if not isinstance(optimizers, (list, tuple)) or len(optimizers) != len(self.parts):
@@ -419,6 +466,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                     "cannot be converted to torch's layout. Use `optimizer(params)` with checkpoint-layout tensors.")
         for name in targets:
             self._loans.check(self.weights[name], f"weight {name!r}", self.path)
+        orders = _summation_orders(targets, self.layouts, self.weights)
         values = self._state_values(probe, layout=True)
         with torch.no_grad():
             for name, param in targets.items():
@@ -429,6 +477,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                       else list(zip(self.variable_names, ordered)))
         self._load_state(opt, probe, values)
         tf_write.remember(self, opt, probe[2], layout=True, mapping=mapping)
+        summation.set_orders(opt, orders)  # issue 49: norms in TensorFlow's order of each variable's layout
         return opt
 
 

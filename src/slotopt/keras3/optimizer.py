@@ -31,6 +31,7 @@ from ..engine.naming import unique_name
 from ..engine.pipeline import Step, run_step
 from ..engine.plan import Ordinary
 from ..engine.state import FlatState
+from ..kernels import rows as sparse_rows
 from ..variables import IndexedSlices, Variable, named_variables
 from . import optimizer_variables, torch_hooks
 from .torch_hooks import _floatx
@@ -481,6 +482,27 @@ class Optimizer(OptimizerCore):
             )
         return checked
 
+    #: tf-keras 2.11+'s ``Optimizer`` (issue 49): a sparse gradient's repeated rows are summed (unique rows, then
+    #: a segment sum) after clipping and before the update, where Keras 3 updates row by row. Set by the readers
+    #: for a tf-keras 2.11+ file; the rest of its arithmetic is the Keras 3 class's (``stages.clip_gradients``).
+    _deduplicate_sparse: bool = False
+
+    def _deduplicated_sparse(self, pairs: list[Pair]) -> list[Pair]:
+        out = []
+        for g, v in pairs:
+            if isinstance(g, IndexedSlices) and not _tfkeras_sparse_exact(self):
+                raise ValueError(
+                    f"A sparse gradient for {self._name_of(v)!r}: this {type(self).__name__} continues a tf-keras "
+                    f"2.11+ run, whose sparse update ({type(self).__name__}'s row scatter) slotopt does not "
+                    "reproduce bit for bit (checked against tf-keras 2.21: Adagrad and SGD without Nesterov do). "
+                    "Pass the gradient dense (`grad.to_dense()`: tf-keras's dense update, the same values up to "
+                    "rounding) to continue.")
+            if isinstance(g, IndexedSlices):
+                rows, values = sparse_rows.deduplicate(g)
+                g = IndexedSlices(values, rows, g.dense_shape)
+            out.append((g, v))
+        return out
+
     #: Hyperparameters whose value decides which slots the build makes (Keras 3 tests them then, as numbers):
     #: a callable there is refused.
     _decided_at_build: frozenset[str] = frozenset({"momentum"})
@@ -545,3 +567,11 @@ class Optimizer(OptimizerCore):
 
     def __repr__(self) -> str:
         return as_written.describe(self, type(self).__name__, self.name)
+
+
+def _tfkeras_sparse_exact(opt: Any) -> bool:
+    """Whether tf-keras 2.11+'s sparse update of ``opt``'s class is, once deduplicated, the Keras 3 class's
+    (tests/data/migration4 ``t*``: Adagrad, SGD without Nesterov)."""
+    name = type(opt).__name__
+    return name == "Adagrad" or (name == "SGD" and not getattr(opt, "nesterov", False))
+

@@ -34,6 +34,7 @@ from ..engine import (
     pipeline,
     plan_cache,
     shards,
+    summation,
     validation,
 )
 from ..engine.core import OptimizerCore, Pair, check_gradient_aggregator, count_step
@@ -543,14 +544,15 @@ class Optimizer(OptimizerCore):
             pairs = done
         elif self._clipvalue is not None:
             pairs = clipping.map_gradient_values(pairs, lambda grads: clipping.clip_by_value(grads, self._clipvalue))
+        orders = summation.orders_of(self, pairs)  # issue 49: sums in TF's order of a variable's layout
         if self._clipnorm is not None and done is None:
             spans = shards.shard_groups_of(self, pairs)
             pairs = clipping.map_gradient_values(
-                pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm, spans))
+                pairs, lambda grads: clipping.clip_by_norm(grads, self._clipnorm, spans, orders))
         if self._global_clipnorm is not None and done is None:
             pairs = clipping.map_gradient_values(
                 pairs, lambda grads: clipping.clip_by_global_norm(grads, self._global_clipnorm,
-                                                                  shards.shard_groups_of(self, pairs)))
+                                                                  shards.shard_groups_of(self, pairs), orders=orders))
         for fn in self.gradient_transformers:
             # (a transformer's result is checked as any step's: an ordinary step of the plan only where it fits)
             pairs = gradient_maps.replaced_pairs(pairs, fn(list(pairs)))
