@@ -124,6 +124,12 @@ def _loaded(run: str) -> tuple[Any, list, Any]:
 @pytest.mark.parametrize("run", _fixtures())
 def test_read_write_read_is_the_identity(run, tmp_path, capsys):
     ck, params, opt = _loaded(run)
+    if any(entry.slices for entry in TensorBundle(ck.path).entries.values()):
+        # A limit kept (partitioned variables are read, not written): refused naming it, with nothing written.
+        with pytest.raises(ValueError, match=r"partitioned variable 'emb'.*does not write partitioned"):
+            ck.save(tmp_path, params, opt)
+        assert os.listdir(tmp_path) == []
+        return
     written = ck.save(tmp_path, params, opt)
     original, ours = TensorBundle(ck.path), TensorBundle(_bundle_prefix(written))
     assert sorted(original.entries) == sorted(ours.entries)

@@ -323,7 +323,11 @@ def save(ck: Any, path: Union[str, os.PathLike], params: Any, optimizer: Any, *,
     entries: list[tuple[str, Source]] = []
     for key, entry in bundle.entries.items():
         if entry.slices or key.startswith("\x00"):
-            raise ValueError(f"{where}: entry {key!r} is a partitioned variable, which slotopt does not write")
+            whole = next((k for k, e in bundle.entries.items() if e.slices and key.startswith("\x00")
+                          and k.encode("utf-8", "surrogateescape") in key.encode("utf-8", "surrogateescape")), None)
+            raise ValueError(f"{where}: {ck.path} holds the partitioned variable {whole or key!r} (saved as "
+                             "several slices): slotopt reads it but does not write partitioned variables yet; "
+                             "save it from TensorFlow, or keep that checkpoint read-only")
         entries.append((key, updates.pop(key) if key in updates else (bundle, entry)))
     if updates:  # (every key came from the file's index: a guard, not a path)
         raise ValueError(f"{where}: entries {sorted(updates)[:4]} are not in {bundle.index_path}")
