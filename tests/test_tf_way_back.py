@@ -147,7 +147,11 @@ def test_read_write_read_is_the_identity(run, tmp_path, capsys):
     assert ours_shown.splitlines()[1:] == capsys.readouterr().out.splitlines()[1:]
 
 
-@pytest.mark.parametrize("run", TF_RUNS)
+def _partitioned(run: str) -> bool:
+    return "partitioned" in run  # (written back by TensorFlow only: test_read_write_read_is_the_identity)
+
+
+@pytest.mark.parametrize("run", [r for r in TF_RUNS if not _partitioned(r)])
 def test_a_file_written_mid_run_continues_as_tensorflow_did(run, tmp_path):
     """Two of the recorded TensorFlow steps in slotopt, write, read the written file, the other four: every weight
     after the last step is TensorFlow's."""
