@@ -18,7 +18,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from . import compiled, cpu, eigen, libm, roots
+from . import compiled, eigen, libm, roots
 
 __all__ = ["sqrt", "pow", "sum", "mean", "norm", "rsqrt", "fused_rsqrt_exact", "cos", "exp", "log", "div_scalar",
            "div_scalar_"]
@@ -167,6 +167,8 @@ def fused_rsqrt_exact(vendor: Optional[str] = None) -> bool:
     >>> fused_rsqrt_exact("no such vendor")
     False
     """
+    from . import cpu  # (here, not at the top: not on any step's path)
+
     if _estimate_function() is None:
         return False
     return vendor is None or vendor == cpu.vendor()
