@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
+import os
 
 import numpy as np
 import pytest
@@ -234,3 +235,16 @@ def test_compiled_and_foreach_paths_agree_bit_for_bit_over_long_runs(config, dty
     foreach = _run(config, dtype, grads, "foreach", composite)
     for a, b in zip(compiled, foreach):
         assert (_bits(a) == _bits(b)).all(), config
+
+
+def test_the_vendor_is_the_processors_and_the_estimate_guard_names_it():
+    """``numerics.cpu.vendor()`` is the CPUID vendor Linux reports; the estimate's bits are TensorFlow's for that
+    vendor only (docs/exactness.md: the same bits as TensorFlow on the same vendor's processors)."""
+    from slotopt.numerics import cpu
+
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as cpuinfo:
+            lines = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("vendor_id")]
+        assert cpu.vendor() == (lines[0] if lines else "unknown")
+    assert numerics.fused_rsqrt_exact(cpu.vendor()) == numerics.fused_rsqrt_exact() == NATIVE
+    assert not numerics.fused_rsqrt_exact(cpu.INTEL if cpu.vendor() != cpu.INTEL else cpu.AMD)

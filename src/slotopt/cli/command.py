@@ -159,6 +159,13 @@ def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     print(f"kernels: {state['path']} ({state['reason']}; SLOTOPT_KERNELS={state['mode']})", file=out)
     if state["library"]:
         print(f"library: {state['library']}", file=out)
+    from ..numerics import cpu, fused_rsqrt_exact
+
+    # (TensorFlow's fused float32 Adagrad/ProximalAdagrad/Adadelta kernels take the processor's rsqrtps estimate)
+    estimate = (f"TensorFlow's bits of the rsqrtps kernels as on {cpu.vendor()} processors" if fused_rsqrt_exact()
+                else "no rsqrtps estimate without the compiled library: fused float32 Adagrad, ProximalAdagrad and "
+                     "Adadelta can be one ULP off TensorFlow's")
+    print(f"cpu: {cpu.vendor()} ({estimate})", file=out)
     table = tensor_table.status()
     print(f"step checks: {'C++' if table['active'] else 'Python'} ({table['reason']})", file=out)
     cuda = triton.status()

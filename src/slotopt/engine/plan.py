@@ -36,12 +36,14 @@ import torch
 from ..kernels import native
 from ..kernels.native import tensor_table
 from ..kernels.native.operands import (
+    Kinds,
     direct,
     direct_type,
     in_storage,
     inside,
     is_python_dispatch,
     plain,
+    plain_reads,
     within_storage,
     writable_now,
 )
@@ -87,8 +89,9 @@ class Ordinary(list):  # type: ignore[type-arg]
     #: first write (``quiet_now``): the cyclic collector's count of collections then, else None. ``proven_again``
     #: then need not prove it again (engine/unchanged.py).
     quiet: Optional[int] = None
-    #: Whether its slots were proven by the Python record (``unchanged.slots_hold``) in this step.
-    held: bool = False
+    #: Whether its slots were proven by the Python record (``unchanged.slots_hold``) in this step: 0 no, 1 yes, 2 yes
+    #: with their contiguity and kind (``Held.whole``).
+    held: int = 0
 
     @classmethod
     def of(cls, pairs: Sequence[Pair], plan: StepPlan, grads: list[torch.Tensor],
@@ -152,6 +155,9 @@ class StepPlan:
         self.groups = opt._groups(self.positions)  # the (device, dtype) groups of the positions
         self.kinds = list(dict.fromkeys(zip(self.devices, self.dtypes)))  # the (device, dtype) pairs, in order
         self.table = tensor_table.make_plan(variables)  # the C++ checks' record of the variables, or None
+        #: The Python checks' records of the variables' and of the gradients' kinds (``operands.Kinds``), made when
+        #: ``fits`` proved them property by property; None before (or where this torch has no guard).
+        self.guards: Optional[tuple[Optional[Kinds], Optional[Kinds]]] = None
 
         #: Values a stage derived from the variables, by the stage's key (e.g. the decayed positions for one
         #: exclusion list); dropped with the plan.
@@ -232,17 +238,16 @@ class StepPlan:
                 # Identity, address, dtype, device, sizes, contiguity, storage bounds and kind, proven again in one
                 # pass; the rule writes them next: their version counters move in the same pass (``bumped``).
                 if tensor_table.same_tensors(record, tensors, bump=True):
-                    matched.bumped = True
+                    matched.bumped, matched.held = True, False
                     return matched
-            elif all(map(_is, tensors, memo[1])) and list(map(_address, tensors)) == memo[2] \
-                    and all(map(_contiguous, tensors)) and list(map(type, tensors)) == memo[7] \
-                    and all(map(direct_type, memo[8])) and plain(tensors) and (
-                        self._held() or (list(map(_shape, tensors)) == memo[3]
-                                         and all(map(_is, map(_dtype, tensors), repeat(memo[6])))
-                                         and writable_now(tensors) and inside(tensors, memo[9], memo[10]))):
-                # (the same proof in bulk: identity, address, contiguity, class, kind; and sizes, dtype,
-                # writability and bounds, unless this quiet step's slots were held unchanged in it)
+            elif self._same_state(tensors, memo):
+                # (the same proof in bulk: identity, address, class, kind; and contiguity, views, sizes, dtype,
+                # writability and bounds, unless this quiet step's slots were held unchanged in it: by a record of
+                # their kinds too, or not)
                 matched.bumped = False
+                # Their storages are held by that record (``Held``) through the kernel call: what ``pins.pin`` would
+                # hold (memory the call's addresses lie in, proven in this step).
+                matched.held = self._held()
                 return matched
         shapes = [self.shapes[self.index_of[p]] for p in group]
         dtype = self.dtypes[self.index_of[group[0]]]
@@ -262,13 +267,25 @@ class StepPlan:
                           list(dict.fromkeys(types)), ends, extents)
         return matched
 
-    def _held(self) -> bool:
+    def _same_state(self, tensors: Sequence[torch.Tensor], memo: tuple[Any, ...]) -> bool:
+        """Whether ``tensors`` are still the state operands ``memo`` recorded (the Python checks of
+        ``state_operands``), each property read from the tensors themselves."""
+        with plain_reads():
+            return (all(map(_is, tensors, memo[1])) and list(map(_address, tensors)) == memo[2]
+                    and list(map(type, tensors)) == memo[7] and all(map(direct_type, memo[8])) and (
+                        self._held(whole=True) or (all(map(_contiguous, tensors)) and plain(tensors) and (
+                            self._held() or (list(map(_shape, tensors)) == memo[3]
+                                             and all(map(_is, map(_dtype, tensors), repeat(memo[6])))
+                                             and writable_now(tensors) and inside(tensors, memo[9], memo[10]))))))
+
+    def _held(self, whole: bool = False) -> bool:
         """Whether this step is quiet and its slots were proven by the Python record (``Held.holds``: each the same
-        object at the same address, dtype and sizes, in the same storage, writable), with no collection since
-        (``unchanged.proven_again`` marks it, the next ``fits`` drops it). The slot tables are not changed by a
-        quiet step's own code: a tensor of the memo found in them now was among those the record proved."""
+        object at the same address, dtype and sizes, in the same storage, writable; with ``whole``, contiguous and
+        of a kind read directly as well), with no collection since (``unchanged.proven_again`` marks it, the next
+        ``fits`` drops it). The slot tables are not changed by a quiet step's own code: a tensor of the memo found
+        in them now was among those the record proved."""
         held = self.memo.get("held")
-        return held is not None and held == collections()
+        return held is not None and held[0] == collections() and held[1] >= (2 if whole else 1)
 
     @staticmethod
     def possible(opt: Planner, pairs: Sequence[Pair]) -> bool:
@@ -317,6 +334,10 @@ class StepPlan:
         if len(pairs) != len(self.variables) or not all(map(_is, map(type, pairs), repeat(tuple))) \
                 or not all(map(operator.eq, map(len, pairs), repeat(2))):
             return None  # (a face's own pairs are 2-tuples; anything else is checked in full)
+        with plain_reads():  # (each property read from the tensor itself, as the C++ checks read it)
+            return self._fits_python(pairs)
+
+    def _fits_python(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         grads = [pair[0] for pair in pairs]
         variables = [pair[1] for pair in pairs]
         if not all(map(_is, variables, self.variables)):
@@ -328,30 +349,45 @@ class StepPlan:
         # a Python call per tensor costs more than the reads). (Each variable's storage is read again, not held
         # by the plan: a storage the user let go, as FSDP and weight-swapping code do with ``p.data = ...``
         # between steps, must be freed then, not at the next step.)
-        if list(map(type, variables)) != self.types or not all(map(direct_type, self.type_set)) \
+        kinds = self.guards
+        if kinds is not None and kinds[0] is not None and all(map(direct_type, self.type_set)) \
+                and kinds[0].same(variables):
+            # (class, dtype, device, sizes, strides and dispatch keys in one C++ pass, against a record of these
+            # variables made when they were proven below: contiguity, views, writability and the rest with them)
+            if not (list(map(_address, variables)) == self.addresses and inside(variables, self.ends, self.extents)):
+                return None
+        elif list(map(type, variables)) != self.types or not all(map(direct_type, self.type_set)) \
                 or list(map(_address, variables)) != self.addresses or list(map(_dtype, variables)) != self.dtypes \
                 or list(map(_shape, variables)) != self.shapes \
                 or not (all(map(_on_cpu, variables)) if self.on_cpu else list(map(_device, variables)) == self.devices) \
                 or not all(map(_contiguous, variables)) or not plain(variables) or not writable_now(variables) \
                 or not inside(variables, self.ends, self.extents):
             return None  # changed since: checked in full again (the full path refuses a changed variable)
+        else:
+            kinds = self.guards = (Kinds.of(variables), None)  # (proven now: recorded for the next steps)
         # One C-level pass per property (no Python loop per gradient): the type, layout, dtype, device, shape and
         # kind of each gradient against its variable's, as the plan recorded them. The layout comes first: a sparse
         # COO gradient has a dtype, a shape, a device and even a contiguity (False) like a dense one, and only
         # the full path checks its rows (an index past the table must never reach a kernel). Anything unusual
         # (sparse, mkldnn, nested, meta, another device, a lazily negated view a kernel would read unnegated)
-        # takes the full path, which checks it or refuses it.
+        # takes the full path, which checks it or refuses it. Gradients of the kinds of a record made of earlier
+        # gradients proven here (exact torch.Tensor, strided, contiguous, of their variables' dtypes, sizes and
+        # devices, no view) are that again: one C++ pass.
         if not (all(map(_is, map(type, grads), repeat(torch.Tensor)))
                 and all(map(_is, map(_layout, grads), repeat(_strided))) and not any(map(_nested, grads))
-                and list(map(_dtype, grads)) == self.dtypes
-                and (all(map(_on_cpu, grads)) if self.on_cpu else list(map(_device, grads)) == self.devices)
-                and list(map(_shape, grads)) == self.shapes and plain(grads)):
+                and (all(map(_on_cpu, grads)) if self.on_cpu else list(map(_device, grads)) == self.devices)):
+            return None  # (before the guard too: it reads strides, which other layouts and devices may not have)
+        known = kinds is not None and kinds[1] is not None and kinds[1].same(grads)
+        if not known and not (list(map(_dtype, grads)) == self.dtypes and list(map(_shape, grads)) == self.shapes
+                              and plain(grads)):
             return None
         # (strided, not nested: contiguity is defined; a gradient read by address must lie inside its storage)
         addresses = list(map(_address, grads))
         ends = [a + e if e else 0 for a, e in zip(addresses, self.extents)] if self.empty else \
             list(map(operator.add, addresses, self.extents))
-        contiguous = all(map(_contiguous, grads)) and inside(grads, ends, self.extents)
+        contiguous = (known or all(map(_contiguous, grads))) and inside(grads, ends, self.extents)
+        if contiguous and not known and kinds is not None:
+            self.guards = (kinds[0], Kinds.of(grads))
         return _proven(Ordinary.of(pairs, self, grads, addresses if contiguous else None))
 
 

@@ -35,7 +35,8 @@ def slots_hold(opt: Any, step: Optional[Ordinary] = None) -> bool:
 
     ``step``: the ordinary step this proves the slots of; marked ``held`` when the Python record proved every slot
     the same object at the same address, of the same dtype and sizes, in the same storage and writable
-    (``Held.holds``), which ``StepPlan.state_operands`` need not read again in a quiet step."""
+    (``Held.holds``), which ``StepPlan.state_operands`` need not read again in a quiet step: 2 when it proved each
+    one contiguous and of a kind read directly too (``Held.whole``), 1 when not."""
     kinds = opt.__dict__.get("_slot_kinds")
     if not kinds:
         return True
@@ -45,7 +46,7 @@ def slots_hold(opt: Any, step: Optional[Ordinary] = None) -> bool:
         if type(record[1]) is Held:
             if not tensor_table.active() and record[1].holds(slots):
                 if step is not None:
-                    step.held = True
+                    step.held = 2 if record[1].whole else 1
                 return True
         elif tensor_table.active() and tensor_table.same_tensors(record[1], slots):
             return True
@@ -150,7 +151,7 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
             # callable, transformer, hook or mode, and no collection (no finalizer) since before the proof. Its
             # slots too, when the Python record held them (``slots_hold``): ``state_operands`` reads only what that
             # record does not prove, until the plan's next proof (``fits`` drops the mark).
-            pairs.plan.memo["held"] = quiet if pairs.held else None
+            pairs.plan.memo["held"] = (quiet, pairs.held) if pairs.held else None
             return unaliased(opt, pairs)
         if _still(pairs):  # (C++: the same pairs, gradients and addresses, every tensor proven again in one pass)
             return unaliased(opt, pairs)

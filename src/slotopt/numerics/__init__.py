@@ -11,7 +11,8 @@ What torch does differently, on the CPU, and what is used instead:
 * ``pow`` of tensors: Eigen's ``generic_pow`` on whole packets and the C library's ``pow`` on the rest
   (:func:`pow`);
 * the fused float32 Adagrad/ProximalAdagrad/Adadelta kernels' ``rsqrt``: the CPU's ``rsqrtps`` estimate plus one
-  Newton step (:func:`rsqrt`; the compiled kernels have their own copy, in ``kernels/native``);
+  Newton step (:func:`rsqrt`; the compiled kernels have their own copy, in ``kernels/native``), whose bits are
+  the processor vendor's (:func:`.cpu.vendor`: the same bits as TensorFlow on the same vendor's processors);
 * subnormal numbers are flushed to zero during a step (:func:`flush_to_zero`; :func:`.libm.flush_subnormal`
   for values computed outside it), as TensorFlow's kernels run.
 
@@ -22,10 +23,10 @@ number (a multiplication by its reciprocal): :func:`div_scalar` divides there. O
 
 from __future__ import annotations
 
-from . import eigen, libm, roots
+from . import cpu, eigen, libm, roots
 from .fpmode import flush_to_zero
 from .libm import flush_subnormal, scalar_pow
 from .ops import cos, div_scalar, div_scalar_, exp, fused_rsqrt_exact, log, mean, norm, pow, rsqrt, sqrt, sum
 
 __all__ = ["sqrt", "pow", "sum", "mean", "norm", "rsqrt", "fused_rsqrt_exact", "cos", "exp", "log", "scalar_pow",
-           "flush_subnormal", "flush_to_zero", "eigen", "libm", "roots", "div_scalar", "div_scalar_"]
+           "flush_subnormal", "flush_to_zero", "cpu", "eigen", "libm", "roots", "div_scalar", "div_scalar_"]

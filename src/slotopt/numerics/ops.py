@@ -156,10 +156,22 @@ def _estimate_function():  # the compiled library's rsqrtps helper, if it was bu
                                                       ctypes.c_int64], None)
 
 
-def fused_rsqrt_exact() -> bool:
-    """Whether :func:`rsqrt` reproduces TensorFlow's float32 fused kernels here: it needs the compiled library's
-    ``rsqrtps`` (the estimate's bits are the CPU's own; torch and NumPy cannot produce them)."""
-    return _estimate_function() is not None
+def fused_rsqrt_exact(vendor: Optional[str] = None) -> bool:
+    """Whether :func:`rsqrt` reproduces TensorFlow's float32 fused kernels as TensorFlow computes them on a
+    processor of ``vendor`` (a CPUID vendor string such as ``"GenuineIntel"``; default: this machine's).
+
+    It needs the compiled library's ``rsqrtps`` (torch and NumPy cannot produce the estimate), and the estimate's
+    bits are the processor's own: they are TensorFlow's on a processor of this machine's vendor only
+    (:func:`.cpu.vendor`). A reference recorded on another vendor's processor differs in the last bits.
+
+    >>> fused_rsqrt_exact("no such vendor")
+    False
+    """
+    from . import cpu  # (here, not at the top: not on any step's path)
+
+    if _estimate_function() is None:
+        return False
+    return vendor is None or vendor == cpu.vendor()
 
 
 def rsqrt(tensors: Sequence[torch.Tensor], rows: bool = False) -> Tensors:

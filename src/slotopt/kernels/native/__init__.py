@@ -238,7 +238,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     for j, tensors in enumerate(lists):
         if tensors is None:
             continue
-        rows[j] = tensors
+        rows[j] = None if type(tensors) is Matched and tensors.held else tensors  # (held already: operands.Held)
         if extents is not None:
             if len(tensors) == n:
                 extents[:, j] = np.array([_extent(t) for t in tensors], dtype=np.uint64).T
@@ -431,6 +431,9 @@ class Matched(list):  # type: ignore[type-arg]
     addresses: Any
     #: Whether their version counters already moved for this call (``StepPlan.state_operands``, checked in C++).
     bumped = False
+    #: Whether their storages are held through this call by the record that proved them in this step
+    #: (``operands.Held``, the Python checks): ``pins.pin`` need not take them again.
+    held = False
 
 
 class Verified(list):  # type: ignore[type-arg]

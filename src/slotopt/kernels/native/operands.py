@@ -17,8 +17,8 @@ import torch
 
 from . import tensor_table
 
-__all__ = ["in_storage", "within_storage", "is_python_dispatch", "direct", "Held", "direct_type", "plain", "writable_now",
-           "inside"]
+__all__ = ["in_storage", "within_storage", "is_python_dispatch", "direct", "Held", "Kinds", "direct_type", "plain",
+           "writable_now", "inside", "plain_reads"]
 
 try:
     from torch.autograd.graph import increment_version as _torch_increment_version
@@ -26,6 +26,11 @@ except ImportError:  # older torch
     _torch_increment_version = torch._C._increment_version  # type: ignore[attr-defined]
 
 _NO_DISPATCH = torch._C._disabled_torch_dispatch_impl
+
+#: A context in which reading a property of a tensor subclass (slotopt.Variable, whose class torch asks for a
+#: ``__torch_function__`` on every call: three times the cost of a plain tensor's read) reads it from the tensor
+#: itself, as the C++ checks do. Only around the checks' reads: user code and torch's ops never run inside it.
+plain_reads = torch._C.DisableTorchFunctionSubclass
 
 
 def _takes_lists() -> bool:
@@ -99,6 +104,7 @@ _data_ptr = torch.Tensor.data_ptr
 _storage_ptr = torch.UntypedStorage.data_ptr
 _storage_bytes = torch.UntypedStorage.nbytes
 _dtype, _shape = attrgetter("dtype"), attrgetter("shape")
+_contiguous = torch.Tensor.is_contiguous
 
 
 def direct_type(cls: type) -> bool:
@@ -138,6 +144,99 @@ def _readable(tensors: Sequence[torch.Tensor], written: bool) -> bool:
     return all([t.is_contiguous() and direct(t) for t in tensors])
 
 
+class Kinds:
+    """The Python checks' record of what a list of tensors is, proven again for a whole list in one C++ call: each
+    tensor's exact class, dtype, device, sizes, strides, ``requires_grad`` and dispatch keys. The keys are where torch
+    marks a lazily negated or conjugated view, a functional wrapper, an inference tensor, a sparse, mkldnn, nested or
+    meta tensor and the device type, so a list that matches a record of tensors found plain, contiguous and writable
+    is that again (what ``plain``, ``writable_now``, ``is_contiguous`` and the dtype, shape and device reads prove,
+    in one pass instead of a call into torch per tensor and property). Not their addresses or storages.
+
+    The pass is torch's own tensor guard, the one ``torch.compile`` checks its inputs with
+    (``torch._C._dynamo.guards.TensorGuards``). It compares the keys after the thread's local dispatch state is
+    applied, so a record is used only under the local state it was made in (an inference-mode or autocast region
+    reads again in full). Where this torch has no such guard, or it fails the checks ``_guard_sound`` makes once of
+    what it tells apart, ``of`` returns None and each property is read on its own, with the same verdicts.
+
+    >>> kinds = Kinds.of([torch.zeros(3)])
+    >>> kinds is None or (kinds.same([torch.ones(3)]) and not kinds.same([torch.ones(4)]))
+    True
+    """
+
+    __slots__ = ("guard", "state")
+
+    def __init__(self, guard: Any, state: tuple[int, int]) -> None:
+        self.guard, self.state = guard, state
+
+    @classmethod
+    def of(cls, tensors: Sequence[torch.Tensor]) -> Optional[Kinds]:
+        """A record of ``tensors`` (which the caller has just proven plain), or None: no guard on this torch."""
+        if not tensors or not _guard_sound():
+            return None
+        try:
+            return cls(_make_guard(tensors), _local_state())
+        except Exception:  # (a tensor the guard cannot record: the properties are read one by one)
+            return None
+
+    def same(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether every one of ``tensors`` (as many as recorded) is of its recorded class, dtype, device, sizes,
+        strides, ``requires_grad`` and dispatch keys, under the local dispatch state of the record."""
+        try:
+            return _local_state() == self.state and self.guard.check(*tensors) is True
+        except Exception:  # (the wrong number of tensors, an object the guard refuses to read: not proven)
+            return False
+
+
+def _make_guard(tensors: Sequence[torch.Tensor]) -> Any:
+    return _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                         dynamic_dims_strides=[list(t.stride()) for t in tensors])
+
+
+try:
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+    _include_set, _exclude_set = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
+except (ImportError, AttributeError):  # (a torch without them: every property read on its own)
+    _TensorGuards = None
+
+
+def _local_state() -> tuple[int, int]:
+    """The thread's local dispatch state (included and excluded keys), which the guard applies to the keys."""
+    return _include_set().raw_repr(), _exclude_set().raw_repr()
+
+
+_soundness: Optional[bool] = None
+
+
+def _guard_sound() -> bool:
+    """Whether this torch's tensor guard tells apart everything ``Kinds`` relies on (checked once): a tensor of the
+    recorded kind passes, and one that differs in any single respect the Python checks read fails."""
+    global _soundness
+    if _soundness is None:
+        _soundness = False
+        if _TensorGuards is not None:
+            try:
+                _soundness = _probe()
+            except Exception:
+                _soundness = False
+    return _soundness
+
+
+def _probe() -> bool:
+    base = torch.zeros(4, 3)
+    with torch.inference_mode():
+        inference = torch.zeros(4, 3)
+    complex_base = torch.zeros(4, 3, dtype=torch.complex64)
+    guard, complex_guard = _make_guard([base]), _make_guard([complex_base])
+    state = _local_state()
+    others = [torch.zeros(4, 3, dtype=torch.float64), torch.zeros(3, 4), torch.zeros(4, 3, 1), torch.zeros(3, 4).t(),
+              torch._neg_view(torch.zeros(4, 3)), inference, torch.zeros(4, 3, device="meta"),
+              torch.zeros(4, 3).to_sparse(), torch.nn.Parameter(torch.zeros(4, 3)),
+              torch.zeros(4, 3).requires_grad_(), torch._to_functional_tensor(torch.zeros(4, 3))]
+    return (guard.check(torch.ones(4, 3)) is True and complex_guard.check(torch.ones(4, 3, dtype=torch.complex64))
+            and not complex_guard.check(complex_base.conj()) and not any(guard.check(t) for t in others)
+            and _local_state() == state)
+
+
 class Held:
     """The Python checks' record of tensors found whole (each of its kind, inside its storage): the tensors, their
     addresses, dtypes and sizes, and their storages, held. A tensor still the same object at the same address, of
@@ -154,6 +253,15 @@ class Held:
         self.storages = [t.untyped_storage() for t in tensors]
         self.bases = list(map(_storage_ptr, self.storages))
         self.sizes = list(map(_storage_bytes, self.storages))
+        #: Their kinds (``Kinds``: class, dtype, sizes, strides, dispatch keys), when the tensors are contiguous and
+        #: this torch has the guard; then ``holds`` proves their contiguity and kind too (``whole``).
+        self.kinds = Kinds.of(tensors) if all(map(_contiguous, tensors)) else None
+
+    @property
+    def whole(self) -> bool:
+        """Whether ``holds`` also proves each tensor contiguous and of a kind read directly (``plain``,
+        ``writable_now``), from its ``Kinds``."""
+        return self.kinds is not None
 
     @classmethod
     def of(cls, tensors: list[Any]) -> Optional[Held]:
@@ -163,6 +271,15 @@ class Held:
         return cls(tensors)
 
     def holds(self, tensors: list[Any]) -> bool:
+        with plain_reads():  # (each read straight from the tensor, as the C++ checks read it)
+            return self._holds(tensors)
+
+    def _holds(self, tensors: list[Any]) -> bool:
+        if self.kinds is not None:  # (class, dtype, sizes, strides, views, inference: one C++ pass)
+            return (all(map(is_, tensors, self.tensors)) and self.kinds.same(tensors)
+                    and list(map(_data_ptr, tensors)) == self.addresses
+                    and list(map(_storage_ptr, self.storages)) == self.bases
+                    and list(map(_storage_bytes, self.storages)) == self.sizes)
         return (all(map(is_, tensors, self.tensors)) and list(map(_data_ptr, tensors)) == self.addresses
                 and list(map(_dtype, tensors)) == self.dtypes and list(map(_shape, tensors)) == self.shapes
                 and list(map(_storage_ptr, self.storages)) == self.bases

@@ -23,6 +23,7 @@ storage); without it, the storages are taken and compared in Python.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
@@ -46,7 +47,7 @@ class Moved(RuntimeError):
 Row = Union[None, torch.Tensor, Sequence[torch.Tensor]]
 
 _storage_of = torch.Tensor.untyped_storage
-_detach = torch.Tensor.detach
+_alias = operator.attrgetter("data")  # a new tensor of the same storage (``detach`` without autograd's view record)
 _storage_base = torch.UntypedStorage.data_ptr
 _storage_bytes = torch.UntypedStorage.nbytes
 
@@ -64,6 +65,11 @@ def pin(rows: Sequence[Row], table: np.ndarray, offsets: np.ndarray, itemsize: i
             table = np.ascontiguousarray(table, dtype=np.uint64)
             offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         return tensor_table.pin(rows, table, offsets, n, itemsize)
+    with torch._C.DisableTorchFunctionSubclass():  # (read from the tensors themselves, as the C++ pin reads them)
+        return _pin_rows(rows, table, offsets, itemsize, n)
+
+
+def _pin_rows(rows: Sequence[Row], table: np.ndarray, offsets: np.ndarray, itemsize: int, n: int) -> Optional[Any]:
     table = table.reshape(-1, n) if n else table.reshape(len(rows), 0)
     held: list[Any] = []
     lengths = np.diff(offsets).astype(np.uint64) * np.uint64(itemsize)
@@ -109,13 +115,13 @@ def _pin_each(tensors: Sequence[torch.Tensor], addresses: np.ndarray, sizes: np.
 
 def _covered(tensors: Sequence[torch.Tensor], starts: np.ndarray, sizes: np.ndarray, held: list[Any]) -> bool:
     """Whether each tensor's storage, taken now and added to ``held``, holds ``sizes[i]`` bytes from ``starts[i]``
-    (the Python form of the C++ ``pin``). What is held is a tensor of the same storage made here (``detach``: an
+    (the Python form of the C++ ``pin``). What is held is a tensor of the same storage made here (``.data``: an
     ``at::Tensor`` reference, as torch's ops hold), which no other thread can reach: its storage's bounds, read
     after, are those of the memory held. (Not the ``UntypedStorage`` objects themselves: torch's Python storage
     objects, kept across a call another thread swaps the tensors during, were seen to leave a dangling object
     behind in torch 2.13, which crashed a later ``untyped_storage()``.)"""
     try:
-        kept = list(map(_detach, tensors))
+        kept = list(map(_alias, tensors))
         storages = list(map(_storage_of, kept))
     except (RuntimeError, NotImplementedError, TypeError):  # (a tensor without a storage of its own)
         return False

@@ -16,8 +16,10 @@ the Python checks run, with the same results. :func:`use` switches at run time (
 from __future__ import annotations
 
 import importlib
+import operator
 import os
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any, Optional
 
 import torch
@@ -26,6 +28,7 @@ __all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_
            "gradients", "pin", "still", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode", "same_kind"]
 
 _module: Any = None
+_grad, _is = operator.attrgetter("grad"), operator.is_
 _load_error: Optional[str] = None
 _enabled = os.environ.get("SLOTOPT_TENSOR_TABLE", "1").strip().lower() not in ("0", "off", "false", "no")
 
@@ -144,7 +147,10 @@ def pin(rows: Sequence[Any], table: Any, offsets: Any, n: int, itemsize: int) ->
 def gradients(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``[(p.grad, p) for p in params if p.grad is not None]``."""
     if not active():
-        return [(p.grad, p) for p in params if p.grad is not None]
+        grads = list(map(_grad, params))  # (each ``.grad`` read once, in one C-level pass)
+        if any(map(_is, grads, repeat(None))):
+            return [(g, p) for g, p in zip(grads, params) if g is not None]
+        return list(zip(grads, params))
     return _module.gradients(params)
 
 
