@@ -136,6 +136,14 @@ def _contiguous_offset(obj: Any, nbytes: int) -> Optional[int]:
         return None
     if offset is None or obj.dtype.kind not in "fiu" or int(obj.id.get_storage_size()) != nbytes:
         return None
+    # The bytes are numpy's only when the HDF5 type is exactly the standard one of the dtype h5py reports: h5py
+    # names a float by its size (a 32-bit float without IEEE's implied mantissa bit, or with another exponent
+    # bias, is still `<f4`), so such a dataset is read through the HDF5 library's conversion, as Keras reads it.
+    try:
+        if obj.id.get_type() != h5py.h5t.py_create(obj.dtype):
+            return None
+    except (RuntimeError, ValueError, TypeError):
+        return None
     return int(offset)
 
 
