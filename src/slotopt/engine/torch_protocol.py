@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..kernels.native import tensor_table
-from . import atomic, group_sync, state_io
+from . import atomic, group_sync, state_io, torch_arguments
 from .eager import outside_dynamo
 from .group_sync import TorchName, _as_number, is_param_group_list, torch_names_for
 from .state_io import CLASS_KEY
@@ -140,6 +140,7 @@ class TorchProtocol(torch.optim.Optimizer):
             values = {"lr": self._shown_lr(), **values}
         for name in group_sync.torch_names(self):
             values[name.name] = name.value_in(values)
+        values.update(torch_arguments.implementation_flags(self))  # torch's ``fused``/``foreach``/...: what they are
         return values
 
     @defaults.setter
