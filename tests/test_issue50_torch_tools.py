@@ -140,3 +140,98 @@ def test_48_capturable_on_cuda_is_refused_clearly():
         pytest.skip("no CUDA device: the refusal is exercised where one is")
     with pytest.raises(TorchSpellingError, match="cannot be captured in a CUDA graph yet"):
         slotopt.Adam([torch.nn.Parameter(torch.ones(2, device="cuda"))], capturable=True)
+
+
+# ------------------------------------------------------------------------------------------ 7: param_names
+def _adapt_state_dict_ids(optimizer, state_dict):
+    """torch's documented load-by-name recipe (``Optimizer.register_load_state_dict_pre_hook``, torch 2.6+)."""
+    from copy import deepcopy
+
+    adapted = deepcopy(optimizer.state_dict())
+    for k, v in state_dict["param_groups"][0].items():
+        if k not in ["params", "param_names"]:
+            adapted["param_groups"][0][k] = v
+    lookup = {name: pid for pid, name in zip(state_dict["param_groups"][0]["params"],
+                                             state_dict["param_groups"][0]["param_names"])}
+    clone = lambda d: {k: (v.clone() if isinstance(v, torch.Tensor) else deepcopy(v)) for k, v in d.items()}  # noqa: E731
+    for pid, name in zip(adapted["param_groups"][0]["params"], adapted["param_groups"][0]["param_names"]):
+        if name in lookup:
+            adapted["state"][pid] = clone(state_dict["state"][lookup[name]])
+    return adapted
+
+
+@pytest.mark.parametrize("make", [lambda p: slotopt.Adam(p, lr=0.01), lambda p: torch.optim.Adam(p, lr=0.01),
+                                  lambda p: slotopt.legacy.Adam(p, lr=0.01)], ids=["keras3", "torch", "legacy"])
+def test_7_param_names_are_kept_and_torchs_load_by_name_recipe_works(make):
+    torch.manual_seed(0)
+    first = torch.nn.ModuleDict({"a": torch.nn.Linear(3, 4), "b": torch.nn.Linear(4, 2)})
+    opt = make(first.named_parameters())
+    assert opt.param_groups[0]["param_names"] == ["a.weight", "a.bias", "b.weight", "b.bias"]
+    for _ in range(3):
+        opt.zero_grad()
+        first["b"](first["a"](torch.randn(5, 3))).square().sum().backward()
+        opt.step()
+    saved = opt.state_dict()
+    assert saved["param_groups"][0]["param_names"] == ["a.weight", "a.bias", "b.weight", "b.bias"]
+    # The same layers registered in another order: by position the state would go to the wrong tensors.
+    second = torch.nn.ModuleDict({"b": torch.nn.Linear(4, 2), "a": torch.nn.Linear(3, 4)})
+    second.load_state_dict(first.state_dict())
+    resumed = make(second.named_parameters())
+    resumed.register_load_state_dict_pre_hook(_adapt_state_dict_ids)
+    resumed.load_state_dict(saved)
+    for name, p in second.named_parameters():
+        old = opt.state[dict(first.named_parameters())[name]]
+        for key, value in resumed.state[p].items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(old[key])), (name, key)
+
+
+def test_7_bare_tensors_have_no_param_names_as_in_torch():
+    w = _param()
+    assert "param_names" not in slotopt.Adam([w]).param_groups[0]
+    assert "param_names" not in torch.optim.Adam([w]).param_groups[0]
+    opt = slotopt.Adam([("w", w)])
+    opt.add_param_group({"params": [("v", _param(3))], "lr": 0.5})
+    assert [g["param_names"] for g in opt.param_groups] == [["w"], ["v"]]
+
+
+# ------------------------------------------------------------------------------------------ 8: add_param_group
+def _three_steps_then_a_group(make, **kwargs):
+    w, v = _param(), _param()
+    opt = make([w])
+    for _ in range(3):
+        w.grad = torch.ones(2)
+        opt.step()
+    opt.add_param_group({"params": [v]}, **kwargs)
+    v.grad, w.grad = torch.ones(2), torch.ones(2)
+    opt.step()
+    return opt, w, v
+
+
+def test_8_a_group_added_mid_training_shares_the_count_by_default_or_counts_its_own_as_torch():
+    torch_opt, tw, tv = _three_steps_then_a_group(lambda p: torch.optim.Adam(p, lr=0.1))
+    assert 1 - tv[0].item() == pytest.approx(0.1, abs=1e-6)
+    shared, sw, sv = _three_steps_then_a_group(lambda p: slotopt.Adam(p, lr=0.1))
+    assert 1 - sv[0].item() == pytest.approx(0.0581, abs=1e-4)  # Keras's and TF's: t = 4 for the new group
+    own, ow, ov = _three_steps_then_a_group(lambda p: slotopt.Adam(p, lr=0.1), step_count="own")
+    assert 1 - ov[0].item() == pytest.approx(0.1, abs=1e-5)  # torch's: the group's first step
+    assert torch.equal(ow, sw)  # the first group is untouched by the choice
+    assert own.param_groups[1]["step_offset"] == 3 and "step_offset" not in shared.param_groups[1]
+    # carried by state_dict: a resumed optimizer keeps counting the group from where it was added
+    w2, v2 = ow.detach().clone().requires_grad_(), ov.detach().clone().requires_grad_()
+    again = slotopt.Adam([w2], lr=0.1)
+    again.add_param_group({"params": [v2]}, step_count="own")
+    again.load_state_dict(own.state_dict())
+    assert again.param_groups[1]["step_offset"] == 3
+    for o, p, q in ((own, ow, ov), (again, w2, v2)):
+        p.grad, q.grad = torch.ones(2), torch.ones(2)
+        o.step()
+    assert torch.equal(ov, v2) and torch.equal(ow, w2)
+
+
+def test_8_step_count_is_checked_and_refused_where_a_generation_cannot_give_a_group_its_own():
+    with pytest.raises(ValueError, match="step_count"):
+        slotopt.Adam([_param()]).add_param_group({"params": [_param()]}, step_count="torch")
+    opt = slotopt.legacy.Adam([_param()])
+    with pytest.raises(ValueError, match="cannot give one group its own"):
+        opt.add_param_group({"params": [_param()]}, step_count="own")
+    assert len(opt.param_groups) == 1
