@@ -5,13 +5,20 @@ subprocess with a time limit."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import slotopt
 from slotopt.io import _h5safe
 from slotopt.io.errors import CheckpointFormatError
 
 h5py = pytest.importorskip("h5py")
+SRC = str(Path(slotopt.__file__).parents[1])  # the slotopt under test, for the subprocesses
 
 
 def _non_ieee_file(path) -> np.ndarray:
@@ -44,5 +51,107 @@ def test_a_standard_float_is_still_read_in_place(tmp_path):
     assert got.datasets["w"].dtype == np.dtype("=f4")
 
 
-def _unused():  # keeps the import used until the structure tests below use it
-    return CheckpointFormatError
+# ------------------------------------------------------------------------------------------ 2: links
+def _run_bounded(code: str, seconds: float = 60) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter (slotopt from this tree), killed past ``seconds``: where a reader could
+    hang, the test fails instead of hanging."""
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=seconds, env=env)
+
+
+def _inspect(target) -> subprocess.CompletedProcess:
+    """``slotopt inspect target``, bounded in time."""
+    return subprocess.run([sys.executable, "-c", "import slotopt_cli; raise SystemExit(slotopt_cli.main())",
+                           "inspect", str(target)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": SRC})
+
+
+def test_one_dataset_under_many_hard_links_is_read_once_and_refused(tmp_path):
+    target = tmp_path / "links.h5"
+    with h5py.File(target, "w") as f:
+        f.create_dataset("w", data=np.zeros(1 << 20, np.float32), chunks=(1 << 16,))  # read by the child
+        for i in range(100):
+            f[f"alias{i:03d}"] = f["w"]
+    with pytest.raises(CheckpointFormatError, match="is the HDF5 object 'alias000' again .*second hard link"):
+        _h5safe.snapshot(str(target), str(target), 1 << 40, isolate=False)
+
+
+def test_groups_linking_the_next_twice_are_refused_in_time(tmp_path):
+    target = tmp_path / "dag.h5"
+    with h5py.File(target, "w") as f:
+        groups = [f.create_group(f"g{i}") for i in range(25)]
+        for here, below in zip(groups, groups[1:]):
+            here["left"], here["right"] = below, below  # 2**24 paths, 25 objects
+        groups[-1]["w"] = np.zeros(4, np.float32)
+    code = ("import sys\nfrom slotopt.io import _h5safe\nfrom slotopt.io.errors import CheckpointFormatError\n"
+            f"try:\n    _h5safe.snapshot({str(target)!r}, {str(target)!r}, 1 << 40)\n"
+            "except CheckpointFormatError as err:\n    print('refused:', err)\n")
+    done = _run_bounded(code)
+    assert "refused:" in done.stdout and "second hard link" in done.stdout, done.stderr[-2000:]
+    inspected = _inspect(target)
+    assert inspected.returncode != 0 and "second hard link" in inspected.stdout + inspected.stderr
+
+
+def _keras3_graph_with_one_slot_referenced(prefix: str, references: int) -> None:
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import _tf_bundle_writer as writer
+
+    graph, tensors = writer.Graph(), {}
+    optimizer = graph.add(0, "optimizer")
+    variables, trainable = graph.add(optimizer, "_variables"), graph.add(optimizer, "_trainable_variables")
+    weight = graph.add(trainable, "0")
+    graph.variable(weight, "dense/kernel", "w" + writer.SUFFIX)
+    iterations = graph.add(optimizer, "_iterations")
+    graph.variable(iterations, "adam/iteration", "it" + writer.SUFFIX)
+    graph.link(variables, "0", iterations)
+    slot = graph.add(variables, "1")
+    graph.variable(slot, "adam/dense_kernel_momentum", "m" + writer.SUFFIX)
+    for i in range(2, references + 1):
+        graph.link(variables, str(i), slot)  # the same 4 MiB node, again and again
+    tensors["w" + writer.SUFFIX] = torch.zeros(1 << 20)
+    tensors["m" + writer.SUFFIX] = torch.zeros(1 << 20)
+    tensors["it" + writer.SUFFIX] = torch.tensor(3, dtype=torch.int64)
+    tensors["_CHECKPOINTABLE_OBJECT_GRAPH"] = graph.serialize()
+    writer.write_bundle(prefix, tensors)
+
+
+def test_an_object_graph_node_referenced_many_times_is_read_once_and_refused(tmp_path):
+    from slotopt.io.tensor_bundle import TFCheckpointError
+
+    _keras3_graph_with_one_slot_referenced(str(tmp_path / "ckpt-1"), 200)
+    with pytest.raises(TFCheckpointError, match="node .*'adam/dense_kernel_momentum'.* referenced twice"):
+        slotopt.load_tf_checkpoint(tmp_path / "ckpt-1")
+    _keras3_graph_with_one_slot_referenced(str(tmp_path / "ok-1"), 1)  # once: read as before
+    assert slotopt.load_tf_checkpoint(tmp_path / "ok-1").iterations == 3
+
+
+def test_a_legacy_slot_node_behind_many_slot_references_is_refused(tmp_path):
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import _tf_bundle_writer as writer
+
+    from slotopt.io.tensor_bundle import TFCheckpointError
+
+    graph, tensors = writer.Graph(), {}
+    model, optimizer = graph.add(0, "model"), graph.add(0, "optimizer")
+    weights = [graph.add(model, f"w{i}") for i in range(50)]
+    for i, node in enumerate(weights):
+        graph.variable(node, f"w{i}", f"w{i}" + writer.SUFFIX)
+        tensors[f"w{i}" + writer.SUFFIX] = torch.zeros(4)
+    it = graph.add(optimizer, "iter")
+    graph.variable(it, "Adam/iter", "iter" + writer.SUFFIX)
+    tensors["iter" + writer.SUFFIX] = torch.tensor(3, dtype=torch.int64)
+    lr = graph.add(optimizer, "learning_rate")
+    graph.variable(lr, "Adam/learning_rate", "lr" + writer.SUFFIX)
+    tensors["lr" + writer.SUFFIX] = torch.tensor(0.01)
+    slot = graph.add(0, "slot")
+    graph.variable(slot, "w0/m", "slot" + writer.SUFFIX)
+    tensors["slot" + writer.SUFFIX] = torch.zeros(4)
+    graph.nodes[optimizer]["slots"] = [(node, "m", slot) for node in weights]
+    tensors["_CHECKPOINTABLE_OBJECT_GRAPH"] = graph.serialize()
+    writer.write_bundle(str(tmp_path / "ckpt-1"), tensors)
+    with pytest.raises(TFCheckpointError, match="referenced twice"):
+        slotopt.load_tf_checkpoint(tmp_path / "ckpt-1")

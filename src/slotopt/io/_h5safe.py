@@ -153,11 +153,24 @@ def _placeholder(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.broadcast_to(np.zeros((), dtype=dtype.newbyteorder("=")), shape)
 
 
+def _object_address(obj: Any) -> Any:
+    """What identifies an HDF5 object in its file whatever name reached it (its object header's address, or its
+    token in HDF5 1.12+)."""
+    import h5py
+
+    info = h5py.h5o.get_info(obj.id)
+    return getattr(info, "token", None) or info.addr
+
+
 def _walk(path: str, source: Any, max_bytes: int, metadata_only: bool = False) -> H5Snapshot:
     import h5py
 
     snap = H5Snapshot()
     total = 0
+    # Every object once: a second hard link to a group or dataset is refused where it is met, so the walk's work
+    # and what it allocates are bounded by the file's objects, not by its paths (25 groups each linking the next
+    # twice are 2**24 paths in a 50 KB file; one dataset under 100 names would be read 100 times).
+    seen: dict[Any, str] = {}
 
     def attributes(obj: Any, entry: str) -> None:
         snap.attrs[entry] = {_name: _attribute_value(path, entry, obj, _name) for _name in obj.attrs.keys()}
@@ -171,6 +184,11 @@ def _walk(path: str, source: Any, max_bytes: int, metadata_only: bool = False) -
                 raise CheckpointFormatError(path, entry, f"is an HDF5 {type(link).__name__}, which points outside the "
                                             "file's own objects; Keras writes none, so the file is refused.")
             obj = group.get(key)
+            first = seen.setdefault(_object_address(obj), entry)
+            if first != entry:
+                raise CheckpointFormatError(path, entry, f"is the HDF5 object {first!r} again (a second hard link): "
+                                            "Keras writes each group and dataset once; refused (each object is "
+                                            "read once, whatever links the file has).")
             if isinstance(obj, h5py.Group):
                 snap.groups.add(entry)
                 attributes(obj, entry)
