@@ -155,3 +155,30 @@ def test_a_legacy_slot_node_behind_many_slot_references_is_refused(tmp_path):
     writer.write_bundle(str(tmp_path / "ckpt-1"), tensors)
     with pytest.raises(TFCheckpointError, match="referenced twice"):
         slotopt.load_tf_checkpoint(tmp_path / "ckpt-1")
+
+
+# ------------------------------------------------------------------------------------------ 3: symlinked dirs
+def test_a_saved_model_whose_variables_directory_links_out_of_it_is_refused(tmp_path):
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import _tf_bundle_writer as writer
+    from slotopt.io.tensor_bundle import TFCheckpointError
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    writer.write_bundle(str(elsewhere / "variables"), {"w": torch.ones(3)})
+    model = tmp_path / "saved_model"
+    model.mkdir()
+    (model / "saved_model.pb").write_bytes(b"")
+    (model / "variables").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(TFCheckpointError, match="outside the SavedModel directory"):
+        slotopt.load_tf_checkpoint(model)
+    inspected = _inspect(model)
+    assert inspected.returncode != 0 and "outside the SavedModel directory" in inspected.stdout + inspected.stderr
+    inner = tmp_path / "inner"  # a link that stays inside the SavedModel is its own business
+    inner.mkdir()
+    (inner / "real").mkdir()
+    writer.write_bundle(str(inner / "real" / "variables"), {"w": torch.ones(3)})
+    (inner / "variables").symlink_to(inner / "real", target_is_directory=True)
+    assert torch.equal(slotopt.load_tf_checkpoint(inner).weights["w"], torch.ones(3))
