@@ -204,6 +204,9 @@ def _walk(path: str, source: Any, max_bytes: int, metadata_only: bool = False) -
             dtype = obj.dtype
             if dtype.kind not in _NUMERIC_KINDS or dtype.fields is not None or dtype.subdtype is not None:
                 raise CheckpointFormatError(path, entry, f"has dtype {dtype}; only numbers are read.")
+            if dtype.kind == "f" and dtype.itemsize not in (2, 4, 8):  # (an extended float h5py maps to longdouble)
+                raise CheckpointFormatError(path, entry, f"has dtype {dtype} ({dtype.itemsize * 8}-bit float); only "
+                                            "16-, 32- and 64-bit floats are read (what torch holds and Keras writes).")
             shape = obj.shape if obj.shape is not None else ()
             nbytes = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
             stored = int(obj.id.get_storage_size())
