@@ -163,6 +163,7 @@ def test_a_saved_model_whose_variables_directory_links_out_of_it_is_refused(tmp_
 
     sys.path.insert(0, str(Path(__file__).parent))
     import _tf_bundle_writer as writer
+
     from slotopt.io.tensor_bundle import TFCheckpointError
 
     elsewhere = tmp_path / "elsewhere"
