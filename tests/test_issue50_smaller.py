@@ -1,0 +1,50 @@
+"""Issue 50 items 9 and 10: smaller corners."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+
+import pytest
+import torch
+
+import slotopt
+from slotopt.engine import atomic
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_9_a_fork_while_another_thread_is_mid_step_leaves_the_childs_collector_on():
+    assert gc.isenabled()
+    inside, leave = threading.Event(), threading.Event()
+
+    def step() -> None:
+        token = atomic.hold()
+        try:
+            inside.set()
+            leave.wait(30)
+        finally:
+            atomic.release(token)
+
+    worker = threading.Thread(target=step)
+    worker.start()
+    inside.wait(30)
+    assert not gc.isenabled()  # the other thread's step holds it off here
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os._exit(0 if gc.isenabled() else 3)
+    _, status = os.waitpid(pid, 0)
+    leave.set()
+    worker.join(30)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert gc.isenabled()
+
+
+def test_9_an_empty_parameter_with_a_huge_shape_steps_as_in_torch():
+    shape = (0, 2 ** 62)
+    opt, ref = slotopt.Adam([p := torch.nn.Parameter(torch.empty(shape))]), torch.optim.Adam(
+        [q := torch.nn.Parameter(torch.empty(shape))])
+    for o, w in ((opt, p), (ref, q)):
+        w.grad = torch.empty(shape)
+        o.step()
+    assert tuple(opt.state[p]["momentum"].shape) == shape and int(opt.iterations) == 1
