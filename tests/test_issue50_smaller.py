@@ -48,3 +48,19 @@ def test_9_an_empty_parameter_with_a_huge_shape_steps_as_in_torch():
         w.grad = torch.empty(shape)
         o.step()
     assert tuple(opt.state[p]["momentum"].shape) == shape and int(opt.iterations) == 1
+
+
+def test_9_inspect_escapes_control_characters_in_names(tmp_path):
+    import io
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import _tf_bundle_writer as writer
+    from slotopt.cli.inspect import inspect_checkpoint
+
+    writer.write_bundle(str(tmp_path / "model.ckpt-1"), {"w\x1b[2J\x07": torch.ones(2), "ok": torch.ones(1)})
+    out = io.StringIO()
+    inspect_checkpoint(str(tmp_path / "model.ckpt-1"), out)
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text and "w\\x1b[2J\\x07" in text
