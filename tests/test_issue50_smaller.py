@@ -57,6 +57,7 @@ def test_9_inspect_escapes_control_characters_in_names(tmp_path):
 
     sys.path.insert(0, str(Path(__file__).parent))
     import _tf_bundle_writer as writer
+
     from slotopt.cli.inspect import inspect_checkpoint
 
     writer.write_bundle(str(tmp_path / "model.ckpt-1"), {"w\x1b[2J\x07": torch.ones(2), "ok": torch.ones(1)})
