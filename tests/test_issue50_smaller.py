@@ -65,3 +65,16 @@ def test_9_inspect_escapes_control_characters_in_names(tmp_path):
     inspect_checkpoint(str(tmp_path / "model.ckpt-1"), out)
     text = out.getvalue()
     assert "\x1b" not in text and "\x07" not in text and "w\\x1b[2J\\x07" in text
+
+
+def test_9_a_nested_tensor_slot_is_refused_by_name_and_changes_nothing():
+    w = torch.nn.Parameter(torch.ones(2))
+    opt = slotopt.Adam([w], lr=0.1)
+    w.grad = torch.ones(2)
+    opt.step()
+    saved = opt.state_dict()
+    before = opt.state[w]["momentum"].clone()
+    saved["state"][0]["momentum"] = torch.nested.nested_tensor([torch.ones(2)])
+    with pytest.raises(TypeError, match="'momentum' of parameter 0 is a nested tensor"):
+        opt.load_state_dict(saved)
+    assert torch.equal(opt.state[w]["momentum"], before)
