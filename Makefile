@@ -26,7 +26,7 @@ SOURCES := pyproject.toml setup.py src/slotopt/kernels/native/slotopt_kernels.c 
 	src/slotopt/kernels/native/tensor_table.cpp src/slotopt/kernels/native/tensor_checks.cpp \
 	src/slotopt/kernels/native/tensor_table.h
 
-.PHONY: demo test docs setup parity bench info wheel clean-venv asan
+.PHONY: demo test docs setup parity bench info wheel clean-venv asan fuzz
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/slotopt demo
@@ -47,6 +47,19 @@ info: $(DEMO_STAMP)
 	$(VENV)/bin/slotopt info
 
 setup: $(TEST_STAMP)
+
+# The long run of the parsers' fuzzers (tools/fuzz.py; `make test` runs a few seconds of each:
+# tests/test_fuzz_targets.py): coverage-guided with atheris (libFuzzer's engine) where it is installed
+# (`pip install atheris==3.0.0`), else seeded mutations with the same oracle. FUZZ_SECONDS per target; findings
+# in build/fuzz/<target>/.
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS := protowire bundle object_graph meta hdf5 keras_zip keras_config
+fuzz: $(TEST_STAMP)
+	@engine=$$($(PY) -c "import atheris" 2>/dev/null && echo atheris || echo mutate); \
+	for target in $(FUZZ_TARGETS); do \
+		echo "== $$target ($$engine, $(FUZZ_SECONDS) s)"; \
+		$(PY) tools/fuzz.py --engine $$engine --target $$target --seconds $(FUZZ_SECONDS) || exit 1; \
+	done
 
 # AddressSanitizer run of the C kernels' tests, a separate job (not part of `make test`): both compiled modules
 # (slotopt_kernels.c and the tensor table) are rebuilt with -fsanitize=address in a copy of the sources under

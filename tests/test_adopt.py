@@ -244,3 +244,37 @@ def test_every_part_of_a_composite_takes_the_files_slots(run, optimizers):
     opt = ck.optimizer(params, optimizer=optimizers())
     slots = [t for p in params for name, t in opt.state[p].items() if name != "step" and t.dim() > 0]
     assert len(slots) >= len(ck.parts) and _addresses(slots) <= file_memory
+
+
+def test_writes_through_data_are_seen_as_writes(tmp_path):
+    """Issue 50 item 1: ``.data`` is a new tensor on the same memory with a version counter of its own, so a write
+    through it moves no counter of the tensor handed out; a second use must still see the write (parameters and
+    slots alike), not hand the written values out as the file's."""
+    ck, _, _, new, _ = _keras3(tmp_path)
+    ps = ck.parameters()
+    ps[0].data.add_(1)  # no version counter of ck.weights moves
+    with pytest.raises(ValueError, match="'dense/kernel' was handed over without a copy .* written since"):
+        ck.parameters()
+    (tmp_path / "again").mkdir()
+    ck = _keras3(tmp_path / "again")[0]
+    first = ck.parameters()
+    opt = ck.optimizer(first, optimizer=new())
+    slot = next(v for v in opt.variables if v.path.endswith("dense_kernel_momentum"))
+    slot.data.mul_(2)  # a slot taken from the file, written through .data
+    untouched = new()
+    with pytest.raises(ValueError, match="handed over without a copy"):
+        ck.optimizer([p.detach().clone() for p in first], optimizer=untouched)
+    assert not untouched.built
+
+
+def test_an_unwritten_view_handed_out_is_fingerprinted_over_its_own_bytes():
+    from slotopt.engine import adopt
+
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    view = base[1:3].T  # a strided view: its extent is rows 1..2 of the storage
+    mark = adopt.fingerprint(view)
+    base[0].add_(1)  # outside the view's bytes
+    assert adopt.fingerprint(view) == mark
+    base.data[2, 5] = -1.0  # inside: seen although no version counter of `view` moved
+    assert adopt.fingerprint(view) != mark
+    assert adopt.fingerprint(torch.empty(3, device="meta")) is None

@@ -32,7 +32,30 @@ def _scalar(value: torch.Tensor) -> str:
     return f" = {value.reshape(()).item()!r}" if value.numel() == 1 else ""
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]}
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\x1b``): names come from the file, and a terminal would
+    run an escape sequence in one."""
+    return text.translate(_CONTROL)
+
+
+class _Escaped:
+    """A text stream that escapes control characters in what is written, except the lines' own ends."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return self._out.write("\n".join(_printable(line) for line in text.split("\n")))
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
 def _print_table(rows: list[tuple[str, ...]], out: TextIO, indent: str = "  ") -> None:
+    rows = [tuple(_printable(c) for c in row) for row in rows]  # (a newline in a name stays in its cell)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))] if rows else []
     for row in rows:
         print(indent + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
@@ -146,6 +169,7 @@ def _inspect_keras(path: str, out: TextIO) -> None:
 def inspect_checkpoint(path: str, out: TextIO) -> None:
     """Prints what the checkpoint at ``path`` holds. Raises ``FileNotFoundError`` for a missing path and
     ``ValueError`` for a file that is not a readable checkpoint."""
+    out = _Escaped(out)  # type: ignore[assignment]
     if os.path.isdir(path) or os.path.isfile(path + ".index") or path.endswith(".index"):
         _inspect_tf(path, out)
     elif os.path.isfile(path):

@@ -9,8 +9,9 @@ are what the face would have allocated. Whatever was not taken (scalars, slots p
 slot of another dtype or layout) is written by :func:`assign`, once, into the optimizer's own tensor.
 
 What a reader hands out without a copy (the weights as parameters, the saved slots as the optimizer's) keeps
-being the reader's tensor too: :class:`Loans` remembers each one's version counter, so that a second use of it
-copies the file's values while they are still unwritten and refuses clearly once training has written them.
+being the reader's tensor too: :class:`Loans` remembers each one's version counter and the CRC-32 of its bytes, so
+that a second use of it copies the file's values while they are still unwritten and refuses clearly once training
+has written them (through ``.data`` too, which moves no version counter).
 
 Example:
     >>> import torch, slotopt
@@ -29,8 +30,11 @@ Example:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import contextvars
+import os
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Optional
 
@@ -39,7 +43,7 @@ import torch
 
 from . import resume, weights
 
-__all__ = ["Loans", "Offer", "offer", "offering", "take", "initial_fill", "check", "assign", "same_memory"]
+__all__ = ["Loans", "fingerprint", "Offer", "offer", "offering", "take", "initial_fill", "check", "assign", "same_memory"]
 
 
 def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -48,25 +52,63 @@ def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
             and tuple(a.shape) == tuple(b.shape) and a.stride() == b.stride())
 
 
-class Loans:
-    """The tensors a reader handed out without a copy, with each one's version counter at the hand-over.
+_FINGERPRINT_CHUNK = 1 << 24
 
-    A tensor handed out is the caller's from then on: training writes it (its version counter moves). Handing the
-    same tensor out again would alias two models, so a second use copies it while it is unwritten, and is refused
-    (``ValueError`` naming it) once written: the file's values are no longer in memory."""
+
+def _span(tensor: torch.Tensor) -> Optional[memoryview]:
+    """The bytes of ``tensor``'s storage its elements lie in (a view's whole extent), as a memoryview; None for a
+    tensor whose bytes this process cannot read in place (``meta``, another device, no elements)."""
+    if tensor.device.type != "cpu" or tensor.numel() == 0 or tensor.layout != torch.strided:
+        return None
+    size = tensor.element_size()
+    start = tensor.storage_offset() * size
+    stop = start + (1 + sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride()))) * size
+    storage = torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage())
+    return memoryview(storage.numpy()[start:stop])
+
+
+def fingerprint(tensor: torch.Tensor) -> Optional[tuple[int, ...]]:
+    """The CRC-32 of every 16 MiB of ``tensor``'s bytes (computed on threads: ``zlib`` releases the GIL), or
+    None where its bytes cannot be read in place. What a write leaves of it tells whether the tensor was written,
+    whatever route the write took (``.data`` writes do not move the version counter)."""
+    view = _span(tensor)
+    if view is None:
+        return None
+    chunks = [view[i:i + _FINGERPRINT_CHUNK] for i in range(0, len(view), _FINGERPRINT_CHUNK)]
+    if len(chunks) == 1:
+        return (zlib.crc32(chunks[0]),)
+    with concurrent.futures.ThreadPoolExecutor(min(len(chunks), os.cpu_count() or 1)) as pool:
+        return tuple(pool.map(zlib.crc32, chunks))
+
+
+class Loans:
+    """The tensors a reader handed out without a copy, with each one's version counter and fingerprint (the
+    CRC-32 of its bytes, :func:`fingerprint`) at the hand-over.
+
+    A tensor handed out is the caller's from then on: training writes it. Handing the same tensor out again would
+    alias two models, so a second use copies it while it is unwritten, and is refused (``ValueError`` naming it)
+    once written: the file's values are no longer in memory. Written means its version counter moved or its bytes
+    changed: a write through ``.data`` (a new tensor on the same memory, with a counter of its own) moves no
+    counter, so the version counter alone would take written values for the file's. The fingerprint costs one
+    pass over the bytes at the hand-over (a CRC-32 at memory speed, on every core) and one at a second use."""
 
     def __init__(self) -> None:
-        self._lent: dict[int, tuple[torch.Tensor, int]] = {}
+        self._lent: dict[int, tuple[torch.Tensor, int, Optional[tuple[int, ...]]]] = {}
 
     def lent(self, tensor: torch.Tensor) -> bool:
         return id(tensor) in self._lent and self._lent[id(tensor)][0] is tensor
 
     def lend(self, tensor: torch.Tensor) -> None:
-        self._lent[id(tensor)] = (tensor, tensor._version)
+        self._lent[id(tensor)] = (tensor, tensor._version, fingerprint(tensor))
+
+    def written(self, tensor: torch.Tensor) -> bool:
+        """Whether a lent ``tensor`` was written since it was handed out (by any route)."""
+        _, version, mark = self._lent[id(tensor)]
+        return tensor._version != version or fingerprint(tensor) != mark
 
     def check(self, tensor: Any, what: str, path: str) -> None:
         """Raises when ``tensor`` was handed out and has been written since."""
-        if isinstance(tensor, torch.Tensor) and self.lent(tensor) and tensor._version != self._lent[id(tensor)][1]:
+        if isinstance(tensor, torch.Tensor) and self.lent(tensor) and self.written(tensor):
             raise ValueError(
                 f"{path}: {what} was handed over without a copy (to the parameters or the optimizer an earlier call "
                 "returned) and has been written since: it no longer holds the file's values. Read the file again "

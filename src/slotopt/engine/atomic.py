@@ -57,11 +57,19 @@ _collecting = False  # whether the collector was on when the first of them began
 _pending: list[tuple[int, Any]] = []  # SIGINTs that arrived during a step, for the handler it replaced
 
 
+_own = threading.local()  # each thread's own steps running now (what of _depth survives a fork)
+
+
 def _after_fork() -> None:
-    """In a forked child: the thread that forked is its main thread, and a lock another thread held stays held."""
-    global _MAIN, _lock
+    """In a forked child: the thread that forked is its main thread, a lock another thread held stays held, and
+    the steps other threads were running are gone (only the forking thread's own count): the collector they held
+    off goes back on when none of the child's is running."""
+    global _MAIN, _lock, _depth
     _MAIN = threading.main_thread().ident
     _lock = threading.Lock()
+    _depth = getattr(_own, "depth", 0)
+    if _depth == 0 and _collecting:
+        gc.enable()
 
 
 if hasattr(os, "register_at_fork"):
@@ -91,6 +99,7 @@ def hold() -> Optional[Any]:
             _pending.clear()  # (one left by a step whose handler raised first: that interrupt was raised)
     with _lock:
         _depth += 1
+        _own.depth = getattr(_own, "depth", 0) + 1
         if _depth == 1:
             _collecting = gc.isenabled()
             if _collecting:
@@ -104,6 +113,7 @@ def release(token: Optional[Any]) -> None:
     global _depth
     with _lock:  # (still deferred: nothing raises before the count is right)
         _depth -= 1
+        _own.depth = getattr(_own, "depth", 1) - 1
         if _depth == 0 and _collecting:
             gc.enable()
     if token is None:

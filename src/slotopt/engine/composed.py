@@ -26,7 +26,8 @@ class WrapsInnerOptimizer:
         self.__dict__["_param_groups"] = inner.__dict__["_param_groups"]
         self.__dict__["_published"] = inner.__dict__["_published"]
 
-    def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None) -> None:
+    def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None,
+               names: Optional[list[str]] = None) -> None:
         return None  # the inner optimizer's groups already hold them
 
     def _param_group_partitions(self, pairs: list[Any]) -> list[tuple[list[Any], dict[str, Any]]]:
@@ -156,7 +157,8 @@ class ComposesOptimizers:
             f"{type(self).__name__} routes variables to its sub-optimizers: call `add_param_group` on the "
             "sub-optimizer that should own the parameters (see `.optimizers`).")
 
-    def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None) -> None:
+    def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None,
+               names: Optional[list[str]] = None) -> None:
         return None  # the sub-optimizers' groups hold them
 
     def _has_learning_rate(self) -> bool:

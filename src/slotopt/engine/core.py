@@ -162,13 +162,16 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
             positions = []
             for named, group in check_param_groups(variables):
                 first_new = len(self._vars)
-                positions += self._register_named(named)
-                self._track(self._originals[first_new:], group)
+                added = self._register_named(named)
+                positions += added
+                self._track(self._originals[first_new:], group, _given_names(group["params"], named, added, first_new))
             self._sync_param_groups()  # the first group's own values become the optimizer's
             return positions
         first_new = len(self._vars)
-        positions = self._register_named(named_variables(variables))
-        self._track(self._originals[first_new:])
+        given = variables if isinstance(variables, (torch.nn.Module, list, tuple)) else list(variables)
+        named = named_variables(given)
+        positions = self._register_named(named)
+        self._track(self._originals[first_new:], None, _given_names(given, named, positions, first_new))
         return positions
 
     def _register_named(self, named: list[tuple[str, torch.Tensor]]) -> list[int]:
@@ -362,3 +365,18 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         gathered = sparse_rows.gather_rows(targets, rows)
         update(gathered[:1], [values.to(var.dtype)], gathered[1:])
         sparse_rows.scatter_rows(targets, rows, gathered)
+
+
+def _given_names(source: Any, named: list[tuple[str, torch.Tensor]], positions: list[int],
+                 first_new: int) -> Optional[list[str]]:
+    """The names the caller gave to the variables of ``source`` that are new (torch 2.6+'s ``param_names``: a
+    module's parameter names, or ``(name, tensor)`` pairs), or None where they came as bare tensors (slotopt's
+    own names for those are positions, not names to load state by)."""
+    if not isinstance(source, torch.nn.Module) and not (isinstance(source, (list, tuple)) and source and all(
+            isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) for item in source)):
+        return None
+    names: dict[int, str] = {}
+    for (name, _), pos in zip(named, positions):
+        if pos >= first_new:
+            names.setdefault(pos, name)  # (a tensor given twice is one parameter)
+    return [names[pos] for pos in sorted(names)]

@@ -308,15 +308,25 @@ def _hyperparameters_changed(self) -> None:
     such as SGD's momentum slot when a scheduler raises ``momentum`` from 0)."""
 
 
+#: A group key: the optimizer's iteration count when the group was added with its own step count (torch's
+#: per-parameter ``step``; ``add_param_group(..., step_count="own")``). Its steps count from there.
+STEP_OFFSET = "step_offset"
+
+
 @contextmanager
 def _group_scope(self, overrides: Mapping[str, Any]) -> Iterator[None]:
     if not overrides:
         yield
         return
-    restore = self._swap_hyperparameters(overrides)
+    overrides = dict(overrides)
+    offset = overrides.pop(STEP_OFFSET, None)
+    restore = self._swap_hyperparameters(overrides) if overrides else (lambda: None)
+    if offset is not None:
+        self.__dict__["_group_step_offset"] = int(offset)
     try:
         yield
     finally:
+        self.__dict__.pop("_group_step_offset", None)
         restore()
 
 
@@ -329,6 +339,9 @@ def _param_group_partitions(self, pairs: list[Any]) -> list[tuple[list[Any], dic
     first = groups[0]
     keys = [k for k in _group_keys(self) if not (k == "lr" and self._lr_is_driven())]
     overrides = [{k: _as_number(g[k]) for k in keys if k in g and _differs(g[k], first.get(k))} for g in groups]
+    for override, group in zip(overrides, groups):
+        if group.get(STEP_OFFSET):
+            override[STEP_OFFSET] = group[STEP_OFFSET]
     if not any(overrides):
         return [(pairs, {})]
     membership = {id(p): i for i, g in enumerate(groups) for p in g["params"]}

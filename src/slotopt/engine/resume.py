@@ -146,6 +146,8 @@ def initial_fill(tensor: torch.Tensor) -> Any:
     """What a reset writes back: the single value a new slot is filled with, else a copy of it."""
     if tensor.device.type == "meta":  # a probe's slot (the readers check a file on meta tensors): no values
         return None
+    if tensor.numel() == 0:  # (numpy cannot view an empty tensor whose shape multiplies past its limit)
+        return 0.0
     if tensor.device.type == "cpu" and tensor.dtype in _NUMPY_KINDS and tensor.layout == torch.strided:
         values = tensor.detach().numpy()  # a view: a build makes thousands of slots, numpy checks them fastest
         if values.size == 0:

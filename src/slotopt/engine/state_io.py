@@ -423,6 +423,10 @@ def _state_value(key: Any, name: str, value: Any, target: torch.Tensor) -> torch
     if value_t is None:
         raise TypeError(f"Loaded state {name!r} of parameter {key} must be a tensor or a number. Received: "
                         f"state[{key!r}][{name!r}]={value!r} (of type {type(value).__name__})")
+    if value_t.is_nested:  # (its shape is not a shape: torch's checks of it fail with an internal error)
+        raise TypeError(f"Loaded state {name!r} of parameter {key} is a nested tensor; the optimizer keeps it as a "
+                        f"dense tensor of shape "
+                        f"{tuple(target.shape)}. Received: state[{key!r}][{name!r}] of type {type(value).__name__}")
     if value_t.is_complex() and not target.is_complex():
         raise TypeError(f"Loaded state {name!r} of parameter {key} is complex ({value_t.dtype}) but the optimizer "
                         f"keeps it as {target.dtype}: casting would drop the imaginary part. Received: "

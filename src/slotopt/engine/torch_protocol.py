@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..kernels.native import tensor_table
-from . import atomic, group_sync, state_io
+from . import atomic, group_sync, state_io, torch_arguments
 from .eager import outside_dynamo
 from .group_sync import TorchName, _as_number, is_param_group_list, torch_names_for
 from .state_io import CLASS_KEY
@@ -140,6 +140,7 @@ class TorchProtocol(torch.optim.Optimizer):
             values = {"lr": self._shown_lr(), **values}
         for name in group_sync.torch_names(self):
             values[name.name] = name.value_in(values)
+        values.update(torch_arguments.implementation_flags(self))  # torch's ``fused``/``foreach``/...: what they are
         return values
 
     @defaults.setter
@@ -174,14 +175,20 @@ class TorchProtocol(torch.optim.Optimizer):
                 group[name.name] = name.value_in(group)
         return group
 
-    def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None) -> None:
+    def _track(self, variables: Sequence[torch.Tensor], options: Optional[Mapping[str, Any]] = None,
+               names: Optional[list[str]] = None) -> None:
         """Puts newly registered variables into a group: a new one for ``options`` (a param-group dict), else
-        the first group (created when there is none)."""
+        the first group (created when there is none). ``names``: the names the caller gave them (a module's, or
+        ``(name, tensor)`` pairs), kept as the group's ``param_names`` as torch (2.6+) keeps them, so that its
+        load-by-name recipe works (``state_dict()`` carries them, ``load_state_dict`` takes the saved ones)."""
         if not variables and options is None:
             return
         groups = self.param_groups
         if options is not None or not groups:
-            group = self._new_group(list(variables), options or {})
+            group = self._new_group(list(variables), {k: v for k, v in (options or {}).items()
+                                                      if k != "param_names"})
+            if names is not None:
+                group["param_names"] = list(names)
             self._check_group_values(group, len(groups))
             groups.append(group)
             if len(groups) == 1 and options:
@@ -193,14 +200,50 @@ class TorchProtocol(torch.optim.Optimizer):
                 self._published.append(dict(group))
         else:
             groups[0]["params"].extend(variables)
+            if "param_names" in groups[0]:  # (a named group stays named: slotopt's names where none was given)
+                groups[0]["param_names"].extend(names if names is not None else [
+                    self._var_names[self._var_index[id(v)]] for v in variables])
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
+    #: Whether every rule's step count goes through ``_step_count`` (``add_param_group(step_count="own")``).
+    _group_step_counts: bool = False
+
+    def add_param_group(self, param_group: dict[str, Any], *, step_count: str = "shared") -> None:
         """Adds a group of parameters, with its own ``lr`` and hyperparameters if given (torch's API).
 
         The parameters get their optimizer state right away, as if the optimizer had been built with them.
+
+        ``step_count``: Keras and TensorFlow keep one iteration count per optimizer, and the bias corrections
+        (Adam's ``1 - beta ** t``...) of a group added mid-training use it: after 3 steps, a new group's first
+        Adam step moves by ``lr * 0.58`` (t = 4), not by ``lr`` ("shared", the default: Keras's and TF's
+        semantics, what a continued Keras run needs). torch counts each parameter's steps from its first update,
+        so its new group's first step moves by ``lr``: ``step_count="own"`` gives the new group that count
+        (progressive unfreezing, ULMFiT, as torch trains them). Kept in the group as ``step_offset`` (the
+        optimizer's count when it was added), so ``state_dict()`` carries it. Keras 3 optimizers only; the others
+        refuse it (``ValueError``).
+
+        Example:
+            >>> import torch, slotopt
+            >>> w, v = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+            >>> opt = slotopt.Adam([w], lr=0.1)
+            >>> for _ in range(3):
+            ...     w.grad = torch.ones(2); opt.step()
+            >>> opt.add_param_group({"params": [v]}, step_count="own")
+            >>> v.grad = torch.ones(2); opt.step()
+            >>> round(1 - v[0].item(), 4)
+            0.1
         """
+        if step_count not in ("shared", "own"):
+            raise ValueError(f"Argument `step_count` must be 'shared' (the optimizer's one iteration count, as "
+                             f"Keras and TensorFlow count) or 'own' (torch's: from the group's first step). "
+                             f"Received: step_count={step_count!r}")
+        if step_count == "own" and not self._group_step_counts:
+            raise ValueError(f"{type(self).__name__}.add_param_group(step_count='own'): this generation's rules "
+                             "count steps with the optimizer's one iteration count (or its beta powers) and cannot "
+                             "give one group its own; use a Keras 3 optimizer (slotopt.Adam...) for it.")
         if not isinstance(param_group, Mapping) or "params" not in param_group:
             raise TypeError(f"Argument `param_group` must be a dict with a 'params' entry. Received: {param_group!r}")
+        if step_count == "own":
+            param_group = {**param_group, group_sync.STEP_OFFSET: int(getattr(self, "iterations", 0))}
         params = param_group["params"]
         if isinstance(params, torch.Tensor):
             params = [params]

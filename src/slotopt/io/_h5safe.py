@@ -136,6 +136,14 @@ def _contiguous_offset(obj: Any, nbytes: int) -> Optional[int]:
         return None
     if offset is None or obj.dtype.kind not in "fiu" or int(obj.id.get_storage_size()) != nbytes:
         return None
+    # The bytes are numpy's only when the HDF5 type is exactly the standard one of the dtype h5py reports: h5py
+    # names a float by its size (a 32-bit float without IEEE's implied mantissa bit, or with another exponent
+    # bias, is still `<f4`), so such a dataset is read through the HDF5 library's conversion, as Keras reads it.
+    try:
+        if obj.id.get_type() != h5py.h5t.py_create(obj.dtype):
+            return None
+    except (RuntimeError, ValueError, TypeError):
+        return None
     return int(offset)
 
 
@@ -145,11 +153,24 @@ def _placeholder(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.broadcast_to(np.zeros((), dtype=dtype.newbyteorder("=")), shape)
 
 
+def _object_address(obj: Any) -> Any:
+    """What identifies an HDF5 object in its file whatever name reached it (its object header's address, or its
+    token in HDF5 1.12+)."""
+    import h5py
+
+    info = h5py.h5o.get_info(obj.id)
+    return getattr(info, "token", None) or info.addr
+
+
 def _walk(path: str, source: Any, max_bytes: int, metadata_only: bool = False) -> H5Snapshot:
     import h5py
 
     snap = H5Snapshot()
     total = 0
+    # Every object once: a second hard link to a group or dataset is refused where it is met, so the walk's work
+    # and what it allocates are bounded by the file's objects, not by its paths (25 groups each linking the next
+    # twice are 2**24 paths in a 50 KB file; one dataset under 100 names would be read 100 times).
+    seen: dict[Any, str] = {}
 
     def attributes(obj: Any, entry: str) -> None:
         snap.attrs[entry] = {_name: _attribute_value(path, entry, obj, _name) for _name in obj.attrs.keys()}
@@ -163,6 +184,11 @@ def _walk(path: str, source: Any, max_bytes: int, metadata_only: bool = False) -
                 raise CheckpointFormatError(path, entry, f"is an HDF5 {type(link).__name__}, which points outside the "
                                             "file's own objects; Keras writes none, so the file is refused.")
             obj = group.get(key)
+            first = seen.setdefault(_object_address(obj), entry)
+            if first != entry:
+                raise CheckpointFormatError(path, entry, f"is the HDF5 object {first!r} again (a second hard link): "
+                                            "Keras writes each group and dataset once; refused (each object is "
+                                            "read once, whatever links the file has).")
             if isinstance(obj, h5py.Group):
                 snap.groups.add(entry)
                 attributes(obj, entry)
@@ -178,6 +204,9 @@ def _walk(path: str, source: Any, max_bytes: int, metadata_only: bool = False) -
             dtype = obj.dtype
             if dtype.kind not in _NUMERIC_KINDS or dtype.fields is not None or dtype.subdtype is not None:
                 raise CheckpointFormatError(path, entry, f"has dtype {dtype}; only numbers are read.")
+            if dtype.kind == "f" and dtype.itemsize not in (2, 4, 8):  # (an extended float h5py maps to longdouble)
+                raise CheckpointFormatError(path, entry, f"has dtype {dtype} ({dtype.itemsize * 8}-bit float); only "
+                                            "16-, 32- and 64-bit floats are read (what torch holds and Keras writes).")
             shape = obj.shape if obj.shape is not None else ()
             nbytes = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
             stored = int(obj.id.get_storage_size())

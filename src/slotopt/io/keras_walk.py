@@ -154,12 +154,30 @@ def _layer_entries(where: _Where, container: Mapping[str, Any]) -> list[tuple[st
         name = config.get("name", "")
         if not isinstance(cls, str) or not isinstance(name, str):
             raise where.fail(f"a layer has class {cls!r} and name {name!r}; both must be strings.")
+        _check_layer_identity(where, entry, cls, name)
         if name in seen:
             raise where.fail(f"two layers are named {name!r}: their variables cannot be told apart, so the file "
                              "is refused rather than one layer's weights dropped.")
         seen.add(name)
         out.append((cls, name, config))
     return out
+
+
+def _check_layer_identity(where: _Where, entry: Mapping[str, Any], cls: str, name: str) -> None:
+    """Refuses a layer that gives a class the reader knows (``Dense``...) but names another by its ``module``
+    or ``registered_name`` (``"my_pkg.layers"``, ``"my_pkg>Dense"``): Keras deserializes it as that other class
+    (and fails without it), so reading it as Keras's would guess its variables' meaning. Keras writes
+    ``module`` ``keras[.layers...]`` and no ``registered_name`` for its own classes."""
+    if cls not in SUPPORTED_LAYERS and cls not in CONTAINER_CLASSES:
+        return  # an unknown class: read as a custom layer (its variables as they are)
+    module, registered = entry.get("module"), entry.get("registered_name")
+    keras_module = module is None or (isinstance(module, str) and (
+        module.split(".")[0] in ("keras", "tf_keras") or module.startswith("tensorflow.")))
+    if keras_module and registered in (None, cls):
+        return
+    raise where.fail(f"layer {name!r} has class_name {cls!r} but module {module!r} and registered_name "
+                     f"{registered!r}: it is another class than Keras's {cls} (Keras would need that class to load "
+                     "it), so its variables are not read as a Keras layer's: refused.")
 
 
 def _note_layer(model: _Model, cls: str, name: str, config: Mapping[str, Any]) -> None:

@@ -173,6 +173,11 @@ def _optimizer_part(node: _Node, kind: str, variable: Any, numbered: Any, model_
 
     def add(node_id: int, owner: Optional[str], slot: Optional[str]) -> torch.Tensor:
         full_name, key = variable(node_id)
+        if node_id in ids:  # (one node under many references would be read, and allocated, once per reference)
+            raise TFCheckpointError(
+                f"{bundle.index_path}: object graph node {node_id} ({full_name!r}) is referenced twice as a variable "
+                "of one optimizer (its list, its children or its slot references): each optimizer variable is one "
+                "node; refused", bundle.index_path, key)
         ids.add(node_id)
         value = bundle.read(key)
         out.append(OptimizerVariable(full_name, key, owner, slot, value))

@@ -95,7 +95,15 @@ def _resolve(prefix_or_directory: Union[str, Path]) -> str:
     saved_model = os.path.join(path, "variables", "variables")
     if os.path.isdir(path) and os.path.isfile(saved_model + ".index") and not os.path.isfile(
             os.path.join(path, "checkpoint")):
-        return saved_model  # a SavedModel directory: its variables are a checkpoint (object graph included)
+        # A SavedModel directory: its variables are a checkpoint (object graph included). Its files are checked
+        # against the directory they are in (tensor_bundle.inside_directory); that directory itself must be the
+        # SavedModel's, not a symbolic link out of it.
+        root, variables = os.path.realpath(path), os.path.realpath(os.path.join(path, "variables"))
+        if not variables.startswith(root.rstrip(os.sep) + os.sep):
+            raise TFCheckpointError(
+                f"{os.path.join(path, 'variables')}: resolves to {variables}, outside the SavedModel directory "
+                f"{root}: a symbolic link is not followed out of it", os.path.join(path, "variables"))
+        return saved_model
     if os.path.isdir(path):
         found = latest_checkpoint(path)
         if found is None:

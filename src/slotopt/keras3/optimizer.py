@@ -526,8 +526,12 @@ class Optimizer(OptimizerCore):
         return K.cast(float(learning_rate), dtype)
 
     def _step_count(self) -> int:
-        """``it + 1``: the bias-correction step of this update."""
-        return int(self.iterations) + 1
+        """``it + 1``: the bias-correction step of this update (a group added with its own step count counts
+        from when it was added: ``add_param_group(..., step_count="own")``)."""
+        return int(self.iterations) + 1 - self.__dict__.get("_group_step_offset", 0)
+
+    #: ``add_param_group(..., step_count="own")`` is applied: every rule's step count is ``_step_count``.
+    _group_step_counts = True
 
     def _after_copy(self) -> None:
         super()._after_copy()

@@ -192,7 +192,9 @@ class Optimizer(OptimizerCore):
     _HAS_AGGREGATE_GRAD = False
     _refuses_repeated_variables = True
     _optional_arguments = checks.OPTIONAL | {"epsilon"}  # tf.keras: ``epsilon or 1e-7``
-    _native_torch_spellings = frozenset({"lr"})  # tf.keras takes ``lr`` itself (with its deprecation warning)
+    _native_torch_spellings = frozenset({"lr"})
+    #: Keywords the constructor takes through ``**kwargs`` (its signature shows them: engine/construction.py).
+    _keyword_arguments = dict.fromkeys(_ALLOWED_KWARGS)  # tf.keras takes ``lr`` itself (with its deprecation warning)
     _plans_steps = True  # a checked step leaves a plan; the stages above take an ordinary step's shortcuts
 
     def __init__(
