@@ -81,6 +81,11 @@ def launches() -> int:
     return _launches
 
 
+def _count_launch(count: int = 1) -> None:
+    global _launches
+    _launches += count
+
+
 def _kernel(name: str) -> Any:
     global _kernels
     if _kernels is None:
