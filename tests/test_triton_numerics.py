@@ -125,3 +125,70 @@ def test_the_reduction_kernels_compile_for_a_hopper_gpu_without_contraction():
             compiled = triton.compile(ASTSource(kernel, signature, constexprs=constants),
                                       target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False})
             assert not re.search(r"\bfma\.", compiled.asm["ptx"])
+
+
+def _pow_inputs(dtype, seed):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.cat([torch.rand(400, generator=generator, dtype=torch.float64) * 10,
+                   torch.randn(400, generator=generator, dtype=torch.float64) * 1e-3,
+                   torch.exp(torch.randn(400, generator=generator, dtype=torch.float64) * 40)]).to(dtype)
+    info = torch.finfo(dtype)
+    x[:16] = torch.tensor([0.0, -0.0, info.tiny / 4, -info.tiny / 3, info.tiny, info.max, -info.max, float("inf"),
+                           -float("inf"), float("nan"), 1.0, -1.0, 2.0, -2.0, 0.5, -3.5], dtype=dtype)
+    return x
+
+
+# (exponents: Ftrl's and Lamb's, fractional and odd and even integers, tiny and huge ones that over- and underflow
+# whole packets, and the special ones)
+EXPONENTS = [-0.5, 2.0, 0.5, -1.5, 3.0, 1e-3, 100.0, -100.0, 0.0, -0.0, 1.0, 7.25, 1e10, float("inf"), float("nan")]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_the_device_packet_pow_has_eigen_s_bits(dtype, monkeypatch):
+    from slotopt.kernels.triton import eigen_pow
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(eigen_pow, "_kernels", None)
+    x = _pow_inputs(dtype, seed=1)
+    for exponent in EXPONENTS:
+        assert eigen_pow.applies(x, exponent, False)
+        want = eigen.generic_pow(x.numpy(), np.asarray(exponent, dtype=x.numpy().dtype))
+        assert _same(eigen_pow.pow_packets(x, exponent).numpy(), want), exponent
+    y = (torch.randn(x.numel(), generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 3).to(dtype)
+    y[:16] = torch.tensor([0.5, -1.0, 2.0, 3.0, -0.5, 1.0, 0.0, -2.0, 0.5, 1.0, 7.0, 1e3, -1e3, 2.0, 3.0, -3.0])
+    assert _same(eigen_pow.pow_packets(x, y).numpy(), eigen.generic_pow(x.numpy(), y.numpy()))
+    # numerics.pow's own answer on the CPU (whole packets: Eigen's everywhere) is the kernel's
+    assert _same(eigen_pow.pow_packets(x, -0.5).numpy(), numerics.pow(x, -0.5).numpy())
+
+
+def test_the_packet_pow_takes_only_whole_packets():
+    from slotopt.kernels.triton import eigen_pow
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_INTERPRET", "1")
+        assert eigen_pow.applies(torch.ones(16), 2.0, False) and eigen_pow.applies(torch.ones(3, 8), 2.0, True)
+        assert not eigen_pow.applies(torch.ones(12), 2.0, False)  # a tail of 4: the C library's pow there
+        assert eigen_pow.applies(torch.ones(2, 4, dtype=torch.float64), 2.0, True)
+        assert not eigen_pow.applies(torch.ones(3, 5), 2.0, True)
+        assert not eigen_pow.applies(torch.ones(8), torch.ones(4), False)  # an exponent of another shape
+        assert not eigen_pow.applies(torch.ones(8).half(), 2.0, False)
+    assert not eigen_pow.applies(torch.ones(8), 2.0, False)  # CPU tensors without the interpreter: numerics' own
+
+
+def test_the_packet_pow_compiles_for_a_hopper_gpu_without_contraction():
+    import re
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from slotopt.kernels.triton import eigen_pow
+
+    kernel = eigen_pow._build()["pow_packets"]
+    for dtype, width in (("fp32", 8), ("fp64", 4)):
+        signature = {"x_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n": "i64",
+                     "Y_SCALAR": "constexpr", "W": "constexpr", "BLOCK": "constexpr"}
+        compiled = triton.compile(ASTSource(kernel, signature, constexprs={"Y_SCALAR": True, "W": width,
+                                                                           "BLOCK": 512}),
+                                  target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False})
+        ptx = compiled.asm["ptx"]
+        assert not re.search(r"\bfma\.", ptx) and "approx" not in ptx, dtype

@@ -2,11 +2,11 @@
 other bits (see the package docstring).
 
 Each function takes and returns torch tensors and never modifies its inputs. On float32/float64 tensors the
-result has TensorFlow's bits; on other dtypes it falls back to torch's function. On a GPU, ``pow``, ``sum`` and
-``mean`` run on a host copy and send the result back (a GPU's ``pow`` and reduction order are its own libraries':
-the device path must give the CPU path's bits, and no device kernel reproduces Eigen's packet ``pow`` and tree
-order yet), except while a CUDA graph is captured. That copy waits for the device: what uses them (Keras 3
-Ftrl's ``pow``, Lamb's norms, Adafactor's means, clipping by a global norm) synchronises on a GPU.
+result has TensorFlow's bits; on other dtypes it falls back to torch's function. On a GPU, ``sum`` and ``mean``
+run device kernels in Eigen's order and ``pow`` Eigen's packet ``pow`` where every element is in a whole packet
+(``numerics.device``: handed down from ``kernels/triton`` where Triton is installed); what has no device kernel
+(``pow`` of a tensor with a tail, the C library's ``cos``/``exp``/``log``, no Triton) runs on a host copy and sends
+the result back, which waits for the device, and is refused while a CUDA graph is captured.
 """
 
 from __future__ import annotations
@@ -96,6 +96,11 @@ def pow(x: torch.Tensor, exponent: Union[Number, torch.Tensor], rows: bool = Fal
 
     ``exponent`` is a number (rounded to ``x``'s dtype) or a tensor broadcastable to ``x``.
     """
+    if _on_device(x):
+        kernel = device.function("pow")  # Eigen's packet pow on the device where x is whole packets
+        done = kernel(x, exponent, rows) if kernel is not None else None
+        if done is not None:
+            return done.reshape(x.shape)
     if libm.on_host(x, "numerics.pow"):
         return pow(x.detach().cpu(), exponent, rows).to(x.device)
     if not _cpu_exact(x):
