@@ -46,6 +46,7 @@ def test_every_optimizer_names_itself_in_its_refusal():
     assert capture.refusal(opt).startswith("slotopt.Adam: ")
     legacy = slotopt.legacy.SGD([torch.nn.Parameter(torch.zeros(2))], learning_rate=0.1)
     assert capture.refusal(legacy).startswith("slotopt.legacy.SGD: ")
+    assert capture.refusal(slotopt.v1.AdamOptimizer).startswith("slotopt.v1.AdamOptimizer: ")  # a class too
 
 
 def test_numerics_refusal_is_re_raised_with_the_optimizer_s_name():

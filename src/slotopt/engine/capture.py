@@ -32,7 +32,7 @@ class CaptureRefused(RuntimeError):
 
 def _name(opt: Any) -> str:
     """The optimizer's public name: ``slotopt.Adam`` (Keras 3), ``slotopt.legacy.SGD``, ``slotopt.v1....``."""
-    cls = type(opt)
+    cls = opt if isinstance(opt, type) else type(opt)
     parts = cls.__module__.split(".")
     if parts[0] != "slotopt" or len(parts) < 2:
         return cls.__qualname__
@@ -40,7 +40,8 @@ def _name(opt: Any) -> str:
 
 
 def refusal(opt: Any) -> Optional[str]:
-    """Why ``opt``'s steps cannot be captured in a CUDA graph, or None where they can (none yet: see the module)."""
+    """Why the steps of ``opt`` (an optimizer or its class) cannot be captured in a CUDA graph, or None where they
+    can (none yet: see the module). A constructor given ``capturable=True`` raises with this where it is not None."""
     return (f"{_name(opt)}: its step computes the learning rate, the iteration count and the per-step scalars on "
             "the host, as Python numbers a CUDA graph would replay frozen (capturable steps, with these on the "
             "device, are not implemented yet)")
