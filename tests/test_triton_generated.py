@@ -112,3 +112,27 @@ def test_every_rule_has_a_generated_kernel_with_one_scalar_argument_per_entry(bo
         assert text.startswith(f"def {rule}(tab_ptr, meta_ptr, s_ptr, T, "
                                + ", ".join(f"S{k}" for k in range(len(entries))) + ",\n"), rule
         assert f"_b_{rule}(" in text and rule in generated
+
+
+def test_an_entry_the_body_does_not_read_yet_declines_the_call_when_set(monkeypatch):
+    """A number or flag added to a description (a new option of the C rule) flows into the generated kernel's
+    signature; until the body reads it, a call that sets it is left to the other paths (the right bits)."""
+    import dataclasses
+
+    from slotopt.kernels import triton as triton_kernels
+    from slotopt.kernels.native.scalars import Flag, Scalar
+    from slotopt.kernels.triton import generate
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(triton_kernels, "_kernels", None)
+    grown = dataclasses.replace(DESCRIPTIONS["sgd"], entries=DESCRIPTIONS["sgd"].entries + (
+        Scalar("clip_scale"), Flag("clip")))
+    monkeypatch.setitem(DESCRIPTIONS, "sgd", grown)
+    assert generate.unread(grown, ["w", "g", "lr", "weight_decay", "weight_decay_lr", "DECAY"]) == (4, 5)
+    params, grads = [torch.ones(8)], [torch.full((8,), 0.5)]
+    assert not triton_kernels.apply("sgd", [params, grads], [0.25, 0.0, 0.0, 0.0, 0.5, 0.0])
+    assert not triton_kernels.apply("sgd", [params, grads], [0.25, 0.0, 0.0, 0.0, 0.0, 1.0])
+    assert torch.equal(params[0], torch.ones(8))  # declined: nothing written
+    assert triton_kernels.apply("sgd", [params, grads], [0.25, 0.0, 0.0, 0.0, 0.0, 0.0])  # off: the rule as it was
+    assert torch.equal(params[0], torch.full((8,), 0.875))
+    assert "S5," in triton_kernels.rules.source("sgd") and "CLIP: tl.constexpr" in triton_kernels.rules.source("sgd")

@@ -94,6 +94,12 @@ def _kernel(name: str) -> Any:
     return kernel if kernel is not None else generated(name, _kernels)  # (described after the first build)
 
 
+def _unread(rule: str) -> tuple[int, ...]:
+    _kernel(rule)
+    assert _kernels is not None
+    return _kernels[f"_unread_{rule}"]
+
+
 def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars: Sequence[float],
           read_only: Sequence[int] = (1,)) -> bool:
     """Runs ``rule`` with Triton over every tensor of the lists in one launch; False (nothing done) when it does
@@ -118,6 +124,8 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     if description is None or len(lists) != description.operands \
             or len(scalars) > len(description.entries):
         return False
+    if any(scalars[k] for k in _unread(rule) if k < len(scalars)):
+        return False  # an entry of the description the Triton body does not read yet: the other paths know it
     launch = table.launch_table(lists, read_only)
     if launch is None:
         return False

@@ -15,6 +15,9 @@ from the description (``kernels/native/scalars.py``: ``operands``, ``names``, ``
   positions come from the description as it is);
 * the body's call, then one masked store per written operand (an optional one under its flag).
 
+A number or flag the body does not name (a new entry of the description, say) is listed by :func:`unread`; a call
+that sets one is declined (``kernels.triton.apply`` returns False and the other paths run it).
+
 All loads precede all stores: a gradient that is its variable (read-only, aliased) is read before anything is
 written, as in every hand-written kernel this replaces. The text is plain Python source, kept in ``linecache`` under
 a file name of its own so that Triton (compiler and interpreter alike) can read it back; :func:`source` gives it.
@@ -27,7 +30,7 @@ import keyword
 import linecache
 from collections.abc import Sequence
 
-__all__ = ["source", "filename", "register", "RESERVED"]
+__all__ = ["source", "filename", "register", "unread", "RESERVED"]
 
 #: Names the generated kernel uses itself: a body parameter may not take one.
 RESERVED = frozenset({"tab_ptr", "meta_ptr", "s_ptr", "T", "BY_VALUE", "ALIGNED", "BLOCK", "tl", "triton"})
@@ -99,6 +102,15 @@ def source(description: object, body: str, parameters: Sequence[str]) -> str:
     for k in written:
         block(k, [f"    tl.store(_p{k}, {roles[k]}, mask=_mask)"], [])
     return "\n".join(lines) + "\n"
+
+
+def unread(description: object, parameters: Sequence[str]) -> tuple[int, ...]:
+    """The positions of the description's numbers and flags the body does not name: an entry added to a
+    description (a new option of the C rule) before the Triton body knows it. A call that sets one (a flag on, a
+    number not 0) is declined by ``kernels.triton.apply``, so the other paths, which do know it, take the call."""
+    named = set(parameters)
+    return tuple(k for k, e in enumerate(description.entries)  # type: ignore[attr-defined]
+                 if e.kind in ("scalar", "flag") and (e.name if e.kind == "scalar" else e.name.upper()) not in named)
 
 
 def register(rule: str, text: str) -> None:

@@ -356,6 +356,7 @@ def generated(rule: str, kernels: dict[str, Any]) -> Any:
         namespace = kernels["_namespace"]
         exec(compile(text, generate.filename(rule), "exec"), namespace)  # noqa: S102 (our own source)
         kernel = kernels[rule] = triton.jit(namespace.pop(rule))
+        kernels[f"_unread_{rule}"] = generate.unread(DESCRIPTIONS[rule], parameters)
     return kernel
 
 
