@@ -16,7 +16,10 @@ On a machine with a CUDA GPU, torch and Triton installed and no network, in the 
    torch has no fused form) and a device copy moving the bytes the update must move (the floor), as same-run
    ratios, with kernel launches per step counted by the profiler; each also by device time alone (the steps
    queued behind a sleeping kernel, so the host's time per step is hidden) and by the host's time per step;
-9. ``install``: ``pip install --no-deps --no-build-isolation -e .`` last (the sections above import the tree's
+9. ``host``, ``graph``, ``sync-all`` (issue 48, ``gpu_check_host.py``): the host's time of a quiet step by part,
+   CUDA graph capture and replay (torch capturable, the copy floor, slotopt's refusal), every optimizer under
+   ``set_sync_debug_mode("error")``;
+10. ``install``: ``pip install --no-deps --no-build-isolation -e .`` last (the sections above import the tree's
    ``src`` whether installed or not; a failed build of an optional extension is tolerated).
 
 Each section runs on its own: one that fails prints its error and the others still run. One table at the end;
@@ -40,7 +43,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 #: In the order they run: the cheapest answers first, so that a run cut short still says the most.
-SECTIONS = ("info", "kernels", "sync", "tune", "timing", "parity", "cuda-tests", "install")
+SECTIONS = ("info", "kernels", "sync", "host", "graph", "sync-all", "tune", "timing", "parity", "cuda-tests",
+            "install")
 
 
 def _log(message: str) -> None:
@@ -605,6 +609,9 @@ def _markdown(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> s
             ms = {c["config"]: c["ms"] for c in r["configs"]}
             lines.append(f"| {r['workload']} | {r['rule']} | " + " | ".join(
                 f"{ms[n]:.4f}{'*' if n == r['chosen'] else ''}" if n in ms else "–" for n in names) + " |")
+    import gpu_check_host
+
+    lines += gpu_check_host.markdown(results)
     for name, result in results.items():
         for failure in result.get("failures", [])[:40]:
             lines.append(f"- {name}: {failure}")
@@ -629,7 +636,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timed-steps", type=int, default=20)
     parser.add_argument("--install-timeout", type=int, default=300)
     parser.add_argument("--tests-timeout", type=int, default=240)
-    parser.add_argument("--budget", type=float, default=330, help="seconds; later sections are skipped past it")
+    parser.add_argument("--budget", type=float, default=420, help="seconds; later sections are skipped past it")
     parser.add_argument("--tune-seconds", type=float, default=60)
     args = parser.parse_args(argv)
     if args.quick:
@@ -640,9 +647,15 @@ def main(argv: list[str]) -> int:
     if args.dry and not args.only:
         sections = [s for s in sections if s != "install"]
     sys.path.insert(0, str(ROOT / "src"))  # the tree itself, installed or not
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check_host as issue48  # (this folder: the sections of issue 48)
+
     runners = {"install": section_install, "info": section_info, "cuda-tests": section_cuda_tests,
                "kernels": section_kernels, "parity": section_parity, "sync": section_sync, "timing": section_timing,
-               "tune": section_tune}
+               "tune": section_tune,
+               "host": lambda a: issue48.section_host(a, _workloads(a), _slotopt_factory),
+               "graph": lambda a: issue48.section_graph(a, _workloads(a), _slotopt_factory, TIMED_RULES, TRAFFIC),
+               "sync-all": lambda a: issue48.section_sync_all(a, _optimizers())}
     results: dict[str, dict[str, Any]] = {}
     out = os.environ.get("OUT")
     started = args.started = time.perf_counter()

@@ -29,6 +29,16 @@ TRITON = NATIVE.parent / "triton"
 RULES_INC = (NATIVE / "rules.inc").read_text()
 HEADER = (NATIVE / "rules_scalars.h").read_text()
 TRITON_SOURCES = {name: (TRITON / name).read_text() for name in ("rules.py", "rules_tf.py")}
+
+
+def generated_sources() -> dict[str, str]:
+    """The hand-written Triton sources (the rules on slices, the bodies) and each dense kernel's generated source
+    (``kernels/triton/generate.py``), as files to parse: what the compiler reads."""
+    pytest.importorskip("triton")
+    from slotopt.kernels.triton import rules
+
+    rules.build()
+    return {**TRITON_SOURCES, **{f"<{rule}>": "@triton.jit\n" + rules.source(rule) for rule in rules.RULES}}
 KINDS = {"SV": "scalar", "FLAG": "flag", "INTEGER": "integer"}
 
 
@@ -129,7 +139,7 @@ def check_triton(descriptions: dict[str, scalars.Description], sources: dict[str
         parameters = [a.arg for a in kernel.args.args]
         if name in triton.RULES:
             values = [p for p in parameters if re.fullmatch(r"S\d+", p)]
-            if values != [f"S{i}" for i in range(triton._SCALARS)] or len(entries) > triton._SCALARS:
+            if values != [f"S{i}" for i in range(len(entries))]:
                 problems.append(f"{name}: scalar parameters {values} for {len(entries)} scalars")
             constexprs = set(parameters[parameters.index("BY_VALUE") + 1:]) - {"ALIGNED", "BLOCK"}
             flags = {flag for flag, _ in description.flags}
@@ -181,11 +191,12 @@ def test_every_c_rule_reads_exactly_its_described_scalars_by_name_and_kind():
 
 
 def test_every_triton_kernel_reads_its_scalars_at_their_described_positions():
-    assert check_triton(scalars.DESCRIPTIONS, TRITON_SOURCES, RULES_INC) == []
-    assert _unassigned_reads(TRITON_SOURCES) == []
+    sources = generated_sources()
+    assert check_triton(scalars.DESCRIPTIONS, sources, RULES_INC) == []
+    assert _unassigned_reads(sources) == []
     inline = "w - (w * _sv(s_ptr, 6, S6, BY_VALUE)) * wd_lr"  # a read with no local to check its name by
-    changed = TRITON_SOURCES["rules.py"].replace("w - (w * wd) * wd_lr", inline, 1)
-    assert len(_unassigned_reads({**TRITON_SOURCES, "rules.py": changed})) == 1
+    changed = sources["<sgd>"].replace("_b_sgd(w, g,", f"_b_sgd({inline}, g,", 1)
+    assert len(_unassigned_reads({**sources, "<sgd>": changed})) == 1
 
 
 def _swapped(description: scalars.Description, a: str, b: str) -> scalars.Description:
@@ -196,33 +207,58 @@ def _swapped(description: scalars.Description, a: str, b: str) -> scalars.Descri
 
 
 def test_a_description_changed_in_a_copy_disagrees_with_the_committed_header_and_the_triton_kernels():
+    from slotopt.kernels.triton import generate
+
+    sources = generated_sources()
     changed = dict(scalars.DESCRIPTIONS)
     changed["adam"] = _swapped(changed["adam"], "one_minus_beta_1", "one_minus_beta_2")
     assert scalars.header(changed) != HEADER
     assert "#define SV_adam_one_minus_beta_2 1\n" in scalars.header(changed)
     assert check_c(changed, RULES_INC) == []  # C reads by name: regenerating the header is all it takes
-    problems = check_triton(changed, TRITON_SOURCES, RULES_INC)
-    assert "adam: omb1 reads position 1, which is one_minus_beta_2 (read as ['omb2'] in C)" in problems
+    problems = check_triton(changed, sources, RULES_INC)
+    assert "adam: one_minus_beta_1 reads position 1, which is one_minus_beta_2 (read as ['omb2'] in C)" in problems
+    # ... and so does Triton: the kernel generated from the changed description reads each number where it is now
+    body = ["w", "g", "m", "v", "vh", "alpha", "one_minus_beta_1", "one_minus_beta_2", "epsilon", "weight_decay",
+            "weight_decay_lr", "AMSGRAD", "DECAY"]
+    regenerated = "@triton.jit\n" + generate.source(changed["adam"], "_b_adam", body)
+    assert check_triton(changed, {**sources, "<adam>": regenerated}, RULES_INC) == []
+    assert "one_minus_beta_2 = _sv(s_ptr, 1, S1, BY_VALUE)" in regenerated
     changed["sgd"] = _swapped(changed["sgd"], "decay", "weight_decay")  # a flag where a number was
-    problems = check_triton(changed, TRITON_SOURCES, RULES_INC)
-    assert "sgd: wd reads position 2, the flag decay" in problems
+    problems = check_triton(changed, sources, RULES_INC)
+    assert "sgd: weight_decay reads position 2, the flag decay" in problems
 
 
 def test_one_index_changed_in_a_copy_of_a_triton_kernel_is_found():
-    source = TRITON_SOURCES["rules.py"]
-    line = "        eps = _sv(s_ptr, 3, S3, BY_VALUE)\n"
-    assert source.count(line) >= 1
-    start = source.index("    def adam(")
-    changed = source[:start] + source[start:].replace(line, "        eps = _sv(s_ptr, 2, S2, BY_VALUE)\n", 1)
-    problems = check_triton(scalars.DESCRIPTIONS, {**TRITON_SOURCES, "rules.py": changed}, RULES_INC)
-    assert "adam: eps reads position 2, which is one_minus_beta_2 (read as ['omb2'] in C)" in problems
+    sources = generated_sources()
+    source = sources["<adam>"]
+    line = "    epsilon = _sv(s_ptr, 3, S3, BY_VALUE)\n"
+    assert source.count(line) == 1
+    changed = source.replace(line, "    epsilon = _sv(s_ptr, 2, S2, BY_VALUE)\n", 1)
+    problems = check_triton(scalars.DESCRIPTIONS, {**sources, "<adam>": changed}, RULES_INC)
+    assert "adam: epsilon reads position 2, which is one_minus_beta_2 (read as ['omb2'] in C)" in problems
     assert "adam: never reads epsilon (position 3)" in problems
-    mismatched = source[:start] + source[start:].replace(line, "        eps = _sv(s_ptr, 3, S2, BY_VALUE)\n", 1)
-    problems = check_triton(scalars.DESCRIPTIONS, {**TRITON_SOURCES, "rules.py": mismatched}, RULES_INC)
-    assert "adam: eps reads position 3 from the vector but S2 by value" in problems
+    mismatched = source.replace(line, "    epsilon = _sv(s_ptr, 3, S2, BY_VALUE)\n", 1)
+    problems = check_triton(scalars.DESCRIPTIONS, {**sources, "<adam>": mismatched}, RULES_INC)
+    assert "adam: epsilon reads position 3 from the vector but S2 by value" in problems
     renamed = source.replace("AMSGRAD: tl.constexpr", "AMS: tl.constexpr", 1)
-    problems = check_triton(scalars.DESCRIPTIONS, {**TRITON_SOURCES, "rules.py": renamed}, RULES_INC)
+    problems = check_triton(scalars.DESCRIPTIONS, {**sources, "<adam>": renamed}, RULES_INC)
     assert "adam: compile-time flags ['AMS', 'DECAY'], described ['AMSGRAD', 'DECAY']" in problems
+
+
+@pytest.mark.parametrize("parameters,message", [
+    (["w", "g", "m", "v", "vh", "alpha", "epsilon", "eps"], "body parameter 'eps' is neither a number nor a flag"),
+    (["w", "g", "m", "v", "vh", "alpha", "AMSGRAD", "NESTEROV"], "'NESTEROV' is neither a number nor a flag"),
+    (["w", "g", "m"], "fewer than its 5 operand lists"),
+    (["w", "g", "m", "v", "_t", "alpha"], "'_t' is a name the generated kernel uses itself"),
+    (["w", "g", "m", "v", "vh", "S3"], "'S3' is a name the generated kernel uses itself"),
+    (["w", "g", "m", "v", "vh", "BLOCK"], "'BLOCK' is a name the generated kernel uses itself"),
+])
+def test_a_triton_body_that_does_not_fit_its_description_is_refused_when_its_kernel_is_generated(parameters,
+                                                                                               message):
+    from slotopt.kernels.triton import generate
+
+    with pytest.raises(TypeError, match=re.escape(message)):
+        generate.source(scalars.DESCRIPTIONS["adam"], "_b_adam", parameters)
 
 
 def test_one_read_changed_in_a_copy_of_rules_inc_is_found():

@@ -23,7 +23,7 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
                            "--skip", "cuda-tests"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert set(results) == {"info", "kernels", "parity", "sync", "tune", "timing"}
+    assert set(results) == {"info", "kernels", "parity", "sync", "tune", "timing", "host", "graph", "sync-all"}
     assert all(r["ok"] for r in results.values())
     passed, total = results["kernels"]["summary"].split()[0].split("/")
     assert passed == total and int(total) >= 12  # (a dry run takes every fourth case, float32 only)
@@ -37,7 +37,14 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
     assert {(r["workload"], r["rule"]) for r in tune} == {
         (w, r) for w in ("large", "model") for r in ("Adam", "SGD momentum")}
     assert all(len(r["configs"]) == 3 and r["chosen"] == "1024x4" for r in tune)  # (dry sizes are small)
+    host = results["host"]["rows"]  # (issue 48) the host's time of a quiet step by part, each workload
+    assert [r["workload"] for r in host] == ["large", "model", "small"]
+    assert all(r["step_us"] > 0 and r["launch_us"] > 0 and r["table_us"] > 0 and r["scalars_us"] > 0 for r in host)
+    assert [r["target_us"] for r in host] == [30.0 + 0.3 * r["tensors"] for r in host]
+    assert "n/a on the CPU" in results["graph"]["summary"] and "refuses a capture" in results["graph"]["summary"]
+    assert results["sync-all"]["summary"].startswith("n/a on the CPU (") and not results["sync-all"]["failures"]
     report = (tmp_path / "gpu_check.md").read_text()
+    assert "Host time of one quiet step (Adam)" in report and "| checks | table | scalars | launch |" in report
     assert "| timing | yes |" in report and "vs floor" in report and "slotopt host ms/step" in report
     assert "Triton chunk x warps" in report and "| 1024x4 | 2048x4 | 4096x4 |" in report
     assert report.count("* |") == 4  # each row stars its size-based choice

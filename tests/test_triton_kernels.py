@@ -157,7 +157,7 @@ def test_the_kernels_compile_for_a_hopper_gpu_without_contraction_or_approximati
         # float32 takes its scalars by value (kernel arguments), float64 from the scalar vector
         constants = {**flags, "BY_VALUE": dtype == "fp32", "ALIGNED": aligned, "BLOCK": 1024}
         signature = {"tab_ptr": "*i64", "meta_ptr": "*i64", "s_ptr": f"*{dtype}", "T": "i32",
-                     **{f"S{i}": "fp32" for i in range(11)}, **{k: "constexpr" for k in constants}}
+                     **{f"S{i}": "fp32" for i in range(len(DESCRIPTIONS[name].entries))}, **{k: "constexpr" for k in constants}}
         compiled = triton.compile(ASTSource(kernels[name], signature, constexprs=constants),
                                   target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False})
         ptx = compiled.asm["ptx"]

@@ -32,8 +32,9 @@ import torch
 
 from ..kernels.native import tensor_table
 from ..numerics import fpmode
+from ..numerics.device import NotCapturable
 from ..variables import IndexedSlices
-from . import atomic, distributed
+from . import atomic, capture, distributed
 from .eager import outside_dynamo
 from .plan import Ordinary, proof_mark
 from .unchanged import proven_again
@@ -222,7 +223,10 @@ def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
     try:
         token = enter()
         try:
+            capture.check(opt)  # a CUDA graph capture is refused before anything is written (engine/capture.py)
             return _step(opt, grads_and_vars, options)
+        except NotCapturable as error:  # numerics: a value with no device kernel, met during a capture
+            raise capture.refused(opt, error) from error
         finally:
             leave(token)
     finally:

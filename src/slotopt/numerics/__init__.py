@@ -17,16 +17,17 @@ What torch does differently, on the CPU, and what is used instead:
   for values computed outside it), as TensorFlow's kernels run.
 
 Division and the basic operations are correctly rounded in torch already, except CUDA's division by a Python
-number (a multiplication by its reciprocal): :func:`div_scalar` divides there. On a GPU, ``pow``, ``sum``,
-``mean``, ``cos``, ``exp`` and ``log`` compute on a host copy (see ``ops``). See ``docs/exactness.md``.
+number (a multiplication by its reciprocal): :func:`div_scalar` divides there. On a GPU, ``sum``, ``mean`` and
+whole-packet ``pow`` run device kernels with these bits (:mod:`.device`); the rest computes on a host copy (see
+``ops``). See ``docs/exactness.md``.
 """
 
 from __future__ import annotations
 
-from . import cpu, eigen, libm, roots
+from . import cpu, device, eigen, libm, roots
 from .fpmode import flush_to_zero
 from .libm import flush_subnormal, scalar_pow
 from .ops import cos, div_scalar, div_scalar_, exp, fused_rsqrt_exact, log, mean, norm, pow, rsqrt, sqrt, sum
 
 __all__ = ["sqrt", "pow", "sum", "mean", "norm", "rsqrt", "fused_rsqrt_exact", "cos", "exp", "log", "scalar_pow",
-           "flush_subnormal", "flush_to_zero", "cpu", "eigen", "libm", "roots", "div_scalar", "div_scalar_"]
+           "flush_subnormal", "flush_to_zero", "cpu", "eigen", "libm", "roots", "div_scalar", "div_scalar_", "device"]

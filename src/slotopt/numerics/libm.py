@@ -8,7 +8,8 @@ inputs. Python's ``math`` functions are the C library's double-precision ones; t
 ctypes. Results are flushed to zero when subnormal, as TensorFlow's kernels run with flush-to-zero.
 
 Float tensors on a GPU are computed from a host copy (a GPU's libraries give other bits; the CUDA path must give
-the CPU path's), except while a CUDA graph is captured, where torch's functions are recorded.
+the CPU path's); while a CUDA graph is captured that is refused (``device.NotCapturable``), never replaced by
+torch's functions.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Callable
 
 import numpy as np
 import torch
+
+from . import device
 
 __all__ = ["cos", "exp", "log", "pow", "scalar_pow", "flush_subnormal"]
 
@@ -75,16 +78,19 @@ _DOUBLE = {"cos": _c_unary(math.cos, math.nan), "exp": _c_unary(math.exp, math.i
 _SINGLE = {"cos": _cosf, "exp": _expf, "log": _logf}
 
 
-def on_host(t: torch.Tensor) -> bool:
+def on_host(t: torch.Tensor, what: str = "numerics") -> bool:
     """Whether ``t`` is a float32/float64 tensor on a device with data (CUDA, ...) whose exact value is computed
-    from a host copy: a GPU's libraries give other bits. Not while a CUDA graph is captured on its device (no host
-    copy can be taken: the device's own functions are recorded instead). ``numerics.ops`` asks the same."""
-    return t.device.type not in ("cpu", "meta") and t.dtype in (torch.float32, torch.float64) and not (
-        t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    from a host copy: a GPU's libraries give other bits. While a CUDA graph is captured on its device no host copy
+    can be taken: :class:`~slotopt.numerics.device.NotCapturable` naming ``what`` (never torch's functions, whose
+    bits differ). ``numerics.ops`` asks the same."""
+    if t.device.type in ("cpu", "meta") or t.dtype not in (torch.float32, torch.float64):
+        return False
+    device.refuse_capture(what, t)
+    return True
 
 
 def _elementwise(name: str, t: torch.Tensor, torch_fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    if on_host(t):
+    if on_host(t, f"numerics.{name}"):
         return _elementwise(name, t.detach().cpu(), torch_fn).to(t.device)  # the C library's bits, on a GPU too
     if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
         return torch_fn(t)
@@ -119,7 +125,7 @@ def scalar_pow(x: float, y: float, single: bool) -> float:
 def pow(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``x ** y`` element by element (broadcast) with the C library: what TensorFlow computes for the elements
     that do not fill a whole packet. For whole tensors use :func:`slotopt.numerics.pow`."""
-    if on_host(x):
+    if on_host(x, "numerics.libm.pow"):
         y = y.detach().cpu() if isinstance(y, torch.Tensor) else y
         return pow(x.detach().cpu(), y).to(x.device)  # the C library's bits, on a GPU too
     if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):

@@ -2,11 +2,11 @@
 other bits (see the package docstring).
 
 Each function takes and returns torch tensors and never modifies its inputs. On float32/float64 tensors the
-result has TensorFlow's bits; on other dtypes it falls back to torch's function. On a GPU, ``pow``, ``sum`` and
-``mean`` run on a host copy and send the result back (a GPU's ``pow`` and reduction order are its own libraries':
-the device path must give the CPU path's bits, and no device kernel reproduces Eigen's packet ``pow`` and tree
-order yet), except while a CUDA graph is captured. That copy waits for the device: what uses them (Keras 3
-Ftrl's ``pow``, Lamb's norms, Adafactor's means, clipping by a global norm) synchronises on a GPU.
+result has TensorFlow's bits; on other dtypes it falls back to torch's function. On a GPU, ``sum`` and ``mean``
+run device kernels in Eigen's order and ``pow`` Eigen's packet ``pow`` where every element is in a whole packet
+(``numerics.device``: handed down from ``kernels/triton`` where Triton is installed); what has no device kernel
+(``pow`` of a tensor with a tail, the C library's ``cos``/``exp``/``log``, no Triton) runs on a host copy and sends
+the result back, which waits for the device, and is refused while a CUDA graph is captured.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from . import compiled, eigen, libm, roots
+from . import compiled, device, eigen, libm, roots
 
 __all__ = ["sqrt", "pow", "sum", "mean", "norm", "rsqrt", "fused_rsqrt_exact", "cos", "exp", "log", "div_scalar",
            "div_scalar_"]
@@ -96,7 +96,12 @@ def pow(x: torch.Tensor, exponent: Union[Number, torch.Tensor], rows: bool = Fal
 
     ``exponent`` is a number (rounded to ``x``'s dtype) or a tensor broadcastable to ``x``.
     """
-    if libm.on_host(x):
+    if _on_device(x):
+        kernel = device.function("pow")  # Eigen's packet pow on the device where x is whole packets
+        done = kernel(x, exponent, rows) if kernel is not None else None
+        if done is not None:
+            return done.reshape(x.shape)
+    if libm.on_host(x, "numerics.pow"):
         return pow(x.detach().cpu(), exponent, rows).to(x.device)
     if not _cpu_exact(x):
         return torch.pow(x, exponent)
@@ -109,10 +114,53 @@ def pow(x: torch.Tensor, exponent: Union[Number, torch.Tensor], rows: bool = Fal
     return torch.from_numpy(_pow_flat(base, np.ascontiguousarray(exps), row)).reshape(x.shape)
 
 
+def _on_device(t: torch.Tensor) -> bool:
+    return t.device.type not in ("cpu", "meta") and t.dtype in _EXACT
+
+
+def _device_sum(t: torch.Tensor) -> torch.Tensor:
+    """``sum`` of a GPU tensor: the device kernel (no wait), else from a host copy (refused during a capture)."""
+    kernel = device.function("row_sums")
+    if kernel is not None:
+        done = kernel(t, 1, t.numel())
+        if done is not None:
+            return done
+    libm.on_host(t, "numerics.sum")
+    return sum(t.detach().cpu()).to(t.device)
+
+
+def _device_mean(t: torch.Tensor, dim: Optional[int], keepdim: bool) -> Optional[torch.Tensor]:
+    """``mean`` of a GPU tensor with the device kernels (Eigen's order; the division by the count IEEE-rounded,
+    by a 0-d tensor filled on the device), or None where they are missing."""
+    rows_kernel, columns_kernel = device.function("row_sums"), device.function("column_sums")
+    if rows_kernel is None or columns_kernel is None or t.dim() == 0 and dim is not None:
+        return None
+    if dim is None:
+        if t.numel() == 0:
+            return None
+        total = rows_kernel(t, 1, t.numel())
+        return None if total is None else torch.div(total, torch.full((), t.numel(), dtype=t.dtype,
+                                                                       device=t.device))
+    axis = dim % t.dim()
+    count = t.shape[axis]
+    if count == 0:
+        return None
+    moved = t.movedim(axis, -1 if axis == t.dim() - 1 else 0).contiguous()
+    if axis == t.dim() - 1:
+        sums = rows_kernel(moved, moved.numel() // count, count)
+    else:
+        sums = columns_kernel(moved, count, moved.numel() // count)
+    if sums is None:
+        return None
+    shape = [n for i, n in enumerate(t.shape) if i != axis]
+    result = torch.div(sums.reshape(shape), torch.full((), count, dtype=t.dtype, device=t.device))
+    return result.unsqueeze(axis) if keepdim else result
+
+
 def sum(t: torch.Tensor) -> torch.Tensor:  # noqa: A001 - TensorFlow's name
     """The sum of every element (a 0-d tensor) in Eigen's full-reduction order (``tf.reduce_sum``)."""
-    if libm.on_host(t):
-        return sum(t.detach().cpu()).to(t.device)
+    if _on_device(t):
+        return _device_sum(t)
     if not _cpu_exact(t):
         return torch.sum(t)
     return torch.tensor(eigen.full_sum(_array(t)), dtype=t.dtype)
@@ -121,7 +169,11 @@ def sum(t: torch.Tensor) -> torch.Tensor:  # noqa: A001 - TensorFlow's name
 def mean(t: torch.Tensor, dim: Optional[int] = None, keepdim: bool = False) -> torch.Tensor:
     """``tf.reduce_mean``: the sum (Eigen's order) divided by the count. Over the innermost axis every row is
     reduced like a whole tensor; over another axis the elements are added in order from 0."""
-    if libm.on_host(t):
+    if _on_device(t):
+        done = _device_mean(t, dim, keepdim)
+        if done is not None:
+            return done
+    if libm.on_host(t, "numerics.mean"):
         return mean(t.detach().cpu(), dim, keepdim).to(t.device)
     if not _cpu_exact(t):
         return torch.mean(t) if dim is None else torch.mean(t, dim=dim, keepdim=keepdim)

@@ -497,7 +497,7 @@ def compiled(rule: str, operands: int, scalars: Sequence[Scalar | Flag | Integer
     """
 
     def decorate(kernel: Callable[..., None]) -> Callable[..., None]:
-        scalar_vector = describe(rule, kernel, operands, tuple(scalars), foreach_if).vector
+        scalar_vector = describe(rule, kernel, operands, tuple(scalars), foreach_if, tuple(read_only)).vector
 
         @functools.wraps(kernel)
         def run(*lists: Any, **kwargs: Any) -> None:

@@ -84,6 +84,10 @@ class Description:
     operands: Optional[int] = None
     state: bool = False
     module: str = ""
+    #: The operand lists' names (the kernel's positional parameters) and the positions of those it never writes
+    #: (``kernels/triton/generate.py`` derives each Triton kernel's loads and stores from them).
+    names: tuple[str, ...] = ()
+    read_only: tuple[int, ...] = (1,)
     #: The kernel's arguments to the tuple of numbers (None for a variant with no compiled form).
     vector: Callable[..., Optional[tuple[Any, ...]]] = field(default=lambda *a, **k: None, repr=False)
     flags: tuple[tuple[str, int], ...] = field(init=False, default=())
@@ -203,7 +207,7 @@ def _register(description: Description) -> Description:
 
 
 def describe(rule: str, kernel: Callable[..., Any], operands: int, entries: tuple[Entry, ...],
-             foreach_if: Optional[str] = None) -> Description:
+             foreach_if: Optional[str] = None, read_only: tuple[int, ...] = (1,)) -> Description:
     """Registers the scalar vector of the compiled rule ``rule``, the twin of the foreach ``kernel`` over its first
     ``operands`` operand lists, and generates its marshalling from the kernel's signature. ``foreach_if``: a
     keyword argument (or ``"not <argument>"``) under which the rule has no compiled form (the vector is then None
@@ -214,7 +218,8 @@ def describe(rule: str, kernel: Callable[..., Any], operands: int, entries: tupl
         raise TypeError(f"compiled rule {rule!r}: {operands} operand lists, but the kernel takes {positional}")
     keywords = [p for p in parameters if p.kind is p.KEYWORD_ONLY]
     vector = _generate(rule, positional[:operands], keywords, tuple(entries), foreach_if)
-    return _register(Description(rule, tuple(entries), operands=operands, module=kernel.__module__, vector=vector))
+    return _register(Description(rule, tuple(entries), operands=operands, module=kernel.__module__, vector=vector,
+                                 names=tuple(positional[:operands]), read_only=tuple(read_only)))
 
 
 def slices(rule: str, state: bool, entries: tuple[Scalar, ...], module: str = "") -> Description:

@@ -25,7 +25,7 @@ from ..native import pins
 from ..native.scalars import DESCRIPTIONS
 from ..native.scalars import SLICE_RULES as _SLICE_STATE
 from . import table
-from .rules import RULES, SLICE_RULES, build
+from .rules import RULES, SLICE_RULES, build, generated
 
 try:
     from torch.autograd.graph import increment_version as _increment_version
@@ -37,8 +37,6 @@ __all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES
 BLOCK = table.BLOCK
 configure = table.configure
 
-#: Scalar arguments of a dense kernel (S0..S10): the longest scalar vector of ``RULES`` (tests/test_rule_scalars.py).
-_SCALARS = 11
 _RULES = frozenset(RULES)
 _kernels: Optional[dict[str, Any]] = None
 _import_error: Optional[str] = None
@@ -83,11 +81,23 @@ def launches() -> int:
     return _launches
 
 
+def _count_launch(count: int = 1) -> None:
+    global _launches
+    _launches += count
+
+
 def _kernel(name: str) -> Any:
     global _kernels
     if _kernels is None:
         _kernels = build()
-    return _kernels[name]
+    kernel = _kernels.get(name)
+    return kernel if kernel is not None else generated(name, _kernels)  # (described after the first build)
+
+
+def _unread(rule: str) -> tuple[int, ...]:
+    _kernel(rule)
+    assert _kernels is not None
+    return _kernels[f"_unread_{rule}"]
 
 
 def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars: Sequence[float],
@@ -111,8 +121,11 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     if device.type != "cuda" and not _interpreting():
         return False
     description = DESCRIPTIONS.get(rule)  # its operand lists and flags (kernels/native/scalars.py)
-    if description is None or len(lists) != description.operands:
+    if description is None or len(lists) != description.operands \
+            or len(scalars) > len(description.entries):
         return False
+    if any(scalars[k] for k in _unread(rule) if k < len(scalars)):
+        return False  # an entry of the description the Triton body does not read yet: the other paths know it
     launch = table.launch_table(lists, read_only)
     if launch is None:
         return False
@@ -133,10 +146,11 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         if dtype == torch.float32:  # the scalars by value, in the launch: no copy, however often they change
             # (only the pointer's type is used: float32; a tensor with elements, whose address is a real one)
             by_value, vector = True, next(t for t in first if t.numel())
-            values = [float(v) for v in scalars] + [0.0] * (_SCALARS - len(scalars))
+            # (one S argument per entry of the description; missing trailing entries read as 0)
+            values = [float(v) for v in scalars] + [0.0] * (len(description.entries) - len(scalars))
         else:  # float64: one small copy that does not block, sent once per distinct vector
             by_value, vector = False, table.scalar_vector(scalars, dtype, device)
-            values = [0.0] * _SCALARS
+            values = [0.0] * len(description.entries)
         with torch.cuda.device(device) if device.type == "cuda" else _nothing():
             kernel[(launch.programs,)](launch.addresses, launch.meta, vector, launch.tensors, *values, **flags,
                                        BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block,

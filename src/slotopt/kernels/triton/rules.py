@@ -1,6 +1,8 @@
 """The Triton kernels themselves: every rule of ``RULES`` in multi-tensor form, and the rules on slices.
 
-A dense rule's kernel runs one launch over a whole group (``table.py`` builds its launch table): program ``p``
+A dense rule is written here as its arithmetic only (``_b_<rule>``: loaded operands and named scalars in, new
+values out); its kernel's prologue and epilogue (the chunk, each operand's pointers, masked loads and stores, the
+scalars at their positions) are generated from the rule's scalar description by ``generate.py``. The kernel runs one launch over a whole group (``table.py`` builds its launch table): program ``p``
 reads its row of the table (which tensor, where its chunk starts and ends), loads that tensor's operand addresses
 from the address table, casts them to pointers of the variables' dtype (the scalar vector's pointer type), and
 updates its chunk in exactly the foreach kernel's evaluation order. A single large tensor is the table of one.
@@ -14,14 +16,16 @@ with ``enable_fp_fusion=False``), the approximate division and the approximate s
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
-from . import rules_tf
+from ..native.scalars import DESCRIPTIONS
+from . import generate, rules_tf
 
 #: The rules with a Triton kernel, each in multi-tensor form. A kernel's operand lists and scalar vector are the
 #: compiled CPU rule's, described once next to its foreach kernel (``kernels/native/scalars.py``): each ``Flag`` of
-#: the description is the kernel's ``constexpr`` parameter of its name in capitals, and each number the kernel
-#: reads is ``_sv(s_ptr, k, Sk, BY_VALUE)`` at its position ``k`` (``tests/test_rule_scalars.py`` checks both).
+#: the description is the kernel's ``constexpr`` parameter of its name in capitals, and each number the body
+#: names is read at its position (``generate.py`` writes both; ``tests/test_rule_scalars.py`` checks them).
 RULES = ("sgd", "keras_momentum", "momentum", "decoupled_weight_decay", "adam", "rmsprop", "apply_rmsprop", "adagrad",
          "apply_adagrad", "proximal_gradient_descent", "moving_average", "adam_variable_update", "adamax", "nadam",
          "nadam_cached", "lion", "adadelta", "apply_adadelta", "ftrl_root", *rules_tf.RULES)
@@ -88,457 +92,204 @@ def build() -> dict[str, Any]:
 
     globals().update(_div_rn=_div_rn, _sqrt_rn=_sqrt_rn, _chunk=_chunk, _operand=_operand, _sv=_sv)
 
+    # The rules' arithmetic. Each body takes the loaded operands (in the description's order), the numbers it reads
+    # (named as their description entries) and its flags (in capitals), and returns the new values of the operands
+    # the rule writes, in operand order; ``generate.py`` writes the kernel around it. Each follows the foreach
+    # kernel's evaluation order, the TensorFlow rules ``kernels/native/rules.inc`` operation for operation.
     @triton.jit
-    def sgd(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, DECAY: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        w = tl.load(w_ptr, mask=mask)
-        if DECAY:  # Keras 3's decoupled weight decay first, in the same pass
-            wd = _sv(s_ptr, 2, S2, BY_VALUE)
-            wd_lr = _sv(s_ptr, 3, S3, BY_VALUE)
-            w = w - (w * wd) * wd_lr
-        g = tl.load(g_ptr, mask=mask)
-        tl.store(w_ptr, w - g * lr, mask=mask)
+    def _sign(x):  # torch.sign as the compiled rules take it: -1, 0 or 1, and 0 for NaN
+        return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
 
     @triton.jit
-    def keras_momentum(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, NESTEROV: tl.constexpr, DECAY: tl.constexpr,
-                       ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        mu = _sv(s_ptr, 1, S1, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        step = g * lr
-        m = tl.load(m_ptr, mask=mask) * mu - step
-        tl.store(m_ptr, m, mask=mask)
-        w = tl.load(w_ptr, mask=mask)
+    def _decayed(w, weight_decay, weight_decay_lr, DECAY: tl.constexpr):  # Keras 3's decoupled weight decay
         if DECAY:
-            wd = _sv(s_ptr, 4, S4, BY_VALUE)
-            wd_lr = _sv(s_ptr, 5, S5, BY_VALUE)
-            w = w - (w * wd) * wd_lr
+            w = w - (w * weight_decay) * weight_decay_lr
+        return w
+
+    @triton.jit
+    def _b_sgd(w, g, lr, weight_decay, weight_decay_lr, DECAY: tl.constexpr):
+        return _decayed(w, weight_decay, weight_decay_lr, DECAY) - g * lr
+
+    @triton.jit
+    def _b_keras_momentum(w, g, m, lr, momentum, weight_decay, weight_decay_lr, NESTEROV: tl.constexpr,
+                          DECAY: tl.constexpr):
+        step = g * lr
+        m = m * momentum - step
+        w = _decayed(w, weight_decay, weight_decay_lr, DECAY)
         if NESTEROV:
-            w = w + (m * mu - step)
+            w = w + (m * momentum - step)
         else:
             w = w + m
-        tl.store(w_ptr, w, mask=mask)
+        return w, m
 
     @triton.jit
-    def momentum(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, NESTEROV: tl.constexpr, FUSED_PRODUCT: tl.constexpr,
-                 ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        a_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        mu = _sv(s_ptr, 1, S1, BY_VALUE)
-        lr_mu = _sv(s_ptr, 4, S4, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        a = tl.load(a_ptr, mask=mask) * mu + g
-        tl.store(a_ptr, a, mask=mask)
-        w = tl.load(w_ptr, mask=mask)
+    def _b_momentum(w, g, a, lr, momentum, lr_times_momentum, NESTEROV: tl.constexpr, FUSED_PRODUCT: tl.constexpr):
+        a = a * momentum + g
         if NESTEROV:
             if FUSED_PRODUCT:
-                look = a * lr_mu
+                look = a * lr_times_momentum
             else:
-                look = (a * mu) * lr
+                look = (a * momentum) * lr
             w = w - (g * lr + look)
         else:
             w = w - a * lr
-        tl.store(w_ptr, w, mask=mask)
+        return w, a
 
     @triton.jit
-    def decoupled_weight_decay(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        wd = _sv(s_ptr, 0, S0, BY_VALUE)
-        lr = _sv(s_ptr, 1, S1, BY_VALUE)
-        w = tl.load(w_ptr, mask=mask)
-        tl.store(w_ptr, w - (w * wd) * lr, mask=mask)
+    def _b_decoupled_weight_decay(w, weight_decay, lr):
+        return w - (w * weight_decay) * lr
 
     @triton.jit
-    def adam(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, AMSGRAD: tl.constexpr, DECAY: tl.constexpr, ALIGNED: tl.constexpr,
-             BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        alpha = _sv(s_ptr, 0, S0, BY_VALUE)
-        omb1 = _sv(s_ptr, 1, S1, BY_VALUE)
-        omb2 = _sv(s_ptr, 2, S2, BY_VALUE)
-        eps = _sv(s_ptr, 3, S3, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        m = tl.load(m_ptr, mask=mask)
-        v = tl.load(v_ptr, mask=mask)
-        m = m + (g - m) * omb1
-        v = v + (g * g - v) * omb2
-        tl.store(m_ptr, m, mask=mask)
-        tl.store(v_ptr, v, mask=mask)
+    def _b_adam(w, g, m, v, vh, alpha, one_minus_beta_1, one_minus_beta_2, epsilon, weight_decay, weight_decay_lr,
+                AMSGRAD: tl.constexpr, DECAY: tl.constexpr):
+        m = m + (g - m) * one_minus_beta_1
+        v = v + (g * g - v) * one_minus_beta_2
+        root = v
         if AMSGRAD:
-            vh_ptr = _operand(tab_ptr, 4, T, t, s_ptr, offs, ALIGNED)
-            v = tl.maximum(tl.load(vh_ptr, mask=mask), v, propagate_nan=tl.PropagateNan.ALL)
-            tl.store(vh_ptr, v, mask=mask)
-        w = tl.load(w_ptr, mask=mask)
-        if DECAY:  # AdamW: the decoupled weight decay first, in the same pass
-            wd = _sv(s_ptr, 6, S6, BY_VALUE)
-            wd_lr = _sv(s_ptr, 7, S7, BY_VALUE)
-            w = w - (w * wd) * wd_lr
-        tl.store(w_ptr, w - _div_rn(m * alpha, _sqrt_rn(v) + eps), mask=mask)
+            vh = tl.maximum(vh, v, propagate_nan=tl.PropagateNan.ALL)
+            root = vh
+        w = _decayed(w, weight_decay, weight_decay_lr, DECAY)  # AdamW: the decay first, in the same pass
+        return w - _div_rn(m * alpha, _sqrt_rn(root) + epsilon), m, v, vh
 
     @triton.jit
-    def rmsprop(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, EPSILON_INSIDE_ROOT: tl.constexpr, HAS_MOMENTUM: tl.constexpr,
-                CENTERED: tl.constexpr,
-                ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        vel_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        rho = _sv(s_ptr, 1, S1, BY_VALUE)
-        omr = _sv(s_ptr, 2, S2, BY_VALUE)
-        mu = _sv(s_ptr, 3, S3, BY_VALUE)
-        eps = _sv(s_ptr, 4, S4, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        vel = tl.load(vel_ptr, mask=mask) * rho + (g * g) * omr
-        tl.store(vel_ptr, vel, mask=mask)
+    def _b_rmsprop(w, g, vel, mom, avg, lr, rho, one_minus_rho, momentum_decay, epsilon,
+                   EPSILON_INSIDE_ROOT: tl.constexpr, HAS_MOMENTUM: tl.constexpr, CENTERED: tl.constexpr):
+        vel = vel * rho + (g * g) * one_minus_rho
         if CENTERED:
-            avg_ptr = _operand(tab_ptr, 4, T, t, s_ptr, offs, ALIGNED)
-            avg = tl.load(avg_ptr, mask=mask) * rho + g * omr
-            tl.store(avg_ptr, avg, mask=mask)
+            avg = avg * rho + g * one_minus_rho
             d = vel - avg * avg
             if EPSILON_INSIDE_ROOT:
-                d = d + eps
+                d = d + epsilon
             d = _sqrt_rn(d)
         elif EPSILON_INSIDE_ROOT:
-            d = _sqrt_rn(vel + eps)
+            d = _sqrt_rn(vel + epsilon)
         else:
             d = _sqrt_rn(vel)
         if not EPSILON_INSIDE_ROOT:
-            d = d + eps
+            d = d + epsilon
         inc = _div_rn(g * lr, d)
-        w = tl.load(w_ptr, mask=mask)
         if HAS_MOMENTUM:
-            mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-            mom = tl.load(mom_ptr, mask=mask) * mu + inc
-            tl.store(mom_ptr, mom, mask=mask)
+            mom = mom * momentum_decay + inc
             w = w - mom
         else:
             w = w - inc
-        tl.store(w_ptr, w, mask=mask)
+        return w, vel, mom, avg
 
     @triton.jit
-    def apply_rmsprop(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, CENTERED: tl.constexpr, ALIGNED: tl.constexpr,
-                      BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        ms_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        omr = _sv(s_ptr, 1, S1, BY_VALUE)
-        mu = _sv(s_ptr, 2, S2, BY_VALUE)
-        eps = _sv(s_ptr, 3, S3, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        ms = tl.load(ms_ptr, mask=mask)
-        ms = ms + (g * g - ms) * omr
-        tl.store(ms_ptr, ms, mask=mask)
+    def _b_apply_rmsprop(w, g, ms, mom, mg, lr, one_minus_rho, momentum, epsilon, CENTERED: tl.constexpr):
+        ms = ms + (g * g - ms) * one_minus_rho
         if CENTERED:
-            mg_ptr = _operand(tab_ptr, 4, T, t, s_ptr, offs, ALIGNED)
-            mg = tl.load(mg_ptr, mask=mask)
-            mg = mg + (g - mg) * omr
-            tl.store(mg_ptr, mg, mask=mask)
-            d = (ms - mg * mg) + eps
+            mg = mg + (g - mg) * one_minus_rho
+            d = (ms - mg * mg) + epsilon
         else:
-            d = ms + eps
-        mom = tl.load(mom_ptr, mask=mask) * mu + _div_rn(g * lr, _sqrt_rn(d))
-        tl.store(mom_ptr, mom, mask=mask)
-        w = tl.load(w_ptr, mask=mask)
-        tl.store(w_ptr, w - mom, mask=mask)
+            d = ms + epsilon
+        mom = mom * momentum + _div_rn(g * lr, _sqrt_rn(d))
+        return w - mom, ms, mom, mg
 
     @triton.jit
-    def adagrad(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, EPSILON_INSIDE_ROOT: tl.constexpr, ALIGNED: tl.constexpr,
-                BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        eps = _sv(s_ptr, 1, S1, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        acc = tl.load(acc_ptr, mask=mask) + g * g
-        tl.store(acc_ptr, acc, mask=mask)
+    def _b_adagrad(w, g, acc, lr, epsilon, EPSILON_INSIDE_ROOT: tl.constexpr):
+        acc = acc + g * g
         if EPSILON_INSIDE_ROOT:
-            d = _sqrt_rn(acc + eps)
+            d = _sqrt_rn(acc + epsilon)
         else:
-            d = _sqrt_rn(acc) + eps
-        w = tl.load(w_ptr, mask=mask)
-        tl.store(w_ptr, w - _div_rn(g * lr, d), mask=mask)
+            d = _sqrt_rn(acc) + epsilon
+        return w - _div_rn(g * lr, d), acc
 
     @triton.jit
-    def apply_adagrad(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, SCALAR_ROWS: tl.constexpr, ALIGNED: tl.constexpr,
-                      BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        acc = tl.load(acc_ptr, mask=mask) + g * g
-        tl.store(acc_ptr, acc, mask=mask)
+    def _b_apply_adagrad(w, g, acc, lr, SCALAR_ROWS: tl.constexpr):
+        acc = acc + g * g
         step = g * lr
         if SCALAR_ROWS:
             step = _div_rn(step, _sqrt_rn(acc))
         else:
             step = step * _div_rn(tl.full(acc.shape, 1.0, acc.dtype), _sqrt_rn(acc))
-        w = tl.load(w_ptr, mask=mask)
-        tl.store(w_ptr, w - step, mask=mask)
-
-    # The rules below follow kernels/native/rules.inc operation for operation (float32/float64: every operator
-    # there is one rounded operation here).
-    @triton.jit
-    def _sign(x):  # torch.sign as the compiled rules take it: -1, 0 or 1, and 0 for NaN
-        return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
-
-    globals().update(_sign=_sign)
+        return w - step, acc
 
     @triton.jit
-    def proximal_gradient_descent(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
-                                  BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        lr_l1 = _sv(s_ptr, 1, S1, BY_VALUE)
-        den = _sv(s_ptr, 2, S2, BY_VALUE)
-        prox = tl.load(w_ptr, mask=mask) - tl.load(g_ptr, mask=mask) * lr
+    def _b_proximal_gradient_descent(w, g, lr, lr_l1, denominator, L1_POSITIVE: tl.constexpr):
+        prox = w - g * lr
         if L1_POSITIVE:
             mag = tl.abs(prox) - lr_l1
             mag = tl.where(mag < 0, 0.0, mag)
-            w = _div_rn(_sign(prox) * mag, den)
+            w = _div_rn(_sign(prox) * mag, denominator)
         else:
-            w = _div_rn(prox, den)
-        tl.store(w_ptr, w, mask=mask)
+            w = _div_rn(prox, denominator)
+        return w
 
     @triton.jit
-    def moving_average(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        avg_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        mu = _sv(s_ptr, 0, S0, BY_VALUE)
-        omm = _sv(s_ptr, 1, S1, BY_VALUE)
-        avg = tl.load(avg_ptr, mask=mask) * mu + tl.load(w_ptr, mask=mask) * omm
-        tl.store(avg_ptr, avg, mask=mask)
+    def _b_moving_average(w, avg, momentum, one_minus_momentum):
+        return avg * momentum + w * one_minus_momentum
 
     @triton.jit
-    def adam_variable_update(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, AMSGRAD: tl.constexpr, ALIGNED: tl.constexpr,
-                             BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        m_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        v_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        alpha = _sv(s_ptr, 0, S0, BY_VALUE)
-        eps = _sv(s_ptr, 1, S1, BY_VALUE)
-        v = tl.load(v_ptr, mask=mask)
+    def _b_adam_variable_update(w, m, v, vh, alpha, epsilon, AMSGRAD: tl.constexpr):
         if AMSGRAD:
-            vh_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-            v = tl.maximum(tl.load(vh_ptr, mask=mask), v, propagate_nan=tl.PropagateNan.ALL)
-            tl.store(vh_ptr, v, mask=mask)
-        w = tl.load(w_ptr, mask=mask)
-        tl.store(w_ptr, w - _div_rn(tl.load(m_ptr, mask=mask) * alpha, _sqrt_rn(v) + eps), mask=mask)
+            vh = tl.maximum(vh, v, propagate_nan=tl.PropagateNan.ALL)
+            v = vh
+        return w - _div_rn(m * alpha, _sqrt_rn(v) + epsilon), vh
 
     @triton.jit
-    def adamax(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, SCALED: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        u_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        omb1 = _sv(s_ptr, 1, S1, BY_VALUE)
-        b2 = _sv(s_ptr, 2, S2, BY_VALUE)
-        eps = _sv(s_ptr, 3, S3, BY_VALUE)
-        omb1p = _sv(s_ptr, 4, S4, BY_VALUE)
-        scaled_lr = _sv(s_ptr, 6, S6, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        m = tl.load(m_ptr, mask=mask)
-        m = m + (g - m) * omb1
-        u = tl.maximum(tl.load(u_ptr, mask=mask) * b2, tl.abs(g), propagate_nan=tl.PropagateNan.ALL)
-        tl.store(m_ptr, m, mask=mask)
-        tl.store(u_ptr, u, mask=mask)
-        w = tl.load(w_ptr, mask=mask)
+    def _b_adamax(w, g, m, u, lr, one_minus_beta_1, beta_2, epsilon, one_minus_beta_1_power, scaled_lr,
+                  SCALED: tl.constexpr):
+        m = m + (g - m) * one_minus_beta_1
+        u = tl.maximum(u * beta_2, tl.abs(g), propagate_nan=tl.PropagateNan.ALL)
         if SCALED:
-            w = w - _div_rn(m, u + eps) * scaled_lr
+            w = w - _div_rn(m, u + epsilon) * scaled_lr
         else:
-            w = w - _div_rn(m * lr, (u + eps) * omb1p)
-        tl.store(w_ptr, w, mask=mask)
+            w = w - _div_rn(m * lr, (u + epsilon) * one_minus_beta_1_power)
+        return w, m, u
 
     @triton.jit
-    def nadam(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        omb1 = _sv(s_ptr, 1, S1, BY_VALUE)
-        omb2 = _sv(s_ptr, 2, S2, BY_VALUE)
-        mu_next = _sv(s_ptr, 3, S3, BY_VALUE)
-        omu = _sv(s_ptr, 4, S4, BY_VALUE)
-        omp = _sv(s_ptr, 5, S5, BY_VALUE)
-        ompn = _sv(s_ptr, 6, S6, BY_VALUE)
-        omb2p = _sv(s_ptr, 7, S7, BY_VALUE)
-        eps = _sv(s_ptr, 8, S8, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        m = tl.load(m_ptr, mask=mask)
-        v = tl.load(v_ptr, mask=mask)
-        m = m + (g - m) * omb1
-        v = v + (g * g - v) * omb2
-        tl.store(m_ptr, m, mask=mask)
-        tl.store(v_ptr, v, mask=mask)
-        m_hat = _div_rn(m * mu_next, ompn) + _div_rn(g * omu, omp)
-        w = tl.load(w_ptr, mask=mask)
-        tl.store(w_ptr, w - _div_rn(m_hat * lr, _sqrt_rn(_div_rn(v, omb2p)) + eps), mask=mask)
+    def _b_nadam(w, g, m, v, lr, one_minus_beta_1, one_minus_beta_2, mu_next, one_minus_mu, one_minus_product,
+                 one_minus_product_next, one_minus_beta_2_power, epsilon):
+        m = m + (g - m) * one_minus_beta_1
+        v = v + (g * g - v) * one_minus_beta_2
+        m_hat = _div_rn(m * mu_next, one_minus_product_next) + _div_rn(g * one_minus_mu, one_minus_product)
+        return w - _div_rn(m_hat * lr, _sqrt_rn(_div_rn(v, one_minus_beta_2_power)) + epsilon), m, v
 
     @triton.jit
-    def nadam_cached(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        v_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        b1 = _sv(s_ptr, 1, S1, BY_VALUE)
-        b2 = _sv(s_ptr, 2, S2, BY_VALUE)
-        omb1 = _sv(s_ptr, 3, S3, BY_VALUE)
-        omb2 = _sv(s_ptr, 4, S4, BY_VALUE)
-        omu = _sv(s_ptr, 5, S5, BY_VALUE)
-        mu_next = _sv(s_ptr, 6, S6, BY_VALUE)
-        omp = _sv(s_ptr, 7, S7, BY_VALUE)
-        ompn = _sv(s_ptr, 8, S8, BY_VALUE)
-        omb2p = _sv(s_ptr, 9, S9, BY_VALUE)
-        eps = _sv(s_ptr, 10, S10, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        m = tl.load(m_ptr, mask=mask) * b1 + g * omb1
-        v = tl.load(v_ptr, mask=mask) * b2 + (g * g) * omb2
-        tl.store(m_ptr, m, mask=mask)
-        tl.store(v_ptr, v, mask=mask)
-        m_bar = _div_rn(g, omp) * omu + _div_rn(m, ompn) * mu_next
-        w = tl.load(w_ptr, mask=mask)
-        tl.store(w_ptr, w - _div_rn(m_bar * lr, _sqrt_rn(_div_rn(v, omb2p)) + eps), mask=mask)
+    def _b_nadam_cached(w, g, m, v, lr, beta_1, beta_2, one_minus_beta_1, one_minus_beta_2, one_minus_mu, mu_next,
+                        one_minus_product, one_minus_product_next, one_minus_beta_2_power, epsilon):
+        m = m * beta_1 + g * one_minus_beta_1
+        v = v * beta_2 + (g * g) * one_minus_beta_2
+        m_bar = _div_rn(g, one_minus_product) * one_minus_mu + _div_rn(m, one_minus_product_next) * mu_next
+        return w - _div_rn(m_bar * lr, _sqrt_rn(_div_rn(v, one_minus_beta_2_power)) + epsilon), m, v
 
     @triton.jit
-    def lion(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        m_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        b1 = _sv(s_ptr, 1, S1, BY_VALUE)
-        omb1 = _sv(s_ptr, 2, S2, BY_VALUE)
-        b2 = _sv(s_ptr, 3, S3, BY_VALUE)
-        omb2 = _sv(s_ptr, 4, S4, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        m = tl.load(m_ptr, mask=mask)
-        direction = m * b1 + g * omb1
-        w = tl.load(w_ptr, mask=mask)
-        tl.store(w_ptr, w - _sign(direction) * lr, mask=mask)
-        tl.store(m_ptr, m * b2 + g * omb2, mask=mask)
+    def _b_lion(w, g, m, lr, beta_1, one_minus_beta_1, beta_2, one_minus_beta_2):
+        direction = m * beta_1 + g * one_minus_beta_1
+        return w - _sign(direction) * lr, m * beta_2 + g * one_minus_beta_2
 
     @triton.jit
-    def adadelta(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        eg_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        ed_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        rho = _sv(s_ptr, 1, S1, BY_VALUE)
-        omr = _sv(s_ptr, 2, S2, BY_VALUE)
-        eps = _sv(s_ptr, 3, S3, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        eg = tl.load(eg_ptr, mask=mask) * rho + (g * g) * omr
-        tl.store(eg_ptr, eg, mask=mask)
-        ed = tl.load(ed_ptr, mask=mask)
-        delta = -_div_rn(_sqrt_rn(ed + eps) * g, _sqrt_rn(eg + eps))
-        tl.store(ed_ptr, ed * rho + (delta * delta) * omr, mask=mask)
-        w = tl.load(w_ptr, mask=mask)
-        tl.store(w_ptr, w + delta * lr, mask=mask)
+    def _b_adadelta(w, g, eg, ed, lr, rho, one_minus_rho, epsilon):
+        eg = eg * rho + (g * g) * one_minus_rho
+        delta = -_div_rn(_sqrt_rn(ed + epsilon) * g, _sqrt_rn(eg + epsilon))
+        return w + delta * lr, eg, ed * rho + (delta * delta) * one_minus_rho
 
     @triton.jit
-    def apply_adadelta(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def _b_apply_adadelta(w, g, acc, au, lr, rho, one_minus_rho, epsilon):
         # TensorFlow's rsqrt as its GPU kernel takes it: 1 / sqrt(x), two roundings (no CPU packet estimate)
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        au_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        rho = _sv(s_ptr, 1, S1, BY_VALUE)
-        omr = _sv(s_ptr, 2, S2, BY_VALUE)
-        eps = _sv(s_ptr, 3, S3, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        acc = tl.load(acc_ptr, mask=mask) * rho + (g * g) * omr
-        tl.store(acc_ptr, acc, mask=mask)
-        au = tl.load(au_ptr, mask=mask)
-        rsqrt = _div_rn(tl.full(acc.shape, 1.0, acc.dtype), _sqrt_rn(acc + eps))
-        update = (_sqrt_rn(au + eps) * rsqrt) * g
-        w = tl.load(w_ptr, mask=mask)
-        tl.store(w_ptr, w - update * lr, mask=mask)
-        tl.store(au_ptr, au * rho + (update * update) * omr, mask=mask)
+        acc = acc * rho + (g * g) * one_minus_rho
+        rsqrt = _div_rn(tl.full(acc.shape, 1.0, acc.dtype), _sqrt_rn(acc + epsilon))
+        update = (_sqrt_rn(au + epsilon) * rsqrt) * g
+        return w - update * lr, acc, au * rho + (update * update) * one_minus_rho
 
     @triton.jit
-    def ftrl_root(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, SCALAR_ROWS: tl.constexpr, ALIGNED: tl.constexpr,
-                  BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)
-        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)
-        lin_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)
-        l1 = _sv(s_ptr, 1, S1, BY_VALUE)
-        two_l2 = _sv(s_ptr, 2, S2, BY_VALUE)
-        shrinkage = _sv(s_ptr, 3, S3, BY_VALUE)
-        g = tl.load(g_ptr, mask=mask)
-        w = tl.load(w_ptr, mask=mask)
-        acc = tl.load(acc_ptr, mask=mask)
+    def _b_ftrl_root(w, g, acc, lin, lr, l1, two_l2, shrinkage, SCALAR_ROWS: tl.constexpr):
         adjusted = w * shrinkage + g
         new_acc = g * g + acc
         new_power = _sqrt_rn(new_acc)
         sigma = _div_rn(new_power - _sqrt_rn(acc), lr) * w
         if SCALAR_ROWS:
-            z = (tl.load(lin_ptr, mask=mask) + adjusted) - sigma
+            z = (lin + adjusted) - sigma
         else:
             adjusted = adjusted - sigma
-            z = tl.load(lin_ptr, mask=mask) + adjusted
-        tl.store(lin_ptr, z, mask=mask)
+            z = lin + adjusted
         q = _div_rn(new_power, lr) + two_l2
         clipped = tl.where(z < -l1, -l1, z)
         clipped = tl.where(clipped > l1, l1, clipped)
-        tl.store(w_ptr, _div_rn(clipped - z, q), mask=mask)
-        tl.store(acc_ptr, new_acc, mask=mask)
+        return _div_rn(clipped - z, q), new_acc, z
+
+    globals().update(_sign=_sign, _decayed=_decayed)
 
     # Rules on slices: each program owns a block of columns and walks the k slices serially in slice order, so a
     # repeated row takes each slice's update in turn (the compiled rules' order) and no two programs share an
@@ -578,7 +329,39 @@ def build() -> dict[str, Any]:
             w = tl.load(w_ptr + at, mask=mask)
             tl.store(w_ptr + at, w - _div_rn(g * lr, d), mask=mask)
 
-    kernels = {name: fn for name, fn in locals().items() if name in RULES or name in SLICE_RULES}
-    kernels.update(rules_tf.build({"_div_rn": _div_rn, "_sqrt_rn": _sqrt_rn, "_chunk": _chunk, "_operand": _operand,
-                                   "_sign": _sign, "_sv": _sv}))
+    # (tl among the modules' globals too: the interpreter looks for triton.language there)
+    helpers = {"tl": tl, "_div_rn": _div_rn, "_sqrt_rn": _sqrt_rn, "_chunk": _chunk, "_operand": _operand, "_sign": _sign,
+               "_sv": _sv}
+    kernels = {name: fn for name, fn in locals().items() if name in SLICE_RULES or name.startswith("_b_")}
+    kernels.update(rules_tf.build(helpers))
+    globals().update(tl=tl)
+    kernels["_namespace"] = {**helpers, **{k: v for k, v in kernels.items() if k.startswith("_b_")}}
+    for rule in RULES:
+        if rule in DESCRIPTIONS:  # (a rule's description registers when its family's module is imported)
+            generated(rule, kernels)
     return kernels
+
+
+def generated(rule: str, kernels: dict[str, Any]) -> Any:
+    """The multi-tensor kernel of ``rule``, generated around its body from its description (``generate.py``) and
+    kept in ``kernels`` (``build``'s dictionary)."""
+    import triton
+
+    kernel = kernels.get(rule)
+    if kernel is None:
+        body = kernels[f"_b_{rule}"]
+        parameters = list(inspect.signature(getattr(body, "fn", body)).parameters)
+        text = generate.source(DESCRIPTIONS[rule], f"_b_{rule}", parameters)
+        generate.register(rule, text)
+        namespace = kernels["_namespace"]
+        exec(compile(text, generate.filename(rule), "exec"), namespace)  # noqa: S102 (our own source)
+        kernel = kernels[rule] = triton.jit(namespace.pop(rule))
+        kernels[f"_unread_{rule}"] = generate.unread(DESCRIPTIONS[rule], parameters)
+    return kernel
+
+
+def source(rule: str) -> str:
+    """The generated source of ``rule``'s kernel (after ``build``)."""
+    import linecache
+
+    return "".join(linecache.getlines(generate.filename(rule)))

@@ -1,7 +1,8 @@
-"""TensorFlow's own fused rules as multi-tensor Triton kernels (the TF1 proximal and dual-averaging Adagrad rules
-and ``SparseApplyRMSProp``'s dense form), beside ``rules.py``'s, in the same form and under the same rules: each
+"""TensorFlow's own fused rules as Triton bodies (the TF1 proximal and dual-averaging Adagrad rules and
+``SparseApplyRMSProp``'s dense form), beside ``rules.py``'s, in the same form and under the same rules: each
 follows ``kernels/native/rules.inc`` operation for operation, and TensorFlow's ``rsqrt`` is taken as its GPU
-kernels take it, ``1 / sqrt(x)`` with two roundings (the CPU's packet estimate is a CPU thing).
+kernels take it, ``1 / sqrt(x)`` with two roundings (the CPU's packet estimate is a CPU thing). Each multi-tensor
+kernel is generated around its body (``generate.py``).
 """
 
 from __future__ import annotations
@@ -13,57 +14,30 @@ RULES = ("sparse_apply_rmsprop", "apply_proximal_adagrad", "apply_adagrad_da", "
 
 
 def build(helpers: dict[str, Any]) -> dict[str, Any]:
-    """Defines the kernels; ``helpers``: ``rules.build``'s jit helpers, which the kernels find among this module's
-    globals (Triton resolves names there)."""
+    """Defines the bodies (``_b_<rule>``); ``helpers``: ``rules.build``'s jit helpers, which the bodies find among
+    this module's globals (Triton resolves names there)."""
     import triton
     import triton.language as tl
 
     globals().update(helpers)
 
     @triton.jit
-    def sparse_apply_rmsprop(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, CENTERED: tl.constexpr, ALIGNED: tl.constexpr,
-                             BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        ms_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        mom_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)  # noqa: F821
-        rho = _sv(s_ptr, 1, S1, BY_VALUE)  # noqa: F821
-        omr = _sv(s_ptr, 2, S2, BY_VALUE)  # noqa: F821
-        mu = _sv(s_ptr, 3, S3, BY_VALUE)  # noqa: F821
-        eps = _sv(s_ptr, 4, S4, BY_VALUE)  # noqa: F821
-        g = tl.load(g_ptr, mask=mask)
-        ms = tl.load(ms_ptr, mask=mask) * rho + (g * g) * omr
-        tl.store(ms_ptr, ms, mask=mask)
-        d = ms + eps
+    def _b_sparse_apply_rmsprop(w, g, ms, mom, mg, lr, rho, one_minus_rho, momentum, epsilon,
+                                CENTERED: tl.constexpr):
+        ms = ms * rho + (g * g) * one_minus_rho
+        d = ms + epsilon
         if CENTERED:
-            mg_ptr = _operand(tab_ptr, 4, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-            mg = tl.load(mg_ptr, mask=mask) * rho + g * omr
-            tl.store(mg_ptr, mg, mask=mask)
+            mg = mg * rho + g * one_minus_rho
             d = d - mg * mg
         d = _div_rn(tl.full(d.shape, 1.0, d.dtype), _sqrt_rn(d))  # noqa: F821
-        mom = tl.load(mom_ptr, mask=mask) * mu + (d * lr) * g
-        tl.store(mom_ptr, mom, mask=mask)
-        tl.store(w_ptr, tl.load(w_ptr, mask=mask) - mom, mask=mask)
+        mom = mom * momentum + (d * lr) * g
+        return w - mom, ms, mom, mg
 
     @triton.jit
-    def apply_proximal_adagrad(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
-                               BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        acc_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)  # noqa: F821
-        l1 = _sv(s_ptr, 1, S1, BY_VALUE)  # noqa: F821
-        l2 = _sv(s_ptr, 2, S2, BY_VALUE)  # noqa: F821
-        g = tl.load(g_ptr, mask=mask)
-        acc = tl.load(acc_ptr, mask=mask) + g * g
-        tl.store(acc_ptr, acc, mask=mask)
+    def _b_apply_proximal_adagrad(w, g, acc, lr, l1, l2, L1_POSITIVE: tl.constexpr):
+        acc = acc + g * g
         eta = _div_rn(tl.full(acc.shape, 1.0, acc.dtype), _sqrt_rn(acc)) * lr  # noqa: F821
-        prox = tl.load(w_ptr, mask=mask) - g * eta
+        prox = w - g * eta
         den = eta * l2 + 1.0
         if L1_POSITIVE:
             mag = tl.abs(prox) - eta * l1
@@ -71,25 +45,12 @@ def build(helpers: dict[str, Any]) -> dict[str, Any]:
             w = _div_rn(_sign(prox) * mag, den)  # noqa: F821
         else:
             w = _div_rn(prox, den)  # noqa: F821
-        tl.store(w_ptr, w, mask=mask)
+        return w, acc
 
     @triton.jit
-    def apply_adagrad_da(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
-                         BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        ga_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        gg_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        lr = _sv(s_ptr, 0, S0, BY_VALUE)  # noqa: F821
-        t_l1 = _sv(s_ptr, 1, S1, BY_VALUE)  # noqa: F821
-        l2_t_lr = _sv(s_ptr, 2, S2, BY_VALUE)  # noqa: F821
-        g = tl.load(g_ptr, mask=mask)
-        ga = tl.load(ga_ptr, mask=mask) + g
-        gg = tl.load(gg_ptr, mask=mask) + g * g
-        tl.store(ga_ptr, ga, mask=mask)
-        tl.store(gg_ptr, gg, mask=mask)
+    def _b_apply_adagrad_da(w, g, ga, gg, lr, t_l1, l2_t_lr, L1_POSITIVE: tl.constexpr):
+        ga = ga + g
+        gg = gg + g * g
         den = _sqrt_rn(gg) + l2_t_lr  # noqa: F821
         if L1_POSITIVE:
             mag = tl.abs(ga) - t_l1
@@ -97,33 +58,19 @@ def build(helpers: dict[str, Any]) -> dict[str, Any]:
             num = (_sign(ga) * -lr) * mag  # noqa: F821
         else:
             num = -(ga * lr)
-        tl.store(w_ptr, _div_rn(num, den), mask=mask)  # noqa: F821
+        return _div_rn(num, den), ga, gg  # noqa: F821
 
     @triton.jit
-    def apply_adagrad_da_rows(tab_ptr, meta_ptr, s_ptr, T, S0, S1, S2, S3, S4, S5, S6, S7, S8, S9, S10,
-            BY_VALUE: tl.constexpr, L1_POSITIVE: tl.constexpr, ALIGNED: tl.constexpr,
-                              BLOCK: tl.constexpr):
-        t, offs, mask = _chunk(meta_ptr, ALIGNED, BLOCK)  # noqa: F821
-        w_ptr = _operand(tab_ptr, 0, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        g_ptr = _operand(tab_ptr, 1, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        ga_ptr = _operand(tab_ptr, 2, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        gg_ptr = _operand(tab_ptr, 3, T, t, s_ptr, offs, ALIGNED)  # noqa: F821
-        steps = _sv(s_ptr, 0, S0, BY_VALUE)  # noqa: F821
-        l1 = _sv(s_ptr, 1, S1, BY_VALUE)  # noqa: F821
-        l2 = _sv(s_ptr, 2, S2, BY_VALUE)  # noqa: F821
-        t_lr = _sv(s_ptr, 3, S3, BY_VALUE)  # noqa: F821
-        g = tl.load(g_ptr, mask=mask)
-        ga = tl.load(ga_ptr, mask=mask) + g
-        gg = tl.load(gg_ptr, mask=mask) + g * g
-        tl.store(ga_ptr, ga, mask=mask)
-        tl.store(gg_ptr, gg, mask=mask)
+    def _b_apply_adagrad_da_rows(w, g, ga, gg, t, l1, l2, t_lr, L1_POSITIVE: tl.constexpr):
+        ga = ga + g
+        gg = gg + g * g
         den = _div_rn(_sqrt_rn(gg), t_lr) + l2  # noqa: F821
         if L1_POSITIVE:
-            mag = _div_rn(tl.abs(ga), steps) - l1  # noqa: F821
+            mag = _div_rn(tl.abs(ga), t) - l1  # noqa: F821
             mag = tl.where(mag < 0, 0.0, mag)
             num = (-_sign(ga)) * mag  # noqa: F821
         else:
-            num = -_div_rn(ga, steps)  # noqa: F821
-        tl.store(w_ptr, _div_rn(num, den), mask=mask)  # noqa: F821
+            num = -_div_rn(ga, t)  # noqa: F821
+        return _div_rn(num, den), ga, gg  # noqa: F821
 
-    return {name: fn for name, fn in locals().items() if name in RULES}
+    return {name: fn for name, fn in locals().items() if name.startswith("_b_")}

@@ -1,0 +1,251 @@
+"""The device check's sections for issue 48 (``benchmarks/gpu_check.py`` runs them; kept apart for its size):
+
+* ``host``: the host's time of one quiet step split into its parts: the step's checks and bookkeeping (the step's
+  time less its kernel call), the launch table (``table.launch_table`` of the group, kept), the scalars (the rule's
+  generated marshalling, ``scalar_vector``) and the launch (``triton.apply``: table, pins, the launch itself),
+  each timed alone on the same tensors, against the issue's target of 30 us + 0.3 us per tensor;
+* ``graph``: CUDA graph capture and replay: torch's fused optimizer with ``capturable=True`` captured and replayed
+  (ms per replay) against a captured device copy of the same bytes (the floor), and slotopt's step under capture,
+  which is refused by name until its scalars live on the device (``engine/capture.py``): the refusal's message is
+  the result, and "captured bit identity" is reported as not applicable;
+* ``sync-all``: every optimizer of the parity section (and clipping by a global norm) stepping under
+  ``torch.cuda.set_sync_debug_mode("error")``, on tensors of whole packets (the device ``pow``/sums apply) and
+  with a ragged tensor (``pow`` then takes its host copy: a synchronisation, reported as such).
+
+On the CPU (``--device cpu --dry``) each runs its code with the interpreter and tiny sizes; ``graph`` and
+``sync-all`` report "n/a" there after building their optimizers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any, Callable
+
+#: The host time target of a quiet step (issue 48): microseconds, fixed and per tensor.
+TARGET_US, TARGET_PER_TENSOR_US = 30.0, 0.3
+
+
+def _median_us(fn: Callable[[], Any], repeats: int, steps: int, sync: Callable[[], None]) -> float:
+    samples = []
+    for _ in range(repeats):
+        sync()
+        began = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        samples.append((time.perf_counter() - began) * 1e6 / steps)
+        sync()
+    return statistics.median(samples)
+
+
+def section_host(args: argparse.Namespace, workloads: dict[str, list[tuple[int, ...]]],
+                 factory: Callable[[str], Callable[..., Any]]) -> dict[str, Any]:
+    import torch
+
+    from slotopt.kernels import adam as adam_kernels
+    from slotopt.kernels import triton as triton_path
+    from slotopt.kernels.native.scalars import DESCRIPTIONS
+    from slotopt.kernels.triton import table
+
+    device = args.device
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    steps, repeats = (2, 1) if args.dry else (50, 5)
+    rows, bad = [], []
+    for workload, shapes in workloads.items():
+        try:
+            params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
+            for p in params:
+                p.grad = torch.randn_like(p)
+            opt = factory("Adam")(params)
+            for _ in range(3):  # state, compile, the plan proven: a quiet step from here on
+                opt.step()
+            step_us = _median_us(opt.step, repeats, steps, sync)
+            # The kernel call alone, on tensors of the same sizes (Adam's lists, its generated marshalling).
+            lists = [[p.detach() for p in params], [p.grad for p in params],
+                     [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]]
+            kwargs = dict(alpha=1e-3, one_minus_beta_1=0.1, one_minus_beta_2=1e-3, epsilon=1e-7)
+            vector = adam_kernels.adam.scalar_vector(*lists, None, **kwargs)
+            scalars_us = _median_us(lambda ls=lists, kw=kwargs: adam_kernels.adam.scalar_vector(*ls, None, **kw),
+                                    repeats, steps, sync)
+            table_us = _median_us(lambda ls=lists: table.launch_table(ls, DESCRIPTIONS["adam"].read_only), repeats,
+                                  steps, sync)
+            launch_us = _median_us(lambda ls=lists, v=vector: triton_path.apply("adam", ls, v), repeats, steps, sync)
+            checks_us = max(0.0, step_us - launch_us - scalars_us)
+            target = TARGET_US + TARGET_PER_TENSOR_US * len(shapes)
+            rows.append({"workload": workload, "tensors": len(shapes), "step_us": step_us, "checks_us": checks_us,
+                         "table_us": table_us, "scalars_us": scalars_us, "launch_us": launch_us,
+                         "target_us": target, "meets": step_us <= target})
+            print(f"  {workload:6} step {step_us:.1f} us: checks {checks_us:.1f}, table {table_us:.1f}, "
+                  f"scalars {scalars_us:.1f}, launch {launch_us:.1f} (target {target:.1f})", flush=True)
+            del opt, params, lists
+        except Exception as error:
+            bad.append(f"{workload}: {type(error).__name__}: {error}"[:300])
+    summary = "; ".join(f"{r['workload']}: {r['step_us']:.1f} us ({'meets' if r['meets'] else 'misses'} "
+                        f"{r['target_us']:.1f})" for r in rows)
+    return {"ok": bool(rows) and not bad, "summary": summary or "nothing timed", "failures": bad, "rows": rows}
+
+
+def _replay_ms(graph: Any, steps: int) -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(steps):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def section_graph(args: argparse.Namespace, workloads: dict[str, list[tuple[int, ...]]],
+                  factory: Callable[[str], Callable[..., Any]], rules: tuple[str, ...],
+                  traffic: dict[str, int]) -> dict[str, Any]:
+    import torch
+
+    from slotopt.engine import capture
+
+    device = args.device
+    rows, bad = [], []
+    if device != "cuda":  # the optimizers are built and stepped once: the rest needs a device
+        for rule in rules:
+            params = [torch.nn.Parameter(torch.randn(4))]
+            params[0].grad = torch.randn(4)
+            factory(rule)(params).step()
+        return {"ok": True, "summary": "n/a on the CPU (no CUDA graph); slotopt refuses a capture: "
+                + (capture.refusal(object()) or "")[:80]}
+    steps = 20
+    for workload, shapes in workloads.items():
+        elements = sum(torch.Size(s).numel() for s in shapes)
+        for rule in rules:
+            try:
+                row: dict[str, Any] = {"workload": workload, "rule": rule}
+                # torch, capturable, captured and replayed
+                params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
+                for p in params:
+                    p.grad = torch.randn_like(p)
+                makers = {"Adam": lambda ps: torch.optim.Adam(ps, lr=1e-3, capturable=True),
+                          "AdamW": lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.01, capturable=True),
+                          "SGD momentum": lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9),
+                          "RMSprop": lambda ps: torch.optim.RMSprop(ps, lr=1e-3, capturable=True),
+                          "Adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.01)}
+                opt = makers[rule](params)
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(3):
+                        opt.step()
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                try:
+                    with torch.cuda.graph(graph):
+                        opt.step()
+                    row["torch_replay_ms"] = _replay_ms(graph, steps)
+                except Exception as error:
+                    row["torch_replay_ms"] = None
+                    row["torch_error"] = f"{type(error).__name__}: {error}"[:160]
+                del graph, opt, params
+                # the floor: a captured copy of the bytes the update moves
+                moved = traffic[rule] * elements // 2
+                source, target = torch.randn(moved, device=device), torch.empty(moved, device=device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    target.copy_(source)
+                row["copy_replay_ms"] = _replay_ms(graph, steps)
+                del graph, source, target
+                # slotopt: the capture is refused by name (nothing recorded, nothing written)
+                params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
+                for p in params:
+                    p.grad = torch.randn_like(p)
+                opt = factory(rule)(params)
+                for _ in range(3):
+                    opt.step()
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                try:
+                    with torch.cuda.graph(graph):
+                        opt.step()
+                    row["slotopt"] = "captured (unexpected: its scalars would replay frozen)"
+                    bad.append(f"{workload}/{rule}: a slotopt step was captured")
+                except capture.CaptureRefused as error:
+                    row["slotopt"] = f"refused: {str(error)[:120]}"
+                except Exception as error:  # what the capture machinery itself raised
+                    row["slotopt"] = f"{type(error).__name__}: {error}"[:160]
+                    bad.append(f"{workload}/{rule}: {row['slotopt']}")
+                del graph, opt, params
+                torch.cuda.synchronize()
+                rows.append(row)
+                print(f"  {workload:6} {rule:13} torch replay {row.get('torch_replay_ms')} ms, copy replay "
+                      f"{row['copy_replay_ms']:.4f} ms; slotopt {row['slotopt'][:60]}", flush=True)
+            except Exception as error:
+                bad.append(f"{workload}/{rule}: {type(error).__name__}: {error}"[:300])
+            finally:
+                torch.cuda.empty_cache()
+    return {"ok": not bad, "summary": f"{len(rows)} captures timed; captured bit identity: n/a (slotopt steps "
+            "refuse a capture)", "failures": bad, "rows": rows}
+
+
+def section_sync_all(args: argparse.Namespace, optimizers: dict[str, Callable[..., Any]]) -> dict[str, Any]:
+    import torch
+
+    import slotopt
+
+    device = args.device
+    everything = dict(optimizers)
+    everything["keras3 Adam global_clipnorm"] = lambda p: slotopt.Adam(learning_rate=1e-3, global_clipnorm=1.0,
+                                                                       params=p)
+    everything["keras3 SGD clipnorm"] = lambda p: slotopt.SGD(learning_rate=0.01, clipnorm=1.0, params=p)
+    layouts = {"whole packets": [(64, 32), (1024,), (8, 16)], "ragged": [(64, 32), (7,), (33, 45)]}
+    bad, clean, total = [], 0, 0
+    for name, make in everything.items():
+        for layout, shapes in layouts.items():
+            total += 1
+            params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
+            for p in params:
+                p.grad = torch.randn_like(p)
+            try:
+                opt = make(params)
+                opt.step()  # the first step builds the state (allowed to synchronise)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                    torch.cuda.set_sync_debug_mode("error")
+                try:
+                    for _ in range(1 if args.dry else 3):
+                        opt.step()
+                    clean += 1
+                finally:
+                    if device == "cuda":
+                        torch.cuda.set_sync_debug_mode("default")
+            except Exception as error:
+                bad.append(f"{name} ({layout}): {type(error).__name__}: {str(error).splitlines()[0][:160]}")
+    summary = (f"{clean}/{total} optimizer x layout runs step without a host synchronisation" if device == "cuda"
+               else f"n/a on the CPU ({clean}/{total} stepped)")
+    return {"ok": device != "cuda" or not bad, "summary": summary, "failures": bad}
+
+
+def markdown(results: dict[str, dict[str, Any]]) -> list[str]:
+    """The report's tables of these sections."""
+    lines: list[str] = []
+    host = results.get("host", {}).get("rows", [])
+    if host:
+        lines += ["", "Host time of one quiet step (Adam), us, by part (each part timed alone on the same tensors; "
+                  "checks: the step less its kernel call and scalars):", "",
+                  "| workload | tensors | step | checks | table | scalars | launch | target |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in host:
+            lines.append(f"| {r['workload']} | {r['tensors']} | {r['step_us']:.1f} | {r['checks_us']:.1f} | "
+                         f"{r['table_us']:.1f} | {r['scalars_us']:.1f} | {r['launch_us']:.1f} | "
+                         f"{r['target_us']:.1f} ({'met' if r['meets'] else 'missed'}) |")
+    graph = results.get("graph", {}).get("rows", [])
+    if graph:
+        lines += ["", "CUDA graph replay, ms per step:", "",
+                  "| workload | rule | torch capturable replay | copy floor replay | slotopt |",
+                  "| --- | --- | --- | --- | --- |"]
+        for r in graph:
+            torch_ms = f"{r['torch_replay_ms']:.4f}" if r.get("torch_replay_ms") is not None else \
+                r.get("torch_error", "–")
+            lines.append(f"| {r['workload']} | {r['rule']} | {torch_ms} | {r['copy_replay_ms']:.4f} | "
+                         f"{r['slotopt']} |")
+    return lines
