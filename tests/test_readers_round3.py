@@ -337,3 +337,18 @@ def test_tfkeras_new_sparse_updates_deduplicate_and_what_differs_is_refused():
         rmsprop.optimizer(rmsprop.parameters(), optimizer=slotopt.RMSprop(0.01))
     # A Keras 3 optimizer keeps Keras 3's sparse update (rows one by one, no deduplication).
     assert not slotopt.Adam(0.01)._deduplicate_sparse
+
+
+def test_an_optimizer_summing_whole_tensors_is_refused_on_a_converted_layout_with_nothing_written():
+    """Lamb's trust ratio sums whole tensors in the order it is given them: on nn.Linear's transposed kernel the
+    bits would differ from TensorFlow's silently, so load_module refuses it before writing the module."""
+    ck = slotopt.load_tf_checkpoint(DATA / "k1_tfckpt_keras3_adam_clipnorm" / "ckpts")
+    module = torch.nn.ModuleDict({"inner": torch.nn.Linear(5, 7), "head": torch.nn.Linear(7, 3)})
+    before = {n: p.detach().clone() for n, p in module.named_parameters()}
+    mapping = {"body/inner/kernel": "inner.weight", "body/inner/bias": "inner.bias",
+               "body/head/kernel": "head.weight", "body/head/bias": "head.bias"}
+    with pytest.raises(ValueError, match="Lamb's update sums whole tensors"):
+        ck.load_module(module, mapping, optimizer=slotopt.Lamb(0.01))
+    assert all(torch.equal(p, before[n]) for n, p in module.named_parameters())
+    opt = ck.optimizer(ck.parameters(), optimizer=slotopt.Lamb(0.01))  # the file's layout: the way out works
+    assert type(opt).__name__ == "Lamb"

@@ -25,13 +25,27 @@ import torch
 
 Order = Optional[Callable[[torch.Tensor], torch.Tensor]]
 
-__all__ = ["set_orders", "orders_of", "Order"]
+__all__ = ["set_orders", "orders_of", "refuse_unordered", "Order"]
 
 
 def set_orders(opt: Any, orders: Mapping[int, Callable[[torch.Tensor], torch.Tensor]]) -> None:
     """Records ``orders`` (``id(variable)`` → the view putting a tensor of its layout in TensorFlow's order) on
     ``opt``; an empty mapping clears them."""
     opt._summation_orders = dict(orders)
+
+
+def refuse_unordered(cls: type, orders: Mapping[int, Any], where: str) -> None:
+    """Refuses, before anything is written, an optimizer class whose own update sums whole tensors
+    (``_sums_whole_tensors``: Lamb's trust ratio, Adafactor's RMS, Muon's matrix products) for variables held in
+    another layout than TensorFlow's: those sums would run in the layout's memory order and give other last bits
+    than the file's run, silently. Clipping is summed in TensorFlow's order (``orders_of``); these are not yet."""
+    if orders and getattr(cls, "_sums_whole_tensors", False):
+        raise ValueError(
+            f"{where}: {cls.__name__}'s update sums whole tensors in the order of the tensors it is given, and "
+            f"{len(orders)} variable(s) of this module are held in torch's layout (a transposed or permuted "
+            "kernel), so its bits would differ from TensorFlow's continuing the same file. Use "
+            "`optimizer(parameters())` (the file's layout) to continue exactly, then copy the weights into the "
+            "module.")
 
 
 def orders_of(opt: Any, pairs: Sequence[tuple[Any, Any]]) -> Optional[list[Order]]:

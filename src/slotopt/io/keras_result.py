@@ -526,6 +526,7 @@ class KerasCheckpoint(_NamedWeights):
         # issue 40, all or nothing: the state is checked on an optimizer built on meta copies of the targets
         # first, so whatever set_weights refuses is refused before the module is written.
         orders = _summation_orders({n: t for n, _, t in targets}, self.layouts, self.weights)
+        summation.refuse_unordered(self.optimizer_class, orders, self.path)  # (before any write)
         opt = self._built_on([by_name[n] for n in self.variable_names], state,
                              write=lambda: self._write_module(targets))
         summation.set_orders(opt, orders)  # issue 49: norms in TensorFlow's order of each variable's layout

@@ -467,6 +467,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         for name in targets:
             self._loans.check(self.weights[name], f"weight {name!r}", self.path)
         orders = _summation_orders(targets, self.layouts, self.weights)
+        summation.refuse_unordered(type(opt), orders, self.path)  # (before any write)
         values = self._state_values(probe, layout=True)
         with torch.no_grad():
             for name, param in targets.items():

@@ -38,6 +38,7 @@ class Adafactor(Optimizer):
         ['adafactor/kernel', 'adafactor/kernel', 'adafactor/kernel_velocity']
     """
 
+    _sums_whole_tensors = True  # (engine/summation.refuse_unordered: not on a converted layout)
     _elementwise_update = False  # per-tensor norms and factored means (summed over FSDP2 shards)
 
     _kernel_slots = ("r", "c", "velocity")

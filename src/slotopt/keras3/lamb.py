@@ -28,6 +28,7 @@ class Lamb(MomentOptimizer):
         [2.646, 3.646]
     """
 
+    _sums_whole_tensors = True  # (engine/summation.refuse_unordered: not on a converted layout)
     _elementwise_update = False  # per-tensor norms (summed over the shards of an FSDP2 parameter)
 
     _kernel_slots = ("momentum", "velocity")

@@ -82,6 +82,7 @@ class Muon(Optimizer):
     """
 
     _kernel_slots = ("momentum",)
+    _sums_whole_tensors = True  # (engine/summation.refuse_unordered: not on a converted layout)
     _elementwise_update = False  # whole-matrix products (gathered from FSDP2 shards)
 
     _stages = Optimizer._stages.replace(stages.apply_weight_decay, apply_weight_decay)  # its own decay stage
