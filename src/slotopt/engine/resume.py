@@ -54,7 +54,7 @@ import torch
 
 from . import checks
 
-__all__ = ["check_state_value", "state_value_problem", "check_fits", "StateTable", "ParamState",
+__all__ = ["check_state_value", "state_value_problem", "saved_scalar_problem", "check_fits", "StateTable", "ParamState",
            "HYPERPARAMETER_NAMES", "initial_fill", "COUNTERS"]
 
 #: Iteration counters: integers, never negative, and small enough that an int64 does not wrap.
@@ -270,3 +270,14 @@ class StateTable(defaultdict):
 
     def __reduce__(self) -> Any:
         return (defaultdict, (dict,), None, None, iter((p, dict(e)) for p, e in self.items()))
+
+
+def saved_scalar_problem(name: str, value: Any) -> Optional[str]:
+    """What ``load_state_dict`` would say of an optimizer scalar saved in a file (None: nothing, or not a checked
+    one): the readers refuse such a file and the writers refuse to write such a value."""
+    array = np.asarray(value)
+    if array.size != 1:
+        return None
+    if array.dtype.kind == "c" and state_value_problem(name, torch.tensor(float("nan"))) is not None:
+        return "a real number"
+    return state_value_problem(name, torch.from_numpy(np.array(array, copy=True)))

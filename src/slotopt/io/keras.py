@@ -195,6 +195,7 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
         optimizer_entries=state_entries, skipped=skipped,
     )
     ckpt._layout = keras_write.capture(snap, ckpt, "weights.h5")  # the way back: what is written back as read
+    ckpt._layout.reread = load_keras_checkpoint
     return _finish(ckpt, model, where, snap)
 
 
@@ -322,6 +323,7 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
             ckpt.floatx = _torch_dtype(ckpt.optimizer_state[1])
         _order_state_by_name(ckpt, where, [n.split(":")[0] for n in opt_names])
         ckpt._layout = keras_write.capture(snap, ckpt, "h5")  # the way back: what is written back as read
+        ckpt._layout.reread = load_keras_checkpoint
         return _finish(ckpt, model, where, snap)
 
 

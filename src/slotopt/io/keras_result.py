@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..engine import adopt, summation
-from ..engine.resume import state_value_problem
+from ..engine.resume import saved_scalar_problem as _scalar_problem
 from ..schedules.base import LearningRateSchedule
 from ..schedules.serialization import _BUILTINS as BUILTIN_SCHEDULES
 from .errors import CheckpointFormatError
@@ -564,15 +564,6 @@ class KerasCheckpoint(_NamedWeights):
             for name, _, tensor in targets:
                 _write_weight(self._loans, self.weights, name, tensor, self.layouts[name])
 
-
-def _scalar_problem(name: str, value: Any) -> Optional[str]:
-    """What ``load_state_dict`` would say of a saved optimizer scalar (None: nothing, or not a checked one)."""
-    array = np.asarray(value)
-    if array.size != 1:
-        return None
-    if array.dtype.kind == "c" and state_value_problem(name, torch.tensor(float("nan"))) is not None:
-        return "a real number"
-    return state_value_problem(name, torch.from_numpy(np.array(array, copy=True)))
 
 def _handed_over(loans: adopt.Loans, original: torch.Tensor, converted: torch.Tensor, kind: str
                  ) -> Optional[torch.Tensor]:

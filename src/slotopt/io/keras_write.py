@@ -28,9 +28,9 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
+from ..engine.resume import saved_scalar_problem as _scalar_problem
 from .errors import CheckpointFormatError
 from .keras_layers import keras_view, torch_shape
-from .keras_result import _scalar_problem
 from .keras_zip import StoredZip, Window
 from .staging import Staging
 
@@ -59,6 +59,9 @@ class FileLayout:
     aliases: dict[str, int] = field(default_factory=dict)
     members: list[tuple[str, Optional[bytes], tuple[int, ...]]] = field(default_factory=list)
     oversized: list[str] = field(default_factory=list)  # zip members over 64 MiB: not carried, so not written
+    #: The reader that made this layout (``io/keras.py``'s ``load_keras_checkpoint``, handed down with it: the
+    #: reader is above the writer), which verifies a staged file before it is renamed into place.
+    reread: Optional[Callable[..., Any]] = None
 
 
 def capture(snap: Any, ckpt: Any, kind: str) -> FileLayout:
@@ -496,8 +499,6 @@ def _verifier(where: str, check: Callable[[], Any]) -> Callable[[], None]:
 def save(ckpt: Any, path: Union[str, os.PathLike], source: Any, optimizer: Any) -> str:
     """Writes ``ckpt``'s file format at ``path`` with the weights of ``source`` (``params`` or a module) and the
     state of ``optimizer``; returns the path written. See :meth:`KerasCheckpoint.save`."""
-    from . import keras as keras_reader
-
     target = os.path.abspath(os.fspath(path))
     values = plan(ckpt, source, optimizer)
     layout: FileLayout = ckpt._layout
@@ -520,5 +521,5 @@ def save(ckpt: Any, path: Union[str, os.PathLike], source: Any, optimizer: Any) 
                 _write_h5(Window(raw, 0), layout, values)
             stage.verify(_verifier(target, lambda: _check_h5(target, staged, layout)))
         if layout.kind != "weights.h5":  # the reader's own pass over the new file (metadata: no second copy)
-            stage.verify(_verifier(target, lambda: keras_reader.load_keras_checkpoint(staged, metadata_only=True)))
+            stage.verify(_verifier(target, lambda: layout.reread(staged, metadata_only=True)))
     return target
