@@ -11,6 +11,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
+from slotopt.io.bundle_writer import _separator, _successor  # (the table's key shortening, written once)
 from slotopt.io.crc32c import crc32c, mask
 
 # TensorFlow DataType codes by torch dtype.
@@ -92,22 +93,6 @@ def _block(entries: list[tuple[bytes, bytes]], restart_interval: int) -> bytes:
         previous = key
     restarts = restarts or [0]
     return bytes(out) + b"".join(r.to_bytes(4, "little") for r in restarts) + len(restarts).to_bytes(4, "little")
-
-
-def _separator(start: bytes, limit: bytes) -> bytes:
-    n = 0
-    while n < min(len(start), len(limit)) and start[n] == limit[n]:
-        n += 1
-    if n < min(len(start), len(limit)) and start[n] < 0xFF and start[n] + 1 < limit[n]:
-        return start[:n] + bytes([start[n] + 1])
-    return start
-
-
-def _successor(key: bytes) -> bytes:
-    for i, byte in enumerate(key):
-        if byte != 0xFF:
-            return key[:i] + bytes([byte + 1])
-    return key
 
 
 def table(entries: list[tuple[bytes, bytes]], block_size: int = 4096, snappy: bool = False,
