@@ -194,8 +194,7 @@ def _read_keras3_weights(where: _Where, snap: _h5safe.H5Snapshot, config: dict, 
         optimizer_state=state, floatx=floatx, _keras_paths={v.name: v.keras_path for v in model.variables},
         optimizer_entries=state_entries, skipped=skipped,
     )
-    ckpt._layout = keras_write.capture(snap, ckpt, "weights.h5")  # the way back: what is written back as read
-    ckpt._layout.reread = load_keras_checkpoint
+    ckpt._layout = keras_write.capture(snap, ckpt, "weights.h5", load_keras_checkpoint)  # the way back
     return _finish(ckpt, model, where, snap)
 
 
@@ -322,8 +321,7 @@ def _read_h5(path: str, config_path: Optional[str], max_bytes: int, isolate: Opt
         if kind == "keras3" and not isinstance(inner.get("learning_rate"), Mapping) and len(state) > 1:
             ckpt.floatx = _torch_dtype(ckpt.optimizer_state[1])
         _order_state_by_name(ckpt, where, [n.split(":")[0] for n in opt_names])
-        ckpt._layout = keras_write.capture(snap, ckpt, "h5")  # the way back: what is written back as read
-        ckpt._layout.reread = load_keras_checkpoint
+        ckpt._layout = keras_write.capture(snap, ckpt, "h5", load_keras_checkpoint)  # the way back
         return _finish(ckpt, model, where, snap)
 
 

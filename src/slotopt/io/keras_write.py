@@ -64,10 +64,11 @@ class FileLayout:
     reread: Optional[Callable[..., Any]] = None
 
 
-def capture(snap: Any, ckpt: Any, kind: str) -> FileLayout:
+def capture(snap: Any, ckpt: Any, kind: str, reread: Callable[..., Any]) -> FileLayout:
     """The layout of the file ``snap`` was read from, for ``ckpt`` (its ``entries`` and ``optimizer_entries``
-    name the datasets of the training state; their values are not kept here, so nothing is held twice)."""
-    layout = FileLayout(kind=kind)
+    name the datasets of the training state; their values are not kept here, so nothing is held twice);
+    ``reread``: the reader that read it (``FileLayout.reread``)."""
+    layout = FileLayout(kind=kind, reread=reread)
     state = set(ckpt.entries.values()) | set(ckpt.optimizer_entries)
     inner = sorted((e for e in ckpt.skipped if e.startswith(_INNER)), key=lambda e: int(e[len(_INNER):]))
     for i, entry in enumerate(inner):
