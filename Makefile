@@ -49,7 +49,7 @@ info: $(DEMO_STAMP)
 setup: $(TEST_STAMP)
 
 # The long run of the parsers' fuzzers (tools/fuzz.py; `make test` runs a few seconds of each:
-# tests/test_fuzz_targets.py): coverage-guided with atheris (libFuzzer's engine) where it is installed
+# tests/io/test_fuzz_targets.py): coverage-guided with atheris (libFuzzer's engine) where it is installed
 # (`pip install atheris==3.0.0`), else seeded mutations with the same oracle. FUZZ_SECONDS per target; findings
 # in build/fuzz/<target>/.
 FUZZ_SECONDS ?= 300
@@ -67,9 +67,9 @@ fuzz: $(TEST_STAMP)
 # is not instrumented: leaks are not reported, out-of-bounds reads and writes and use after free are). libstdc++
 # is preloaded with the runtime so that ASan finds the real __cxa_throw (else torch's first C++ exception aborts).
 ASAN_DIR := build/asan
-ASAN_TESTS := tests/test_native_kernels.py tests/test_native_bounds.py tests/test_native_slices.py \
-	tests/test_tensor_table.py tests/test_step_plan.py tests/test_plan_trust.py tests/test_kernel_pins.py \
-	tests/test_step_atomic.py tests/test_gradient_aliasing.py tests/test_python_checks.py
+ASAN_TESTS := tests/kernels/test_native_kernels.py tests/kernels/test_native_bounds.py tests/kernels/test_native_slices.py \
+	tests/kernels/test_tensor_table.py tests/engine/test_step_plan.py tests/engine/test_plan_trust.py tests/kernels/test_kernel_pins.py \
+	tests/engine/test_step_atomic.py tests/engine/test_gradient_aliasing.py tests/engine/test_python_checks.py
 asan: $(TEST_STAMP)
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
 	cp -a src setup.py pyproject.toml README.md MANIFEST.in $(ASAN_DIR)/

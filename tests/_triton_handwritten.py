@@ -1,5 +1,5 @@
 """The hand-written Triton kernels that ``kernels/triton/generate.py`` replaced (issue 48), kept as the reference
-``tests/test_triton_generated.py`` checks each generated kernel against, bit for bit, under the interpreter. Not
+``tests/kernels/test_triton_generated.py`` checks each generated kernel against, bit for bit, under the interpreter. Not
 used by slotopt. (As they were in kernels/triton/rules.py and rules_tf.py before the generator.)"""
 
 
@@ -12,7 +12,7 @@ import _triton_handwritten_tf as rules_tf
 #: The rules with a Triton kernel, each in multi-tensor form. A kernel's operand lists and scalar vector are the
 #: compiled CPU rule's, described once next to its foreach kernel (``kernels/native/scalars.py``): each ``Flag`` of
 #: the description is the kernel's ``constexpr`` parameter of its name in capitals, and each number the kernel
-#: reads is ``_sv(s_ptr, k, Sk, BY_VALUE)`` at its position ``k`` (``tests/test_rule_scalars.py`` checks both).
+#: reads is ``_sv(s_ptr, k, Sk, BY_VALUE)`` at its position ``k`` (``tests/kernels/test_rule_scalars.py`` checks both).
 RULES = ("sgd", "keras_momentum", "momentum", "decoupled_weight_decay", "adam", "rmsprop", "apply_rmsprop", "adagrad",
          "apply_adagrad", "proximal_gradient_descent", "moving_average", "adam_variable_update", "adamax", "nadam",
          "nadam_cached", "lion", "adadelta", "apply_adadelta", "ftrl_root", *rules_tf.RULES)

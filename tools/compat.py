@@ -28,10 +28,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The core suite: the step on every path (compiled, foreach, C++ and Python checks), the three generations' faces,
 # torch's optimizer protocol and checkpoints. A few minutes on two cores; the whole suite is `make test`.
-CORE = ["tests/test_native_kernels.py", "tests/test_native_bounds.py", "tests/test_native_slices.py",
-        "tests/test_tensor_table.py", "tests/test_step_plan.py", "tests/test_keras3_base.py",
-        "tests/test_legacy_base.py", "tests/test_v1_optimizer.py", "tests/test_torch_protocol.py",
-        "tests/test_composite.py", "tests/test_native_portable.py"]
+CORE = ["tests/kernels/test_native_kernels.py", "tests/kernels/test_native_bounds.py", "tests/kernels/test_native_slices.py",
+        "tests/kernels/test_tensor_table.py", "tests/engine/test_step_plan.py", "tests/keras3/test_keras3_base.py",
+        "tests/legacy/test_legacy_base.py", "tests/v1/test_v1_optimizer.py", "tests/pytorch/test_torch_protocol.py",
+        "tests/keras3/test_composite.py", "tests/kernels/test_native_portable.py"]
 # The README's install commands, after `pip install torch==<version>` (README.md, "Install"); {extras} are the
 # test tools the core suite needs.
 README_INSTALL = [["-m", "pip", "install", "setuptools>=64", "wheel"],

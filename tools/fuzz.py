@@ -12,7 +12,7 @@ Two engines, one oracle and one set of targets:
   installed: ``python tools/fuzz.py --engine atheris --target bundle --seconds 600`` (``make fuzz`` runs every
   target). Each target runs in its own process (atheris instruments ``slotopt.io`` as it is imported).
 * ``mutate`` (no dependency): seeded byte mutations of the seed corpus (bytes flipped, set, dropped, repeated,
-  spliced), deterministic for a seed; what ``make test`` runs for a few seconds (tests/test_fuzz_targets.py).
+  spliced), deterministic for a seed; what ``make test`` runs for a few seconds (tests/io/test_fuzz_targets.py).
 
 Seeds are files recorded by the real libraries (tests/data). Findings are written to ``build/fuzz/<target>/``.
 """

@@ -436,7 +436,7 @@ def case_custom_schedule() -> None:
     arrays: dict = {}
     _keras3_neutral_continue(case, arrays, restored, restored.optimizer, 46)
     base._write(case_id, case, arrays)
-    # Replayed with the user's schedule passed in (tests/test_readers_round3.py), not by the generic replay.
+    # Replayed with the user's schedule passed in (tests/io/test_reader_semantics.py), not by the generic replay.
     (folder / "case.json").rename(folder / "recorded.json")
 
 

@@ -12,7 +12,7 @@ For each case, in one process with real TensorFlow and slotopt (imported from th
 4. as the reference, TensorFlow restores the original and runs the same ``N + M`` steps itself: its final state
    must equal step 3's bit for bit (``"tf_ran_every_step_equal"`` in ``case.json``).
 
-The suite (``tests/test_tf_way_back.py``) replays it without TensorFlow: the same ``N`` slotopt steps write the same
+The suite (``tests/io/test_tf_way_back.py``) replays it without TensorFlow: the same ``N`` slotopt steps write the same
 bytes, and slotopt's own ``M``-step continuation of that file gives ``final/<key>`` bit for bit.
 
 TensorFlow is never a dependency of slotopt or of its tests: run this in a separate environment with torch::

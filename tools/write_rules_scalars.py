@@ -3,7 +3,7 @@
 Each compiled rule's scalar vector is described once, next to its foreach kernel (``@native.compiled(...,
 scalars=(...))``, ``native.slices(...)``; ``slotopt/kernels/native/scalars.py``). The C rules read their scalars
 through this header, by name; it is derived, never edited by hand: ``python tools/write_rules_scalars.py``
-rewrites it (then ``pip install -e .`` rebuilds the library), and ``tests/test_rule_scalars.py`` fails while it
+rewrites it (then ``pip install -e .`` rebuilds the library), and ``tests/kernels/test_rule_scalars.py`` fails while it
 differs from the descriptions (after a rule's scalars change, run this script).
 """
 

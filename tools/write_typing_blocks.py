@@ -3,7 +3,7 @@
 The faces export their classes at run time from ``engine/registry.py`` (one registration point), which type
 checkers and IDEs do not run; this block names the same classes statically. It is derived, never edited by hand:
 ``python tools/write_typing_blocks.py`` rewrites it (then ``ruff check --fix`` wraps its lines), and
-``tests/test_registered.py`` fails while the names it binds differ from the registry's (after a class is added, run
+``tests/engine/test_registered.py`` fails while the names it binds differ from the registry's (after a class is added, run
 this script).
 """
 

@@ -1,5 +1,5 @@
 """A griffe extension for the documentation site: the interactive examples in slotopt's docstrings
-(``>>>`` lines and their output, run by ``tests/test_docstrings.py``) are shown as Python console blocks instead of
+(``>>>`` lines and their output, run by ``tests/project/test_docstrings.py``) are shown as Python console blocks instead of
 being read as Markdown prose (where ``[1.0, 0.5]`` would be taken for a link)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A griffe extension for the API pages: an argument a constructor documents but takes through ``**kwargs`` or
 through the engine's metaclass (``params=``, ``gradient_aggregator=``, tf.keras's ``clipnorm=``, ``decay=``...)
 is shown with its default, not as required: it is added to the shown signature as keyword-only, where the
-docstring's parameter table finds it. ``tests/test_docs.py`` checks the built pages for what is still shown as
+docstring's parameter table finds it. ``tests/project/test_docs.py`` checks the built pages for what is still shown as
 required."""
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def _corrupt(weights, how):
        how=st.sampled_from(["short", "long", "shape"]), via=st.sampled_from(["set_weights", "load_state_dict"]))
 def test_bad_weights_change_nothing(factory, shapes, dtype, seed, steps, how, via):
     # A state dict entry the optimizer does not keep is a torch client's (timm's Lookahead buffer): kept, not
-    # refused (issue 38; tests/test_copies_and_groups.py). One too many is bad for ``set_weights`` only.
+    # refused (issue 38; tests/pytorch/test_copies_and_groups.py). One too many is bad for ``set_weights`` only.
     assume(not (via == "load_state_dict" and how == "long"))
     opt, variables = trained(factory, shapes, dtype, seed, steps)
     bad = _corrupt(opt.get_weights(), how)

@@ -573,7 +573,7 @@ def _handed_over(loans: adopt.Loans, original: torch.Tensor, converted: torch.Te
     layout has no view (it is kept)."""
     if loans.lent(original):
         return None
-    # (keras_view undoes to_torch exactly for every layout it covers: tests/test_adopt.py checks each)
+    # (keras_view undoes to_torch exactly for every layout it covers: tests/io/test_adopt_at_memory_floor.py checks each)
     view = keras_view(converted, kind, tuple(original.shape))
     if view is None or view.dtype != original.dtype:
         return None

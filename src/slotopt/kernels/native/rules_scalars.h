@@ -1,7 +1,7 @@
 /* The scalar vector of each compiled rule: where each of its entries is in `const double *s_`. GENERATED from the
  * descriptions next to the foreach kernels (@native.compiled(..., scalars=...) and native.slices(...) in
  * slotopt/kernels/<family>.py, read by slotopt/kernels/native/scalars.py) by tools/write_rules_scalars.py: do not
- * edit; tests/test_rule_scalars.py fails while it is not current. rules.inc reads an entry by name:
+ * edit; tests/kernels/test_rule_scalars.py fails while it is not current. rules.inc reads an entry by name:
  * SV(rule, name) a number, FLAG(rule, name) a flag, INTEGER(rule, name) a whole number; a name of another kind
  * or another rule is not defined, so it does not compile. */
 #ifndef SLOTOPT_RULES_SCALARS_H

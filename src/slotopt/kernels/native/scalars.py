@@ -19,7 +19,7 @@ From the description come, and only from it:
 * the C side: ``rules_scalars.h`` (:func:`header`), one ``#define`` per entry, which ``rules.inc`` reads through
   ``SV(rule, name)``, ``FLAG(rule, name)`` and ``INTEGER(rule, name)``, so that a C rule names the entries it reads
   and a name of the wrong kind does not compile. The header is committed; ``tools/write_rules_scalars.py``
-  rewrites it and ``tests/test_rule_scalars.py`` fails while it is not current, and also checks each C rule and
+  rewrites it and ``tests/kernels/test_rule_scalars.py`` fails while it is not current, and also checks each C rule and
   each Triton kernel against the description (the entries it reads, their kinds and positions);
 * Triton's compile-time flags: each :class:`Flag` is the kernel's ``constexpr`` parameter of its name in capitals
   (:attr:`Description.flags`).
@@ -240,7 +240,7 @@ _HEADER_TOP = """\
 /* The scalar vector of each compiled rule: where each of its entries is in `const double *s_`. GENERATED from the
  * descriptions next to the foreach kernels (@native.compiled(..., scalars=...) and native.slices(...) in
  * slotopt/kernels/<family>.py, read by slotopt/kernels/native/scalars.py) by tools/write_rules_scalars.py: do not
- * edit; tests/test_rule_scalars.py fails while it is not current. rules.inc reads an entry by name:
+ * edit; tests/kernels/test_rule_scalars.py fails while it is not current. rules.inc reads an entry by name:
  * SV(rule, name) a number, FLAG(rule, name) a flag, INTEGER(rule, name) a whole number; a name of another kind
  * or another rule is not defined, so it does not compile. */
 #ifndef SLOTOPT_RULES_SCALARS_H

@@ -34,7 +34,7 @@
  * own library. The loader (kernels/native) loads the best one whose slotopt_cpu_supported() says yes, so a wheel
  * built on one machine runs on any other. The two functions the loader calls before that answer are themselves
  * compiled for the baseline in every variant, so asking never executes an instruction the processor lacks
- * (tests/test_native_portable.py reads the machine code to check it). Every variant computes the same bits: the
+ * (tests/kernels/test_native_portable.py reads the machine code to check it). Every variant computes the same bits: the
  * rules round each operation separately (-ffp-contract=off, no fast-math), so a wider vector changes no result. */
 #if defined(__GNUC__) && defined(__x86_64__)
 #define BASELINE_ __attribute__((target("arch=x86-64")))

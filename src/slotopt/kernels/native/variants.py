@@ -4,7 +4,7 @@ each into its own library, and the loader takes the best one this processor runs
 Every variant computes the same bits (each operation rounded separately: ``-ffp-contract=off``, no fast-math), so
 the choice changes speed only. ``slotopt_cpu_supported`` and ``slotopt_abi_version`` are compiled for the x86-64
 baseline in every variant (slotopt_kernels.c, ``BASELINE_``), so asking a variant never executes an instruction
-the processor lacks; tests/test_native_portable.py reads the machine code to check it.
+the processor lacks; tests/kernels/test_native_portable.py reads the machine code to check it.
 """
 
 from __future__ import annotations

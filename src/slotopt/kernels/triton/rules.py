@@ -25,7 +25,7 @@ from . import generate, rules_tf
 #: The rules with a Triton kernel, each in multi-tensor form. A kernel's operand lists and scalar vector are the
 #: compiled CPU rule's, described once next to its foreach kernel (``kernels/native/scalars.py``): each ``Flag`` of
 #: the description is the kernel's ``constexpr`` parameter of its name in capitals, and each number the body
-#: names is read at its position (``generate.py`` writes both; ``tests/test_rule_scalars.py`` checks them).
+#: names is read at its position (``generate.py`` writes both; ``tests/kernels/test_rule_scalars.py`` checks them).
 RULES = ("sgd", "keras_momentum", "momentum", "decoupled_weight_decay", "adam", "rmsprop", "apply_rmsprop", "adagrad",
          "apply_adagrad", "proximal_gradient_descent", "moving_average", "adam_variable_update", "adamax", "nadam",
          "nadam_cached", "lion", "adadelta", "apply_adadelta", "ftrl_root", *rules_tf.RULES)

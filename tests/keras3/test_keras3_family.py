@@ -489,7 +489,7 @@ FAMILY_IDS = ["adamax", "nadam", "rmsprop", "rmsprop_centered_momentum", "adagra
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
 @pytest.mark.parametrize("factory", FAMILY, ids=FAMILY_IDS)
 def test_sparse_gradient_with_unique_indices_equals_its_dense_equivalent(factory, dtype):
-    # Unique, unsorted indices; with repeats Keras 3 differs from dense (tests/test_keras3_sparse.py).
+    # Unique, unsorted indices; with repeats Keras 3 differs from dense (tests/keras3/test_keras3_sparse.py).
     rng = np.random.default_rng(3)
     table = rng.normal(size=(5, 3))
     sparse_var = slotopt.Variable(torch.tensor(table, dtype=dtype), name="table")

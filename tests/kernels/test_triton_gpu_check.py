@@ -56,7 +56,7 @@ def test_the_cuda_tests_are_reported_as_skipped_with_a_reason_without_a_device()
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is here: the cuda tests run for real")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "cuda",
-                           "tests/test_triton_cuda.py", "-k", "two_thousand"], cwd=ROOT, capture_output=True,
+                           "tests/kernels/test_triton_cuda.py", "-k", "two_thousand"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:]
     assert "SKIPPED [1]" in done.stdout and "no CUDA device here" in done.stdout

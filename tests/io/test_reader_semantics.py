@@ -1,5 +1,5 @@
 """Issue 49: the readers' third round, on files recorded by the real libraries (tests/data/migration4, written by
-tools/record_round3.py; the bit-for-bit replays of its runs are in test_migration2.py)."""
+tools/record_round3.py; the bit-for-bit replays of its runs are in test_recorded_migrations.py)."""
 
 from __future__ import annotations
 

@@ -579,7 +579,7 @@ def _sparse_and_dense(indices, rows):
     lambda: slotopt.AdamW(learning_rate=0.5, weight_decay=0.25, amsgrad=True),
 ], ids=["sgd", "sgd_nesterov", "adam", "adamw_amsgrad"])
 def test_indexed_slices_with_unique_unsorted_indices_equal_dense(make):
-    # With repeated indices Keras 3 differs from dense (keras3_sparse.md; see tests/test_keras3_sparse.py).
+    # With repeated indices Keras 3 differs from dense (keras3_sparse.md; see tests/keras3/test_keras3_sparse.py).
     table = torch.arange(10, dtype=torch.float32).reshape(5, 2) / 4
     a, b = slotopt.Variable(table, name="emb"), slotopt.Variable(table, name="emb")
     sparse_opt, dense_opt = make(), make()

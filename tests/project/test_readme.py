@@ -21,4 +21,4 @@ def test_readme_example_prints_what_it_promises(code):
 
 
 def test_readme_has_examples():
-    assert len(BLOCKS) >= 3  # the rest of the examples are on the documentation pages (tests/test_docs.py)
+    assert len(BLOCKS) >= 3  # the rest of the examples are on the documentation pages (tests/project/test_docs.py)

@@ -401,7 +401,7 @@ def test_without_the_estimate_those_cases_differ_only_where_it_is_taken(monkeypa
 def test_every_variant_of_the_compiled_kernels_replays_the_estimate_cases():
     """The baseline, AVX2 and AVX-512 builds (each one this processor runs, ``SLOTOPT_KERNELS_ISA``) replay the
     cases whose bits depend on the estimate with this vendor's recorded bits (the variant loaded by default runs
-    all 49 above; tests/test_native_portable.py compares every rule family across the variants)."""
+    all 49 above; tests/kernels/test_native_portable.py compares every rule family across the variants)."""
     runnable = [name for name, path in _variant_libraries().items() if ctypes.CDLL(path).slotopt_cpu_supported()]
     others = [name for name in runnable if name != native.status()["variant"]]
     if not others:
