@@ -8,14 +8,16 @@
 
 Both steps are idempotent: after a merge that brought edits to files at their old paths (git's rename detection
 puts them into the moved files) or new references to old paths (docs, comments, Makefile targets), running it
-again finishes the job. A file the table does not know stays where it is and ``--check`` names it; sort it by
+again finishes the job. A file the table does not know stays where it is and ``--check`` names it, as it names an old path
+that a merge brought back beside its new one (a file folded into another: resolve by hand); sort it by
 hand (``git mv`` plus one line in ``TABLE``) and deepen the paths it computes from its own ``__file__`` by one
 level (``Path(__file__).parent`` -> ``.parents[1]``, ``parents[1]`` -> ``parents[2]``).
 
 Basenames stay unique across tests/: the subdirectories are not packages (a ``tests/io/__init__.py`` would
 shadow the standard library's ``io``), so pytest's default import mode imports each test file by its basename,
 and two files of one name would collide. Helpers (``_kernel_paths``, ``_examples``...) stay in tests/, which
-``tests/conftest.py`` puts on ``sys.path`` for every subdirectory.
+``tests/conftest.py`` puts on ``sys.path`` with every subject folder (a test file importing another's cases,
+``from test_native_kernels import CASES``, finds it wherever either lives; the rewrite renames such imports).
 """
 
 from __future__ import annotations
@@ -166,6 +168,9 @@ def _patterns() -> list[tuple[re.Pattern[str], str]]:
         old_name, new_name = old.rsplit("/", 1)[1], new.rsplit("/", 1)[1]
         if old_name != new_name:
             found.append((re.compile(r"(?<![\w/.])" + re.escape(old_name) + r"(?!\w)"), new_name))
+            # a test file importing another's helpers: ``from test_x import ...`` / ``import test_x``
+            found.append((re.compile(r"(?<=\bfrom )" + re.escape(old_name[:-3]) + r"(?= import\b)"), new_name[:-3]))
+            found.append((re.compile(r"(?<=\bimport )" + re.escape(old_name[:-3]) + r"\b"), new_name[:-3]))
     return found
 
 
@@ -197,6 +202,10 @@ def check() -> list[str]:
     """What the table leaves to do by hand: root test files it does not sort, basenames used twice."""
     problems = [f"{p.relative_to(ROOT)}: not in tools/sort_tests.py's TABLE (sort it by hand)"
                 for p in sorted((ROOT / "tests").glob("test_*.py")) if str(p.relative_to(ROOT)) not in TABLE]
+    # an old path back beside its new one: a merge brought edits to a file moved or folded here (the registry
+    # table took test_adabelief.py and test_parity_reference.py): carry them into the new file, git rm the old
+    problems += [f"{old}: already at {new} (moved or folded): carry its changes there and git rm it"
+                 for old, new in TABLE.items() if (ROOT / old).exists() and (ROOT / new).exists()]
     seen: dict[str, Path] = {}
     for p in sorted((ROOT / "tests").rglob("test_*.py")):
         if "data" in p.relative_to(ROOT / "tests").parts:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import slotopt
 from slotopt.engine import checks
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
 
 
 def var(*values, name="w", constraint=None):

@@ -20,7 +20,7 @@ import slotopt
 from slotopt.engine import registry, sparse_pass, stages
 from slotopt.kernels import native
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 PACKAGES = {"keras3": "slotopt.keras3", "legacy": "slotopt.legacy", "v1": "slotopt.v1", "tfrs": "slotopt.tfrs"}
 _REQUIRED = {"learning_rate": 0.05, "momentum": 0.9}
 #: Arguments that put a rule on the path worth checking (SGD's slices take one pass only with momentum).

@@ -503,7 +503,7 @@ def test_the_checkpointing_page_examples_run() -> None:
     import re
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     blocks = re.findall(r"```python\n(.*?)```", (root / "docs" / "checkpointing.md").read_text(), re.S)
     assert len(blocks) == 5
     for i, block in enumerate(blocks):

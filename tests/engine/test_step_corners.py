@@ -55,7 +55,7 @@ def test_9_inspect_escapes_control_characters_in_names(tmp_path):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[1]))
     import _tf_bundle_writer as writer
 
     from slotopt.cli.inspect import inspect_checkpoint

@@ -14,7 +14,7 @@ import torch
 
 import slotopt
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import _tf_bundle_writer as writer  # noqa: E402
 
 NAMES = ["dense/kernel", "dense/bias", "out/kernel"]
@@ -132,7 +132,7 @@ def test_small_variables_keep_their_packed_buffer_and_get_the_files_values(tmp_p
 
 def test_a_keras_file_builds_its_optimizer_on_the_files_tensors(tmp_path):
     pytest.importorskip("h5py")
-    from test_keras_io import write_keras3
+    from test_keras_files import write_keras3
 
     params = _params()
     opt = slotopt.Adam(0.01)
@@ -181,7 +181,7 @@ def test_load_module_hands_the_files_tensors_over_to_the_module_and_its_optimize
         ck = _keras3(tmp_path)[0]
     else:
         pytest.importorskip("h5py")
-        from test_keras_io import write_keras3
+        from test_keras_files import write_keras3
 
         params = _params()
         opt = slotopt.Adam(0.01)
@@ -238,7 +238,7 @@ def test_the_views_between_layouts_undo_the_conversion_exactly(kind, shape):
     ("migration2/c11_tfrs_ranking_composite/ckpts", lambda: [slotopt.legacy.Adagrad(0.1), slotopt.legacy.Adam(0.01)]),
     ("migration3/f4_tf1_wide_deep_adagrad_adam", lambda: None)], ids=["tfrs", "tf1_two_optimizers"])
 def test_every_part_of_a_composite_takes_the_files_slots(run, optimizers):
-    ck = slotopt.load_tf_checkpoint(Path(__file__).parent / "data" / run)
+    ck = slotopt.load_tf_checkpoint(Path(__file__).parents[1] / "data" / run)
     file_memory = _addresses([v.value for part in ck.parts for v in part.optimizer_variables])
     params = ck.parameters()
     opt = ck.optimizer(params, optimizer=optimizers())

@@ -22,7 +22,7 @@ import slotopt
 from slotopt.io import crc32c as crc
 from slotopt.io.tensor_bundle import TensorBundle, TFCheckpointError
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import _tf_bundle_writer as writer  # noqa: E402
 
 SUFFIX = writer.SUFFIX
@@ -300,7 +300,7 @@ def test_the_c_crc32c_is_used_where_it_was_built():
 
 
 # ------------------------------------------------------------------------------------------- HDF5 (.keras / .h5)
-KERAS = Path(__file__).parent / "data" / "migration" / "a_keras3_conv_bn_adam.keras"
+KERAS = Path(__file__).parents[1] / "data" / "migration" / "a_keras3_conv_bn_adam.keras"
 
 
 def _rewritten_keras(tmp_path, h5_fn, compression=0):
@@ -435,7 +435,7 @@ def test_the_keras_optimizer_does_not_alias_the_checkpoints_state():
 
 
 # ------------------------------------------------------------------------------- with issue 37's checkpoints
-_DATA = Path(__file__).parent / "data"
+_DATA = Path(__file__).parents[1] / "data"
 _COMPOSITE = _DATA / "migration2" / "c11_tfrs_ranking_composite" / "ckpts" / "ckpt-1"
 _TFKERAS_NEW = _DATA / "migration2" / "c14_tfckpt_tfkeras_nonlegacy_adam" / "ckpts"
 _ITERATOR = _DATA / "migration2" / "c09a_tfckpt_keras3_guide_step_iterator" / "ckpts" / "ckpt-2"

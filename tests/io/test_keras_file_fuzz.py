@@ -21,8 +21,8 @@ from slotopt.io import CheckpointFormatError, _h5safe
 
 h5py = pytest.importorskip("h5py", reason="the `keras` extra (h5py) is not installed")
 
-SAMPLE = Path(__file__).parent / "data" / "migration" / "c_keras3_lstm_rmsprop_clipnorm.keras"
-LEGACY = Path(__file__).parent / "data" / "keras_checkpoints" / "legacy_adam_float32.h5"
+SAMPLE = Path(__file__).parents[1] / "data" / "migration" / "c_keras3_lstm_rmsprop_clipnorm.keras"
+LEGACY = Path(__file__).parents[1] / "data" / "keras_checkpoints" / "legacy_adam_float32.h5"
 FUZZ = settings(max_examples=25, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 

@@ -26,7 +26,7 @@ from slotopt.engine.naming import snake_case as _snake_case
 
 h5py = pytest.importorskip("h5py", reason="the `keras` extra (h5py) is not installed: make setup installs it")
 
-DATA = Path(__file__).parent / "data" / "keras_checkpoints"
+DATA = Path(__file__).parents[1] / "data" / "keras_checkpoints"
 SAMPLES = [("keras3_adam_float32.keras", "expected_keras3.json"), ("legacy_adam_float32.h5", "expected_legacy.json")]
 
 

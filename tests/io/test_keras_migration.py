@@ -22,7 +22,7 @@ from slotopt.io.keras_layers import to_torch
 
 h5py = pytest.importorskip("h5py", reason="the `keras` extra (h5py) is not installed")
 
-DATA = Path(__file__).parent / "data" / "migration"
+DATA = Path(__file__).parents[1] / "data" / "migration"
 RUNS = ["a_keras3_conv_bn_adam", "b_keras3_transformer_adamw_cosine", "c_keras3_lstm_rmsprop_clipnorm"]
 
 

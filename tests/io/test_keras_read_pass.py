@@ -23,7 +23,7 @@ import torch
 import slotopt
 from slotopt.cli import command as cli
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 KERAS = DATA / "migration" / "a_keras3_conv_bn_adam.keras"  # written by Keras 3.15.1 (model.save)
 H5 = DATA / "keras_checkpoints" / "legacy_adam_float32.h5"  # written by tf.keras 2.21 (model.save)
 MEMBER = "model.weights.h5"

@@ -22,14 +22,14 @@ import slotopt
 
 pytest.importorskip("h5py")
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 WAY_BACK = DATA / "way_back_keras"
 CASES = sorted(p.name for p in WAY_BACK.iterdir() if (p / "case.json").is_file())
 FIXTURES = sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*")
                   if p.suffix in (".keras", ".h5") and not {"way_back", "way_back_keras"} & set(p.parts)
                   and not any(p.parent.glob("*.weights.json"))  # (a sharded file's shards are not files of their own)
                   and "registered_schedule" not in str(p))  # (needs the user's schedule: test_readers_round3)
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"  # (the project's shared/, beside the repository)
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"  # (the project's shared/, beside the repository)
 
 
 def _case(name: str) -> tuple[dict, dict, Path]:

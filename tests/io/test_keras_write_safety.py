@@ -18,7 +18,7 @@ from slotopt.io import CheckpointFormatError, keras_write, keras_zip, staging
 
 pytest.importorskip("h5py")
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 KERAS = DATA / "keras_checkpoints" / "keras3_adam_float32.keras"
 LEGACY = DATA / "keras_checkpoints" / "legacy_adam_float32.h5"
 WEIGHTS = DATA / "way_back_keras" / "k3_sgd_accumulate_weights"

@@ -26,10 +26,10 @@ import torch
 import slotopt
 from slotopt.io import CheckpointFormatError
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import _tf_bundle_writer as writer  # noqa: E402
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 FACTOR, SLACK = 64, 8 << 20
 CASES = 24
 

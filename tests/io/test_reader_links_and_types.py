@@ -95,7 +95,7 @@ def test_groups_linking_the_next_twice_are_refused_in_time(tmp_path):
 def _keras3_graph_with_one_slot_referenced(prefix: str, references: int) -> None:
     import torch
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[1]))
     import _tf_bundle_writer as writer
 
     graph, tensors = writer.Graph(), {}
@@ -130,7 +130,7 @@ def test_an_object_graph_node_referenced_many_times_is_read_once_and_refused(tmp
 def test_a_legacy_slot_node_behind_many_slot_references_is_refused(tmp_path):
     import torch
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[1]))
     import _tf_bundle_writer as writer
 
     from slotopt.io.tensor_bundle import TFCheckpointError
@@ -161,7 +161,7 @@ def test_a_legacy_slot_node_behind_many_slot_references_is_refused(tmp_path):
 def test_a_saved_model_whose_variables_directory_links_out_of_it_is_refused(tmp_path):
     import torch
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[1]))
     import _tf_bundle_writer as writer
 
     from slotopt.io.tensor_bundle import TFCheckpointError
@@ -186,7 +186,7 @@ def test_a_saved_model_whose_variables_directory_links_out_of_it_is_refused(tmp_
 
 
 # ------------------------------------------------------------------------------------------ 4: .keras configs
-NESTED = Path(__file__).parent / "data" / "issue50" / "nested_keras3_adam.keras"
+NESTED = Path(__file__).parents[1] / "data" / "issue50" / "nested_keras3_adam.keras"
 
 
 def _with_config(tmp_path, change) -> Path:

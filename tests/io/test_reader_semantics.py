@@ -12,7 +12,7 @@ import slotopt
 from slotopt.io.tf1_optimizers import v1_class
 from slotopt.io.tf_meta import ApplyNode, MetaGraph, read_meta
 
-DATA = Path(__file__).parent / "data" / "migration4"
+DATA = Path(__file__).parents[1] / "data" / "migration4"
 
 
 # ------------------------------------------------------------------------------------------------ TF1 graphs
@@ -220,7 +220,7 @@ def test_a_torch_backend_files_int32_iteration_keeps_its_dtype_and_the_run_conti
 def test_a_tfrs_users_composite_optimizer_is_accepted_as_built():
     """issue 49 item 9: ``ck.optimizer(params, optimizer=slotopt.CompositeOptimizer(...))`` as a TFRS user writes
     it (its entries in any order), continuing as the list of parts does (test_migration2 replays the run)."""
-    run = Path(__file__).parent / "data" / "migration2" / "c11_tfrs_ranking_composite" / "ckpts"
+    run = Path(__file__).parents[1] / "data" / "migration2" / "c11_tfrs_ranking_composite" / "ckpts"
     ck = slotopt.load_tf_checkpoint(run)
     params = ck.parameters()
     by_name = dict(zip(ck.variable_names, params))

@@ -20,7 +20,7 @@ from slotopt.engine.naming import snake_case
 
 pytest.importorskip("h5py", reason="the `keras` extra (h5py) is not installed")
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 # migration2: recorded for the issue; migration3: this repository's own (tools/record_migration_fixtures.py).
 RUNS = sorted(f"{d}/{p.name}" for d in ("migration2", "migration3", "migration4") for p in (DATA / d).iterdir()
               if (p / "case.json").is_file())

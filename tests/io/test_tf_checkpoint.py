@@ -33,10 +33,10 @@ from slotopt.io.crc32c import crc32c, crc32c_python, mask, unmask
 from slotopt.io.tensor_bundle import TensorBundle, TFCheckpointError, _snappy_decompress
 from slotopt.io.tf_checkpoint import latest_checkpoint
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import _tf_bundle_writer as writer  # noqa: E402
 
-DATA = Path(__file__).parent / "data" / "migration"
+DATA = Path(__file__).parents[1] / "data" / "migration"
 RUNS = ["k_tf_ckpt_keras3_mlp_bn_adam", "m_tf1_saver_adam"]
 
 
@@ -513,9 +513,9 @@ def test_odd_object_graphs_raise_only_the_documented_error(tmp_path, nodes):
     (DATA / "k_tf_ckpt_keras3_mlp_bn_adam", ["Keras 3, name 'adam'", "iterations: 5", "mlp/bn/moving_mean",
                                               "momentum (8, 16) float32"]),
     (DATA / "m_tf1_saver_adam" / "model.ckpt-5", ["slotopt.v1.AdamOptimizer", "beta1_power", "Adam_1 (8, 16)"]),
-    (Path(__file__).parent / "data" / "keras_checkpoints" / "keras3_adam_float32.keras",
+    (Path(__file__).parents[1] / "data" / "keras_checkpoints" / "keras3_adam_float32.keras",
      ["slotopt.keras3.Adam", "iterations: 5", "adam/out_bias_velocity (4,) float32"]),
-    (Path(__file__).parent / "data" / "keras_checkpoints" / "legacy_adam_float32.h5",
+    (Path(__file__).parents[1] / "data" / "keras_checkpoints" / "legacy_adam_float32.h5",
      ["slotopt.legacy.Adam", "Adam/out/kernel/m (16, 4) float32"]),
 ])
 def test_inspect_lists_variables_optimizer_slots_and_iterations(path, expected, capsys):
@@ -535,7 +535,7 @@ def test_inspect_reports_bad_and_missing_files(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------- the documentation
 def test_every_code_block_of_the_guide_runs_on_its_own(capsys, monkeypatch):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)  # the guide's paths are relative to the repository
     text = (root / "docs" / "tf_checkpoints.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)

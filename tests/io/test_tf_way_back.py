@@ -29,10 +29,10 @@ from slotopt import cli
 from slotopt.io import bundle_writer, staging, tf_write
 from slotopt.io.tensor_bundle import TensorBundle, TFCheckpointError
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_migration2 import RUNS, _case, _constructed, _load  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from test_recorded_migrations import RUNS, _case, _constructed, _load  # noqa: E402
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 WAY_BACK = DATA / "way_back"
 CASES = sorted(p.name for p in WAY_BACK.iterdir() if (p / "case.json").is_file())
 TF_RUNS = [r for r in RUNS if not (_case(r)[0]["format"].startswith("keras3") or _case(r)[0]["format"] == "tfkeras_file")]

@@ -11,7 +11,7 @@ from _kernel_paths import ALL_PATHS, on_path, path_id
 
 import slotopt
 
-RECORDED = np.load(Path(__file__).parent / "data" / "keras3_order" / "ema_constraint.npz")
+RECORDED = np.load(Path(__file__).parents[1] / "data" / "keras3_order" / "ema_constraint.npz")
 
 
 @pytest.mark.parametrize("path", ALL_PATHS, ids=path_id)

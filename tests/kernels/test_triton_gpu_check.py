@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):

@@ -40,7 +40,7 @@ from slotopt.kernels import native
 from slotopt.numerics import cpu, eigen
 from slotopt.variables import IndexedSlices
 
-DATA = Path(__file__).parent / "data" / "long"
+DATA = Path(__file__).parents[1] / "data" / "long"
 _spec = importlib.util.spec_from_file_location("longcodec", DATA / "longcodec.py")
 longcodec = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(longcodec)  # type: ignore[union-attr]

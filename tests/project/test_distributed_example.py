@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _processes import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("engine", ["ddp", "fsdp2"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from _examples import check_output
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md") if "_hooks" not in p.parts)
 EXAMPLES = {page: re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M) for page in PAGES}
 

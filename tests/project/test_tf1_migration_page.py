@@ -5,7 +5,7 @@ import io
 import pathlib
 import re
 
-DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "tf1_migration.md"
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tf1_migration.md"
 
 
 def test_migration_example_runs():
