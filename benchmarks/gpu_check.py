@@ -82,7 +82,7 @@ def section_info(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def section_cuda_tests(args: argparse.Namespace) -> dict[str, Any]:
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_triton_*.py"))
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_triton_*.py"))
     command = [sys.executable, "-m", "pytest", "-rfEs", "-p", "no:cacheprovider", "-m", "cuda", *files]
     if args.dry:  # no device: the marker's own behaviour (reported as skipped with a reason) is what runs
         command += ["-k", "launch_table or every_rule"]
@@ -134,7 +134,7 @@ def section_kernels(args: argparse.Namespace) -> dict[str, Any]:
     """Every Triton rule (each case of the compiled rules' tests) on the device vs the CPU foreach rule."""
     import torch
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path[:0] = [str(ROOT / "tests" / "kernels"), str(ROOT / "tests")]  # the cases, and the helpers they import
     import test_native_kernels as cases
 
     from slotopt.kernels import native
