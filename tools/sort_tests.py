@@ -51,7 +51,9 @@ TABLE: dict[str, str] = {
     "tests/test_stage_order.py": "tests/engine/test_stage_order.py",
     "tests/test_step_atomic.py": "tests/engine/test_step_atomic.py",
     "tests/test_step_plan.py": "tests/engine/test_step_plan.py",
-    "tests/test_adabelief.py": "tests/engine/test_adabelief_every_face.py",
+    # folded into the registry's table (one row per registered class, its reference and option sets)
+    "tests/test_adabelief.py": "tests/engine/test_registry_table.py",
+    "tests/test_parity_reference.py": "tests/engine/test_registry_table.py",
     # the kernels: foreach, compiled C/C++, Triton forms of the same rules, bit for bit
     "tests/test_compiled_maps.py": "tests/kernels/test_compiled_maps.py",
     "tests/test_execution_paths.py": "tests/kernels/test_execution_paths.py",
@@ -75,7 +77,6 @@ TABLE: dict[str, str] = {
     "tests/test_long_reference.py": "tests/numerics/test_long_reference.py",
     "tests/test_numerics.py": "tests/numerics/test_numerics.py",
     "tests/test_numerics_policy.py": "tests/numerics/test_numerics_policy.py",
-    "tests/test_parity_reference.py": "tests/numerics/test_parity_reference.py",
     # the Keras 3 face, its wrappers (LossScaleOptimizer, MultiOptimizer) and TFRS's CompositeOptimizer
     "tests/test_composite.py": "tests/keras3/test_composite.py",
     "tests/test_keras3_base.py": "tests/keras3/test_keras3_base.py",

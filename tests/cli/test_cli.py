@@ -101,7 +101,7 @@ ROW = re.compile(r"^(?P<id>\S+)\s+(?P<api>keras3|legacy|v1|composite)\s+(?P<opt>
                  r"(?P<status>OK|FAIL|ERROR)$")
 
 
-from test_parity_reference import PENDING  # noqa: E402
+from test_registry_table import PENDING  # noqa: E402
 
 
 def parse_parity(out):
