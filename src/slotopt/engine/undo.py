@@ -32,7 +32,6 @@ from typing import Any, Optional
 import torch
 
 from .atomic import GUARDED, UNCONSTRAINED, KeptValues, StepGuard, outer_step
-from .plan import Ordinary
 from .routing import optimizer_weights
 
 __all__ = ["StepGuard", "StepValues", "constrained_step", "guarded", "writes_run_user_code", "plain_tensor_type"]
@@ -57,7 +56,7 @@ def constrained_step(opt: Any, pairs: Any) -> Optional[StepGuard]:
     (its variables include these)."""
     if outer_step() is not None:
         return None
-    if type(pairs) is Ordinary:
+    if pairs.plan is not None:
         # The C++ checks read each variable's constraint in their pass over the step (its objects in cache then);
         # else the variables are the plan's, checked in this step: read from its list, no pair is touched.
         variables = pairs.plan.variables
