@@ -102,8 +102,8 @@ def add_variable_from_reference(
 ) -> Variable:
     """Creates a variable with the shape, dtype and device of ``reference_variable``, named after it."""
     fill = constant_fill(initializer, K.cast)
-    # A reader building this optimizer on a file's state offers the file's tensor (engine/adopt.py).
-    value = adopt.take(reference_variable, str(name), reference_variable.shape, reference_variable.dtype,
+    # A reader building this optimizer on a file's state offers it the file's tensor (engine/adopt.py).
+    value = adopt.take(self, reference_variable, str(name), reference_variable.shape, reference_variable.dtype,
                        reference_variable.device, None if fill is None else fill(reference_variable.dtype))
     if value is None:
         value = _initial_value(initializer, reference_variable.shape, reference_variable.dtype,
@@ -143,6 +143,8 @@ def add_optimizer_variables(
             fill = constant_fill(init, K.cast)
             if fill is not None:
                 packed[n] = self._flat_state.allocate(n, refs, fill)
+                # (a reader's offer: the packed slots filled from the file's tensors, engine/adopt.py)
+                adopt.fill_packed(self, n, packed[n], refs, fill)
     lists: list[list[Variable]] = [[] for _ in names]
     for var, pos in zip(trainable_variables, positions):
         for i, (n, init) in enumerate(zip(names, initializers)):

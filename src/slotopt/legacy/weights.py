@@ -102,7 +102,7 @@ def add_slot(self, var: torch.Tensor, slot_name: str, initializer: Any = "zeros"
         size = var.shape if shape is None else shape
         fill = constant_fill(initializer, K.literal)
         # A reader building this optimizer on a file's state offers the file's tensor (engine/adopt.py).
-        value = adopt.take(var, slot_name, size, var.dtype, var.device, None if fill is None else fill(var.dtype))
+        value = adopt.take(self, var, slot_name, size, var.dtype, var.device, None if fill is None else fill(var.dtype))
         if value is None:
             value = initial_value(initializer, size, var.dtype, var.device)
         var_name = self._var_names[pos]
