@@ -46,7 +46,7 @@ import torch
 from . import resume, weights
 
 __all__ = ["Loans", "fingerprint", "Offer", "slot_keys", "offer_by_keys", "offer", "offered", "take", "fill_packed",
-           "initial_fill", "check", "assign", "same_memory"]
+           "taken_fill", "check", "assign", "same_memory"]
 
 
 def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -276,9 +276,10 @@ def fill_packed(opt: Any, slot_name: str, views: Mapping[int, torch.Tensor], var
             o.packed.append((value, view))
 
 
-def initial_fill(opt: Any, tensor: torch.Tensor) -> Any:
-    """What a reset writes back into a new slot of ``opt``: the fill the face would have allocated for a slot
-    taken from a file (its values are the file's, not the initial ones), else ``resume.initial_fill``."""
+def taken_fill(opt: Any, tensor: torch.Tensor) -> Any:
+    """What a reset writes back into a new slot of ``opt``: for a slot taken from a file (its values are the
+    file's, not the initial ones) the fill the face would have allocated, else ``resume.initial_fill``, the one
+    ``initial_fill``."""
     o = opt.__dict__.get(_ADOPTION)
     if o is not None:
         fill = o.fills.get((tensor.data_ptr(), tuple(tensor.shape)))

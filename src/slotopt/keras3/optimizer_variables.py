@@ -214,13 +214,13 @@ def get_weights(self) -> list[np.ndarray]:
     """The values of ``variables`` as numpy arrays (Keras 3 removed this; its users asked for it back).
     Before the build, weights given to ``set_weights`` are still the optimizer's: they are returned."""
     if not self.built and self._pending_state is not None:
-        return weights_io.snapshot(self._pending_state)
+        return weights_io.arrays(self._pending_state)
     if not self.built and "_pending_torch_state" in self.__dict__:
         raise RuntimeError(
             f"{type(self).__name__} holds a state dict loaded before its build; it is matched to variables when "
             "it builds. Build it first (`optimizer.build(variables)`) to read it as weights, or save it with "
             "`state_dict()`.")
-    return weights_io.snapshot(self.variables)
+    return weights_io.arrays(self.variables)
 
 
 def _has_pending_weights(self) -> bool:

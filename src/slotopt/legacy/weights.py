@@ -189,7 +189,7 @@ def variables(self) -> list[torch.Tensor]:
 
 def get_weights(self) -> list[np.ndarray]:
     """The weights' values as numpy arrays: the iteration count first, then the state in creation order."""
-    return weights_io.snapshot(self._weights)
+    return weights_io.arrays(self._weights)
 
 
 def set_weights(self, weights: Sequence[Any]) -> None:
