@@ -17,9 +17,9 @@ is a different stage in the tuple, or a parameter of one. Three markers of the f
   is what the call returns.
 
 Validation happens entirely in the face's ``_prepare_pairs``, before the tuple runs: when it raises, nothing has
-changed. From there to the end no finalizer or SIGINT handler runs (engine/atomic.py), so a step is refused with
+changed. From there to the end no finalizer or SIGINT handler runs (engine/writing/atomic.py), so a step is refused with
 nothing written or completes. A step whose variables have a constraint first copies the values it may write
-(``engine/undo.py``; ``Call.kept``), so that a constraint that raises or returns a bad value leaves everything as it
+(``engine/writing/undo.py``; ``Call.kept``), so that a constraint that raises or returns a bad value leaves everything as it
 was. Values written into ``param_groups`` since the last step (a torch LR scheduler's ``lr``) are applied first.
 """
 
@@ -34,11 +34,12 @@ from ..kernels.native import tensor_table
 from ..numerics import fpmode
 from ..numerics.device import NotCapturable
 from ..variables import IndexedSlices
-from . import atomic, capture, distributed
+from . import capture, distributed
 from .eager import outside_dynamo
 from .plan import Pairs, proof_mark
 from .unchanged import proven_again
-from .undo import StepValues, constrained_step, guarded
+from .writing import atomic
+from .writing.undo import StepValues, constrained_step, guarded
 
 #: (the optimizer and its pairs are ``engine.core``'s ``OptimizerCore`` and ``Pair``s; the core builds on this module)
 OptimizerCore = Any
@@ -216,7 +217,7 @@ def run_step(opt: OptimizerCore, grads_and_vars: Given, **options: Any) -> Any:
     # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step, run
     # without autograd (what ``torch.no_grad()`` and ``flush_to_zero()`` do, as plain calls: see fpmode), both at
     # once in C++ where it is built.
-    # No finalizer or SIGINT handler runs until the step ends (engine/atomic.py): a step is refused with nothing
+    # No finalizer or SIGINT handler runs until the step ends (engine/writing/atomic.py): a step is refused with nothing
     # written, or completes; a KeyboardInterrupt meanwhile is raised after it.
     enter, leave = tensor_table.step_mode() or _STEP_MODE
     held = atomic.hold()

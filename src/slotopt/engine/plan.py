@@ -83,7 +83,7 @@ class Pairs(list):  # type: ignore[type-arg]
     plan: Optional[StepPlan] = None
     grads: Optional[list[torch.Tensor]] = None
     grad_addresses: Optional[Sequence[int]] = None  # None when a gradient is not contiguous
-    #: Whether a variable of the step has a ``constraint`` (``engine/undo.py``), read in the C++ checks' pass over
+    #: Whether a variable of the step has a ``constraint`` (``engine/writing/undo.py``), read in the C++ checks' pass over
     #: the variables; None when not read (the step then looks itself).
     constrained: Optional[bool] = None
     #: When ``fits`` proved it: a number from ``proof_mark``'s sequence (-1: made by others of a step it proved).
@@ -492,7 +492,7 @@ def proof_mark() -> tuple[int, int]:
 
 def collections() -> int:
     """How many times the cyclic garbage collector has run in this process (its finalizers and weakref callbacks
-    are Python code that may move a variable; a step holds it off, engine/atomic.py, but another thread's step that
+    are Python code that may move a variable; a step holds it off, engine/writing/atomic.py, but another thread's step that
     ends switches it back on)."""
     return sum([generation["collections"] for generation in gc.get_stats()])
 

@@ -10,8 +10,9 @@ from typing import Optional
 
 import torch
 
-from . import atomic, unchanged
+from . import unchanged
 from .plan import Ordinary, Pair, Pairs, StepPlan, pairs_of, plan_of, quiet_now
+from .writing import atomic
 
 __all__ = ["current_plan", "planned_step"]
 

@@ -19,7 +19,7 @@ from ..kernels.native import tensor_table
 from ..kernels.native.operands import Held
 from .aliasing import unaliased
 from .plan import Ordinary, Pair, Pairs, collections, is_python_dispatch, within_storage
-from .undo import plain_tensor_type
+from .writing.undo import plain_tensor_type
 
 __all__ = ["slots_hold", "check_slots", "check_writable", "check_variables_unchanged", "proven_again"]
 
@@ -142,7 +142,7 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
     ordinary step marked ``quiet`` (``plan_cache._ordinary``: proven in this step, where no code but slotopt's own
     could run since) is not proven a second time, as long as no collection ran since.
 
-    Nothing else can run in between (engine/atomic.py: no finalizer, no signal handler in a step)."""
+    Nothing else can run in between (engine/writing/atomic.py: no finalizer, no signal handler in a step)."""
     if pairs.plan is not None:
         pairs.plan.uses += 1
         quiet, pairs.quiet = pairs.quiet, None  # (once: an ``Ordinary`` kept past its step proves nothing)

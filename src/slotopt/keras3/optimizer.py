@@ -21,7 +21,6 @@ from ..engine import (
     pipeline,
     plan_cache,
     stages,
-    transaction,
     validation,
 )
 from ..engine import constants as K
@@ -31,6 +30,7 @@ from ..engine.naming import unique_name
 from ..engine.pipeline import Step, run_step
 from ..engine.plan import plan_of
 from ..engine.state import FlatState
+from ..engine.writing import transaction
 from ..kernels import rows as sparse_rows
 from ..variables import IndexedSlices, Variable, named_variables
 from . import optimizer_variables, torch_hooks

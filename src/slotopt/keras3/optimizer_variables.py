@@ -21,10 +21,11 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import adopt, checks, state_io, transaction
+from ..engine import adopt, checks, state_io
 from ..engine import constants as K
 from ..engine import weights as weights_io
 from ..engine.state import constant_fill, initial_value
+from ..engine.writing import transaction
 from ..variables import IndexedSlices, Variable
 
 __all__: list[str] = []

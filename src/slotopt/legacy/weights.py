@@ -20,10 +20,11 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import adopt, checks, state_io, transaction
+from ..engine import adopt, checks, state_io
 from ..engine import constants as K
 from ..engine import weights as weights_io
 from ..engine.state import constant_fill
+from ..engine.writing import transaction
 from ..variables import Variable, variable_name
 from .hyperparameters import initial_value, is_number
 

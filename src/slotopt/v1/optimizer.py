@@ -30,7 +30,6 @@ from ..engine import (
     pipeline,
     plan_cache,
     state_io,
-    transaction,
     unchanged,
     validation,
 )
@@ -38,6 +37,7 @@ from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.pipeline import Call, Step, run_step
 from ..engine.plan import plan_of
+from ..engine.writing import transaction
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
 from . import hooks, torch_hooks
 from . import state as named_state
