@@ -1,6 +1,6 @@
 """A step checked once is handed on checked: what a wrapper or composite gives the optimizers inside it, after its
 own plan checked every pair in this step (engine/plan.py ``split``, engine/loss_scaling.py ``handed_on``), and
-what an outer step found of the constraints (engine/undo.py). The numbers are those of the optimizers stepped
+what an outer step found of the constraints (engine/writing/undo.py). The numbers are those of the optimizers stepped
 on their own; anything that is not the checked pairs themselves is checked in full."""
 
 import pytest

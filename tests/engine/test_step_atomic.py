@@ -19,8 +19,9 @@ import torch
 from _kernel_paths import ALL_PATHS, on_path, path_id
 
 import slotopt
-from slotopt.engine import atomic, stages
+from slotopt.engine import stages
 from slotopt.engine.routing import optimizer_weights
+from slotopt.engine.writing import atomic
 
 PATHS = ALL_PATHS[:3]  # (the fault sweep is the longest: foreach runs with the C++ checks only)
 
@@ -196,7 +197,7 @@ def _check_step(face, fault, k):
 def test_a_fault_at_any_collection_of_a_step_leaves_it_whole_or_untouched(face, fault, path):
     # Issue 35, item 4: a finalizer that moves ``p.data`` during a step raised after the slots changed; an
     # interrupt between two groups' kernels left the first group stepped. Now no finalizer and no SIGINT handler
-    # runs inside a step (engine/atomic.py), and what ran before its first write is proven again.
+    # runs inside a step (engine/writing/atomic.py), and what ran before its first write is proven again.
     k = 1
     while True:
         _, happened = _check_step(face, fault, k)
@@ -379,7 +380,7 @@ ADAMS = {"keras3": lambda: slotopt.Adam(0.1), "legacy": lambda: slotopt.legacy.A
 def test_python_code_run_by_torch_inside_the_update_that_raises_leaves_nothing_written(face, where, path):
     # A variable whose class has its own ``__torch_function__`` (or a mode active around the step) runs Python code
     # in every op of the foreach update, between two writes: raising at its k-th call left the moments of the first
-    # variables updated. Such a step now keeps the values to put back (engine/undo.py); a gradient of such a class
+    # variables updated. Such a step now keeps the values to put back (engine/writing/undo.py); a gradient of such a class
     # is read as a plain tensor of its memory.
     def run(k):
         torch.manual_seed(0)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import slotopt
-from slotopt.engine import atomic
+from slotopt.engine.writing import atomic
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")

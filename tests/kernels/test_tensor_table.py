@@ -593,7 +593,7 @@ def test_the_kind_check_reads_the_device():
 
 
 def test_the_checks_pass_says_whether_a_variable_has_a_constraint():
-    # The C++ pass reads ``getattr(v, "constraint", None)`` of every variable (engine/undo.py then copies nothing
+    # The C++ pass reads ``getattr(v, "constraint", None)`` of every variable (engine/writing/undo.py then copies nothing
     # when none has one); the Python path leaves it to the step (None).
     variables = [torch.nn.Parameter(torch.randn(3)) for _ in range(40)]
     plan = StepPlan(_Opt(variables), [(torch.randn(3), v) for v in variables])

@@ -2,11 +2,14 @@
 zero-filled allocation and the copy that ``set_weights`` makes.
 
 A reader (``io/``) checks the saved state on a probe built on ``meta`` tensors first (:func:`check`: the checks
-``set_weights`` applies, without its copies), then builds the caller's optimizer inside :func:`offering`: while
-it builds, a face that is about to allocate a slot asks :func:`take` whether the file holds that slot (by the
-variable it belongs to and the slot's name), and gets the file's tensor when its shape, dtype, device and layout
-are what the face would have allocated. Whatever was not taken (scalars, slots packed into a shared buffer, a
-slot of another dtype or layout) is written by :func:`assign`, once, into the optimizer's own tensor.
+``set_weights`` applies, without its copies), then builds the caller's optimizer with the offer handed to it (:func:`offered`: set on that
+optimizer, read by its own slot creation, never by another build): a face that is about to allocate a slot asks
+:func:`take` whether its offer holds that slot (by the variable it belongs to and the slot's name), and gets the
+file's tensor when its shape, dtype, device and layout are what the face would have allocated. Slots packed into a
+shared buffer (Keras 3's small variables) cannot be the file's tensor: each is filled from it once
+(:func:`fill_packed`) and the reader keeps the packed slot in the file tensor's place (``Offer.packed``), so one
+copy stays. Whatever was not taken (scalars, a slot of another dtype or layout) is written by :func:`assign`,
+once, into the optimizer's own tensor.
 
 What a reader hands out without a copy (the weights as parameters, the saved slots as the optimizer's) keeps
 being the reader's tensor too: :class:`Loans` remembers each one's version counter and the CRC-32 of its bytes, so
@@ -22,7 +25,7 @@ Example:
     >>> probe.build([placeholder])
     >>> offer = adopt.offer(probe, [placeholder], [w], {id(probe.variables[2]): saved})
     >>> opt = slotopt.SGD(0.1, momentum=0.9)
-    >>> with adopt.offering(offer):
+    >>> with adopt.offered((opt, offer)):
     ...     opt.build([w])
     >>> opt.variables[2].data_ptr() == saved.data_ptr()
     True
@@ -32,18 +35,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import contextvars
 import os
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
 from . import resume, weights
 
-__all__ = ["Loans", "fingerprint", "Offer", "offer", "offering", "take", "initial_fill", "check", "assign", "same_memory"]
+__all__ = ["Loans", "fingerprint", "Offer", "slot_keys", "offer_by_keys", "offer", "offered", "take", "fill_packed",
+           "taken_fill", "check", "assign", "same_memory"]
 
 
 def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -125,7 +128,9 @@ class Loans:
 
 class Offer:
     """File tensors offered as the slots of one build: ``(id(variable), slot name) -> tensor``. The variables are
-    kept, so that an id stays theirs while the offer lives."""
+    kept, so that an id stays theirs while the offer lives. ``packed``: the ``(file tensor, slot)`` pairs of slots
+    packed into a shared buffer (Keras 3's small variables), which cannot be the file's tensor: each was filled
+    from it, once, and the reader then keeps the slot in its place (:func:`handed_over`)."""
 
     def __init__(self, slots: dict[tuple[int, str], torch.Tensor], keep: Sequence[torch.Tensor],
                  loans: Optional[Loans]) -> None:
@@ -134,9 +139,11 @@ class Offer:
         self.loans = loans
         self.fills: dict[tuple[int, tuple[int, ...]], Any] = {}  # (data_ptr, shape) of a taken slot -> its fill
         self.taken: list[torch.Tensor] = []
+        self.packed: list[tuple[torch.Tensor, torch.Tensor]] = []
 
 
-_OFFERS: contextvars.ContextVar[tuple[Offer, ...]] = contextvars.ContextVar("slotopt_adopt_offers", default=())
+#: Where a build finds its offer: set on each optimizer being built (``offered``), read by its own slot creation.
+_ADOPTION = "_adoption"
 
 
 def _cores(opt: Any) -> list[Any]:
@@ -158,11 +165,9 @@ def _cores(opt: Any) -> list[Any]:
     return found
 
 
-def offer(probe: Any, placeholders: Sequence[torch.Tensor], params: Sequence[torch.Tensor],
-          values: Mapping[int, Any], loans: Optional[Loans] = None) -> Offer:
-    """What a build on ``params`` may take from the file: ``values`` maps ``id(probe variable)`` (a slot of
-    ``probe``, built on ``placeholders``, one per tensor of ``params``) to the file's tensor. A tensor handed out
-    before (``loans``), one offered twice, or one sharing memory with a parameter is not offered (it is copied)."""
+def slot_keys(probe: Any, placeholders: Sequence[torch.Tensor]) -> dict[int, tuple[int, str]]:
+    """``id(slot) -> (index of its placeholder, slot name)`` for every slot of ``probe`` (and of the optimizers it
+    wraps), built on ``placeholders``: what a probe tells a build on other tensors, read once."""
     where = {id(p): i for i, p in enumerate(placeholders)}
     owners: dict[int, tuple[int, str]] = {}
     for core in _cores(probe):
@@ -172,64 +177,111 @@ def offer(probe: Any, placeholders: Sequence[torch.Tensor], params: Sequence[tor
                 i = where.get(id(originals[pos])) if pos < len(originals) else None
                 if i is not None:
                     owners[id(slot)] = (i, slot_name)
+    return owners
+
+
+def offer_by_keys(keys: Sequence[Optional[tuple[int, str]]], params: Sequence[torch.Tensor], values: Sequence[Any],
+                  loans: Optional[Loans] = None) -> Offer:
+    """What a build on ``params`` may take from the file: ``values[k]`` is offered as slot ``keys[k][1]`` of
+    ``params[keys[k][0]]`` (None: no slot). A tensor handed out before (``loans``), one offered twice, or one
+    sharing memory with a parameter is not offered (it is copied)."""
     param_memory = {p.untyped_storage().data_ptr() for p in params if p.device.type != "meta"}
     slots: dict[tuple[int, str], torch.Tensor] = {}
     seen: set[int] = set()
-    for key, value in values.items():
-        if key not in owners or not isinstance(value, torch.Tensor) or value.requires_grad:
+    for key, value in zip(keys, values):
+        if key is None or not isinstance(value, torch.Tensor) or value.requires_grad:
             continue
         if id(value) in seen or (loans is not None and loans.lent(value)) \
                 or value.untyped_storage().data_ptr() in param_memory:
             continue
         seen.add(id(value))
-        i, slot_name = owners[key]
+        i, slot_name = key
         slots[(id(params[i]), slot_name)] = value
     return Offer(slots, params, loans)
 
 
+def offer(probe: Any, placeholders: Sequence[torch.Tensor], params: Sequence[torch.Tensor],
+          values: Mapping[int, Any], loans: Optional[Loans] = None) -> Offer:
+    """``offer_by_keys`` for ``values`` keyed by ``id(probe variable)`` (a slot of ``probe``, built on
+    ``placeholders``, one per tensor of ``params``)."""
+    owners = slot_keys(probe, placeholders)
+    keys = list(values)
+    return offer_by_keys([owners.get(k) for k in keys], params, [values[k] for k in keys], loans)
+
+
 @contextlib.contextmanager
-def offering(*offers: Offer) -> Iterator[None]:
-    """Builds inside it take their slots from ``offers``; what was taken is lent (``Loans``) when it ends
-    without an error."""
-    token = _OFFERS.set(_OFFERS.get() + offers)
+def offered(*builds: tuple[Any, Offer]) -> Iterator[None]:
+    """Each ``(optimizer, offer)``: the optimizer (and those it wraps) built inside it take their slots from its
+    offer, which is handed to it, not to whatever else builds meanwhile; what was taken is lent (``Loans``) when
+    it ends without an error."""
+    held = [(core, o) for opt, o in builds for core in _cores(opt)]
+    for core, o in held:
+        core.__dict__[_ADOPTION] = o
     try:
         yield
     finally:
-        _OFFERS.reset(token)
-    for o in offers:
+        for core, _ in held:
+            core.__dict__.pop(_ADOPTION, None)
+    for _, o in builds:
         if o.loans is not None:
             for tensor in o.taken:
                 o.loans.lend(tensor)
+            for _, slot in o.packed:
+                o.loans.lend(slot)
 
 
-def take(variable: torch.Tensor, slot_name: str, shape: Sequence[int], dtype: torch.dtype, device: Any,
+def _fits(value: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, device: Any) -> bool:
+    return (tuple(value.shape) == tuple(int(s) for s in shape) and value.dtype == dtype
+            and value.device == torch.device(device if device is not None else "cpu")
+            and value.layout == torch.strided and value.is_contiguous())
+
+
+def take(opt: Any, variable: torch.Tensor, slot_name: str, shape: Sequence[int], dtype: torch.dtype, device: Any,
          fill: Any) -> Optional[torch.Tensor]:
-    """The file's tensor for the slot ``slot_name`` of ``variable`` when a build is offered one of exactly the
-    ``shape``, ``dtype`` and ``device`` the face would allocate (dense, contiguous); else None (allocate).
-    ``fill``: the number the face would have filled the slot with (what a reset writes back); None for an
-    initializer that is not a constant, whose slots are always allocated."""
-    offers = _OFFERS.get()
-    if not offers or fill is None:
+    """The file's tensor for the slot ``slot_name`` of ``variable`` when ``opt``'s build is offered one
+    (``offered``) of exactly the ``shape``, ``dtype`` and ``device`` the face would allocate (dense, contiguous);
+    else None (allocate). ``fill``: the number the face would have filled the slot with (what a reset writes
+    back); None for an initializer that is not a constant, whose slots are always allocated."""
+    o = opt.__dict__.get(_ADOPTION)
+    if o is None or fill is None:
         return None
-    for o in offers:
-        value = o.slots.get((id(variable), slot_name))
-        if value is None:
-            continue
-        if (tuple(value.shape) != tuple(int(s) for s in shape) or value.dtype != dtype
-                or value.device != torch.device(device if device is not None else "cpu")
-                or value.layout != torch.strided or not value.is_contiguous()):
-            return None
-        del o.slots[(id(variable), slot_name)]
-        o.fills[(value.data_ptr(), tuple(value.shape))] = fill
-        o.taken.append(value)
-        return value
-    return None
+    value = o.slots.get((id(variable), slot_name))
+    if value is None or not _fits(value, shape, dtype, device):
+        return None
+    del o.slots[(id(variable), slot_name)]
+    o.fills[(value.data_ptr(), tuple(value.shape))] = fill
+    o.taken.append(value)
+    return value
 
 
-def initial_fill(tensor: torch.Tensor) -> Any:
-    """What a reset writes back into a new slot: the fill the face would have allocated for a slot taken from a
-    file (its values are the file's, not the initial ones), else ``resume.initial_fill``."""
-    for o in _OFFERS.get():
+def fill_packed(opt: Any, slot_name: str, views: Mapping[int, torch.Tensor], variables: Sequence[Any],
+                fill: Callable[[torch.dtype], Any]) -> None:
+    """Slots packed into one buffer (``views``: position -> view) filled from ``opt``'s offer (each view once from
+    the file's tensor of its variable, ``variables``: ``(position, variable)``; ``fill(dtype)``: the number the face
+    filled them with): a packed slot cannot be the file's
+    tensor, so the offer records the pair and the reader keeps the slot in the file tensor's place
+    (``Offer.packed``): the file's copy is freed, one copy stays."""
+    o = opt.__dict__.get(_ADOPTION)
+    if o is None:
+        return
+    with torch.no_grad():
+        for pos, variable in variables:
+            view = views.get(pos)
+            value = o.slots.get((id(variable), slot_name))
+            if view is None or value is None or not _fits(value, view.shape, view.dtype, view.device):
+                continue
+            del o.slots[(id(variable), slot_name)]
+            view.copy_(value)
+            o.fills[(view.data_ptr(), tuple(view.shape))] = fill(view.dtype)
+            o.packed.append((value, view))
+
+
+def taken_fill(opt: Any, tensor: torch.Tensor) -> Any:
+    """What a reset writes back into a new slot of ``opt``: for a slot taken from a file (its values are the
+    file's, not the initial ones) the fill the face would have allocated, else ``resume.initial_fill``, the one
+    ``initial_fill``."""
+    o = opt.__dict__.get(_ADOPTION)
+    if o is not None:
         fill = o.fills.get((tensor.data_ptr(), tuple(tensor.shape)))
         if fill is not None:
             return fill

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .plan import Ordinary, Pair, is_python_dispatch
+from .plan import Ordinary, Pairs, is_python_dispatch
 
 __all__ = ["unaliased", "overlap"]
 
@@ -54,10 +54,10 @@ def overlap(grad: Any, var: Any) -> str:
     return "partial"
 
 
-def unaliased(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
+def unaliased(opt: Any, pairs: Pairs) -> Pairs:
     """``pairs`` with each gradient that is its variable's own memory replaced by a copy of it; raises
     ``ValueError`` (nothing written) for a gradient that overlaps its variable otherwise."""
-    if type(pairs) is Ordinary:
+    if pairs.plan is not None:
         found = _ordinary_candidates(pairs)
     else:
         found = range(len(pairs))
@@ -75,7 +75,7 @@ def unaliased(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
         copied[i] = grad.clone()  # (contiguous like the variable: same sizes and strides)
     if not copied:
         return pairs
-    if type(pairs) is Ordinary:
+    if pairs.plan is not None:
         grads = list(pairs.grads)
         addresses = None if pairs.grad_addresses is None else np.array(pairs.grad_addresses, dtype=np.uint64)
         for i, grad in copied.items():
@@ -85,7 +85,7 @@ def unaliased(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
                 addresses[i] = grad.data_ptr()
         pairs.grads, pairs.grad_addresses = grads, addresses
         return pairs
-    out = list(pairs)
+    out = Pairs(pairs)
     for i, grad in copied.items():
         out[i] = (grad, out[i][1])
     return out

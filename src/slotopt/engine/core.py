@@ -281,7 +281,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         self.__dict__.setdefault("_slot_kinds", {})[(slot_name, pos)] = (tensor.dtype, tensor.shape)
         # What ``del opt.state[p]`` writes back (engine/resume.py): one number for a constant-filled slot (for a
         # slot taken from a file, engine/adopt.py, the number the face would have filled it with).
-        self.__dict__.setdefault("_slot_initials", {})[(slot_name, pos)] = adopt.initial_fill(tensor)
+        self.__dict__.setdefault("_slot_initials", {})[(slot_name, pos)] = adopt.taken_fill(self, tensor)
 
     def _remember_initial_scalar(self, tensor: torch.Tensor) -> None:
         """An optimizer-wide scalar's initial value, written back when the whole state is reset."""

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from ..kernels import native
-from .plan import Ordinary
+from .plan import Ordinary, plan_of
 
 __all__ = ["ordinary_step", "all_finite", "finite_unscaled", "handed_on", "kept_views", "gradients_finite",
            "keeps_no_gradients", "KEPT_BYTES"]
@@ -57,9 +57,9 @@ _KINDS = ("loss_scaling", "kinds")
 def ordinary_step(opt: Any, pairs: Sequence[Any]) -> Optional[Ordinary]:
     """``pairs`` when they are an ordinary step whose gradients the flat path takes (real floating dtypes, no
     FSDP2 shard whose finiteness must be agreed across processes), else None."""
-    if type(pairs) is not Ordinary or opt.__dict__.get("_sharded"):
+    plan = plan_of(pairs)
+    if plan is None or opt.__dict__.get("_sharded"):
         return None
-    plan = pairs.plan
     if not all(dtype in _REAL for _, dtype in plan.kinds):
         return None
     return pairs

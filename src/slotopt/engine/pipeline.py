@@ -17,9 +17,9 @@ is a different stage in the tuple, or a parameter of one. Three markers of the f
   is what the call returns.
 
 Validation happens entirely in the face's ``_prepare_pairs``, before the tuple runs: when it raises, nothing has
-changed. From there to the end no finalizer or SIGINT handler runs (engine/atomic.py), so a step is refused with
+changed. From there to the end no finalizer or SIGINT handler runs (engine/writing/atomic.py), so a step is refused with
 nothing written or completes. A step whose variables have a constraint first copies the values it may write
-(``engine/undo.py``; ``Call.kept``), so that a constraint that raises or returns a bad value leaves everything as it
+(``engine/writing/undo.py``; ``Call.kept``), so that a constraint that raises or returns a bad value leaves everything as it
 was. Values written into ``param_groups`` since the last step (a torch LR scheduler's ``lr``) are applied first.
 """
 
@@ -34,16 +34,17 @@ from ..kernels.native import tensor_table
 from ..numerics import fpmode
 from ..numerics.device import NotCapturable
 from ..variables import IndexedSlices
-from . import atomic, capture, distributed
+from . import capture, distributed
 from .eager import outside_dynamo
-from .plan import Ordinary, proof_mark
+from .plan import Pairs, proof_mark
 from .unchanged import proven_again
-from .undo import StepValues, constrained_step, guarded
+from .writing import atomic
+from .writing.undo import StepValues, constrained_step, guarded
 
 #: (the optimizer and its pairs are ``engine.core``'s ``OptimizerCore`` and ``Pair``s; the core builds on this module)
 OptimizerCore = Any
 Pair = tuple[Any, Any]
-Pairs = Any
+Given = Any  # (the pairs a caller hands a step: any iterable of them)
 
 __all__ = ["run_step", "Step", "Call", "Stage", "UPDATE", "AFTER", "FIRST_WRITE", "first_write",
            "drop_missing_gradients", "negate_gradients", "aggregate_across_processes", "aggregates_nothing", "none"]
@@ -138,7 +139,7 @@ def _rebuild(entries: tuple[Any, ...], result: Callable[[Any], Any]) -> Step:
 # ----------------------------------------------------------------------------------------- shared stages
 def drop_missing_gradients(opt: Any, pairs: Any, call: Call) -> Any:
     """The pairs that have a gradient (an ordinary step has one for every variable)."""
-    if type(pairs) is Ordinary:
+    if pairs.plan is not None:
         return pairs
     return [pair for pair in pairs if pair[0] is not None]
 
@@ -150,7 +151,7 @@ def negate_gradients(opt: Any, pairs: Any, call: Call) -> Any:
     gradients are proven against its plan in one pass (engine/plan.py)."""
     if not opt.maximize:
         return pairs
-    if type(pairs) is Ordinary and type(pairs.grads) is list:
+    if pairs.plan is not None and type(pairs.grads) is list:
         variables = [pair[1] for pair in pairs]
         negated = list(zip(torch._foreach_neg(pairs.grads), variables))
         again = pairs.plan.fits(negated)  # (fresh dense tensors of the gradients' kinds: fits, unless moved)
@@ -212,11 +213,11 @@ def aggregate_across_processes(opt: Any, pairs: Any, call: Call) -> Any:
 
 # ----------------------------------------------------------------------------------------- the frame
 @outside_dynamo  # exact steps run eagerly under torch.compile (engine/eager.py, TorchProtocol.step)
-def run_step(opt: OptimizerCore, grads_and_vars: Pairs, **options: Any) -> Any:
+def run_step(opt: OptimizerCore, grads_and_vars: Given, **options: Any) -> Any:
     # TensorFlow's kernels flush subnormal numbers to zero (slotopt.numerics.fpmode); so does the whole step, run
     # without autograd (what ``torch.no_grad()`` and ``flush_to_zero()`` do, as plain calls: see fpmode), both at
     # once in C++ where it is built.
-    # No finalizer or SIGINT handler runs until the step ends (engine/atomic.py): a step is refused with nothing
+    # No finalizer or SIGINT handler runs until the step ends (engine/writing/atomic.py): a step is refused with nothing
     # written, or completes; a KeyboardInterrupt meanwhile is raised after it.
     enter, leave = tensor_table.step_mode() or _STEP_MODE
     held = atomic.hold()
@@ -256,7 +257,7 @@ _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 _STEP_MODE = (_enter_step_mode, _leave_step_mode)
 
 
-def _step(opt: OptimizerCore, grads_and_vars: Pairs, options: dict[str, Any]) -> Any:
+def _step(opt: OptimizerCore, grads_and_vars: Given, options: dict[str, Any]) -> Any:
     opt._sync_param_groups()  # torch side: what a scheduler wrote into param_groups
     grads_and_vars = opt._local_pairs(grads_and_vars)  # FSDP2: the local shards of sharded parameters
     since = proof_mark()  # (an ordinary step proven after this, in ``_prepare_pairs``, may be proven once)
@@ -278,16 +279,22 @@ def _step(opt: OptimizerCore, grads_and_vars: Pairs, options: dict[str, Any]) ->
         guard.release()
 
 
-def _run(opt: OptimizerCore, step: Step, pairs: list[Pair], undo: Optional[StepValues],
+def _run(opt: OptimizerCore, step: Step, pairs: Pairs, undo: Optional[StepValues],
          options: dict[str, Any]) -> Any:
     call = Call(options, undo is not None or guarded())  # (no variable of this step has a constraint otherwise)
+    # Each stage receives a ``Pairs`` (engine/plan.py), which says whether a plan serves it (``pairs.plan``); a
+    # stage (or a hook it runs) that returns another sequence hands on unplanned pairs.
     for stage in step.every_call:
         pairs = stage(opt, pairs, call)
+        if not isinstance(pairs, Pairs) and pairs is not None:
+            pairs = Pairs(pairs)
     update = pairs
     for stage in step.gradients:
         if not update:
             break
         update = stage(opt, update, call)
+        if not isinstance(update, Pairs) and update is not None:
+            update = Pairs(update)
     if update:
         restore = step.evaluate(opt) if step.evaluate is not None else None
         try:

@@ -11,7 +11,7 @@ step is *ordinary* when its variables are the plan's, in the plan's order, each 
 device it had, where it was in memory, contiguous, inside its storage, of a kind read directly (no wrapper
 subclass) and writable now, and every gradient is a dense tensor of its variable's dtype, shape and device, inside
 its storage: one pass over the variables and gradients re-proves all of it on every step
-(``StepPlan.fits``), and the stages then take what they need from the plan (``Ordinary.plan``) instead of
+(``StepPlan.fits``), and the stages then take what they need from the plan (``Pairs.plan``) instead of
 deriving it again. Anything else (a sparse or missing gradient, another variable list, a variable moved in
 memory, a registry that changed since) takes the full path, which checks everything as before. The numbers are
 the same either way: the plan changes what is looked up, never what is computed.
@@ -48,7 +48,7 @@ from ..kernels.native.operands import (
     writable_now,
 )
 
-__all__ = ["StepPlan", "Ordinary", "Planner", "GradientsByPosition", "split", "direct", "in_storage", "within_storage",
+__all__ = ["StepPlan", "Pairs", "Ordinary", "pairs_of", "plan_of", "Planner", "GradientsByPosition", "split", "direct", "in_storage", "within_storage",
            "is_python_dispatch", "proof_mark", "collections", "quiet_now"]
 
 Pair = tuple[Any, torch.Tensor]
@@ -73,18 +73,21 @@ _strided = torch.strided
 _address = torch.Tensor.data_ptr
 
 
-class Ordinary(list):  # type: ignore[type-arg]
-    """The pairs of an ordinary step, with its ``plan``, its gradients and their addresses (read once, in
-    ``fits``)."""
+class Pairs(list):  # type: ignore[type-arg]
+    """A step's ``(gradient, variable)`` pairs as its stages hand them on, with what the step proved of them: the
+    one type every stage receives (``pipeline.run_step`` makes each stage's result one), planned or not. A stage
+    asks the pairs, never their type: ``pairs.plan`` is the ``StepPlan`` they were proven against in this step
+    (an ordinary step, an ``Ordinary``: its gradients and their addresses are ``grads`` and ``grad_addresses``),
+    or None (any other step: the stage takes the per-pair path and reads the pairs themselves)."""
 
-    plan: StepPlan
-    grads: list[torch.Tensor]
-    grad_addresses: Optional[Sequence[int]]  # None when a gradient is not contiguous
-    #: Whether a variable of the step has a ``constraint`` (``engine/undo.py``), read in the C++ checks' pass over
+    plan: Optional[StepPlan] = None
+    grads: Optional[list[torch.Tensor]] = None
+    grad_addresses: Optional[Sequence[int]] = None  # None when a gradient is not contiguous
+    #: Whether a variable of the step has a ``constraint`` (``engine/writing/undo.py``), read in the C++ checks' pass over
     #: the variables; None when not read (the step then looks itself).
-    constrained: Optional[bool]
+    constrained: Optional[bool] = None
     #: When ``fits`` proved it: a number from ``proof_mark``'s sequence (-1: made by others of a step it proved).
-    proof: int
+    proof: int = -1
     #: Set by the step that proved it (``plan_cache._ordinary``) where no code but slotopt's own can run until its
     #: first write (``quiet_now``): the cyclic collector's count of collections then, else None. ``proven_again``
     #: then need not prove it again (engine/unchanged.py).
@@ -92,6 +95,26 @@ class Ordinary(list):  # type: ignore[type-arg]
     #: Whether its slots were proven by the Python record (``unchanged.slots_hold``) in this step: 0 no, 1 yes, 2 yes
     #: with their contiguity and kind (``Held.whole``).
     held: int = 0
+
+
+def pairs_of(pairs: Sequence[Pair]) -> Pairs:
+    """``pairs`` as a stage receives them: a ``Pairs`` as it is, any other sequence as an unplanned ``Pairs``."""
+    return pairs if isinstance(pairs, Pairs) else Pairs(pairs)
+
+
+def plan_of(pairs: Any) -> Optional[StepPlan]:
+    """The plan ``pairs`` were proven against in this step, else None: what an entry point (``apply_gradients``,
+    a face's ``_prepare_pairs``, a composite's dispatch) asks of what it was handed, which may be a caller's list
+    as well as the ``Pairs`` of a step that checked them (a composite's groups)."""
+    return pairs.plan if isinstance(pairs, Pairs) else None
+
+
+class Ordinary(Pairs):
+    """The pairs of an ordinary step (``Pairs`` with a ``plan``), with its gradients and their addresses (read
+    once, in ``fits``). Made only by ``of``; what a stage reads of it is ``Pairs``' (``pairs.plan``)."""
+
+    plan: StepPlan
+    grads: list[torch.Tensor]
 
     @classmethod
     def of(cls, pairs: Sequence[Pair], plan: StepPlan, grads: list[torch.Tensor],
@@ -469,7 +492,7 @@ def proof_mark() -> tuple[int, int]:
 
 def collections() -> int:
     """How many times the cyclic garbage collector has run in this process (its finalizers and weakref callbacks
-    are Python code that may move a variable; a step holds it off, engine/atomic.py, but another thread's step that
+    are Python code that may move a variable; a step holds it off, engine/writing/atomic.py, but another thread's step that
     ends switches it back on)."""
     return sum([generation["collections"] for generation in gc.get_stats()])
 

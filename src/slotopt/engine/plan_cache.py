@@ -10,26 +10,29 @@ from typing import Optional
 
 import torch
 
-from . import atomic, unchanged
-from .plan import Ordinary, Pair, StepPlan, quiet_now
+from . import unchanged
+from .plan import Ordinary, Pair, Pairs, StepPlan, pairs_of, plan_of, quiet_now
+from .writing import atomic
 
 __all__ = ["current_plan", "planned_step"]
 
 
-def _ordinary(self, pairs: list[Pair], since: Optional[tuple[int, int]] = None) -> list[Pair]:
-    """Checked ``pairs`` as an ``Ordinary`` step when they can be, leaving a plan for the next steps.
+def _ordinary(self, pairs: Sequence[Pair], since: Optional[tuple[int, int]] = None) -> Pairs:
+    """Checked ``pairs`` as the step's ``Pairs``: an ``Ordinary`` step when they can be, leaving a plan for the
+    next steps.
 
     ``since``: ``plan.proof_mark()`` read by the pipeline before this step's ``_prepare_pairs``. An ordinary step
     proven in it (after the mark), by a step where only slotopt's own code runs until the first write
     (``plan.quiet_now``, ``atomic.may_run_user_code``: no callable, schedule, transformer or subclass hook) inside
     its uninterrupted part (``atomic.held``), is marked ``quiet``: ``proven_again`` need not prove it again, as
     long as the cyclic collector has not run since the mark (engine/unchanged.py)."""
-    if type(pairs) is not Ordinary and len(pairs) >= 2 and self._plans_steps and StepPlan.possible(self, pairs):
+    pairs = pairs_of(pairs)
+    if pairs.plan is None and len(pairs) >= 2 and self._plans_steps and StepPlan.possible(self, pairs):
         # (read back from a local: another thread resetting the optimizer's state meanwhile drops ``self._plan``)
         plan = self._plan = StepPlan(self, pairs)
         ordinary = plan.fits(pairs)  # fits: ``possible`` checked what ``fits`` does
         pairs = ordinary if ordinary is not None else pairs
-    if type(pairs) is Ordinary:
+    if pairs.plan is not None:
         pairs.quiet = since[1] if (since is not None and pairs.proof > since[0] and atomic.held()
                                    and quiet_now(pairs.plan) and not atomic.may_run_user_code(self)) else None
     return pairs
@@ -46,7 +49,7 @@ def planned_step(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
     plan = current_plan(self)
     if plan is None:
         return None
-    if type(pairs) is Ordinary and pairs.plan is plan:
+    if plan_of(pairs) is plan:
         return pairs  # checked by this plan in this very step (a composite validates its groups first)
     ordinary = plan.fits(pairs)
     # The slots too are proven unchanged before anything is written (else the full path checks and refuses).

@@ -16,9 +16,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import atomic, weights
-from .plan import Ordinary
-from .transaction import copy_values, put_values
+from . import weights
+from .plan import plan_of
+from .writing import atomic
+from .writing.transaction import copy_values, put_values
 
 __all__ = ["variable_path", "group_by_owner", "Routes", "dispatch", "accepted", "AGGREGATED", "aggregation_options",
            "optimizer_weights", "split_weights", "set_weights_all_or_nothing"]
@@ -135,8 +136,8 @@ def dispatch(optimizers: Sequence[Any], groups: dict[int, list[Pair]], options: 
     pair for the second optimizer leaves the first one's variables unchanged.
     """
     live = [(optimizers[i], group) for i, group in groups.items()
-            if all_present or type(group) is Ordinary or any(g is not None for g, _ in group)]
-    # One step of the composite: no finalizer or SIGINT handler between its optimizers' steps (engine/atomic.py),
+            if all_present or plan_of(group) is not None or any(g is not None for g, _ in group)]
+    # One step of the composite: no finalizer or SIGINT handler between its optimizers' steps (engine/writing/atomic.py),
     # and where a later optimizer's own code may raise after an earlier one wrote (a learning-rate callable), the
     # values to put back, with the optimizers' bookkeeping as it was before any of them built its state.
     held = atomic.hold()
@@ -150,7 +151,7 @@ def dispatch(optimizers: Sequence[Any], groups: dict[int, list[Pair]], options: 
         if validate_first:
             # An ordinary step comes back as checked (``Ordinary``): its optimizer then takes it without a second
             # pass.
-            live = [(optimizer, checked if type(checked := optimizer._prepare_pairs(group)) is Ordinary else group)
+            live = [(optimizer, checked if plan_of(checked := optimizer._prepare_pairs(group)) is not None else group)
                     for optimizer, group in live]
         for optimizer, group in live:
             optimizer.apply_gradients(group, **accepted(optimizer.apply_gradients, options or {}))

@@ -45,7 +45,7 @@ from . import (
 from . import constants as K
 from .core import Pair, count_step
 from .pipeline import Call
-from .plan import GradientsByPosition, Ordinary
+from .plan import GradientsByPosition, Ordinary, Pairs, plan_of
 
 __all__ = ["rounds", "overwrites_with_gradient", "check_update_kernels"]
 
@@ -58,15 +58,15 @@ def rounds(pairs: list[Pair]) -> list[list[Pair]]:
     same step count). Distinct variables do not interact, so running the k-th listing of every variable together
     gives the same result. Almost always there is one part.
     """
-    if type(pairs) is Ordinary or len(pairs) == 1 or len({id(v) for _, v in pairs}) == len(pairs):
-        return [pairs]
+    if plan_of(pairs) is not None or len(pairs) == 1 or len({id(v) for _, v in pairs}) == len(pairs):
+        return [pairs]  # (an ordinary step lists each variable once)
     seen: dict[int, int] = {}
-    parts: list[list[Pair]] = []
+    parts: list[Pairs] = []
     for pair in pairs:
         k = seen.get(id(pair[1]), 0)
         seen[id(pair[1])] = k + 1
         if k == len(parts):
-            parts.append([])
+            parts.append(Pairs())
         parts[k].append(pair)
     return parts
 
@@ -95,8 +95,8 @@ def accumulate_gradients(self, pairs: list[Pair], call: Call) -> Optional[list[P
     steps = self.gradient_accumulation_steps
     if not steps:
         return pairs
-    if type(pairs) is Ordinary:  # every gradient dense, of its variable's kind: the lists taken through the plan
-        plan = pairs.plan
+    plan = pairs.plan
+    if plan is not None:  # every gradient dense, of its variable's kind: the lists taken through the plan
         table = self._slots.get("gradient_accumulator", {})
         try:
             accumulators: Optional[list[torch.Tensor]] = list(plan.entries(table, plan.positions))
@@ -133,7 +133,7 @@ def overwrites_with_gradient(variable: Any) -> bool:
 # 0) and the variable takes ``max(gradient, accumulator)`` on the update call. A step whose variables carry the
 # flag takes the full path (no step plan), so the flag is read on every such step.
 def overwrite_with_gradients(self, pairs: list[Pair], call: Call) -> list[Pair]:
-    if type(pairs) is Ordinary or not any(overwrites_with_gradient(v) for _, v in pairs):
+    if pairs.plan is not None or not any(overwrites_with_gradient(v) for _, v in pairs):
         return pairs
     steps = self.gradient_accumulation_steps
     update_call = not steps or (int(self._iterations) + 1) % steps == 0
@@ -283,7 +283,7 @@ def apply_weight_decay(self, pairs: list[Pair], call: Call) -> None:
     learning_rate = _learning_rate_of_step(self)
     listed = rounds(pairs)  # a variable listed twice decays twice before its updates, as in Keras
     fused: set[int] = set()
-    plan = pairs.plan if type(pairs) is Ordinary else None
+    plan = pairs.plan
     exclusions = (self._exclude_ids, self._exclude_pattern)
     if self._fused_weight_decay and len(listed) == 1 and not self._has_custom_update():
         # The update kernel decays dense-gradient variables in its own pass (one pass over memory): the
@@ -341,8 +341,8 @@ def _apply_round(self, pairs: list[Pair], learning_rate: Any, fused: set[int]) -
     """Updates variables that each appear once in ``pairs``; those in ``fused`` also get their weight decay
     from the update kernel."""
     custom = self._has_custom_update()
-    if type(pairs) is Ordinary and not custom:
-        plan = pairs.plan
+    plan = pairs.plan
+    if plan is not None and not custom:
         _update_groups(self, plan.groups, GradientsByPosition(pairs), learning_rate, fused, pairs)
         return
     dense: list[Pair] = []

@@ -36,10 +36,11 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..kernels.native import tensor_table
-from . import atomic, group_sync, state_io, torch_arguments
+from . import group_sync, state_io, torch_arguments
 from .eager import outside_dynamo
 from .group_sync import TorchName, _as_number, is_param_group_list, torch_names_for
 from .state_io import CLASS_KEY
+from .writing import atomic
 
 __all__ = ["TorchProtocol", "is_param_group_list", "CLASS_KEY", "TorchName", "torch_names_for"]
 

@@ -18,8 +18,8 @@ import torch
 from ..kernels.native import tensor_table
 from ..kernels.native.operands import Held
 from .aliasing import unaliased
-from .plan import Ordinary, Pair, collections, is_python_dispatch, within_storage
-from .undo import plain_tensor_type
+from .plan import Ordinary, Pair, Pairs, collections, is_python_dispatch, within_storage
+from .writing.undo import plain_tensor_type
 
 __all__ = ["slots_hold", "check_slots", "check_writable", "check_variables_unchanged", "proven_again"]
 
@@ -142,8 +142,8 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
     ordinary step marked ``quiet`` (``plan_cache._ordinary``: proven in this step, where no code but slotopt's own
     could run since) is not proven a second time, as long as no collection ran since.
 
-    Nothing else can run in between (engine/atomic.py: no finalizer, no signal handler in a step)."""
-    if type(pairs) is Ordinary:
+    Nothing else can run in between (engine/writing/atomic.py: no finalizer, no signal handler in a step)."""
+    if pairs.plan is not None:
         pairs.plan.uses += 1
         quiet, pairs.quiet = pairs.quiet, None  # (once: an ``Ordinary`` kept past its step proves nothing)
         if quiet is not None and quiet == collections():
@@ -175,7 +175,7 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
             # two writes (where it may raise): its values are read as a plain tensor of the same memory instead.
             with torch._C.DisableTorchFunctionSubclass():
                 grad = grad.as_subclass(torch.Tensor)
-            plain = list(pairs) if plain is None else plain
+            plain = Pairs(pairs) if plain is None else plain
             plain[i] = (grad, var)
     return unaliased(opt, pairs if plain is None else plain)
 

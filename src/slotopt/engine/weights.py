@@ -25,7 +25,7 @@ import torch
 
 from . import resume
 
-__all__ = ["checked_values", "checked_entry", "entries", "as_numbers", "assign_values", "count_error", "keras_shape_error", "snapshot"]
+__all__ = ["checked_values", "checked_entry", "entries", "as_numbers", "assign_values", "count_error", "keras_shape_error", "arrays"]
 
 #: ``(entry index, target, received shape) -> message`` for a value whose shape is not its target's.
 ShapeError = Callable[[int, torch.Tensor, tuple[int, ...]], str]
@@ -115,6 +115,7 @@ def assign_values(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor
             target.copy_(value)
 
 
-def snapshot(tensors: Sequence[torch.Tensor]) -> list[np.ndarray]:
-    """The tensors' values as numpy arrays: copies, not live views."""
+def arrays(tensors: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """The tensors' values as numpy arrays (``get_weights``): copies, not live views. (Not a ``transaction.snapshot``,
+    which is of an optimizer's bookkeeping.)"""
     return [t.detach().cpu().numpy().copy() for t in tensors]

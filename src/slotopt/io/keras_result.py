@@ -185,6 +185,8 @@ class KerasCheckpoint(_NamedWeights):
     optimizer_entries: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     _owners: list[Optional[int]] = field(default_factory=list, repr=False)
+    #: Per saved optimizer value: (index of its variable, slot name), or None (engine/adopt.py ``slot_keys``).
+    _slot_keys: list[Optional[tuple[int, str]]] = field(default_factory=list, repr=False, compare=False)
     _keras_paths: dict[str, str] = field(default_factory=dict, repr=False)
     #: ``load_keras_checkpoint(custom_objects=...)``: name → the user's schedule class, factory or instance.
     custom_objects: dict[str, Any] = field(default_factory=lambda: dict(CUSTOM_OBJECTS.get() or {}), repr=False,
@@ -276,9 +278,13 @@ class KerasCheckpoint(_NamedWeights):
         which model variable each optimizer variable belongs to (``None``: the optimizer's own) and its Keras
         name (``adam/<variable path with _>_momentum``)."""
         opt = self._new_optimizer()
-        opt.build([(f"p{j}", torch.empty(self.weights[n].shape, dtype=self.weights[n].dtype, device="meta"))
-                   for j, n in enumerate(self.variable_names)])  # meta (issue 40): names and shapes, no memory
+        placeholders = [torch.empty(self.weights[n].shape, dtype=self.weights[n].dtype, device="meta")
+                        for n in self.variable_names]  # meta (issue 40): names and shapes, no memory
+        opt.build([(f"p{j}", p) for j, p in enumerate(placeholders)])
         self._check_state(opt, self.path)
+        # What this probe tells every later build (``_built_on``): which variable's slot, by name, each saved value is.
+        slots = adopt.slot_keys(opt, placeholders)
+        self._slot_keys = [slots.get(id(var)) for var in self._state_variables(opt)]
         owners: list[Optional[int]] = []
         names = []
         for var in self._state_variables(opt):
@@ -315,31 +321,51 @@ class KerasCheckpoint(_NamedWeights):
 
     def _built_on(self, params: list[tuple[str, torch.Tensor]], state: list[Any],
                   write: Optional[Any] = None) -> Any:
-        """The saved optimizer built on ``params`` (``variable_names`` order) with ``state`` loaded: checked on a
-        probe built on ``meta`` copies first (every check set_weights applies, without its copies), then built with
-        the slots taken from ``state`` where they fit (engine/adopt.py), the rest copied once."""
-        probe = self._new_optimizer()
+        """The saved optimizer built on ``params`` (``variable_names`` order) with ``state`` loaded, in one build:
+        the slots taken from ``state`` where they fit (engine/adopt.py; which value is which variable's slot was read
+        from the probe the checkpoint built when it was read, ``_slot_keys``), then every check set_weights applies
+        (without its copies), all before anything is written (the module's weights, ``write``) or handed over; the
+        rest copied once."""
+        opt = self._new_optimizer()
         if self._tfkeras_new():  # (the file is read, its weights usable: only the continuation is refused)
-            refuse_tfkeras_new(probe, self.path)
-        placeholders = [torch.empty(t.shape, dtype=t.dtype, device="meta") for _, t in params]
-        probe.build([(name, p) for (name, _), p in zip(params, placeholders)])
-        self._check_state(probe, f"optimizer({self.path})", state)
-        targets = self._state_variables(probe)
-        for i, value in enumerate(state):
-            self._loans.check(value, f"optimizer variable {i}", self.path)
-        adopt.check(targets, state)
-        offer = adopt.offer(probe, placeholders, [t for _, t in params],
-                            {id(var): value for var, value in zip(targets, state)}, self._loans)
-        del probe
+            refuse_tfkeras_new(opt, self.path)
+        offer = adopt.offer_by_keys(self._slot_keys, [t for _, t in params], state, self._loans)
+        with adopt.offered((opt, offer)):  # (nothing taken is lent unless every check below passes)
+            opt.build(params)
+            self._check_state(opt, f"optimizer({self.path})", state)
+            for i, value in enumerate(state):
+                self._loans.check(value, f"optimizer variable {i}", self.path)
+            adopt.check(self._state_variables(opt), state)
         if write is not None:  # (the module's weights: after every check)
             write()
-        opt = self._new_optimizer()
-        with adopt.offering(offer):
-            opt.build(params)
+        self._keep_packed(offer, state)
         self._learning_rate_note(opt)
         adopt.assign(self._state_variables(opt), state)
         opt._show_current_learning_rate()  # (what set_weights does after writing)
         return opt
+
+    def _keep_packed(self, offer: adopt.Offer, state: list[Any]) -> None:
+        """Each slot packed into a shared buffer and filled from the file (``Offer.packed``) kept in place of the
+        file's tensor (in Keras layout), so that the file's copy is freed: the checkpoint's value is the slot's
+        memory, as for a slot taken whole."""
+        index = {id(value): i for i, value in enumerate(state)}
+        for value, slot in offer.packed:
+            i = index.get(id(value))
+            if i is None or self._state_views is None or i >= len(self._state_views):
+                continue
+            kept = self._state_views[i][1]
+            if kept is value:
+                entry: Optional[torch.Tensor] = slot
+            else:  # (converted to torch's layout by load_module: the checkpoint keeps a Keras-layout view)
+                owner = self._owners[i] if i < len(self._owners) else None
+                kind = self.layouts.get(self.variable_names[owner], "as_is") if owner is not None else "as_is"
+                entry = keras_view(slot, kind, tuple(kept.shape)) if isinstance(kept, torch.Tensor) else None
+                if entry is None or entry.dtype != kept.dtype:
+                    continue
+                self._loans.lend(entry)
+            state[i] = slot  # (what ``assign`` then leaves: the slot's own memory)
+            self.optimizer_state[i] = entry.detach().numpy()
+            self._state_views[i] = (self.optimizer_state[i], entry)
 
     def _learning_rate_note(self, opt: Any) -> None:
         """Warns when the stored learning rate does not fit the optimizer's learning-rate variable's dtype."""

@@ -15,7 +15,7 @@ import torch
 
 from ..engine import adopt, registry, summation
 from . import tf_write
-from .keras_layers import to_torch, torch_shape
+from .keras_layers import keras_view, to_torch, torch_shape
 from .keras_result import _handed_over, _NamedWeights, _summation_orders, _write_weight, refuse_tfkeras_new
 from .tf1_optimizers import disagreement
 from .tf_files import OptimizerVariable, _op_base
@@ -304,8 +304,32 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         return adopt.offer(probe_opt, placeholders, targets, {id(var): value for (*_, var), value in zip(plan, values)},
                            self._loans)
 
+    def _keep_packed(self, offer: adopt.Offer, probe: tuple[Any, list[torch.Tensor], Any], values: list[Any]) -> None:
+        """Each slot packed into a shared buffer and filled from the file (``Offer.packed``) kept in place of the
+        file's tensor (in checkpoint layout) in ``optimizer_variables`` and the plan, so that the file's copy is
+        freed: the checkpoint's value is the slot's memory, as for a slot taken whole."""
+        plan = probe[2]
+        index = {id(value): i for i, value in enumerate(values)}
+        for value, slot in offer.packed:
+            i = index.get(id(value))
+            if i is None:
+                continue
+            name, owner, kept, var = plan[i]
+            entry: Optional[torch.Tensor] = slot
+            if kept is not value:  # (converted to torch's layout by load_module: a checkpoint-layout view is kept)
+                kind = self.layouts.get(owner, "as_is") if owner is not None else "as_is"
+                entry = keras_view(slot, kind, tuple(kept.shape)) if isinstance(kept, torch.Tensor) else None
+                if entry is None or entry.dtype != kept.dtype:
+                    continue
+                self._loans.lend(entry)
+            plan[i] = (name, owner, entry, var)
+            values[i] = slot  # (what ``_load_state`` then leaves: the slot's own memory)
+            for j, v in enumerate(self.optimizer_variables):
+                if v.value is kept:
+                    self.optimizer_variables[j] = dataclasses.replace(v, value=entry)
+
     def _load_state(self, opt: Any, probe: tuple[Any, list[torch.Tensor], Any], values: list[Any]) -> None:
-        """Writes the checked plan's ``values`` into ``opt`` (built inside ``adopt.offering``): slots that are the
+        """Writes the checked plan's ``values`` into ``opt`` (built inside ``adopt.offered``): slots that are the
         file's tensors are left, the rest copied once into the optimizer's own."""
         probe_opt, _, plan = probe
         if self.kind in ("keras3", "tfkeras_new"):
@@ -349,8 +373,10 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
         probe = self._probe(opt)
         values = self._state_values(probe, layout=False)
         # The slots are the file's tensors where they fit (issue 40: no zero-filled slots overwritten at once).
-        with adopt.offering(self._offer(probe, ordered, values)):
+        offer = self._offer(probe, ordered, values)
+        with adopt.offered((opt, offer)):
             opt.build(list(zip(self.variable_names, ordered)))
+        self._keep_packed(offer, probe, values)
         self._load_state(opt, probe, values)
         tf_write.remember(self, opt, probe[2], layout=False)
         return opt
@@ -401,10 +427,12 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             probe = part._probe(opt)
             checked.append((part, opt, probe, [given[n] for n in part.variable_names],
                             part._state_values(probe, layout=False)))
-        with adopt.offering(*(part._offer(probe, tensors, values) for part, _, probe, tensors, values in checked)):
+        offers = [part._offer(probe, tensors, values) for part, _, probe, tensors, values in checked]
+        with adopt.offered(*((opt, offer) for (_, opt, *_), offer in zip(checked, offers))):
             composite = registry.registered_classes("tfrs")["CompositeOptimizer"](
                 [(opt, tensors) for _, opt, _, tensors, _ in checked], params=list(given.items()))
-        for part, opt, probe, _, values in checked:
+        for (part, opt, probe, _, values), offer in zip(checked, offers):
+            part._keep_packed(offer, probe, values)
             part._load_state(opt, probe, values)
             tf_write.remember(part, opt, probe[2], layout=False)
         return composite
@@ -473,9 +501,11 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
             for name, param in targets.items():
                 _write_weight(self._loans, self.weights, name, param, self.layouts.get(name, "as_is"))
         ordered = [targets[n] for n in self.variable_names]
-        with adopt.offering(self._offer(probe, ordered, values)):
+        offer = self._offer(probe, ordered, values)
+        with adopt.offered((opt, offer)):
             opt.build([(mapping[n], targets[n]) for n in self.variable_names] if self.kind != "v1"
                       else list(zip(self.variable_names, ordered)))
+        self._keep_packed(offer, probe, values)
         self._load_state(opt, probe, values)
         tf_write.remember(self, opt, probe[2], layout=True, mapping=mapping)
         summation.set_orders(opt, orders)  # issue 49: norms in TensorFlow's order of each variable's layout

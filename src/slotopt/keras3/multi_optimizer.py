@@ -21,7 +21,7 @@ from ..engine.core import Pair
 from ..engine.group_sync import check_param_groups, group_shares
 from ..engine.pattern import compile_pattern
 from ..engine.pipeline import Call, Step
-from ..engine.plan import Ordinary, split
+from ..engine.plan import split
 from ..engine.routing import (
     AGGREGATED,
     Routes,
@@ -370,13 +370,13 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
                 for pair in pipeline.aggregate_across_processes(self._inner_optimizers[i], group, call)]
 
     def _dispatch(self, pairs: list[Pair], call: Call) -> None:
-        if type(pairs) is Ordinary:  # checked in this step: each group handed on as checked, where it can be
+        if pairs.plan is not None:  # checked in this step: each group handed on as checked, where it can be
             groups = split(pairs, self._owner, lambda: self._by_owner(pairs),
                            [plan_cache.current_plan(o) for o in self._inner_optimizers])
         else:
             groups = self._by_owner(pairs)
         dispatch(self._inner_optimizers, groups, AGGREGATED, validate_first=True,
-                 all_present=type(pairs) is Ordinary)
+                 all_present=pairs.plan is not None)
 
     #: Its step: validation and the build come from the base class (``_prepare_pairs``); each sub-optimizer runs
     #: its own step on its variables (overwrite, unscaling, clipping, weight decay, constraints, EMA), so this

@@ -21,7 +21,6 @@ from ..engine import (
     pipeline,
     plan_cache,
     stages,
-    transaction,
     validation,
 )
 from ..engine import constants as K
@@ -29,8 +28,9 @@ from ..engine.core import OptimizerCore, Pair, Pairs
 from ..engine.eager import outside_dynamo
 from ..engine.naming import unique_name
 from ..engine.pipeline import Step, run_step
-from ..engine.plan import Ordinary
+from ..engine.plan import plan_of
 from ..engine.state import FlatState
+from ..engine.writing import transaction
 from ..kernels import rows as sparse_rows
 from ..variables import IndexedSlices, Variable, named_variables
 from . import optimizer_variables, torch_hooks
@@ -398,7 +398,7 @@ class Optimizer(OptimizerCore):
         """Applies ``(gradient, variable)`` pairs and returns ``iterations`` (see ``apply``)."""
         # (an ``Ordinary`` group is one a composite had this optimizer check in this very step, engine/routing.py;
         # a list like the last step's is recognised by its plan, which checks every pair, in one pass)
-        pairs: Optional[list[Pair]] = grads_and_vars if type(grads_and_vars) is Ordinary else (
+        pairs: Optional[list[Pair]] = grads_and_vars if plan_of(grads_and_vars) is not None else (
             plan_cache.planned_step(self, grads_and_vars) if type(grads_and_vars) is list else None)
         if pairs is None:
             pairs = checks.check_pairs(grads_and_vars)
@@ -429,11 +429,11 @@ class Optimizer(OptimizerCore):
 
     # ------------------------------------------------------------------------------------------ stages
     def _prepare_pairs(self, grads_and_vars: Pairs, **options: Any) -> Optional[list[Pair]]:
-        pairs = grads_and_vars if type(grads_and_vars) is Ordinary else list(grads_and_vars)
+        pairs = grads_and_vars if plan_of(grads_and_vars) is not None else list(grads_and_vars)
         if not pairs:
             return None
         checked = validation.checked_pairs(self, pairs)
-        if type(checked) is Ordinary:  # the variables and gradients of the last step's kind (engine/plan.py)
+        if plan_of(checked) is not None:  # the variables and gradients of the last step's kind (engine/plan.py)
             self._restore_pending_state()
             return checked
         if self.built:

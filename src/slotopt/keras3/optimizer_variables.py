@@ -21,10 +21,11 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import adopt, checks, state_io, transaction
+from ..engine import adopt, checks, state_io
 from ..engine import constants as K
 from ..engine import weights as weights_io
 from ..engine.state import constant_fill, initial_value
+from ..engine.writing import transaction
 from ..variables import IndexedSlices, Variable
 
 __all__: list[str] = []
@@ -102,8 +103,8 @@ def add_variable_from_reference(
 ) -> Variable:
     """Creates a variable with the shape, dtype and device of ``reference_variable``, named after it."""
     fill = constant_fill(initializer, K.cast)
-    # A reader building this optimizer on a file's state offers the file's tensor (engine/adopt.py).
-    value = adopt.take(reference_variable, str(name), reference_variable.shape, reference_variable.dtype,
+    # A reader building this optimizer on a file's state offers it the file's tensor (engine/adopt.py).
+    value = adopt.take(self, reference_variable, str(name), reference_variable.shape, reference_variable.dtype,
                        reference_variable.device, None if fill is None else fill(reference_variable.dtype))
     if value is None:
         value = _initial_value(initializer, reference_variable.shape, reference_variable.dtype,
@@ -143,6 +144,8 @@ def add_optimizer_variables(
             fill = constant_fill(init, K.cast)
             if fill is not None:
                 packed[n] = self._flat_state.allocate(n, refs, fill)
+                # (a reader's offer: the packed slots filled from the file's tensors, engine/adopt.py)
+                adopt.fill_packed(self, n, packed[n], refs, fill)
     lists: list[list[Variable]] = [[] for _ in names]
     for var, pos in zip(trainable_variables, positions):
         for i, (n, init) in enumerate(zip(names, initializers)):
@@ -212,13 +215,13 @@ def get_weights(self) -> list[np.ndarray]:
     """The values of ``variables`` as numpy arrays (Keras 3 removed this; its users asked for it back).
     Before the build, weights given to ``set_weights`` are still the optimizer's: they are returned."""
     if not self.built and self._pending_state is not None:
-        return weights_io.snapshot(self._pending_state)
+        return weights_io.arrays(self._pending_state)
     if not self.built and "_pending_torch_state" in self.__dict__:
         raise RuntimeError(
             f"{type(self).__name__} holds a state dict loaded before its build; it is matched to variables when "
             "it builds. Build it first (`optimizer.build(variables)`) to read it as weights, or save it with "
             "`state_dict()`.")
-    return weights_io.snapshot(self.variables)
+    return weights_io.arrays(self.variables)
 
 
 def _has_pending_weights(self) -> bool:

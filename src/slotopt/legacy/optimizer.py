@@ -40,7 +40,7 @@ from ..engine import (
 from ..engine.core import OptimizerCore, Pair, check_gradient_aggregator, count_step
 from ..engine.naming import unique_name
 from ..engine.pipeline import Call, Step, run_step
-from ..engine.plan import Ordinary
+from ..engine.plan import Ordinary, plan_of
 from ..variables import IndexedSlices, Variable, named_variables
 from . import hyperparameters, torch_hooks, updates
 from . import weights as slot_weights
@@ -435,7 +435,7 @@ class Optimizer(OptimizerCore):
                 "Argument `grads_and_vars` must be an iterable of (gradient, variable) pairs. "
                 f"Received: grads_and_vars={grads_and_vars!r}"
             )
-        pairs = grads_and_vars if type(grads_and_vars) is Ordinary else list(grads_and_vars)
+        pairs = grads_and_vars if plan_of(grads_and_vars) is not None else list(grads_and_vars)
         ordinary = plan_cache.planned_step(self, pairs) if "_pending_torch_state" not in self.__dict__ else None
         if ordinary is not None:  # the variables and gradients of the last step's kind (engine/plan.py)
             return self._prepare_ordinary(ordinary)

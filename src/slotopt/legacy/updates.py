@@ -14,7 +14,6 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..engine.core import Pair
-from ..engine.plan import Ordinary
 from ..kernels import rows as sparse_rows
 from ..variables import IndexedSlices, as_indexed_slices, is_sparse
 
@@ -70,9 +69,10 @@ def apply_updates(self, pairs: list[Pair], call: Any) -> None:
     """The update stage: each (device, dtype) group of a grouped built-in in one multi-tensor call, every other
     variable through its ``_resource_apply_dense`` / ``_resource_apply_sparse`` hook."""
     apply_state = self._apply_state
-    if type(pairs) is Ordinary and getattr(type(self)._resource_apply_dense, _GROUPED, False):
-        plan = pairs.plan  # its groups, their variables and the gradients' addresses, read once
-        self.__dict__["_updating_plan"] = plan  # and the slots' (``_slot_lists``)
+    plan = pairs.plan
+    if plan is not None and getattr(type(self)._resource_apply_dense, _GROUPED, False):
+        # its groups, their variables and the gradients' addresses, read once, and the slots' (``_slot_lists``)
+        self.__dict__["_updating_plan"] = plan
         try:
             for group in plan.groups:
                 params = plan.group_params(group, self._vars)

@@ -20,10 +20,11 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..engine import adopt, checks, state_io, transaction
+from ..engine import adopt, checks, state_io
 from ..engine import constants as K
 from ..engine import weights as weights_io
 from ..engine.state import constant_fill
+from ..engine.writing import transaction
 from ..variables import Variable, variable_name
 from .hyperparameters import initial_value, is_number
 
@@ -102,7 +103,7 @@ def add_slot(self, var: torch.Tensor, slot_name: str, initializer: Any = "zeros"
         size = var.shape if shape is None else shape
         fill = constant_fill(initializer, K.literal)
         # A reader building this optimizer on a file's state offers the file's tensor (engine/adopt.py).
-        value = adopt.take(var, slot_name, size, var.dtype, var.device, None if fill is None else fill(var.dtype))
+        value = adopt.take(self, var, slot_name, size, var.dtype, var.device, None if fill is None else fill(var.dtype))
         if value is None:
             value = initial_value(initializer, size, var.dtype, var.device)
         var_name = self._var_names[pos]
@@ -189,7 +190,7 @@ def variables(self) -> list[torch.Tensor]:
 
 def get_weights(self) -> list[np.ndarray]:
     """The weights' values as numpy arrays: the iteration count first, then the state in creation order."""
-    return weights_io.snapshot(self._weights)
+    return weights_io.arrays(self._weights)
 
 
 def set_weights(self, weights: Sequence[Any]) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import checks, registry, state_io, transaction, validation
+from ..engine import checks, registry, state_io, validation
 from ..engine.composed import ComposesOptimizers
 from ..engine.core import is_plain_gradient
 from ..engine.eager import outside_dynamo
@@ -34,6 +34,7 @@ from ..engine.routing import (
 )
 from ..engine.routing import optimizer_weights as _optimizer_weights
 from ..engine.torch_protocol import TorchProtocol, is_param_group_list
+from ..engine.writing import transaction
 from ..variables import named_variables, variable_name
 
 __all__ = ["CompositeOptimizer"]

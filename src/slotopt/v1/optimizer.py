@@ -30,14 +30,14 @@ from ..engine import (
     pipeline,
     plan_cache,
     state_io,
-    transaction,
     unchanged,
     validation,
 )
 from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.pipeline import Call, Step, run_step
-from ..engine.plan import Ordinary
+from ..engine.plan import plan_of
+from ..engine.writing import transaction
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
 from . import hooks, torch_hooks
 from . import state as named_state
@@ -271,7 +271,7 @@ class Optimizer(OptimizerCore):
 
     def _prepare_pairs(self, grads_and_vars: Pairs, global_step: Optional[torch.Tensor] = None,
                        **options: Any) -> Optional[list[Pair]]:
-        pairs = grads_and_vars if type(grads_and_vars) is Ordinary else tuple(grads_and_vars)
+        pairs = grads_and_vars if plan_of(grads_and_vars) is not None else tuple(grads_and_vars)
         if not pairs:
             raise ValueError("No variables provided.")
         ordinary = plan_cache.planned_step(self, pairs)
@@ -394,16 +394,17 @@ class Optimizer(OptimizerCore):
         ops = self._update_ops
         vars_seen: set[int] = set()
         repeated = False
-        if type(pairs) is not Ordinary:  # (an ordinary step lists each variable once)
+        plan = pairs.plan
+        if plan is None:  # (an ordinary step lists each variable once)
             for _, v in pairs:
                 repeated = repeated or id(v) in vars_seen
                 vars_seen.add(id(v))
         fused = (not repeated and type(self)._dense_update is not Optimizer._dense_update
                  and type(self)._apply_dense is Optimizer._apply_dense
                  and type(self)._resource_apply_dense is Optimizer._resource_apply_dense)
-        if fused and type(pairs) is Ordinary:
-            plan = pairs.plan  # its groups, their variables and the gradients' addresses, read once
-            self.__dict__["_updating_plan"] = plan  # and the slots' (``_slot_lists``)
+        if fused and plan is not None:
+            # its groups, their variables and the gradients' addresses, read once, and the slots' (``_slot_lists``)
+            self.__dict__["_updating_plan"] = plan
             try:
                 for group in plan.groups:
                     self._dense_update(plan.group_params(group, self._vars), pairs.gradients(group),

@@ -95,7 +95,7 @@ def _make_slot(self, var: torch.Tensor, value: torch.Tensor, slot_name: str, op_
     if existing is not None:
         return existing  # type: ignore[return-value]
     name = _unique_state_name(self, f"{self._var_names[pos]}/{op_name}")
-    taken = adopt.take(var, slot_name, value.shape, value.dtype, var.device, fill)
+    taken = adopt.take(self, var, slot_name, value.shape, value.dtype, var.device, fill)
     if taken is not None:
         slot = Variable._adopt(taken, name=name, trainable=False)
     elif value.device.type == "meta":  # a constant slot made once where it lives (no second copy)

@@ -235,7 +235,7 @@ void warm_step(const Plan* plan, PyObject** items, Py_ssize_t begin, Py_ssize_t 
 // contiguous at its recorded address; each gradient a dense torch.Tensor (exactly) with the recorded dtype,
 // sizes and device. Returns None (not ordinary), or ``(gradients, their addresses as bytes of uint64 or None
 // when one is not contiguous, constrained[, pairs])``, where ``constrained`` says whether a variable has a
-// constraint (``engine/undo.py``; read in the same pass, its objects in cache): True, False, or None when
+// constraint (``engine/writing/undo.py``; read in the same pass, its objects in cache): True, False, or None when
 // reading one raised.
 PyObject* check_step(Plan* plan, PyObject* sequence, bool from_params) {
   if (!PyList_Check(sequence) && !PyTuple_Check(sequence)) Py_RETURN_NONE;

@@ -8,7 +8,7 @@ every depth) but shares everything else (tensors, schedules, functions), which i
 
 Example:
     >>> import torch, slotopt
-    >>> from slotopt.engine import transaction
+    >>> from slotopt.engine.writing import transaction
     >>> opt = slotopt.SGD(momentum=0.5)
     >>> saved = transaction.snapshot(opt)
     >>> opt.build([torch.nn.Parameter(torch.ones(2))])

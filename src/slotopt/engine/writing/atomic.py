@@ -17,11 +17,11 @@ Both cost about a microsecond per step (``_signal`` directly: ``signal.signal``'
 the call), nothing per tensor. What the step calls itself (a learning-rate callable, a gradient transformer, a
 subclass's hook) runs as usual; whatever it changes is re-proven before the first write (engine/unchanged.py's
 ``proven_again``), and a composite whose later optimizer may raise in such code after an earlier one wrote keeps
-the values to put back (engine/undo.py).
+the values to put back (engine/writing/undo.py).
 
 Example:
     >>> import gc
-    >>> from slotopt.engine import atomic
+    >>> from slotopt.engine.writing import atomic
     >>> token = atomic.hold()
     >>> gc.isenabled()
     False

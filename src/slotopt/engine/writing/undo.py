@@ -6,11 +6,11 @@ it may write (``StepValues``) and puts them back when it fails. So does a step w
 is not slotopt's (a variable class with its own ``__torch_function__`` or ``__torch_dispatch__``, a torch function
 or dispatch mode around the step: ``writes_run_user_code``), which may raise between two writes. Other steps
 cannot fail after their first write (everything is validated before it, and no finalizer or signal handler runs
-in a step: engine/atomic.py) and copy nothing.
+in a step: engine/writing/atomic.py) and copy nothing.
 
 Example:
     >>> import torch, slotopt
-    >>> from slotopt.engine import undo
+    >>> from slotopt.engine.writing import undo
     >>> w = slotopt.Variable(torch.ones(2), name="w", constraint=lambda v: v.sum())  # a scalar: refused
     >>> opt = slotopt.SGD(learning_rate=0.5, momentum=0.9)
     >>> try:
@@ -31,9 +31,8 @@ from typing import Any, Optional
 
 import torch
 
+from ..routing import optimizer_weights
 from .atomic import GUARDED, UNCONSTRAINED, KeptValues, StepGuard, outer_step
-from .plan import Ordinary
-from .routing import optimizer_weights
 
 __all__ = ["StepGuard", "StepValues", "constrained_step", "guarded", "writes_run_user_code", "plain_tensor_type"]
 
@@ -57,7 +56,7 @@ def constrained_step(opt: Any, pairs: Any) -> Optional[StepGuard]:
     (its variables include these)."""
     if outer_step() is not None:
         return None
-    if type(pairs) is Ordinary:
+    if pairs.plan is not None:
         # The C++ checks read each variable's constraint in their pass over the step (its objects in cache then);
         # else the variables are the plan's, checked in this step: read from its list, no pair is touched.
         variables = pairs.plan.variables
