@@ -4,7 +4,8 @@ optimizers' invalid arguments and tf.keras's ``DynamicLossScale`` multiplier, an
 that is not a variable (TF1 ``tf.compat.v1.train`` and tf.keras legacy optimizers).
 
 Writes ``tests/data/issue50/api_corner_errors.json``: ``{case: {"type": exception class name, "message": str(e)}}``,
-or ``{"type": null}`` where the real library accepts the input.
+or ``{"type": null}`` where the real library accepts the input; ``_multi_optimizer_orders``: the order of
+``MultiOptimizer.optimizers`` when the map's default is also one of its values.
 
     /work/tfvenv/bin/python tools/record_api_corner_errors.py
 """
@@ -22,8 +23,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
-from tf_keras.src.mixed_precision.loss_scale_optimizer import LossScaleOptimizer as LegacyLossScaleOptimizer  # noqa: E402
 from tf_keras.optimizers.legacy import SGD as LegacySGD  # noqa: E402
+from tf_keras.src.mixed_precision.loss_scale_optimizer import LossScaleOptimizer as LegacyLossScaleOptimizer  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "issue50" / "api_corner_errors.json"
 
@@ -115,6 +116,14 @@ def tensor_cases() -> dict[str, Callable[[], Any]]:
 def main() -> None:
     recorded = {name: outcome(fn) for cases in (keras3_cases(), legacy_cases(), tensor_cases())
                 for name, fn in cases.items()}
+    opt = keras.optimizers
+    orders = {}
+    for label, keys in (("default_first_value", ("d", "a")), ("default_last_value", ("a", "d")),
+                        ("default_not_a_value", ("a", "b"))):
+        made = {"d": opt.SGD(0.1, name="d"), "a": opt.Adam(0.1, name="a"), "b": opt.RMSprop(0.1, name="b")}
+        opt_map = opt.OptimizerMap(made["d"], {f"{k}/.*": made[k] for k in keys})
+        orders[label] = {"map": list(keys), "optimizers": [o.name for o in opt.MultiOptimizer(opt_map).optimizers]}
+    recorded["_multi_optimizer_orders"] = orders  # MultiOptimizer.optimizers for a map whose default is "d"
     recorded["_versions"] = {"tensorflow": tf.__version__, "keras": keras.__version__}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
