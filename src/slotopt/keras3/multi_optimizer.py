@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from ..engine import pipeline, plan_cache, registry, stages
+from ..engine import limits, pipeline, plan_cache, registry, stages
 from ..engine.composed import ComposesOptimizers
 from ..engine.core import Pair
 from ..engine.group_sync import check_param_groups, group_shares
@@ -168,6 +168,7 @@ class OptimizerMap(MutableMapping):
     @classmethod
     def from_config(cls, config: Mapping[str, Any],
                     custom_objects: Optional[Mapping[str, Any]] = None) -> OptimizerMap:
+        limits.check_config_entries(config)  # each entry named, before any repr of it
         from .serialization import deserialize
 
         if not isinstance(config, Mapping) or "default_optimizer" not in config or "optimizer_map" not in config:
@@ -409,6 +410,7 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
     @classmethod
     def from_config(cls, config: Mapping[str, Any],
                     custom_objects: Optional[Mapping[str, Any]] = None) -> MultiOptimizer:
+        limits.check_config_entries(config)  # each entry named, before any repr of it
         config = dict(config)
         if "optimizer_map" not in config:
             raise ValueError(f"A MultiOptimizer config needs `optimizer_map`. Received: config={config}")

@@ -9,7 +9,17 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import loss_scaling, pipeline, plan_cache, registry, shards, state_io, transaction, validation
+from ..engine import (
+    limits,
+    loss_scaling,
+    pipeline,
+    plan_cache,
+    registry,
+    shards,
+    state_io,
+    transaction,
+    validation,
+)
 from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair, count_step
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse
@@ -396,6 +406,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Optional[dict[str, Any]] = None) -> Any:
         """Accepts ``get_config()`` output, and the older ``{"optimizer", "loss_scale"}`` format."""
+        limits.check_config_entries(config)  # each entry named, before any repr of it
         config = dict(config)
         if "loss_scale" in config:
             loss_scale = config.pop("loss_scale")
