@@ -31,15 +31,16 @@ def test_multi_optimizer_lists_the_map_in_insertion_order_and_the_default_last()
     multi.build([a, b, c])
     # variables follow the same order: own two, then adam's, sgd's, rmsprop's
     assert multi.variables[2:] == [*adam.variables, *sgd.variables, *rmsprop.variables]
-    # a default that is also a map value is listed once, last
+    # a default that is also a map value is listed once, in that value's place (as Keras 3.15.1 records it,
+    # tests/data/issue50/api_corner_errors.json)
     default_in_map = slotopt.MultiOptimizer(slotopt.OptimizerMap(sgd, {"a": sgd, "b": adam}))
-    assert [type(o) for o in default_in_map.optimizers] == [slotopt.Adam, slotopt.SGD]
+    assert [type(o) for o in default_in_map.optimizers] == [slotopt.SGD, slotopt.Adam]
 
 
 @pytest.mark.parametrize("where", ["default", "map", "assigned later", "routing function"])
 def test_a_loss_scale_optimizer_cannot_be_a_sub_optimizer(where):
     lso = slotopt.LossScaleOptimizer(slotopt.SGD())
-    with pytest.raises(ValueError, match="LossScaleOptimizer cannot be a sub-optimizer"):
+    with pytest.raises(ValueError, match="(optimizer|LossScaleOptimizer) cannot be (LossScaleOptimizer|used inside)"):
         if where == "default":
             slotopt.MultiOptimizer(slotopt.OptimizerMap(lso))
         elif where == "map":

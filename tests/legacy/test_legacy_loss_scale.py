@@ -121,7 +121,7 @@ def test_config_round_trip_and_old_format():
 
 
 @pytest.mark.parametrize("make, error, text", [
-    (lambda: LossScaleOptimizer(slotopt.SGD()), TypeError, '"inner_optimizer" must be an instance'),
+    (lambda: LossScaleOptimizer(slotopt.SGD()), TypeError, "only the classic optimizers subclassing from"),
     (lambda: LossScaleOptimizer(LossScaleOptimizer(SGD())), TypeError, "cannot wrap another LossScaleOptimizer"),
     (lambda: LossScaleOptimizer(SGD(), dynamic="yes"), TypeError, '"dynamic" argument'),
     (lambda: LossScaleOptimizer(SGD(), dynamic=False), ValueError, '"initial_scale" must be specified'),

@@ -190,11 +190,13 @@ def test_error_wrapping_same_optimizer_multiple_times():
 
 def test_error_when_wrapping_non_optimizer():
     # loss_scale_optimizer_test.py: testErrorWhenWrappingNonOptimizer
-    with pytest.raises(TypeError, match='"inner_optimizer" must be an instance of'):
+    with pytest.raises(TypeError, match='"inner_optimizer" must be an instance of '
+                                        "`tf.keras.optimizers.Optimizer`, but got: 1"):
         legacy.LossScaleOptimizer(1)
 
 
 def test_error_when_v2_lso_wraps_v3_optimizer():
     # loss_scale_optimizer_test.py: testErrorWhenV2LsoWrapsV3Optimizer (a Keras 3 optimizer is not an OptimizerV2)
-    with pytest.raises(TypeError, match='"inner_optimizer" must be an instance of'):
+    with pytest.raises(TypeError, match="only the classic optimizers subclassing from "
+                                        "`tf.keras.optimizers.Optimizer` can be passed"):
         legacy.LossScaleOptimizer(slotopt.SGD())

@@ -31,6 +31,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from . import limits
+
 __all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "OPTIONAL", "SCHEDULED", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
            "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of",
            "check_pairs", "two_tuples", "check_variable", "check_config_dict", "NOT_CALLABLE", "check_callable_allowed",
@@ -260,7 +262,9 @@ def check_variable(variable: Any, where: str) -> torch.Tensor:
 
 
 def check_config_dict(config: Any) -> None:
-    """``from_config`` takes the dict ``get_config()`` returned, with string keys."""
+    """``from_config`` takes the dict ``get_config()`` returned, with string keys, none nested past the limit
+    (each entry named: ``repr`` of a value nested 50,000 deep is itself a ``RecursionError``)."""
+    limits.check_config_entries(config)
     if not isinstance(config, Mapping) or not all(isinstance(k, str) for k in config):
         raise TypeError(f"Argument `config` must be a dict of arguments, as returned by `get_config()`. "
                         f"Received: config={config!r}")

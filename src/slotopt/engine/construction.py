@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import checks, torch_arguments
+from . import checks, limits, torch_arguments
 
 __all__ = ["BuildsOnParams", "is_parameters", "check_gradient_aggregator", "check_maximize", "class_signature"]
 
@@ -50,6 +50,7 @@ class BuildsOnParams(type):
             check_maximize(maximize, cls)
         if "name" in kwargs:
             checks.check_name(kwargs["name"])
+        _check_nesting(cls, args, kwargs)
         # torch's ``lr``/``betas`` and implementation flags; ``eps`` and ``differentiable=True`` refused
         flags, kwargs = torch_arguments.translate_with_flags(cls, args, kwargs)
         torch_arguments.check_capturable(cls, flags, _tensors(params))
@@ -67,6 +68,18 @@ class BuildsOnParams(type):
             optimizer.build(params)
             optimizer._hyperparameters_changed()  # a group's own values may need slots (its momentum)
         return optimizer
+
+
+def _check_nesting(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Each argument that is a dict, list or tuple nests at most ``limits.MAX_CONFIG_DEPTH`` deep, refused by
+    name: one nested 50,000 deep (a config from a file) ended in a bare ``RecursionError`` from the ``repr`` of
+    a later message."""
+    for i, value in enumerate(args):
+        if isinstance(value, (Mapping, list, tuple)):
+            limits.check_depth(value, f"Positional argument {i} of {cls.__name__}()")
+    for key, value in kwargs.items():
+        if isinstance(value, (Mapping, list, tuple)):
+            limits.check_depth(value, f"Argument `{key}` of {cls.__name__}()")
 
 
 def is_parameters(value: Any) -> bool:

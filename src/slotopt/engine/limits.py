@@ -8,10 +8,10 @@ saying where and by how much. Real configs nest a few levels (an optimizer, its 
 Example:
     >>> from slotopt.engine.limits import check_depth, MAX_CONFIG_DEPTH
     >>> check_depth({"class_name": "Adam", "config": {"learning_rate": 0.1}}, "config")
-    >>> check_depth([[[[1]]]], "config", limit=3)
+    >>> check_depth([[[[1]]]], "config", limit=3)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: config nests deeper than 3 levels (a real config nests a few); refused.
+    ValueError: config nests deeper than 3 levels, slotopt's limit for a config ...
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_CONFIG_DEPTH", "check_depth", "check_json_depth"]
+__all__ = ["MAX_CONFIG_DEPTH", "check_depth", "check_config_entries", "check_json_depth"]
 
 #: The deepest nesting of dicts and lists a config may have.
 MAX_CONFIG_DEPTH = 64
@@ -30,7 +30,9 @@ _STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 def _refuse(what: str, limit: int) -> ValueError:
-    return ValueError(f"{what} nests deeper than {limit} levels (a real config nests a few); refused.")
+    return ValueError(f"{what} nests deeper than {limit} levels, slotopt's limit for a config "
+                      "(`slotopt.engine.limits.MAX_CONFIG_DEPTH`; what `get_config()` writes nests a few): refused, "
+                      "nothing read from it. Check what wrote it.")
 
 
 def check_depth(value: Any, what: str, limit: int = MAX_CONFIG_DEPTH) -> None:
@@ -52,6 +54,17 @@ def check_depth(value: Any, what: str, limit: int = MAX_CONFIG_DEPTH) -> None:
         if seen > 10_000_000:  # a structure that shares itself grows without end: refused as too deep
             raise _refuse(what, limit)
         stack.extend((child, depth + 1) for child in children)
+
+
+def check_config_entries(config: Any, where: str = "Argument `config` of `from_config`") -> None:
+    """``check_depth`` on a ``from_config`` dict, naming the entry too deep (a config that is no dict is named
+    whole; what else is wrong with it is the caller's to say)."""
+    if not isinstance(config, Mapping):
+        check_depth(config, where)
+        return
+    for key, value in config.items():
+        if isinstance(value, (Mapping, list, tuple)):
+            check_depth(value, f"{where}, entry {key!r},")
 
 
 def check_json_depth(text: Any, what: str, limit: int = MAX_CONFIG_DEPTH) -> None:

@@ -3,7 +3,9 @@
 A file is bounded by its bytes: the reader allocates nothing that bytes of the file do not justify.
 
 * **No fan-out.** Two index entries may not share bytes of a shard (``tensor_bundle``), and two object-graph
-  nodes may not name the same checkpoint key: otherwise 200 names of one 4 MiB tensor would make 800 MiB.
+  nodes may not name the same checkpoint key: otherwise 200 names of one 4 MiB tensor would make 800 MiB. Whatever
+  the graph's references (one node in many optimizers' lists, children or slot references), the bundle hands out
+  at most its data bytes in all (``TensorBundle``'s budget): an entry read again past them is refused.
 * **No structure without content.** An object graph's nodes, children, attributes and slot references each cost
   the reader a few hundred bytes of Python objects; a graph must spend at least :data:`BYTES_PER_ELEMENT` bytes
   per element on average (real graphs spend 23-35), so a million empty nodes in 2 MiB are refused before a node

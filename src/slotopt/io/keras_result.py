@@ -52,7 +52,16 @@ class _NamedWeights:
         once training has written them (read the file again for a second model). On another ``device``: copies."""
         self._refuse_unread("build parameters")
         for n in self.variable_names:  # all checked before any is handed out
-            self._loans.check(self.weights[n], f"weight {n!r}", self.path)
+            weight = self.weights[n]
+            if not (weight.is_floating_point() or weight.is_complex()):
+                # (torch's own refusal, "only Tensors of floating point dtype can require gradients", names
+                # neither the file nor the entry)
+                entry = getattr(self, "keys", {}).get(n, n)
+                raise CheckpointFormatError(
+                    self.path, entry, f"trainable variable {n!r} holds {str(weight.dtype).replace('torch.', '')} "
+                    "values, but TensorFlow trains floating-point variables only (the file was altered, or was not "
+                    "written by a training run): refused, nothing handed out.")
+            self._loans.check(weight, f"weight {n!r}", self.path)
         out = []
         for n in self.variable_names:
             weight = self.weights[n]

@@ -82,7 +82,10 @@ def _guard(where: _Where) -> Iterator[None]:
 def _json(where: _Where, data: bytes, entry: str) -> Any:
     where.entry = entry
     try:
-        check_json_depth(data, "the JSON")  # issue 40: refused before json.loads can recurse 50,000 deep
+        check_json_depth(data, "its JSON")  # issue 40: refused before json.loads can recurse 50,000 deep
+    except ValueError as err:  # (valid JSON, too deep: the file and entry named, and the limit)
+        raise where.fail(str(err)) from err
+    try:
         return json.loads(data)
     except (ValueError, UnicodeError, RecursionError) as err:
         raise where.fail(f"is not valid JSON ({err}).") from err

@@ -321,6 +321,11 @@ class TensorBundle:
                 key = raw_key.decode("utf-8", "surrogateescape")
             self.entries[key] = _parse_entry(key, value, self.index_path)
         self._check_extents()
+        # What the reader may hold of this file: its data bytes, each entry once (issue 50 item 2). An entry read
+        # again (one object-graph node behind many references, in one optimizer or in several) counts again, so
+        # no structure of references makes a read allocate more than the file holds.
+        self._budget = sum(e.size for e in self.entries.values() if not e.slices)
+        self._held = 0
 
     def _check_extents(self) -> None:
         sizes: dict[int, int] = {}
@@ -372,7 +377,16 @@ class TensorBundle:
                 "slotopt does not read partitioned variables (restore it in TensorFlow and save it unpartitioned)")
         return entry
 
+    def _spend(self, entry: BundleEntry) -> None:
+        self._held += entry.size
+        if self._held > self._budget:
+            raise TFCheckpointError(
+                f"{self.index_path}: entry {entry.key!r} is read again past the file's {self._budget} data bytes (the "
+                f"reader would hold {self._held}): an entry reached through many references is refused, so a read "
+                "never allocates more than the file holds", self.index_path, entry.key)
+
     def _bytes(self, entry: BundleEntry) -> bytes:
+        self._spend(entry)
         path = shard_path(self.prefix, entry.shard_id, self.num_shards)
         with open(path, "rb") as f:
             f.seek(entry.offset)
@@ -386,6 +400,7 @@ class TensorBundle:
     def _read_into(self, entry: BundleEntry, out: torch.Tensor) -> None:
         """The entry's bytes into ``out`` (a new contiguous CPU tensor of exactly ``entry.size`` bytes), read in
         chunks straight into its storage, each chunk checksummed as it arrives."""
+        self._spend(entry)
         path = shard_path(self.prefix, entry.shard_id, self.num_shards)
         view = memoryview(out.reshape(-1).view(torch.uint8).numpy()) if entry.size else memoryview(b"")
         crc, done = 0, 0

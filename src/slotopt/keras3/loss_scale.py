@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import loss_scaling, pipeline, registry, shards
+from ..engine import limits, loss_scaling, pipeline, registry, shards
 from ..engine.clipping import map_gradient_values
 from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair
@@ -309,6 +309,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     def from_config(
         cls, config: Mapping[str, Any], custom_objects: Optional[Mapping[str, Any]] = None
     ) -> LossScaleOptimizer:
+        limits.check_config_entries(config)  # each entry named, before any repr of it
         from .serialization import deserialize
 
         config = dict(config)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from ..engine import pipeline, plan_cache, registry, stages
+from ..engine import limits, pipeline, plan_cache, registry, stages
 from ..engine.composed import ComposesOptimizers
 from ..engine.core import Pair
 from ..engine.group_sync import check_param_groups, group_shares
@@ -40,12 +40,22 @@ __all__ = ["OptimizerMap", "MultiOptimizer"]
 OptimizerSelector = Union["OptimizerMap", Callable[[Any], Optimizer]]
 
 
-def _refuse_loss_scale_optimizer(optimizer: Any, where: str) -> None:
+# Keras 3.15's own texts (its upstream suite matches them), each followed by slotopt's way forward.
+_LOSS_SCALE_HINT = ("(the MultiOptimizer scales the loss: set its `loss_scale_factor`, or wrap the MultiOptimizer "
+                    "in a LossScaleOptimizer)")
+_NESTED_HINT = "(give the outer map the inner map's entries instead)"
+
+
+def _refuse_nested(optimizer: Any, where: str, *, at_build: bool) -> None:
+    """A LossScaleOptimizer or a MultiOptimizer as a sub-optimizer: Keras's ``map[key] =`` text, or its build's."""
     if isinstance(optimizer, LossScaleOptimizer):
-        raise ValueError(
-            f"A LossScaleOptimizer cannot be a sub-optimizer of a MultiOptimizer (Keras refuses it; set the "
-            f"MultiOptimizer's `loss_scale_factor` or wrap the optimizers it holds). Received: {where}={optimizer!r}"
-        )
+        text = ("LossScaleOptimizer cannot be used inside an MultiOptimizer." if at_build
+                else "optimizer cannot be LossScaleOptimizer.")
+        raise ValueError(f"{text} {_LOSS_SCALE_HINT} Received: {where}={optimizer!r}")
+    if isinstance(optimizer, MultiOptimizer):
+        text = ("MultiOptimizer cannot be used inside an MultiOptimizer." if at_build
+                else "optimizer cannot be MultiOptimizer.")
+        raise ValueError(f"{text} {_NESTED_HINT} Received: {where}={optimizer!r}")
 
 
 @registry.register("keras3", files=False)
@@ -75,12 +85,12 @@ class OptimizerMap(MutableMapping):
     def __init__(self, default_optimizer: Optimizer, optimizer_map: Optional[Mapping[str, Optimizer]] = None) -> None:
         if not isinstance(default_optimizer, Optimizer):
             raise TypeError(
-                "default_optimizer must be a Keras Optimizer instance (a slotopt Keras 3 optimizer). "
-                f"Received: {default_optimizer!r}"
+                f"default_optimizer must be a Keras Optimizer instance. Received: {default_optimizer!r} "
+                "(a Keras 3 slotopt optimizer, `slotopt.Optimizer`)"
             )
-        if isinstance(default_optimizer, MultiOptimizer):
-            raise ValueError("MultiOptimizer cannot be nested inside an OptimizerMap (as default_optimizer).")
-        _refuse_loss_scale_optimizer(default_optimizer, "default_optimizer")
+        # Keras takes such a default and refuses it when a MultiOptimizer builds on the map; refused here, with
+        # the text of that build.
+        _refuse_nested(default_optimizer, "default_optimizer", at_build=True)
         if optimizer_map is not None and not isinstance(optimizer_map, Mapping):
             raise TypeError(f"optimizer_map must be a dictionary. Received: {optimizer_map!r}")
         entries = dict(optimizer_map or {})
@@ -119,9 +129,7 @@ class OptimizerMap(MutableMapping):
             raise ValueError(f"key must be a string. Received: {key!r}")
         if not isinstance(optimizer, Optimizer):
             raise ValueError(f"optimizer must be a Keras Optimizer instance. Received: {optimizer!r}")
-        if isinstance(optimizer, MultiOptimizer):
-            raise ValueError("MultiOptimizer cannot be nested inside an OptimizerMap.")
-        _refuse_loss_scale_optimizer(optimizer, f"optimizer_map[{key!r}]")
+        _refuse_nested(optimizer, f"optimizer_map[{key!r}]", at_build=False)
         try:
             re.compile(key)
         except re.error as err:
@@ -160,6 +168,7 @@ class OptimizerMap(MutableMapping):
     @classmethod
     def from_config(cls, config: Mapping[str, Any],
                     custom_objects: Optional[Mapping[str, Any]] = None) -> OptimizerMap:
+        limits.check_config_entries(config)  # each entry named, before any repr of it
         from .serialization import deserialize
 
         if not isinstance(config, Mapping) or "default_optimizer" not in config or "optimizer_map" not in config:
@@ -228,10 +237,10 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
         inner: list[Optimizer] = []
         if isinstance(optimizer_map, OptimizerMap):
             # Keras 3.15: the map's optimizers in insertion order, each once, the default last.
-            for optimizer in optimizer_map.values():
-                if not any(optimizer is o for o in inner) and optimizer is not optimizer_map.default_optimizer:
+            # (a default that is also a value takes that value's place, as in Keras: it appends it only if absent)
+            for optimizer in [*optimizer_map.values(), optimizer_map.default_optimizer]:
+                if not any(optimizer is o for o in inner):
                     inner.append(optimizer)
-            inner.append(optimizer_map.default_optimizer)
         self._inner_optimizers = inner
         self.loss_scale_factor = loss_scale_factor  # now propagates to the sub-optimizers
 
@@ -247,12 +256,13 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
             optimizer = self._optimizer_map[variable_path(var, self._name_of(var))]
         else:
             optimizer = self._optimizer_map(var)
-        if not isinstance(optimizer, Optimizer) or isinstance(optimizer, MultiOptimizer):
+        path = variable_path(var, self._name_of(var))
+        if not isinstance(optimizer, Optimizer):
             raise ValueError(
-                f"Optimizer for variable {variable_path(var, self._name_of(var))} is not a Keras 3 optimizer "
-                f"(a slotopt.Optimizer other than MultiOptimizer). Received: {optimizer!r}"
+                f"Optimizer for variable {path} is not an Optimizer instance (a slotopt Keras 3 optimizer). "
+                f"Received: {optimizer!r}"
             )
-        _refuse_loss_scale_optimizer(optimizer, f"optimizer_map({variable_path(var, self._name_of(var))!r})")
+        _refuse_nested(optimizer, f"optimizer_map({path!r})", at_build=True)
         return optimizer
 
     def _after_copy(self) -> None:
@@ -400,6 +410,7 @@ class MultiOptimizer(ComposesOptimizers, Optimizer):
     @classmethod
     def from_config(cls, config: Mapping[str, Any],
                     custom_objects: Optional[Mapping[str, Any]] = None) -> MultiOptimizer:
+        limits.check_config_entries(config)  # each entry named, before any repr of it
         config = dict(config)
         if "optimizer_map" not in config:
             raise ValueError(f"A MultiOptimizer config needs `optimizer_map`. Received: config={config}")

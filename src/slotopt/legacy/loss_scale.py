@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import loss_scaling, pipeline, plan_cache, registry, shards, state_io, validation
+from ..engine import limits, loss_scaling, pipeline, plan_cache, registry, shards, state_io, validation
 from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair, count_step
 from ..engine.writing import transaction
@@ -69,9 +69,18 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
         if isinstance(inner_optimizer, LossScaleOptimizer):
             raise TypeError(f"LossScaleOptimizer cannot wrap another LossScaleOptimizer, but got: {inner_optimizer}")
         if not isinstance(inner_optimizer, Optimizer):
+            # tf.keras's texts (its suite matches them), then the slotopt classes they mean.
+            if _is_keras3_optimizer(inner_optimizer):
+                raise TypeError(
+                    "You passed an instance of the new experimental optimizer, `optimizer.Optimizer`, to "
+                    "LossScaleOptimizer, but only the classic optimizers subclassing from "
+                    "`tf.keras.optimizers.Optimizer` can be passed. Please use `slotopt.LossScaleOptimizer` (tf.keras's "
+                    "`LossScaleOptimizerV3`) to wrap a Keras 3 slotopt optimizer, or wrap a `slotopt.legacy` one. "
+                    f"Got optimizer: {inner_optimizer!r}"
+                )
             raise TypeError(
-                '"inner_optimizer" must be an instance of `slotopt.legacy.Optimizer`, but got: '
-                f"{inner_optimizer!r}"
+                '"inner_optimizer" must be an instance of `tf.keras.optimizers.Optimizer`, but got: '
+                f"{inner_optimizer!r}. (In slotopt: a `slotopt.legacy.Optimizer`.)"
             )
         if not isinstance(dynamic, bool):
             raise TypeError(f'"dynamic" argument to LossScaleOptimizer.__init__ must be a bool, but got: {dynamic!r}')
@@ -388,6 +397,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Optional[dict[str, Any]] = None) -> Any:
         """Accepts ``get_config()`` output, and the older ``{"optimizer", "loss_scale"}`` format."""
+        limits.check_config_entries(config)  # each entry named, before any repr of it
         config = dict(config)
         if "loss_scale" in config:
             loss_scale = config.pop("loss_scale")
@@ -401,7 +411,7 @@ class LossScaleOptimizer(WrapsInnerOptimizer, Optimizer):
                 if scale_config.get("multiplier", 2.0) != 2:
                     raise ValueError(
                         "Cannot deserialize LossScaleOptimizer with a DynamicLossScale whose multiplier is not 2. "
-                        f"Got DynamicLossScale: {scale_config!r}")
+                        f"Got DynamicLossScale: {_dynamic_loss_scale_repr(scale_config)}")
                 config.update(dynamic=True, initial_scale=scale_config.get("initial_loss_scale", 2**15),
                               dynamic_growth_steps=scale_config.get("increment_period", 2000))
             else:
@@ -434,6 +444,26 @@ def _scaling_warning(loss_scaled: bool, gradients_unscaled: bool) -> str:
     return (f"You forgot to call LossScaleOptimizer.{missing}() before calling LossScaleOptimizer.apply_gradients() "
             f"(you did call {done}() however). This will likely result in worse model quality, so please call "
             f"{missing}() in the correct place! For example:{_EXAMPLE}")
+
+
+def _is_keras3_optimizer(value: Any) -> bool:
+    try:
+        return isinstance(value, registry.base_class("keras3"))
+    except KeyError:  # slotopt.keras3 not imported: the value cannot be one of its optimizers
+        return False
+
+
+def _dynamic_loss_scale_repr(config: dict[str, Any]) -> str:
+    """TF1's eager ``repr`` of the ``DynamicLossScale`` a config describes (as tf.keras's error prints it); a value
+    that is not a number is shown as given."""
+    def number(key: str, default: float, kind: type) -> Any:
+        value = config.get(key, default)
+        return kind(value) if is_number(value) else repr(value)
+
+    initial = number("initial_loss_scale", 2.0**15, float)
+    return (f"DynamicLossScale(current_loss_scale={initial}, num_good_steps=0, initial_loss_scale={initial}, "
+            f"increment_period={number('increment_period', 2000, int)}, "
+            f"multiplier={number('multiplier', 2.0, float)})")
 
 
 def _deserialize_inner(spec: dict[str, Any], custom_objects: Optional[dict[str, Any]]) -> Optimizer:

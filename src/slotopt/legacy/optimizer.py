@@ -451,8 +451,8 @@ class Optimizer(OptimizerCore):
                 raise TypeError(
                     f"Argument `grads_and_vars` holds a variable that is not a tensor at index {i}: {var!r}"
                 )
-            if grad is not None and not var.is_leaf:  # a computed tensor, not a variable: as tf.keras
-                raise NotImplementedError("Trying to update a Tensor ", var)
+            if grad is not None and not var.is_leaf:  # a computed tensor, not a variable: tf.keras's error
+                raise NotImplementedError(f"Updating a `Tensor` is not implemented. Received: var={var}.")
             if id(var) in seen:
                 raise ValueError(
                     f"Variable {self._name_of(var)} appears more than once in `grads_and_vars`; sum its "

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import checks, registry, state_io, validation
+from ..engine import checks, limits, registry, state_io, validation
 from ..engine.composed import ComposesOptimizers
 from ..engine.core import is_plain_gradient
 from ..engine.eager import outside_dynamo
@@ -370,6 +370,7 @@ class CompositeOptimizer(ComposesOptimizers, TorchProtocol):
         """Rebuilds a composite from ``get_config()``. Each sub-optimizer's class is looked up in the registry
         every entry point uses (``slotopt.engine.registry``: by generation, from its ``module``) or in
         ``custom_objects``; nothing named in the config is imported, and the result must be an optimizer."""
+        limits.check_config_entries(config)  # each entry named, before any repr of it
         checks.check_config_dict(config)
         entries_config = config.get("optimizers_and_vars")
         if not isinstance(entries_config, (list, tuple)) or not entries_config:

@@ -27,6 +27,7 @@ from ..engine import (
     checks,
     constraints,
     gradients,
+    limits,
     pipeline,
     plan_cache,
     state_io,
@@ -521,6 +522,7 @@ class BuiltinOptimizer(Optimizer):
     @classmethod
     def from_config(cls, config: Mapping[str, Any], custom_objects: Optional[Mapping[str, Any]] = None) -> Any:
         """The optimizer ``get_config()`` describes (plain data only; nothing in it is imported or called)."""
+        limits.check_config_entries(config)  # each entry named, before any repr of it
         return from_constructor_config(cls, config)
 
     def _check_positive(self, pairs: list[Pair], checks: Sequence[tuple[str, str, str]]) -> None:
