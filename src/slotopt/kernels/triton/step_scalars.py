@@ -1,0 +1,162 @@
+"""A capturable step's scalars computed on the device, with TensorFlow's bits (issue 48).
+
+A step captured in a CUDA graph cannot take its learning rate or bias corrections as launch arguments: a replay
+would apply the captured step's values at every step. In a capturable step (``engine/capture.py``) they live in
+device memory, in the rule's own scalar vector (the vector the Triton rules read with ``BY_VALUE=False``), and
+one launch of :func:`advance` before the update writes this step's entries there: it adds one to the group's
+step count (an int64 on the device) and stores the learning rate (from a device tensor) and, for Adam,
+``alpha = (lr * sqrt(1 - beta_2**t)) / (1 - beta_1**t)`` in float32, each operation rounded once as
+``keras3.adam.adam_alpha`` does on the host: ``beta**t`` is the C library's ``powf`` (TensorFlow's ``Pow`` of a
+0-d tensor), evaluated here from glibc's own tables (``numerics/powf_tables.py``) operation for operation in
+double precision, rounded once to float and flushed to zero when subnormal; the square root and the division
+correctly rounded (``sqrt_rn``, ``div_rn``).
+
+:func:`powf` is the same ``powf`` over a tensor (``numerics.device``'s ``scalar_pow``; the tests prove it bit for
+bit against ``numerics.libm.scalar_pow``). Positive normal bases and finite exponents only (the callers'
+domain: a beta in (0, 1), a step count): :func:`powf` returns None for anything else.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from ...numerics import powf_tables
+
+__all__ = ["available", "powf", "advance", "Inputs"]
+
+_kernels: Optional[dict[str, Any]] = None
+_device_tables: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
+_BLOCK = 256
+
+
+def available() -> bool:
+    """Whether the C library's ``powf`` tables were found here (glibc), so the device ``powf`` has its bits."""
+    return powf_tables.tables() is not None
+
+
+def _build() -> dict[str, Any]:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _powf(x, y, d_ptr, e_ptr):
+        # log2(x) = k + log2(c) + log2(z / c), z in the subinterval i of [0x1.66p-1, 0x1.66p0), 1/c its entry
+        ix = x.to(tl.uint32, bitcast=True)
+        tmp = ix - 0x3F330000
+        i = ((tmp >> 19) % 16).to(tl.int32)
+        top = tmp & 0xFF800000
+        k = top.to(tl.int32, bitcast=True) >> 23
+        z = (ix - top).to(tl.float32, bitcast=True).to(tl.float64)
+        invc = tl.load(d_ptr + 2 * i)
+        logc = tl.load(d_ptr + 2 * i + 1)
+        r = z * invc - 1.0
+        y0 = logc + k.to(tl.float64)
+        r2 = r * r
+        q = (tl.load(d_ptr + 34) * r + tl.load(d_ptr + 35)) * r2 + (tl.load(d_ptr + 36) * r + y0)
+        log2x = (tl.load(d_ptr + 32) * r + tl.load(d_ptr + 33)) * (r2 * r2) + q
+        ylogx = y.to(tl.float64) * log2x
+        # 2**ylogx = 2**(j/32) * 2**rr: j by the rounding shift (the sum rounded to a double), rr the rest
+        shift = tl.load(d_ptr + 40)
+        kd = ylogx + shift
+        ki = kd.to(tl.uint64, bitcast=True)
+        rr = ylogx - (kd - shift)
+        s = (tl.load(e_ptr + (ki % 32).to(tl.int32)) + (ki << 47)).to(tl.float64, bitcast=True)
+        value = ((tl.load(d_ptr + 37) * rr + tl.load(d_ptr + 38)) * (rr * rr)
+                 + (tl.load(d_ptr + 39) * rr + 1.0)) * s
+        result = value.to(tl.float32)
+        result = tl.where(ylogx <= -150.0, 0.0, result)
+        huge = tl.zeros_like(result) + 3.0e38
+        result = tl.where(ylogx > tl.load(d_ptr + 41), huge * 10.0, result)  # overflow: inf
+        return tl.where(tl.abs(result) < 1.1754943508222875e-38, 0.0, result)  # flushed to zero
+
+    globals()["_powf"] = _powf  # (Triton resolves a jit function's callees among its module's globals)
+
+    @triton.jit
+    def powf_kernel(x_ptr, y_ptr, out_ptr, n, d_ptr, e_ptr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, other=1.0)
+        y = tl.load(y_ptr + offs, mask=mask, other=1.0)
+        tl.store(out_ptr + offs, _powf(x, y, d_ptr, e_ptr), mask=mask)
+
+    @triton.jit
+    def advance_kernel(count_ptr, in_ptr, vec_ptr, d_ptr, e_ptr, LR_AT: tl.constexpr, LR2_AT: tl.constexpr,
+                       ALPHA_AT: tl.constexpr):
+        t = tl.load(count_ptr) + 1
+        tl.store(count_ptr, t)
+        lr = tl.load(in_ptr)
+        if LR_AT >= 0:
+            tl.store(vec_ptr + LR_AT, lr)
+        if LR2_AT >= 0:
+            tl.store(vec_ptr + LR2_AT, lr)
+        if ALPHA_AT >= 0:  # Adam's bias-corrected rate: keras3.adam.adam_alpha, in float32
+            tf = t.to(tl.float32)
+            b1p = _powf(tl.load(in_ptr + 1), tf, d_ptr, e_ptr)
+            b2p = _powf(tl.load(in_ptr + 2), tf, d_ptr, e_ptr)
+            alpha = tl.math.div_rn(lr * tl.math.sqrt_rn(1.0 - b2p), 1.0 - b1p)
+            alpha = tl.where(tl.abs(alpha) < 1.1754943508222875e-38, 0.0, alpha)
+            tl.store(vec_ptr + ALPHA_AT, alpha)
+
+    return {"powf": powf_kernel, "advance": advance_kernel}
+
+
+def _kernel(name: str) -> Any:
+    global _kernels
+    if _kernels is None:
+        _kernels = _build()
+    return _kernels[name]
+
+
+def _tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """glibc's tables on ``device``, copied there once (never during a capture: ``Inputs`` is made before)."""
+    held = _device_tables.get(device)
+    if held is None:
+        found = powf_tables.tables()
+        assert found is not None
+        held = (torch.tensor(found.doubles, dtype=torch.float64, device=device),
+                torch.tensor(found.exp2.view("int64"), dtype=torch.int64, device=device))
+        _device_tables[device] = held
+    return held
+
+
+def powf(x: torch.Tensor, y: torch.Tensor) -> Optional[torch.Tensor]:
+    """``powf`` of two float32 tensors of one shape on a Triton device, element by element (new tensor), or None
+    where it does not apply (tables not found, other dtypes, a base not positive and normal, a non-finite
+    exponent: checked on the device's values, so this one reads back; the capturable step's launch does not)."""
+    if not available() or x.dtype != torch.float32 or y.dtype != torch.float32 or x.shape != y.shape \
+            or x.device != y.device:
+        return None
+    x, y = x.contiguous(), y.contiguous()
+    if x.numel() and not bool(((x >= torch.finfo(torch.float32).tiny) & (x < float("inf"))).all()
+                              & torch.isfinite(y).all()):
+        return None
+    out = torch.empty_like(x)
+    if x.numel():
+        d, e = _tables(x.device)
+        grid = (-(-x.numel() // _BLOCK),)
+        _kernel("powf")[grid](x, y, out, x.numel(), d, e, BLOCK=_BLOCK, enable_fp_fusion=False)
+    return out
+
+
+class Inputs:
+    """One group's device scalars: ``count`` (int64, the step count of its last step), ``inputs`` (float32: the
+    learning rate, beta_1, beta_2) and the tables, all made before any capture."""
+
+    def __init__(self, device: torch.device, count: int, lr: float, betas: tuple[float, float]) -> None:
+        self.count = torch.tensor([count], dtype=torch.int64, device=device)
+        self.inputs = torch.tensor([lr, *betas], dtype=torch.float32, device=device)
+        self.tables = _tables(device)
+
+
+def advance(inputs: Inputs, vector: torch.Tensor, lr_at: int = -1, lr2_at: int = -1, alpha_at: int = -1) -> Any:
+    """One launch: the group's step count plus one, and this step's entries of ``vector`` (the rule's float32
+    scalar vector on the device) written from it and the learning rate (-1: an entry not written). Returns the
+    launch's (kernel, grid, arguments, options), for ``kernels.triton``'s launch record."""
+    kernel = _kernel("advance")
+    d, e = inputs.tables
+    arguments = (inputs.count, inputs.inputs, vector, d, e)
+    options = {"LR_AT": lr_at, "LR2_AT": lr2_at, "ALPHA_AT": alpha_at, "enable_fp_fusion": False}
+    kernel[(1,)](*arguments, **options)
+    return kernel, (1,), arguments, options
