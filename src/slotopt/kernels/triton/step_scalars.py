@@ -67,8 +67,8 @@ def _build() -> dict[str, Any]:
                  + (tl.load(d_ptr + 39) * rr + 1.0)) * s
         result = value.to(tl.float32)
         result = tl.where(ylogx <= -150.0, 0.0, result)
-        huge = tl.zeros_like(result) + 3.0e38
-        result = tl.where(ylogx > tl.load(d_ptr + 41), huge * 10.0, result)  # overflow: inf
+        inf = tl.full(result.shape, 0x7F800000, tl.uint32).to(tl.float32, bitcast=True)
+        result = tl.where(ylogx > tl.load(d_ptr + 41), inf, result)  # overflow
         return tl.where(tl.abs(result) < 1.1754943508222875e-38, 0.0, result)  # flushed to zero
 
     globals()["_powf"] = _powf  # (Triton resolves a jit function's callees among its module's globals)
