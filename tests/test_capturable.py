@@ -5,15 +5,12 @@ run anew, with no per-step number in any launch and no read of a device tensor; 
 
 from __future__ import annotations
 
-import os
 import struct
 
 import pytest
 import torch
 
 pytest.importorskip("triton")
-if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-    os.environ["TRITON_INTERPRET"] = "1"  # (read by Triton at its first kernel launch, as in test_triton_*)
 
 import slotopt  # noqa: E402
 from slotopt.engine import capture  # noqa: E402
@@ -22,10 +19,18 @@ from slotopt.kernels import triton as kt  # noqa: E402
 from slotopt.kernels.triton import step_scalars  # noqa: E402
 from slotopt.numerics import libm  # noqa: E402
 
-if not kt._interpreting():
-    pytest.skip("TRITON_INTERPRET was set to 0 before this module", allow_module_level=True)
 if not step_scalars.available():
     pytest.skip("glibc's powf tables not found in this C library", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    """Triton's interpreter for these tests only (the kernels defined under it; other modules compile them)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(kt, "_kernels", None)
+    monkeypatch.setattr(step_scalars, "_kernels", None)
+    yield
+
 
 CASES = [(slotopt.Adam, {"learning_rate": 0.01}), (slotopt.AdamW, {"learning_rate": 0.01, "weight_decay": 0.1}),
          (slotopt.Adam, {"learning_rate": 0.01, "amsgrad": True}), (slotopt.SGD, {"learning_rate": 0.1, "momentum": 0.9}),
