@@ -45,14 +45,16 @@ def _bits(values):
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # (1.25 ** 77777: inf, as powf's)
 def test_device_powf_has_the_c_library_s_bits():
-    betas = [0.9, 0.99, 0.999, 0.9999, 0.95, 0.5, 1.25, 3.0e-30]
-    steps = [1, 2, 3, 10, 99, 1000, 4096, 77777, -3, 0.5, 150.25]
+    betas = [0.9, 0.99, 0.999, 0.9999, 0.95, 0.5, 1.25, 3.0e-30, 0.0, -0.0, -2.0, -0.75, 1.0, -1.0, 1e-40,
+             float("inf"), -float("inf"), float("nan")]
+    steps = [1, 2, 3, 10, 99, 1000, 4096, 77777, -3, 0.5, 150.25, 0.0, float("inf"), -float("inf"), float("nan")]
     x = torch.tensor([b for b in betas for _ in steps], dtype=torch.float32)
     y = torch.tensor([float(s) for _ in betas for s in steps], dtype=torch.float32)
     out = step_scalars.powf(x, y)
     expected = [libm.scalar_pow(a, b, single=True) for a, b in zip(x.tolist(), y.tolist())]
-    assert _bits(out.tolist()) == _bits(expected)  # (underflows flushed to zero as the host's)
-    assert step_scalars.powf(torch.tensor([-0.5]), torch.tensor([2.0])) is None  # outside its domain: declined
+    nan = out.isnan() & torch.tensor(expected).isnan()  # (a NaN's payload is the device's)
+    assert _bits(out[~nan].tolist()) == _bits(torch.tensor(expected)[~nan].tolist())  # (underflows flushed)
+    assert step_scalars.powf(torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)) is None
 
 
 def test_advance_writes_adam_s_alpha_and_the_learning_rate_with_the_host_s_bits():
@@ -204,3 +206,47 @@ def test_a_capture_before_any_step_or_after_a_host_change_is_refused_and_changes
     opt.step()  # outside a capture the new rate is copied to the device: the host path's bits
     ref.step()
     assert all(torch.equal(x, y) for x, y in zip(ws, ref_ws))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("n", [1, 7, 13, 1003])
+def test_packet_pow_with_a_partial_packet_has_numerics_bits_on_the_device(n):
+    """Ftrl's and Lamb's ``pow`` of a float32 tensor whose size is not whole packets: Eigen's packets and glibc's
+    powf on the rest, all on the device (numerics computes it on the host: the reference)."""
+    from slotopt import numerics
+    from slotopt.kernels.triton import eigen_pow
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(eigen_pow, "_kernels", None)
+    try:
+        g = torch.Generator().manual_seed(n)
+        x = torch.randn(n, generator=g) * 3
+        x[: min(n, 6)] = torch.tensor([0.0, -0.0, float("inf"), -2.0, 1e-40, float("nan")])[: min(n, 6)]
+        for exponent in (2.0, -0.5, 3.0, 0.5, -1.5, 0.0):
+            base = x.abs() if exponent in (-0.5, 0.5, -1.5) else x
+            assert eigen_pow.applies(base, exponent, False)
+            out = eigen_pow.pow_packets(base, exponent)
+            want = numerics.pow(base, exponent)  # (the CPU: Eigen's packets, the C library's powf on the tail)
+            same = (out.view(torch.int32) == want.view(torch.int32)) | (out.isnan() & want.isnan())
+            assert bool(same.all()), (n, exponent)
+    finally:
+        monkey.undo()
+
+
+def test_the_step_scalar_kernels_compile_for_a_hopper_gpu_without_contraction(monkeypatch):
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    kernels = step_scalars._build()
+    signature = {"count_ptr": "*i64", "in_ptr": "*fp32", "vec_ptr": "*fp32", "d_ptr": "*fp64", "e_ptr": "*i64",
+                 "LR_AT": "constexpr", "LR2_AT": "constexpr", "ALPHA_AT": "constexpr"}
+    compiled = triton.compile(ASTSource(kernels["advance"], signature,
+                                        constexprs={"LR_AT": 1, "LR2_AT": 3, "ALPHA_AT": 0}),
+                              target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False})
+    ptx = compiled.asm["ptx"]
+    assert not re.search(r"\bfma\.", ptx) and "approx" not in ptx
+    assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx and "cvt.rn.f32.f64" in ptx

@@ -12,8 +12,9 @@ double precision, rounded once to float and flushed to zero when subnormal; the 
 correctly rounded (``sqrt_rn``, ``div_rn``).
 
 :func:`powf` is the same ``powf`` over a tensor (``numerics.device``'s ``scalar_pow``; the tests prove it bit for
-bit against ``numerics.libm.scalar_pow``). Positive normal bases and finite exponents only (the callers'
-domain: a beta in (0, 1), a step count): :func:`powf` returns None for anything else.
+bit against ``numerics.libm.scalar_pow``), every float32 pair: glibc's special cases (zero, infinite and NaN
+operands, a negative base with an integer power, a subnormal base normalised) as glibc takes them; NaN results
+are NaN (their payload bits are the device's).
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ def _build() -> dict[str, Any]:
     import triton.language as tl
 
     @triton.jit
-    def _powf(x, y, d_ptr, e_ptr):
+    def _u32(x, value: tl.constexpr):  # an unsigned 32-bit constant of x's shape (bare literals above 2**31 vary)
+        return tl.full(x.shape, value, tl.uint32)
+
+    @triton.jit
+    def _core(ix, y, odd, d_ptr, e_ptr):
         # log2(x) = k + log2(c) + log2(z / c), z in the subinterval i of [0x1.66p-1, 0x1.66p0), 1/c its entry
-        ix = x.to(tl.uint32, bitcast=True)
-        tmp = ix - 0x3F330000
+        tmp = ix - _u32(ix, 0x3F330000)
         i = ((tmp >> 19) % 16).to(tl.int32)
-        top = tmp & 0xFF800000
+        top = tmp & _u32(ix, 0xFF800000)
         k = top.to(tl.int32, bitcast=True) >> 23
         z = (ix - top).to(tl.float32, bitcast=True).to(tl.float64)
         invc = tl.load(d_ptr + 2 * i)
@@ -57,21 +61,60 @@ def _build() -> dict[str, Any]:
         q = (tl.load(d_ptr + 34) * r + tl.load(d_ptr + 35)) * r2 + (tl.load(d_ptr + 36) * r + y0)
         log2x = (tl.load(d_ptr + 32) * r + tl.load(d_ptr + 33)) * (r2 * r2) + q
         ylogx = y.to(tl.float64) * log2x
-        # 2**ylogx = 2**(j/32) * 2**rr: j by the rounding shift (the sum rounded to a double), rr the rest
+        # 2**ylogx = 2**(j/32) * 2**rr: j by the rounding shift (the sum rounded to a double), rr the rest; an odd
+        # power of a negative base: the sign bit set through the table's exponent (glibc's sign bias)
         shift = tl.load(d_ptr + 40)
         kd = ylogx + shift
         ki = kd.to(tl.uint64, bitcast=True)
         rr = ylogx - (kd - shift)
-        s = (tl.load(e_ptr + (ki % 32).to(tl.int32)) + (ki << 47)).to(tl.float64, bitcast=True)
+        ski = ki + tl.where(odd, 1 << 16, 0).to(tl.uint64)
+        s = (tl.load(e_ptr + (ki % 32).to(tl.int32)) + (ski << 47)).to(tl.float64, bitcast=True)
         value = ((tl.load(d_ptr + 37) * rr + tl.load(d_ptr + 38)) * (rr * rr)
                  + (tl.load(d_ptr + 39) * rr + 1.0)) * s
         result = value.to(tl.float32)
-        result = tl.where(ylogx <= -150.0, 0.0, result)
-        inf = tl.full(result.shape, 0x7F800000, tl.uint32).to(tl.float32, bitcast=True)
-        result = tl.where(ylogx > tl.load(d_ptr + 41), inf, result)  # overflow
-        return tl.where(tl.abs(result) < 1.1754943508222875e-38, 0.0, result)  # flushed to zero
+        signed_zero = tl.where(odd, -0.0, 0.0)
+        inf = _u32(ix, 0x7F800000).to(tl.float32, bitcast=True)
+        result = tl.where(ylogx <= -150.0, signed_zero, result)  # underflow
+        return tl.where(ylogx > tl.load(d_ptr + 41), tl.where(odd, -inf, inf), result)  # overflow
 
-    globals()["_powf"] = _powf  # (Triton resolves a jit function's callees among its module's globals)
+    @triton.jit
+    def _powf(x, y, d_ptr, e_ptr):
+        ix0 = x.to(tl.uint32, bitcast=True)
+        iy = y.to(tl.uint32, bitcast=True)
+        # y an integer: 0 no, 1 odd, 2 even (glibc's checkint)
+        e = ((iy >> 23) & 0xFF).to(tl.int32)
+        bits = tl.minimum(tl.maximum(0x7F + 23 - e, 0), 31).to(tl.uint32)
+        below = iy & ((_u32(iy, 1) << bits) - 1)
+        at = (iy >> bits) & 1
+        yint = tl.where(e < 0x7F, 0, tl.where(e > 0x7F + 23, 2, tl.where(below != 0, 0, tl.where(at != 0, 1, 2))))
+        negative = (ix0 >> 31) != 0
+        odd = negative & (yint == 1)
+        ix = ix0 & _u32(ix0, 0x7FFFFFFF)
+        normalized = ((x * 8388608.0).to(tl.uint32, bitcast=True) & _u32(ix0, 0x7FFFFFFF)) - (23 << 23)
+        ix = tl.where(ix < _u32(ix, 0x00800000), normalized, ix)  # a subnormal base, normalised
+        result = _core(ix, y, odd, d_ptr, e_ptr)
+        nan = _u32(ix0, 0x7FC00000).to(tl.float32, bitcast=True)
+        result = tl.where(negative & (yint == 0), nan, result)  # a negative base, a non-integer power
+        # x zero, infinite or NaN
+        x2 = x * x
+        x2 = tl.where(odd, -x2, x2)
+        x_special = (ix0 * 2 - 1) >= _u32(ix0, 0xFEFFFFFF)
+        result = tl.where(x_special, tl.where((iy >> 31) != 0, tl.math.div_rn(tl.full(x.shape, 1.0, tl.float32), x2),
+                                              x2), result)
+        # y zero, infinite or NaN
+        one = tl.full(x.shape, 1.0, tl.float32)
+        unit = (ix0 * 2) < _u32(ix0, 0x7F000000)  # |x| < 1
+        y_inf = tl.where(unit == ((iy >> 31) == 0), 0.0, y * y)
+        y_inf = tl.where((ix0 * 2) == _u32(ix0, 0x7F000000), one, y_inf)  # x = -1
+        either_nan = ((ix0 * 2) > _u32(ix0, 0xFF000000)) | ((iy * 2) > _u32(iy, 0xFF000000))
+        y_inf = tl.where(either_nan, x + y, y_inf)
+        y_inf = tl.where(((iy * 2) == 0) | (ix0 == _u32(ix0, 0x3F800000)), one, y_inf)  # y = 0 or x = 1
+        y_special = (iy * 2 - 1) >= _u32(iy, 0xFEFFFFFF)
+        result = tl.where(y_special, y_inf, result)
+        return tl.where(tl.abs(result) < 1.1754943508222875e-38, result * 0.0, result)  # flushed to zero
+
+    # (Triton resolves a jit function's callees among its module's globals)
+    globals().update(tl=tl, _u32=_u32, _core=_core, _powf=_powf)
 
     @triton.jit
     def powf_kernel(x_ptr, y_ptr, out_ptr, n, d_ptr, e_ptr, BLOCK: tl.constexpr):
@@ -129,9 +172,6 @@ def powf(x: torch.Tensor, y: torch.Tensor) -> Optional[torch.Tensor]:
             or x.device != y.device:
         return None
     x, y = x.contiguous(), y.contiguous()
-    if x.numel() and not bool(((x >= torch.finfo(torch.float32).tiny) & (x < float("inf"))).all()
-                              & torch.isfinite(y).all()):
-        return None
     out = torch.empty_like(x)
     if x.numel():
         d, e = _tables(x.device)
