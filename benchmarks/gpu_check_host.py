@@ -249,6 +249,10 @@ def section_sync_all(args: argparse.Namespace, optimizers: dict[str, Callable[..
     everything["keras3 Adam global_clipnorm"] = lambda p: slotopt.Adam(learning_rate=1e-3, global_clipnorm=1.0,
                                                                        params=p)
     everything["keras3 SGD clipnorm"] = lambda p: slotopt.SGD(learning_rate=0.01, clipnorm=1.0, params=p)
+    for name, cls, kwargs in (("Adam", slotopt.Adam, {}), ("AdamW", slotopt.AdamW, {"weight_decay": 0.01}),
+                              ("SGD momentum", slotopt.SGD, {"momentum": 0.9}), ("RMSprop", slotopt.RMSprop, {}),
+                              ("Adagrad", slotopt.Adagrad, {})):  # capturable steps: their scalars on the device
+        everything[f"keras3 {name} capturable"] = lambda p, c=cls, kw=kwargs: c(params=p, capturable=True, **kw)
     layouts = {"whole packets": [(64, 32), (1024,), (8, 16)], "ragged": [(64, 32), (7,), (33, 45)]}
     bad, clean, total = [], 0, 0
     for name, make in everything.items():

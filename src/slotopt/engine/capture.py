@@ -148,9 +148,10 @@ def step(opt: Any) -> Iterator[None]:
         yield
         return
     if capturing() and not opt.__dict__.get("_capturable_groups"):
-        raise CaptureRefused(f"A step of {_name(opt)} cannot be captured in a CUDA graph: no step ran before the "
-                             "capture (its device scalars are made by the first one: run warm-up steps first, as "
-                             "torch asks). Run the step outside `torch.cuda.graph`.")
+        raise CaptureRefused(f"A step of {_name(opt)} cannot be captured in a CUDA graph: no capturable step ran "
+                             "before the capture (its device scalars are made by the first one: construct it with "
+                             "`capturable=True` and run warm-up steps first, as torch asks). Run the step outside "
+                             "`torch.cuda.graph`.")
     launcher = _Launcher(opt)
     previous = native.capturable_launcher(launcher)
     try:
