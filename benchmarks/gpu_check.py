@@ -17,8 +17,8 @@ On a machine with a CUDA GPU, torch and Triton installed and no network, in the 
    ratios, with kernel launches per step counted by the profiler; each also by device time alone (the steps
    queued behind a sleeping kernel, so the host's time per step is hidden) and by the host's time per step;
 9. ``host``, ``graph``, ``sync-all`` (issue 48, ``gpu_check_host.py``): the host's time of a quiet step by part,
-   CUDA graph capture and replay (torch capturable, the copy floor, slotopt's refusal), every optimizer under
-   ``set_sync_debug_mode("error")``;
+   CUDA graph capture and replay (torch capturable, the copy floor, slotopt's capturable step replayed against
+   uncaptured steps bit for bit, and a refusal by name), every optimizer under ``set_sync_debug_mode("error")``;
 10. ``install``: ``pip install --no-deps --no-build-isolation -e .`` last (the sections above import the tree's
    ``src`` whether installed or not; a failed build of an optional extension is tolerated).
 
@@ -304,12 +304,12 @@ TIMED_RULES = ("Adam", "AdamW", "SGD momentum", "RMSprop", "Adagrad")
 def _slotopt_factory(rule: str) -> Callable[..., Any]:
     import slotopt
 
-    return {
-        "Adam": lambda p: slotopt.Adam(learning_rate=1e-3, params=p),
-        "AdamW": lambda p: slotopt.AdamW(learning_rate=1e-3, weight_decay=0.01, params=p),
-        "SGD momentum": lambda p: slotopt.SGD(learning_rate=0.01, momentum=0.9, params=p),
-        "RMSprop": lambda p: slotopt.RMSprop(learning_rate=1e-3, params=p),
-        "Adagrad": lambda p: slotopt.Adagrad(learning_rate=0.01, params=p),
+    return {  # (keywords: torch's flags, ``capturable=True`` for the graph section)
+        "Adam": lambda p, **kw: slotopt.Adam(learning_rate=1e-3, params=p, **kw),
+        "AdamW": lambda p, **kw: slotopt.AdamW(learning_rate=1e-3, weight_decay=0.01, params=p, **kw),
+        "SGD momentum": lambda p, **kw: slotopt.SGD(learning_rate=0.01, momentum=0.9, params=p, **kw),
+        "RMSprop": lambda p, **kw: slotopt.RMSprop(learning_rate=1e-3, params=p, **kw),
+        "Adagrad": lambda p, **kw: slotopt.Adagrad(learning_rate=0.01, params=p, **kw),
     }[rule]
 
 
@@ -632,6 +632,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", nargs="*", choices=SECTIONS, help="run these sections only")
     parser.add_argument("--skip", nargs="*", default=[], choices=SECTIONS, help="skip these sections")
     parser.add_argument("--parity-steps", type=int, default=100)
+    parser.add_argument("--graph-steps", type=int, default=100, help="replays compared bit for bit (graph)")
     parser.add_argument("--kernel-steps", type=int, default=3)
     parser.add_argument("--timed-steps", type=int, default=20)
     parser.add_argument("--install-timeout", type=int, default=300)

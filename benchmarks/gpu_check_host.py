@@ -5,9 +5,11 @@
   generated marshalling, ``scalar_vector``) and the launch (``triton.apply``: table, pins, the launch itself),
   each timed alone on the same tensors, against the issue's target of 30 us + 0.3 us per tensor;
 * ``graph``: CUDA graph capture and replay: torch's fused optimizer with ``capturable=True`` captured and replayed
-  (ms per replay) against a captured device copy of the same bytes (the floor), and slotopt's step under capture,
-  which is refused by name until its scalars live on the device (``engine/capture.py``): the refusal's message is
-  the result, and "captured bit identity" is reported as not applicable;
+  (ms per replay) against a captured device copy of the same bytes (the floor), and slotopt's step with
+  ``capturable=True`` (``engine/capture.py``) captured after warm-up steps and replayed with new gradients written
+  in place, against a twin optimizer stepping uncaptured: ms per replay and whether every parameter has the same
+  bits after ``--graph-steps``; a refused configuration (Adam with ``clipnorm``) names itself. On the CPU
+  (``--dry``) the capture is the interpreter's stand-in (``kernels.triton.recording``/``replay``);
 * ``sync-all``: every optimizer of the parity section (and clipping by a global norm) stepping under
   ``torch.cuda.set_sync_debug_mode("error")``, on tensors of whole packets (the device ``pow``/sums apply) and
   with a ragged tensor (``pow`` then takes its host copy: a synchronisation, reported as such).
@@ -105,18 +107,22 @@ def section_graph(args: argparse.Namespace, workloads: dict[str, list[tuple[int,
                   traffic: dict[str, int]) -> dict[str, Any]:
     import torch
 
+    import slotopt
     from slotopt.engine import capture
 
     device = args.device
     rows, bad = [], []
-    if device != "cuda":  # the optimizers are built and stepped once: the rest needs a device
+    refused = capture.refusal(slotopt.Adam([torch.nn.Parameter(torch.ones(2))], clipnorm=1.0)) or "(none)"
+    if device != "cuda":  # the interpreter's stand-in for a graph: the replayed launches against steps run anew
         for rule in rules:
-            params = [torch.nn.Parameter(torch.randn(4))]
-            params[0].grad = torch.randn(4)
-            factory(rule)(params).step()
-        return {"ok": True, "summary": "n/a on the CPU (no CUDA graph); slotopt refuses a capture: "
-                + (capture.refusal(object()) or "")[:80]}
-    steps = 20
+            row = {"workload": "tiny", "rule": rule, **_slotopt_replay(factory(rule), [(5,), (33,)], device, 3)}
+            rows.append(row)
+            if not row["identical"]:
+                bad.append(f"{rule}: a replayed slotopt step differs from the step run anew")
+        return {"ok": not bad, "summary": f"n/a on the CPU (no CUDA graph); replayed launches under the "
+                f"interpreter: {sum(r['identical'] for r in rows)}/{len(rows)} identical; a refusal: {refused[:80]}",
+                "failures": bad, "rows": rows, "refused": refused}
+    steps = args.graph_steps
     for workload, shapes in workloads.items():
         elements = sum(torch.Size(s).numel() for s in shapes)
         for rule in rules:
@@ -155,36 +161,82 @@ def section_graph(args: argparse.Namespace, workloads: dict[str, list[tuple[int,
                     target.copy_(source)
                 row["copy_replay_ms"] = _replay_ms(graph, steps)
                 del graph, source, target
-                # slotopt: the capture is refused by name (nothing recorded, nothing written)
-                params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
-                for p in params:
-                    p.grad = torch.randn_like(p)
-                opt = factory(rule)(params)
-                for _ in range(3):
-                    opt.step()
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                try:
-                    with torch.cuda.graph(graph):
-                        opt.step()
-                    row["slotopt"] = "captured (unexpected: its scalars would replay frozen)"
-                    bad.append(f"{workload}/{rule}: a slotopt step was captured")
-                except capture.CaptureRefused as error:
-                    row["slotopt"] = f"refused: {str(error)[:120]}"
-                except Exception as error:  # what the capture machinery itself raised
-                    row["slotopt"] = f"{type(error).__name__}: {error}"[:160]
-                    bad.append(f"{workload}/{rule}: {row['slotopt']}")
-                del graph, opt, params
+                # slotopt: capturable, captured, replayed against uncaptured steps
+                row.update(_slotopt_replay(factory(rule), shapes, device, steps))
+                if not row["identical"]:
+                    bad.append(f"{workload}/{rule}: a replayed slotopt step differs from the step run anew")
                 torch.cuda.synchronize()
                 rows.append(row)
                 print(f"  {workload:6} {rule:13} torch replay {row.get('torch_replay_ms')} ms, copy replay "
-                      f"{row['copy_replay_ms']:.4f} ms; slotopt {row['slotopt'][:60]}", flush=True)
+                      f"{row['copy_replay_ms']:.4f} ms; slotopt replay {row['slotopt_replay_ms']:.4f} ms, "
+                      f"identical {row['identical']}", flush=True)
             except Exception as error:
                 bad.append(f"{workload}/{rule}: {type(error).__name__}: {error}"[:300])
             finally:
                 torch.cuda.empty_cache()
-    return {"ok": not bad, "summary": f"{len(rows)} captures timed; captured bit identity: n/a (slotopt steps "
-            "refuse a capture)", "failures": bad, "rows": rows}
+    same = sum(bool(r.get("identical")) for r in rows)
+    return {"ok": not bad, "summary": f"{len(rows)} captures timed; slotopt captured and replayed: {same}/{len(rows)} "
+            f"bit-identical to uncaptured steps over {steps} steps; a refusal: {refused[:80]}", "failures": bad,
+            "rows": rows, "refused": refused}
+
+
+def _slotopt_replay(make: Callable[..., Any], shapes: list[tuple[int, ...]], device: str,
+                    steps: int) -> dict[str, Any]:
+    """slotopt's capturable step captured after two warm-up steps, then replayed ``steps`` times with new gradients
+    written in place, against a twin stepping uncaptured: ``identical`` (every parameter's bits) and the replay's
+    ms per step (CUDA). On the CPU the capture is ``kernels.triton.recording`` (the recorded step runs once, so
+    the twin takes one step more)."""
+    import torch
+
+    from slotopt.kernels import triton as triton_path
+
+    generator = torch.Generator().manual_seed(0)
+    start = [torch.randn(s, generator=generator) for s in shapes]
+    a = [torch.nn.Parameter(t.clone().to(device)) for t in start]
+    b = [torch.nn.Parameter(t.clone().to(device)) for t in start]
+    for p in (*a, *b):
+        p.grad = torch.zeros_like(p)
+
+    def gradients(k: int) -> None:
+        g = torch.Generator().manual_seed(1000 + k)
+        for x, y in zip(a, b):
+            new = torch.randn(x.shape, generator=g).to(device)
+            x.grad.copy_(new)
+            y.grad.copy_(new)
+
+    captured, twin = make(a, capturable=True), make(b)
+    if device == "cuda":
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for k in range(2):  # warm-up: the device scalars are made
+                gradients(k)
+                captured.step()
+                twin.step()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured.step()
+        replay, ms = graph.replay, None
+    else:
+        for k in range(2):
+            gradients(k)
+            captured.step()
+            twin.step()
+        with triton_path.recording() as launches:
+            captured.step()
+        twin.step()
+        replay, ms = (lambda: triton_path.replay(launches)), 0.0
+    for k in range(steps):
+        gradients(2 + k)
+        replay()
+        twin.step()
+    identical = all(torch.equal(x.detach().cpu().view(torch.int32), y.detach().cpu().view(torch.int32))
+                    for x, y in zip(a, b))
+    if device == "cuda":
+        ms = _replay_ms(graph, 20)
+    return {"identical": identical, "slotopt_replay_ms": ms, "compared_steps": steps}
 
 
 def section_sync_all(args: argparse.Namespace, optimizers: dict[str, Callable[..., Any]]) -> dict[str, Any]:
@@ -197,6 +249,10 @@ def section_sync_all(args: argparse.Namespace, optimizers: dict[str, Callable[..
     everything["keras3 Adam global_clipnorm"] = lambda p: slotopt.Adam(learning_rate=1e-3, global_clipnorm=1.0,
                                                                        params=p)
     everything["keras3 SGD clipnorm"] = lambda p: slotopt.SGD(learning_rate=0.01, clipnorm=1.0, params=p)
+    for name, cls, kwargs in (("Adam", slotopt.Adam, {}), ("AdamW", slotopt.AdamW, {"weight_decay": 0.01}),
+                              ("SGD momentum", slotopt.SGD, {"momentum": 0.9}), ("RMSprop", slotopt.RMSprop, {}),
+                              ("Adagrad", slotopt.Adagrad, {})):  # capturable steps: their scalars on the device
+        everything[f"keras3 {name} capturable"] = lambda p, c=cls, kw=kwargs: c(params=p, capturable=True, **kw)
     layouts = {"whole packets": [(64, 32), (1024,), (8, 16)], "ragged": [(64, 32), (7,), (33, 45)]}
     bad, clean, total = [], 0, 0
     for name, make in everything.items():
@@ -240,12 +296,17 @@ def markdown(results: dict[str, dict[str, Any]]) -> list[str]:
                          f"{r['target_us']:.1f} ({'met' if r['meets'] else 'missed'}) |")
     graph = results.get("graph", {}).get("rows", [])
     if graph:
-        lines += ["", "CUDA graph replay, ms per step:", "",
-                  "| workload | rule | torch capturable replay | copy floor replay | slotopt |",
-                  "| --- | --- | --- | --- | --- |"]
+        lines += ["", "CUDA graph replay, ms per step (slotopt: capturable=True, replayed against uncaptured "
+                  "steps):", "",
+                  "| workload | rule | torch capturable replay | copy floor replay | slotopt replay | vs floor | "
+                  "bit-identical |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for r in graph:
             torch_ms = f"{r['torch_replay_ms']:.4f}" if r.get("torch_replay_ms") is not None else \
                 r.get("torch_error", "–")
-            lines.append(f"| {r['workload']} | {r['rule']} | {torch_ms} | {r['copy_replay_ms']:.4f} | "
-                         f"{r['slotopt']} |")
+            copy_ms = r.get("copy_replay_ms")
+            ratio = f"{r['slotopt_replay_ms'] / copy_ms:.2f}" if copy_ms else "–"
+            lines.append(f"| {r['workload']} | {r['rule']} | {torch_ms} | "
+                         f"{copy_ms if copy_ms is None else f'{copy_ms:.4f}'} | {r['slotopt_replay_ms']:.4f} | "
+                         f"{ratio} | {r['identical']} ({r['compared_steps']} steps) |")
+        lines += ["", f"Refused by name: {results['graph'].get('refused', '')}"]
     return lines

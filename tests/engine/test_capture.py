@@ -1,5 +1,6 @@
-"""A step met by a CUDA graph capture is refused, by name, before anything is written (engine/capture.py): its
-scalars are host numbers a graph would replay frozen, and numerics has no host copy to take during a capture.
+"""A step met by a CUDA graph capture that cannot be captured is refused, by name, before anything is written
+(engine/capture.py): its scalars are host numbers a graph would replay frozen, and numerics has no host copy to take
+during a capture.
 (No GPU here: the capture's own predicate, ``capture.capturing``, answers as it would during one.)"""
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from slotopt.engine import capture
 from slotopt.numerics import device
 
 
-def _adam():
+def _adam(**kwargs):
     w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
-    opt = slotopt.Adam([w], lr=0.1)
+    opt = slotopt.Adam([w], lr=0.1, **kwargs)
     w.grad = torch.tensor([0.5, 0.25, -1.0])
     return w, opt
 
@@ -27,13 +28,11 @@ def test_no_capture_outside_one():
 
 
 def test_a_step_during_a_capture_is_refused_by_name_and_changes_nothing(monkeypatch):
-    w, opt = _adam()
+    w, opt = _adam(clipnorm=1.0)  # (capturable steps, and what they refuse: tests/test_capturable.py)
     opt.step()
     before, iterations = w.detach().clone(), int(opt.iterations)
     monkeypatch.setattr(capture, "capturing", lambda: True)
-    with pytest.raises(capture.CaptureRefused, match=r"A step of slotopt\.Adam: its step computes the learning "
-                                                     r"rate, the iteration count and the per-step scalars on the "
-                                                     r"host"):
+    with pytest.raises(capture.CaptureRefused, match=r"A step of slotopt\.Adam: `clipnorm=1\.0`: clipping "):
         opt.step()
     assert torch.equal(w.detach(), before) and int(opt.iterations) == iterations
     monkeypatch.setattr(capture, "capturing", lambda: False)
@@ -42,8 +41,9 @@ def test_a_step_during_a_capture_is_refused_by_name_and_changes_nothing(monkeypa
 
 
 def test_every_optimizer_names_itself_in_its_refusal():
-    _, opt = _adam()
-    assert capture.refusal(opt).startswith("slotopt.Adam: ")
+    _, opt = _adam(use_ema=True)
+    assert capture.refusal(opt).startswith("slotopt.Adam: `use_ema=True`")
+    assert capture.refusal(slotopt.Nadam([torch.nn.Parameter(torch.zeros(2))])).startswith("slotopt.Nadam: ")
     legacy = slotopt.legacy.SGD([torch.nn.Parameter(torch.zeros(2))], learning_rate=0.1)
     assert capture.refusal(legacy).startswith("slotopt.legacy.SGD: ")
     assert capture.refusal(slotopt.v1.AdamOptimizer).startswith("slotopt.v1.AdamOptimizer: ")  # a class too

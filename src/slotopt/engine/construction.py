@@ -53,7 +53,6 @@ class BuildsOnParams(type):
         _check_nesting(cls, args, kwargs)
         # torch's ``lr``/``betas`` and implementation flags; ``eps`` and ``differentiable=True`` refused
         flags, kwargs = torch_arguments.translate_with_flags(cls, args, kwargs)
-        torch_arguments.check_capturable(cls, flags, _tensors(params))
         checks.check_argument_types(cls.__init__, args, kwargs, cls._optional_arguments, cls._own_argument_checks)
         optimizer = super().__call__(*args, **kwargs)
         checks.check_name(optimizer.__dict__.get("name", optimizer.__dict__.get("_name")))  # given by position
@@ -64,6 +63,7 @@ class BuildsOnParams(type):
             optimizer.maximize = True
         if flags:
             optimizer.__dict__["_torch_flags"] = flags
+            torch_arguments.check_capturable(optimizer, flags, _tensors(params))  # (before anything is built)
         if params is not None:
             optimizer.build(params)
             optimizer._hyperparameters_changed()  # a group's own values may need slots (its momentum)

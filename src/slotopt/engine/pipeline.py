@@ -224,8 +224,10 @@ def run_step(opt: OptimizerCore, grads_and_vars: Given, **options: Any) -> Any:
     try:
         token = enter()
         try:
-            capture.check(opt)  # a CUDA graph capture is refused before anything is written (engine/capture.py)
-            return _step(opt, grads_and_vars, options)
+            # A CUDA graph capture refused before anything is written, or a capturable step's scalars on the
+            # device (engine/capture.py)
+            with capture.step(opt):
+                return _step(opt, grads_and_vars, options)
         except NotCapturable as error:  # numerics: a value with no device kernel, met during a capture
             raise capture.refused(opt, error) from error
         finally:

@@ -104,20 +104,23 @@ def _take_flags(cls: type, out: dict[str, Any], names: set[str]) -> dict[str, Op
     return flags
 
 
-def check_capturable(cls: type, flags: Mapping[str, Optional[bool]], tensors: Any) -> None:
-    """torch's ``capturable=True``: a step whose scalars stay on the device so that a CUDA graph can capture it.
-    On the CPU torch ignores it, and so does slotopt; on CUDA slotopt's steps are not capturable yet (the
-    learning rate and iteration count are host numbers), so it is refused rather than left to fail inside a
-    graph capture. ``tensors``: the parameters the optimizer is built on (None: not known yet)."""
+def check_capturable(optimizer: Any, flags: Mapping[str, Optional[bool]], tensors: Any) -> None:
+    """torch's ``capturable=True``: a step whose scalars stay on the device so that a CUDA graph can capture it
+    (``engine/capture.py``). On the CPU torch ignores it, and so does slotopt; on CUDA an optimizer whose steps
+    cannot be captured is refused here, naming why (rather than left to fail inside a graph capture).
+    ``tensors``: the parameters the optimizer is built on (None: not known yet)."""
     if not flags.get("capturable") or tensors is None:
         return
     devices = {t.device.type for t in tensors if hasattr(t, "device")}
     if devices - {"cpu", "meta"}:
-        raise TorchSpellingError(
-            f"{cls.__name__}(capturable=True) on {sorted(devices - {'cpu', 'meta'})}: slotopt's steps cannot be "
-            "captured in a CUDA graph yet (the learning rate and iteration count are host numbers): construct it "
-            "without `capturable` and step it outside the graph. On the CPU `capturable` changes nothing, as in "
-            "torch.")
+        from . import capture
+
+        reason = capture.refusal(optimizer)
+        if reason is not None:
+            raise TorchSpellingError(
+                f"{type(optimizer).__name__}(capturable=True) on {sorted(devices - {'cpu', 'meta'})}: its steps "
+                f"cannot be captured in a CUDA graph ({reason}): construct it without `capturable` and step it "
+                "outside the graph. On the CPU `capturable` changes nothing, as in torch.")
 
 
 def _pair(cls: type, pair: tuple[str, str], betas: Any) -> tuple[Any, Any]:

@@ -89,6 +89,12 @@ class Adam(MomentOptimizer):
         if self.amsgrad:
             self._velocity_hats = self.add_optimizer_variables(self._trainable_variables, "velocity_hat")
 
+    #: A capturable step's check of its device inputs (engine/capture.py): the host's alpha from them.
+    _capturable_alpha = staticmethod(adam_alpha)
+
+    def _capturable_betas(self, dtype: torch.dtype) -> tuple[float, float]:
+        return K.cast(self.beta_1, dtype), K.cast(self.beta_2, dtype)
+
     def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype
         alpha = adam_alpha(self._lr_for(learning_rate, dtype), K.cast(self.beta_1, dtype),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
@@ -41,7 +42,7 @@ from .variants import VARIANTS
 
 __all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
            "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES",
-           "VARIANTS", "Scalar", "Flag", "Integer", "slices"]
+           "VARIANTS", "Scalar", "Flag", "Integer", "slices", "capturable_launcher"]
 
 MODES = ("auto", "native", "foreach")
 ABI_VERSION = 1
@@ -503,6 +504,11 @@ def compiled(rule: str, operands: int, scalars: Sequence[Scalar | Flag | Integer
         def run(*lists: Any, **kwargs: Any) -> None:
             while len(lists) > operands and lists[-1] is None:  # absent optional terms: the dense rule
                 lists = lists[:-1]
+            launcher = _capturable.launcher
+            if launcher is not None and len(lists) == operands and lists[0] \
+                    and (values := scalar_vector(*lists, **kwargs)) is not None \
+                    and all([isinstance(v, (float, int)) for v in values]) and launcher(rule, lists, values, read_only):
+                return None  # a capturable step's launch, its scalars on the device (engine/capture.py)
             if _mode != "foreach" and len(lists) == operands and lists[0]:
                 on_cuda = lists[0][0].device.type == "cuda"
                 if (_library is not None or on_cuda) and (values := scalar_vector(*lists, **kwargs)) is not None \
@@ -520,6 +526,21 @@ def compiled(rule: str, operands: int, scalars: Sequence[Scalar | Flag | Integer
         return run
 
     return decorate
+
+
+class _Capturable(threading.local):
+    launcher: Optional[Callable[..., bool]] = None
+
+
+_capturable = _Capturable()
+
+
+def capturable_launcher(launcher: Optional[Callable[..., bool]]) -> Optional[Callable[..., bool]]:
+    """Sets this thread's launcher of capturable steps (``engine/capture.py``; None: none) and returns the one
+    before. While set, each compiled rule is offered to it first (``launcher(rule, lists, values, read_only)``,
+    True when it ran the rule)."""
+    previous, _capturable.launcher = _capturable.launcher, launcher
+    return previous
 
 
 def _initial_mode() -> str:

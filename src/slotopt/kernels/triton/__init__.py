@@ -15,8 +15,9 @@ them against the foreach kernels on the CPU.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
 import torch
@@ -32,7 +33,8 @@ try:
 except ImportError:  # older torch
     _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
 
-__all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES", "launches", "configure"]
+__all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES", "launches", "configure",
+           "recording", "replay", "note_launch"]
 
 BLOCK = table.BLOCK
 configure = table.configure
@@ -101,7 +103,7 @@ def _unread(rule: str) -> tuple[int, ...]:
 
 
 def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars: Sequence[float],
-          read_only: Sequence[int] = (1,)) -> bool:
+          read_only: Sequence[int] = (1,), vector: Optional[torch.Tensor] = None) -> bool:
     """Runs ``rule`` with Triton over every tensor of the lists in one launch; False (nothing done) when it does
     not apply.
 
@@ -110,6 +112,11 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     An operand list after the first may be one flat tensor holding the whole group (slotopt's packed state). The
     lists at ``read_only`` positions are not written; every other tensor's version counter moves, as torch's own
     in-place ops do.
+
+    ``vector`` (a capturable step, ``engine/capture.py``): the rule's scalar vector as a contiguous tensor of the
+    variables' dtype on their device, which the kernel reads (``BY_VALUE=False``) instead of taking ``scalars``
+    as arguments: a launch whose arguments do not change from step to step, as a CUDA graph replays it. Its flags
+    are still ``scalars``' (they choose the kernel's code).
     """
     global _launches
     first = lists[0]
@@ -129,7 +136,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     launch = table.launch_table(lists, read_only)
     if launch is None:
         return False
-    flags = {name: bool(scalars[i]) for name, i in description.flags}
+    flags = {name: i < len(scalars) and bool(scalars[i]) for name, i in description.flags}
     if flags.get("DECAY") and launch.aliased:
         return False  # a gradient that IS its variable must be read after the decay: the separate ops do that
     # Every operand's storage held until the launch is queued, each address of the table proven inside it now:
@@ -141,9 +148,14 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
                     launch.host, launch.offsets, first[0].element_size())
     if held is None:
         return False
+    if vector is not None and (vector.dtype != dtype or vector.device != device or not vector.is_contiguous()
+                               or vector.numel() < len(description.entries)):
+        return False
     if launch.programs:
         kernel = _kernel(rule)
-        if dtype == torch.float32:  # the scalars by value, in the launch: no copy, however often they change
+        if vector is not None:  # the scalars in device memory (a capturable step's, written there on the device)
+            by_value, values = False, [0.0] * len(description.entries)
+        elif dtype == torch.float32:  # the scalars by value, in the launch: no copy, however often they change
             # (only the pointer's type is used: float32; a tensor with elements, whose address is a real one)
             by_value, vector = True, next(t for t in first if t.numel())
             # (one S argument per entry of the description; missing trailing entries read as 0)
@@ -151,16 +163,47 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         else:  # float64: one small copy that does not block, sent once per distinct vector
             by_value, vector = False, table.scalar_vector(scalars, dtype, device)
             values = [0.0] * len(description.entries)
+        arguments = (launch.addresses, launch.meta, vector, launch.tensors, *values)
+        options = dict(flags, BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block,
+                       num_warps=launch.warps, enable_fp_fusion=False)
         with torch.cuda.device(device) if device.type == "cuda" else _nothing():
-            kernel[(launch.programs,)](launch.addresses, launch.meta, vector, launch.tensors, *values, **flags,
-                                       BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block,
-                                       num_warps=launch.warps, enable_fp_fusion=False)
+            kernel[(launch.programs,)](*arguments, **options)
         _launches += 1
+        note_launch(kernel, (launch.programs,), arguments, options)
     del held
     written = [t for i, ts in enumerate(lists) if ts is not None and i not in read_only for t in ts]
     if written:
         _increment_version(written)
     return True
+
+
+_recorded: Optional[list[tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]]] = None
+
+
+def note_launch(kernel: Any, grid: tuple[int, ...], arguments: tuple[Any, ...], options: dict[str, Any]) -> None:
+    """Adds a launch to the record :func:`recording` keeps (nothing when none is kept)."""
+    if _recorded is not None:
+        _recorded.append((kernel, grid, arguments, options))
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]]]:
+    """Records the dense rules' and the capturable scalars' launches made inside (kernel, grid, arguments,
+    options): what a CUDA graph records of them. With :func:`replay`, the interpreter's stand-in for
+    ``torch.cuda.graph`` (the tests: a capturable step's launches replayed give the bits of steps run anew)."""
+    global _recorded
+    previous, _recorded = _recorded, []
+    try:
+        yield _recorded
+    finally:
+        _recorded = previous
+
+
+def replay(launches: Sequence[tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]]) -> None:
+    """Runs recorded launches again with the very arguments they were recorded with, in order (the caller keeps
+    their operands alive, as a CUDA graph's user does)."""
+    for kernel, grid, arguments, options in launches:
+        kernel[grid](*arguments, **options)
 
 
 class _nothing:

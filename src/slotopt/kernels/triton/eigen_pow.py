@@ -8,9 +8,10 @@ constant), ``rint`` and ``trunc`` from exact operations (the 2**p trick, floor a
 NumPy's ``minimum``/``maximum`` propagate it. The choice of the slow ``ldexp`` for a whole packet when any of its
 lanes could over- or underflow is made per packet of the block (a block starts on a packet).
 
-Only whole packets: TensorFlow takes the C library's ``pow`` for the elements after the last whole packet, which
-no device kernel here reproduces, so ``numerics.pow`` uses this kernel where the tensor (or each row) is whole
-packets, and a host copy otherwise.
+TensorFlow takes the C library's ``pow`` for the elements after the last whole packet: for float32 this kernel
+takes glibc's ``powf`` there (``step_scalars.py``, its tables read from the C library), so a float32 tensor of any
+size is computed on the device; ``numerics.pow`` uses this kernel there and where the tensor (or each row) is
+whole packets, and a host copy otherwise (float64 with a partial packet, rows with partial packets, no glibc).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+
+from . import step_scalars
 
 __all__ = ["applies", "pow_packets", "WIDTH"]
 
@@ -378,8 +381,13 @@ def _build() -> dict[str, Any]:  # noqa: C901 - one function per Eigen helper, d
     # (the kernels read these among the module's globals: Triton takes constexpr globals only)
     globals().update(tl=tl, **{name: tl.constexpr(value) for name, value in k.items()}, **helpers)
 
+    if step_scalars.available():  # the C library's powf, for the elements after the last whole packet
+        step_scalars._kernels = step_scalars._build()  # (defined anew with these: the same Triton mode)
+        globals().update(_u32=step_scalars._u32, _core=step_scalars._core, _powf=step_scalars._powf)
+
     @triton.jit
-    def pow_packets(x_ptr, y_ptr, out_ptr, n, Y_SCALAR: tl.constexpr, W: tl.constexpr, BLOCK: tl.constexpr):
+    def pow_packets(x_ptr, y_ptr, out_ptr, n, whole, d_ptr, e_ptr, Y_SCALAR: tl.constexpr, W: tl.constexpr,
+                    TAIL: tl.constexpr, BLOCK: tl.constexpr):
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         x = tl.load(x_ptr + offs, mask=mask, other=1.0)
@@ -387,7 +395,10 @@ def _build() -> dict[str, Any]:  # noqa: C901 - one function per Eigen helper, d
             y = tl.load(y_ptr + offs * 0)  # (the one exponent in every lane, its bits kept)
         else:
             y = tl.load(y_ptr + offs, mask=mask, other=1.0)
-        tl.store(out_ptr + offs, _generic_pow(x, y, BLOCK, W), mask=mask)
+        result = _generic_pow(x, y, BLOCK, W)
+        if TAIL:  # the last, partial packet: the C library's powf, as TensorFlow's scalar loop takes it
+            result = tl.where(offs >= whole, _powf(x, y, d_ptr, e_ptr), result)  # noqa: F821
+        tl.store(out_ptr + offs, result, mask=mask)
 
     return {"pow_packets": pow_packets}
 
@@ -413,7 +424,10 @@ def applies(x: torch.Tensor, exponent: object, rows: bool) -> bool:
     elif not isinstance(exponent, (int, float)):
         return False
     row = x.numel() // x.shape[0] if (rows and x.dim() > 1) else x.numel()
-    return row % WIDTH[x.dtype] == 0
+    if row % WIDTH[x.dtype] == 0:
+        return True
+    # A partial packet at the end of the tensor: glibc's powf on the device (float32; float64's pow is not here)
+    return row == x.numel() and x.dtype == torch.float32 and step_scalars.available()
 
 
 def pow_packets(x: torch.Tensor, exponent: Any) -> torch.Tensor:
@@ -428,8 +442,12 @@ def pow_packets(x: torch.Tensor, exponent: Any) -> torch.Tensor:
     else:
         y, scalar = table.scalar_vector([float(exponent)], x.dtype, x.device), True
     out = torch.empty_like(x)
+    n, width = x.numel(), WIDTH[x.dtype]
+    whole = n - n % width  # (a tensor of rows here is whole packets: applies)
+    tail = whole < n
+    d, e = step_scalars._tables(x.device) if tail else (x, x)  # (unread without a tail)
     with _on(x.device):
-        _kernel()[(-(-x.numel() // _BLOCK),)](x, y, out, x.numel(), Y_SCALAR=scalar, W=WIDTH[x.dtype],
-                                                BLOCK=_BLOCK, num_warps=4, enable_fp_fusion=False)
+        _kernel()[(-(-n // _BLOCK),)](x, y, out, n, whole, d, e, Y_SCALAR=scalar, W=width, TAIL=tail,
+                                      BLOCK=_BLOCK, num_warps=4, enable_fp_fusion=False)
     _count_launch()
     return out

@@ -1,0 +1,202 @@
+"""A capturable step's scalars computed on the device, with TensorFlow's bits (issue 48).
+
+A step captured in a CUDA graph cannot take its learning rate or bias corrections as launch arguments: a replay
+would apply the captured step's values at every step. In a capturable step (``engine/capture.py``) they live in
+device memory, in the rule's own scalar vector (the vector the Triton rules read with ``BY_VALUE=False``), and
+one launch of :func:`advance` before the update writes this step's entries there: it adds one to the group's
+step count (an int64 on the device) and stores the learning rate (from a device tensor) and, for Adam,
+``alpha = (lr * sqrt(1 - beta_2**t)) / (1 - beta_1**t)`` in float32, each operation rounded once as
+``keras3.adam.adam_alpha`` does on the host: ``beta**t`` is the C library's ``powf`` (TensorFlow's ``Pow`` of a
+0-d tensor), evaluated here from glibc's own tables (``numerics/powf_tables.py``) operation for operation in
+double precision, rounded once to float and flushed to zero when subnormal; the square root and the division
+correctly rounded (``sqrt_rn``, ``div_rn``).
+
+:func:`powf` is the same ``powf`` over a tensor (``numerics.device``'s ``scalar_pow``; the tests prove it bit for
+bit against ``numerics.libm.scalar_pow``), every float32 pair: glibc's special cases (zero, infinite and NaN
+operands, a negative base with an integer power, a subnormal base normalised) as glibc takes them; NaN results
+are NaN (their payload bits are the device's).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from ...numerics import powf_tables
+
+__all__ = ["available", "powf", "advance", "Inputs"]
+
+_kernels: Optional[dict[str, Any]] = None
+_device_tables: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
+_BLOCK = 256
+
+
+def available() -> bool:
+    """Whether the C library's ``powf`` tables were found here (glibc), so the device ``powf`` has its bits."""
+    return powf_tables.tables() is not None
+
+
+def _build() -> dict[str, Any]:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _u32(x, value: tl.constexpr):  # an unsigned 32-bit constant of x's shape (bare literals above 2**31 vary)
+        return tl.full(x.shape, value, tl.uint32)
+
+    @triton.jit
+    def _core(ix, y, odd, d_ptr, e_ptr):
+        # log2(x) = k + log2(c) + log2(z / c), z in the subinterval i of [0x1.66p-1, 0x1.66p0), 1/c its entry
+        tmp = ix - _u32(ix, 0x3F330000)
+        i = ((tmp >> 19) % 16).to(tl.int32)
+        top = tmp & _u32(ix, 0xFF800000)
+        k = top.to(tl.int32, bitcast=True) >> 23
+        z = (ix - top).to(tl.float32, bitcast=True).to(tl.float64)
+        invc = tl.load(d_ptr + 2 * i)
+        logc = tl.load(d_ptr + 2 * i + 1)
+        r = z * invc - 1.0
+        y0 = logc + k.to(tl.float64)
+        r2 = r * r
+        q = (tl.load(d_ptr + 34) * r + tl.load(d_ptr + 35)) * r2 + (tl.load(d_ptr + 36) * r + y0)
+        log2x = (tl.load(d_ptr + 32) * r + tl.load(d_ptr + 33)) * (r2 * r2) + q
+        ylogx = y.to(tl.float64) * log2x
+        # 2**ylogx = 2**(j/32) * 2**rr: j by the rounding shift (the sum rounded to a double), rr the rest; an odd
+        # power of a negative base: the sign bit set through the table's exponent (glibc's sign bias)
+        shift = tl.load(d_ptr + 40)
+        kd = ylogx + shift
+        ki = kd.to(tl.uint64, bitcast=True)
+        rr = ylogx - (kd - shift)
+        ski = ki + tl.where(odd, 1 << 16, 0).to(tl.uint64)
+        s = (tl.load(e_ptr + (ki % 32).to(tl.int32)) + (ski << 47)).to(tl.float64, bitcast=True)
+        value = ((tl.load(d_ptr + 37) * rr + tl.load(d_ptr + 38)) * (rr * rr)
+                 + (tl.load(d_ptr + 39) * rr + 1.0)) * s
+        result = value.to(tl.float32)
+        signed_zero = tl.where(odd, -0.0, 0.0)
+        inf = _u32(ix, 0x7F800000).to(tl.float32, bitcast=True)
+        result = tl.where(ylogx <= -150.0, signed_zero, result)  # underflow
+        return tl.where(ylogx > tl.load(d_ptr + 41), tl.where(odd, -inf, inf), result)  # overflow
+
+    @triton.jit
+    def _powf(x, y, d_ptr, e_ptr):
+        ix0 = x.to(tl.uint32, bitcast=True)
+        iy = y.to(tl.uint32, bitcast=True)
+        # y an integer: 0 no, 1 odd, 2 even (glibc's checkint)
+        e = ((iy >> 23) & 0xFF).to(tl.int32)
+        bits = tl.minimum(tl.maximum(0x7F + 23 - e, 0), 31).to(tl.uint32)
+        below = iy & ((_u32(iy, 1) << bits) - 1)
+        at = (iy >> bits) & 1
+        yint = tl.where(e < 0x7F, 0, tl.where(e > 0x7F + 23, 2, tl.where(below != 0, 0, tl.where(at != 0, 1, 2))))
+        negative = (ix0 >> 31) != 0
+        odd = negative & (yint == 1)
+        ix = ix0 & _u32(ix0, 0x7FFFFFFF)
+        normalized = ((x * 8388608.0).to(tl.uint32, bitcast=True) & _u32(ix0, 0x7FFFFFFF)) - (23 << 23)
+        ix = tl.where(ix < _u32(ix, 0x00800000), normalized, ix)  # a subnormal base, normalised
+        result = _core(ix, y, odd, d_ptr, e_ptr)
+        nan = _u32(ix0, 0x7FC00000).to(tl.float32, bitcast=True)
+        result = tl.where(negative & (yint == 0), nan, result)  # a negative base, a non-integer power
+        # x zero, infinite or NaN
+        x2 = x * x
+        x2 = tl.where(odd, -x2, x2)
+        x_special = (ix0 * 2 - 1) >= _u32(ix0, 0xFEFFFFFF)
+        result = tl.where(x_special, tl.where((iy >> 31) != 0, tl.math.div_rn(tl.full(x.shape, 1.0, tl.float32), x2),
+                                              x2), result)
+        # y zero, infinite or NaN
+        one = tl.full(x.shape, 1.0, tl.float32)
+        unit = (ix0 * 2) < _u32(ix0, 0x7F000000)  # |x| < 1
+        y_inf = tl.where(unit == ((iy >> 31) == 0), 0.0, y * y)
+        y_inf = tl.where((ix0 * 2) == _u32(ix0, 0x7F000000), one, y_inf)  # x = -1
+        either_nan = ((ix0 * 2) > _u32(ix0, 0xFF000000)) | ((iy * 2) > _u32(iy, 0xFF000000))
+        y_inf = tl.where(either_nan, x + y, y_inf)
+        y_inf = tl.where(((iy * 2) == 0) | (ix0 == _u32(ix0, 0x3F800000)), one, y_inf)  # y = 0 or x = 1
+        y_special = (iy * 2 - 1) >= _u32(iy, 0xFEFFFFFF)
+        result = tl.where(y_special, y_inf, result)
+        return tl.where(tl.abs(result) < 1.1754943508222875e-38, result * 0.0, result)  # flushed to zero
+
+    # (Triton resolves a jit function's callees among its module's globals)
+    globals().update(tl=tl, _u32=_u32, _core=_core, _powf=_powf)
+
+    @triton.jit
+    def powf_kernel(x_ptr, y_ptr, out_ptr, n, d_ptr, e_ptr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, other=1.0)
+        y = tl.load(y_ptr + offs, mask=mask, other=1.0)
+        tl.store(out_ptr + offs, _powf(x, y, d_ptr, e_ptr), mask=mask)
+
+    @triton.jit
+    def advance_kernel(count_ptr, in_ptr, vec_ptr, d_ptr, e_ptr, LR_AT: tl.constexpr, LR2_AT: tl.constexpr,
+                       ALPHA_AT: tl.constexpr):
+        t = tl.load(count_ptr) + 1
+        tl.store(count_ptr, t)
+        lr = tl.load(in_ptr)
+        if LR_AT >= 0:
+            tl.store(vec_ptr + LR_AT, lr)
+        if LR2_AT >= 0:
+            tl.store(vec_ptr + LR2_AT, lr)
+        if ALPHA_AT >= 0:  # Adam's bias-corrected rate: keras3.adam.adam_alpha, in float32
+            tf = t.to(tl.float32)
+            b1p = _powf(tl.load(in_ptr + 1), tf, d_ptr, e_ptr)
+            b2p = _powf(tl.load(in_ptr + 2), tf, d_ptr, e_ptr)
+            alpha = tl.math.div_rn(lr * tl.math.sqrt_rn(1.0 - b2p), 1.0 - b1p)
+            alpha = tl.where(tl.abs(alpha) < 1.1754943508222875e-38, 0.0, alpha)
+            tl.store(vec_ptr + ALPHA_AT, alpha)
+
+    return {"powf": powf_kernel, "advance": advance_kernel}
+
+
+def _kernel(name: str) -> Any:
+    global _kernels
+    if _kernels is None:
+        _kernels = _build()
+    return _kernels[name]
+
+
+def _tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """glibc's tables on ``device``, copied there once (never during a capture: ``Inputs`` is made before)."""
+    held = _device_tables.get(device)
+    if held is None:
+        found = powf_tables.tables()
+        assert found is not None
+        held = (torch.tensor(found.doubles, dtype=torch.float64, device=device),
+                torch.tensor(found.exp2.view("int64"), dtype=torch.int64, device=device))
+        _device_tables[device] = held
+    return held
+
+
+def powf(x: torch.Tensor, y: torch.Tensor) -> Optional[torch.Tensor]:
+    """``powf`` of two float32 tensors of one shape on a Triton device, element by element (new tensor), or None
+    where it does not apply (tables not found, other dtypes, a base not positive and normal, a non-finite
+    exponent: checked on the device's values, so this one reads back; the capturable step's launch does not)."""
+    if not available() or x.dtype != torch.float32 or y.dtype != torch.float32 or x.shape != y.shape \
+            or x.device != y.device:
+        return None
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    if x.numel():
+        d, e = _tables(x.device)
+        grid = (-(-x.numel() // _BLOCK),)
+        _kernel("powf")[grid](x, y, out, x.numel(), d, e, BLOCK=_BLOCK, enable_fp_fusion=False)
+    return out
+
+
+class Inputs:
+    """One group's device scalars: ``count`` (int64, the step count of its last step), ``inputs`` (float32: the
+    learning rate, beta_1, beta_2) and the tables, all made before any capture."""
+
+    def __init__(self, device: torch.device, count: int, lr: float, betas: tuple[float, float]) -> None:
+        self.count = torch.tensor([count], dtype=torch.int64, device=device)
+        self.inputs = torch.tensor([lr, *betas], dtype=torch.float32, device=device)
+        self.tables = _tables(device)
+
+
+def advance(inputs: Inputs, vector: torch.Tensor, lr_at: int = -1, lr2_at: int = -1, alpha_at: int = -1) -> Any:
+    """One launch: the group's step count plus one, and this step's entries of ``vector`` (the rule's float32
+    scalar vector on the device) written from it and the learning rate (-1: an entry not written). Returns the
+    launch's (kernel, grid, arguments, options), for ``kernels.triton``'s launch record."""
+    kernel = _kernel("advance")
+    d, e = inputs.tables
+    arguments = (inputs.count, inputs.inputs, vector, d, e)
+    options = {"LR_AT": lr_at, "LR2_AT": lr2_at, "ALPHA_AT": alpha_at, "enable_fp_fusion": False}
+    kernel[(1,)](*arguments, **options)
+    return kernel, (1,), arguments, options

@@ -1,0 +1,252 @@
+"""Capturable steps (issue 48, engine/capture.py) under Triton's interpreter, CPU tensors standing in for a GPU's:
+the device scalars' bits (glibc's powf, Adam's alpha) against the host's numerics; capturable steps bit for bit
+against the host path; a step's recorded launches replayed (what a CUDA graph does) giving the bits of steps
+run anew, with no per-step number in any launch and no read of a device tensor; refusals by name."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import slotopt  # noqa: E402
+from slotopt.engine import capture  # noqa: E402
+from slotopt.keras3.adam import adam_alpha  # noqa: E402
+from slotopt.kernels import triton as kt  # noqa: E402
+from slotopt.kernels.triton import step_scalars  # noqa: E402
+from slotopt.numerics import libm  # noqa: E402
+
+if not step_scalars.available():
+    pytest.skip("glibc's powf tables not found in this C library", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    """Triton's interpreter for these tests only (the kernels defined under it; other modules compile them)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(kt, "_kernels", None)
+    monkeypatch.setattr(step_scalars, "_kernels", None)
+    yield
+
+
+CASES = [(slotopt.Adam, {"learning_rate": 0.01}), (slotopt.AdamW, {"learning_rate": 0.01, "weight_decay": 0.1}),
+         (slotopt.Adam, {"learning_rate": 0.01, "amsgrad": True}), (slotopt.SGD, {"learning_rate": 0.1, "momentum": 0.9}),
+         (slotopt.SGD, {"learning_rate": 0.1}), (slotopt.RMSprop, {"learning_rate": 0.01}),
+         (slotopt.Adagrad, {"learning_rate": 0.1, "weight_decay": 0.01})]
+IDS = ["adam", "adamw", "amsgrad", "sgd-momentum", "sgd", "rmsprop", "adagrad-decay"]
+
+
+def _bits(values):
+    return [struct.pack("<f", float(v)) for v in values]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # (1.25 ** 77777: inf, as powf's)
+def test_device_powf_has_the_c_library_s_bits():
+    betas = [0.9, 0.99, 0.999, 0.9999, 0.95, 0.5, 1.25, 3.0e-30, 0.0, -0.0, -2.0, -0.75, 1.0, -1.0, 1e-40,
+             float("inf"), -float("inf"), float("nan")]
+    steps = [1, 2, 3, 10, 99, 1000, 4096, 77777, -3, 0.5, 150.25, 0.0, float("inf"), -float("inf"), float("nan")]
+    x = torch.tensor([b for b in betas for _ in steps], dtype=torch.float32)
+    y = torch.tensor([float(s) for _ in betas for s in steps], dtype=torch.float32)
+    out = step_scalars.powf(x, y)
+    expected = [libm.scalar_pow(a, b, single=True) for a, b in zip(x.tolist(), y.tolist())]
+    nan = out.isnan() & torch.tensor(expected).isnan()  # (a NaN's payload is the device's)
+    assert _bits(out[~nan].tolist()) == _bits(torch.tensor(expected)[~nan].tolist())  # (underflows flushed)
+    assert step_scalars.powf(torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)) is None
+
+
+def test_advance_writes_adam_s_alpha_and_the_learning_rate_with_the_host_s_bits():
+    b1, b2, lr = (float(torch.tensor(v, dtype=torch.float32)) for v in (0.9, 0.999, 3e-4))
+    inputs = step_scalars.Inputs(torch.device("cpu"), 0, lr, (b1, b2))
+    vector = torch.zeros(4)
+    for t in range(1, 41):
+        step_scalars.advance(inputs, vector, lr_at=1, alpha_at=0, lr2_at=3)
+        assert int(inputs.count) == t
+        assert _bits([vector[0], vector[1], vector[3]]) == _bits([adam_alpha(lr, b1, b2, t, torch.float32), lr, lr])
+    assert vector[2] == 0  # an entry not named is left alone
+
+
+def _model(cls, kwargs, capturable):
+    torch.manual_seed(0)
+    ws = [torch.nn.Parameter(torch.randn(n)) for n in (5, 33, 64)]
+    return ws, cls(ws, capturable=capturable, **kwargs)
+
+
+def _gradients(ws, step):
+    g = torch.Generator().manual_seed(100 + step)
+    return [torch.randn(w.shape, generator=g) for w in ws]
+
+
+@pytest.mark.parametrize("cls,kwargs", CASES, ids=IDS)
+def test_capturable_steps_have_the_host_path_s_bits(cls, kwargs):
+    a, opt_a = _model(cls, kwargs, True)
+    b, opt_b = _model(cls, kwargs, False)
+    for step in range(5):
+        for ws in (a, b):
+            for w, g in zip(ws, _gradients(ws, step)):
+                w.grad = g
+        opt_a.step()
+        opt_b.step()
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    counts = capture.device_step(opt_a)
+    assert counts and all(int(c) == 5 for c in counts.values())  # the device's step count, one per step
+    assert int(opt_a.iterations) == int(opt_b.iterations) == 5
+
+
+def _set_gradients(ws, step):
+    for w, g in zip(ws, _gradients(ws, step)):
+        w.grad.copy_(g)  # in place: a graph's gradients stay at their addresses
+
+
+class _HostReads(torch.utils._python_dispatch.TorchDispatchMode):
+    """Every read of a tensor's value by the host (``.item()``, ``float(t)``, ``bool(t)``): the storages read."""
+
+    def __init__(self):
+        super().__init__()
+        self.read = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.read.append(args[0].untyped_storage().data_ptr())
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("cls,kwargs", CASES[:4], ids=IDS[:4])
+def test_recorded_launches_replayed_give_the_bits_of_steps_run_anew(cls, kwargs):
+    a, opt_a = _model(cls, kwargs, True)
+    b, opt_b = _model(cls, kwargs, False)
+    for ws in (a, b):
+        for w in ws:
+            w.grad = torch.zeros_like(w)
+    for step in range(2):  # warm-up steps (torch's advice before a capture): the device scalars are made
+        for ws, opt in ((a, opt_a), (b, opt_b)):
+            _set_gradients(ws, step)
+            opt.step()
+    _set_gradients(a, 2)
+    _set_gradients(b, 2)
+    device = {t.untyped_storage().data_ptr() for t in [*a, *(w.grad for w in a), *opt_a.variables[2:]]}
+    device |= {t.untyped_storage().data_ptr() for g in opt_a._capturable_groups.values()
+               for t in (g.vector, g.inputs.count, g.inputs.inputs)}
+    with kt.recording() as launches, _HostReads() as reads:
+        opt_a.step()  # the "capture": the step's launches and their arguments
+    assert not set(reads.read) & device  # no value of a device tensor read by the host in the step
+    assert len(launches) >= 2 and all(options.get("BY_VALUE", False) is False for _, _, _, options in launches)
+    numbers = [x for _, _, arguments, _ in launches for x in arguments if isinstance(x, float)]
+    assert all(x == 0.0 for x in numbers)  # no scalar of the step in a launch: each is read from the device
+    opt_b.step()
+    for step in range(3, 7):  # replays, new gradients written in place, against steps run anew
+        _set_gradients(a, step)
+        _set_gradients(b, step)
+        kt.replay(launches)
+        opt_b.step()
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), step
+
+
+def test_a_replayed_host_path_launch_would_freeze_adam_s_alpha():
+    """The test above can fail: a launch with Adam's alpha as an argument (the host path's), replayed, applies
+    the recorded alpha again, where the next step's is another."""
+    torch.manual_seed(1)
+    w, g = torch.randn(40), torch.randn(40)
+    m, v = torch.zeros(40), torch.zeros(40)
+    lists = ([w], [g], [m], [v], None)
+    values = [adam_alpha(0.01, 0.9, 0.999, 1, torch.float32), 0.1, 0.001, 1e-7]
+    twin = [t.clone() for t in (w, m, v)]
+    with kt.recording() as launches:
+        assert kt.apply("adam", lists, values)
+    assert kt.apply("adam", ([twin[0]], [g], [twin[1]], [twin[2]], None), values)
+    kt.replay(launches)  # step 2 as a replay: alpha of step 1
+    assert kt.apply("adam", ([twin[0]], [g], [twin[1]], [twin[2]], None),
+                    [adam_alpha(0.01, 0.9, 0.999, 2, torch.float32), 0.1, 0.001, 1e-7])
+    assert torch.equal(m, twin[1]) and not torch.equal(w, twin[0])
+
+
+def _refusal(cls, *args, **kwargs):
+    w = torch.nn.Parameter(torch.ones(3, dtype=kwargs.pop("dtype", torch.float32)))
+    return capture.refusal(cls([w], *args, **kwargs))
+
+
+def test_refusals_name_the_class_the_option_or_the_dtype():
+    assert _refusal(slotopt.Adam, lr=0.1) is None
+    assert _refusal(slotopt.Nadam).startswith("slotopt.Nadam: its step computes")
+    assert _refusal(slotopt.legacy.Adam).startswith("slotopt.legacy.Adam: ")
+    schedule = slotopt.schedules.ExponentialDecay(0.1, 10, 0.9)
+    assert "`learning_rate=ExponentialDecay`" in _refusal(slotopt.Adam, learning_rate=schedule)
+    assert "`clipnorm=1.0`" in _refusal(slotopt.Adam, clipnorm=1.0)
+    assert "`use_ema=True`" in _refusal(slotopt.SGD, use_ema=True)
+    assert "`gradient_accumulation_steps=2`" in _refusal(slotopt.RMSprop, gradient_accumulation_steps=2)
+    assert "torch.float64 variable" in _refusal(slotopt.Adagrad, dtype=torch.float64)
+    assert _refusal(slotopt.Adam, clipnorm=0.0) is None  # (a disabled clipping is no clipping)
+
+
+def test_a_capture_before_any_step_or_after_a_host_change_is_refused_and_changes_nothing(monkeypatch):
+    ws, opt = _model(slotopt.Adam, {"learning_rate": 0.01}, True)
+    for w, g in zip(ws, _gradients(ws, 0)):
+        w.grad = g
+    before = [w.detach().clone() for w in ws]
+    monkeypatch.setattr(capture, "capturing", lambda: True)
+    with pytest.raises(capture.CaptureRefused, match=r"slotopt\.Adam .*no capturable step ran before the capture"):
+        opt.step()
+    assert all(torch.equal(w, x) for w, x in zip(ws, before)) and int(opt.iterations) == 0
+    monkeypatch.setattr(capture, "capturing", lambda: False)
+    opt.step()  # a warm-up step
+    opt.learning_rate = 0.02  # changed on the host: a captured step could not copy it to the device
+    monkeypatch.setattr(capture, "capturing", lambda: True)
+    before = [w.detach().clone() for w in ws]
+    with pytest.raises(capture.CaptureRefused, match=r"slotopt\.Adam .*the learning rate changed on the host"):
+        opt.step()
+    assert all(torch.equal(w, x) for w, x in zip(ws, before)) and int(opt.iterations) == 1
+    monkeypatch.setattr(capture, "capturing", lambda: False)
+    ref_ws, ref = _model(slotopt.Adam, {"learning_rate": 0.01}, False)
+    for w, g in zip(ref_ws, _gradients(ref_ws, 0)):
+        w.grad = g
+    ref.step()
+    ref.learning_rate = 0.02
+    opt.step()  # outside a capture the new rate is copied to the device: the host path's bits
+    ref.step()
+    assert all(torch.equal(x, y) for x, y in zip(ws, ref_ws))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("n", [1, 7, 13, 1003])
+def test_packet_pow_with_a_partial_packet_has_numerics_bits_on_the_device(n):
+    """Ftrl's and Lamb's ``pow`` of a float32 tensor whose size is not whole packets: Eigen's packets and glibc's
+    powf on the rest, all on the device (numerics computes it on the host: the reference)."""
+    from slotopt import numerics
+    from slotopt.kernels.triton import eigen_pow
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(eigen_pow, "_kernels", None)
+    try:
+        g = torch.Generator().manual_seed(n)
+        x = torch.randn(n, generator=g) * 3
+        x[: min(n, 6)] = torch.tensor([0.0, -0.0, float("inf"), -2.0, 1e-40, float("nan")])[: min(n, 6)]
+        for exponent in (2.0, -0.5, 3.0, 0.5, -1.5, 0.0):
+            base = x.abs() if exponent in (-0.5, 0.5, -1.5) else x
+            assert eigen_pow.applies(base, exponent, False)
+            out = eigen_pow.pow_packets(base, exponent)
+            want = numerics.pow(base, exponent)  # (the CPU: Eigen's packets, the C library's powf on the tail)
+            same = (out.view(torch.int32) == want.view(torch.int32)) | (out.isnan() & want.isnan())
+            assert bool(same.all()), (n, exponent)
+    finally:
+        monkey.undo()
+
+
+def test_the_step_scalar_kernels_compile_for_a_hopper_gpu_without_contraction(monkeypatch):
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    kernels = step_scalars._build()
+    signature = {"count_ptr": "*i64", "in_ptr": "*fp32", "vec_ptr": "*fp32", "d_ptr": "*fp64", "e_ptr": "*i64",
+                 "LR_AT": "constexpr", "LR2_AT": "constexpr", "ALPHA_AT": "constexpr"}
+    compiled = triton.compile(ASTSource(kernels["advance"], signature,
+                                        constexprs={"LR_AT": 1, "LR2_AT": 3, "ALPHA_AT": 0}),
+                              target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False})
+    ptx = compiled.asm["ptx"]
+    assert not re.search(r"\bfma\.", ptx) and "approx" not in ptx
+    assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx and "cvt.rn.f32.f64" in ptx
