@@ -65,6 +65,7 @@ class Planner(Protocol):
     def _groups(self, positions: Sequence[int]) -> Any: ...
 
 _is = operator.is_
+_first, _second = operator.itemgetter(0), operator.itemgetter(1)
 _dtype, _shape, _device, _on_cpu, _layout, _nested = (
     operator.attrgetter(name) for name in ("dtype", "shape", "device", "is_cpu", "layout", "is_nested"))
 _contiguous = torch.Tensor.is_contiguous
@@ -331,17 +332,22 @@ class StepPlan:
                 return None
             grads, addresses, constrained = checked
             return _proven(Ordinary.of(pairs, self, grads, _from_table(addresses), constrained))
-        if len(pairs) != len(self.variables) or not all(map(_is, map(type, pairs), repeat(tuple))) \
-                or not all(map(operator.eq, map(len, pairs), repeat(2))):
-            return None  # (a face's own pairs are 2-tuples; anything else is checked in full)
-        with plain_reads():  # (each property read from the tensor itself, as the C++ checks read it)
-            return self._fits_python(pairs)
-
-    def _fits_python(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
-        grads = [pair[0] for pair in pairs]
-        variables = [pair[1] for pair in pairs]
+        n = len(self.variables)
+        # (a face's own pairs are 2-tuples; anything else is checked in full: every pair a tuple, of two elements
+        # in all, none with fewer than two, which ``_second`` would raise on)
+        if len(pairs) != n or not all(map(_is, map(type, pairs), repeat(tuple))) or sum(map(len, pairs)) != 2 * n:
+            return None
+        try:
+            variables = list(map(_second, pairs))
+        except IndexError:
+            return None
         if not all(map(_is, variables, self.variables)):
             return None
+        with plain_reads():  # (each property read from the tensor itself, as the C++ checks read it)
+            return self._fits_python(pairs, list(map(_first, pairs)), variables)
+
+    def _fits_python(self, pairs: Sequence[Pair], grads: list[torch.Tensor],
+                     variables: list[torch.Tensor]) -> Optional[Ordinary]:
         # Everything the kernels rely on, proven again (a plan caches work, never trust): each variable's class,
         # address, dtype, device, sizes, contiguity, kind, writability and storage bounds. ``p.data = ...`` can give
         # a tensor of another size at the same address; ``resize_``, ``set_`` and dtype views change sizes or dtype

@@ -250,7 +250,9 @@ class Held:
         self.addresses = list(map(_data_ptr, tensors))
         self.dtypes = list(map(_dtype, tensors))
         self.shapes = list(map(_shape, tensors))
-        self.storages = [t.untyped_storage() for t in tensors]
+        # Each storage once (the packed slots of a group are views of one buffer: a storage object per
+        # ``StorageImpl``, so thousands of slots hold a handful): every tensor's storage of now is among those held.
+        self.storages = list({id(s): s for s in map(_untyped_storage, tensors)}.values())
         self.bases = list(map(_storage_ptr, self.storages))
         self.sizes = list(map(_storage_bytes, self.storages))
         #: Their kinds (``Kinds``: class, dtype, sizes, strides, dispatch keys), when the tensors are contiguous and
