@@ -50,7 +50,7 @@ def _hostile(rng, pairs, variables):
     g, v = pairs[i]
     kind = rng.choice(["none", "dtype", "shape", "sparse", "strided", "subclass", "list-pair", "triple",
                        "other-var", "swap", "short", "requires-grad", "view", "neg", "meta", "moved", "data",
-                       "empty-like", "int", "transposed-var"])
+                       "empty-like", "int", "transposed-var", "csr", "mkldnn", "nested", "functional"])
     if kind == "none":
         pass
     elif kind == "dtype":
@@ -91,6 +91,14 @@ def _hostile(rng, pairs, variables):
         pairs[i] = (torch.empty_like(g), v)
     elif kind == "int":
         pairs[i] = (g.to(torch.int32), v)
+    elif kind == "csr" and g.dim() == 2:
+        pairs[i] = (g.to_sparse_csr(), v)  # (no storage: its address read raises, before the guard)
+    elif kind == "mkldnn":
+        pairs[i] = (g.to_mkldnn(), v)
+    elif kind == "nested":
+        pairs[i] = (torch.nested.nested_tensor([g]), v)  # (the guard must never see it: reading its strides aborts)
+    elif kind == "functional":
+        pairs[i] = (torch._to_functional_tensor(g), v)
     elif kind == "transposed-var" and v.dim() == 2 and v.shape[0] == v.shape[1] and v.shape[0] > 1:
         v.data = v.data.t()
     else:
@@ -98,6 +106,7 @@ def _hostile(rng, pairs, variables):
     return kind, pairs
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta", "ignore:The PyTorch API of nested tensors")
 @pytest.mark.parametrize("seed", range(40))
 def test_fits_gives_the_python_verdict_on_hostile_steps(seed):
     rng = random.Random(seed)

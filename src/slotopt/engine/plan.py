@@ -41,6 +41,7 @@ from ..kernels.native.operands import (
     direct_type,
     in_storage,
     inside,
+    inside_ends,
     is_python_dispatch,
     plain,
     plain_reads,
@@ -65,6 +66,7 @@ class Planner(Protocol):
     def _groups(self, positions: Sequence[int]) -> Any: ...
 
 _is = operator.is_
+_first, _second = operator.itemgetter(0), operator.itemgetter(1)
 _dtype, _shape, _device, _on_cpu, _layout, _nested = (
     operator.attrgetter(name) for name in ("dtype", "shape", "device", "is_cpu", "layout", "is_nested"))
 _contiguous = torch.Tensor.is_contiguous
@@ -175,6 +177,9 @@ class StepPlan:
         self.extents = [v.numel() * v.element_size() for v in variables]
         self.ends = [a + e if e else 0 for a, e in zip(self.addresses, self.extents)]
         self.empty = 0 in self.extents
+        # (the same as uint64 arrays, for the vector comparisons of ``operands.inside_ends``)
+        self.ends_array = np.array(self.ends, dtype=np.uint64)
+        self.extents_array = np.array(self.extents, dtype=np.uint64)
         self.groups = opt._groups(self.positions)  # the (device, dtype) groups of the positions
         self.kinds = list(dict.fromkeys(zip(self.devices, self.dtypes)))  # the (device, dtype) pairs, in order
         self.table = tensor_table.make_plan(variables)  # the C++ checks' record of the variables, or None
@@ -354,17 +359,22 @@ class StepPlan:
                 return None
             grads, addresses, constrained = checked
             return _proven(Ordinary.of(pairs, self, grads, _from_table(addresses), constrained))
-        if len(pairs) != len(self.variables) or not all(map(_is, map(type, pairs), repeat(tuple))) \
-                or not all(map(operator.eq, map(len, pairs), repeat(2))):
-            return None  # (a face's own pairs are 2-tuples; anything else is checked in full)
-        with plain_reads():  # (each property read from the tensor itself, as the C++ checks read it)
-            return self._fits_python(pairs)
-
-    def _fits_python(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
-        grads = [pair[0] for pair in pairs]
-        variables = [pair[1] for pair in pairs]
+        n = len(self.variables)
+        # (a face's own pairs are 2-tuples; anything else is checked in full: every pair a tuple, of two elements
+        # in all, none with fewer than two, which ``_second`` would raise on)
+        if len(pairs) != n or not all(map(_is, map(type, pairs), repeat(tuple))) or sum(map(len, pairs)) != 2 * n:
+            return None
+        try:
+            variables = list(map(_second, pairs))
+        except IndexError:
+            return None
         if not all(map(_is, variables, self.variables)):
             return None
+        with plain_reads():  # (each property read from the tensor itself, as the C++ checks read it)
+            return self._fits_python(pairs, list(map(_first, pairs)), variables)
+
+    def _fits_python(self, pairs: Sequence[Pair], grads: list[torch.Tensor],
+                     variables: list[torch.Tensor]) -> Optional[Ordinary]:
         # Everything the kernels rely on, proven again (a plan caches work, never trust): each variable's class,
         # address, dtype, device, sizes, contiguity, kind, writability and storage bounds. ``p.data = ...`` can give
         # a tensor of another size at the same address; ``resize_``, ``set_`` and dtype views change sizes or dtype
@@ -377,38 +387,45 @@ class StepPlan:
                 and kinds[0].same(variables):
             # (class, dtype, device, sizes, strides and dispatch keys in one C++ pass, against a record of these
             # variables made when they were proven below: contiguity, views, writability and the rest with them)
-            if not (list(map(_address, variables)) == self.addresses and inside(variables, self.ends, self.extents)):
+            if not (list(map(_address, variables)) == self.addresses and inside_ends(variables, self.ends_array)):
                 return None
         elif list(map(type, variables)) != self.types or not all(map(direct_type, self.type_set)) \
                 or list(map(_address, variables)) != self.addresses or list(map(_dtype, variables)) != self.dtypes \
                 or list(map(_shape, variables)) != self.shapes \
                 or not (all(map(_on_cpu, variables)) if self.on_cpu else list(map(_device, variables)) == self.devices) \
                 or not all(map(_contiguous, variables)) or not plain(variables) or not writable_now(variables) \
-                or not inside(variables, self.ends, self.extents):
+                or not inside_ends(variables, self.ends_array):
             return None  # changed since: checked in full again (the full path refuses a changed variable)
         else:
             kinds = self.guards = (Kinds.of(variables), None)  # (proven now: recorded for the next steps)
         # One C-level pass per property (no Python loop per gradient): the type, layout, dtype, device, shape and
-        # kind of each gradient against its variable's, as the plan recorded them. The layout comes first: a sparse
-        # COO gradient has a dtype, a shape, a device and even a contiguity (False) like a dense one, and only
-        # the full path checks its rows (an index past the table must never reach a kernel). Anything unusual
-        # (sparse, mkldnn, nested, meta, another device, a lazily negated view a kernel would read unnegated)
-        # takes the full path, which checks it or refuses it. Gradients of the kinds of a record made of earlier
-        # gradients proven here (exact torch.Tensor, strided, contiguous, of their variables' dtypes, sizes and
-        # devices, no view) are that again: one C++ pass.
-        if not (all(map(_is, map(type, grads), repeat(torch.Tensor)))
-                and all(map(_is, map(_layout, grads), repeat(_strided))) and not any(map(_nested, grads))
-                and (all(map(_on_cpu, grads)) if self.on_cpu else list(map(_device, grads)) == self.devices)):
-            return None  # (before the guard too: it reads strides, which other layouts and devices may not have)
+        # kind of each gradient against its variable's, as the plan recorded them. A sparse COO gradient has a
+        # dtype, a shape, a device and even a contiguity (False) like a dense one, and only the full path checks its
+        # rows (an index past the table must never reach a kernel). Anything unusual (sparse, mkldnn, nested, meta,
+        # another device, a lazily negated view a kernel would read unnegated) takes the full path, which checks it
+        # or refuses it. Gradients of the kinds of a record made of earlier gradients proven here (exact
+        # torch.Tensor, strided, contiguous, of their variables' dtypes, sizes and devices, no view) are that again:
+        # one C++ pass, whose dispatch keys and device index tell layouts and devices apart. Before it, what it must
+        # not be given: another class (whose properties may be Python code), a nested tensor (whose strides the
+        # guard's read aborts the process on), a tensor without a storage (sparse, mkldnn: the address read raises).
+        if not (all(map(_is, map(type, grads), repeat(torch.Tensor))) and not any(map(_nested, grads))):
+            return None
+        try:  # (read into an array: what the compiled calls take, ``Ordinary.gradients``)
+            addresses = np.fromiter(map(_address, grads), dtype=np.uint64, count=len(grads))
+        except (RuntimeError, NotImplementedError):
+            return None
         known = kinds is not None and kinds[1] is not None and kinds[1].same(grads)
-        if not known and not (list(map(_dtype, grads)) == self.dtypes and list(map(_shape, grads)) == self.shapes
-                              and plain(grads)):
+        if not known and not (
+                all(map(_is, map(_layout, grads), repeat(_strided)))
+                and (all(map(_on_cpu, grads)) if self.on_cpu else list(map(_device, grads)) == self.devices)
+                and list(map(_dtype, grads)) == self.dtypes and list(map(_shape, grads)) == self.shapes
+                and plain(grads)):
             return None
         # (strided, not nested: contiguity is defined; a gradient read by address must lie inside its storage)
-        addresses = list(map(_address, grads))
-        ends = [a + e if e else 0 for a, e in zip(addresses, self.extents)] if self.empty else \
-            list(map(operator.add, addresses, self.extents))
-        contiguous = (known or all(map(_contiguous, grads))) and inside(grads, ends, self.extents)
+        ends = addresses + self.extents_array
+        if self.empty:
+            ends[self.extents_array == 0] = 0
+        contiguous = (known or all(map(_contiguous, grads))) and inside_ends(grads, ends)
         if contiguous and not known and kinds is not None:
             self.guards = (kinds[0], Kinds.of(grads))
         return _proven(Ordinary.of(pairs, self, grads, addresses if contiguous else None))

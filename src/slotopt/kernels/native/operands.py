@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from operator import add, attrgetter, is_, le
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from . import tensor_table
 
 __all__ = ["in_storage", "within_storage", "is_python_dispatch", "direct", "Held", "Kinds", "direct_type", "plain",
-           "writable_now", "inside", "plain_reads"]
+           "writable_now", "inside", "inside_ends", "plain_reads"]
 
 try:
     from torch.autograd.graph import increment_version as _torch_increment_version
@@ -136,6 +137,17 @@ def inside(tensors: Sequence[torch.Tensor], ends: Sequence[int], extents: Sequen
     return 0 not in bases or all([base != 0 or not extent for base, extent in zip(bases, extents)])
 
 
+def inside_ends(tensors: Sequence[torch.Tensor], ends: np.ndarray) -> bool:
+    """``inside`` with the ends as a uint64 array (``ends[i]``: the end of tensor ``i``'s bytes, 0 when it is empty):
+    the storages' bases and sizes read in two C-level passes into arrays, compared in one vector pass (no Python
+    int arithmetic per tensor)."""
+    storages = list(map(_untyped_storage, tensors))
+    n = len(storages)
+    bases = np.fromiter(map(_storage_ptr, storages), dtype=np.uint64, count=n)
+    limits = bases + np.fromiter(map(_storage_bytes, storages), dtype=np.uint64, count=n)
+    return bool(np.all((ends == 0) | ((bases != 0) & (ends <= limits))))
+
+
 def _readable(tensors: Sequence[torch.Tensor], written: bool) -> bool:
     """Whether a kernel may take every one of ``tensors`` by address (``direct``: kind, contiguity,
     storage bounds, and writability when ``written``), in one C++ pass where the table is built."""
@@ -250,7 +262,9 @@ class Held:
         self.addresses = list(map(_data_ptr, tensors))
         self.dtypes = list(map(_dtype, tensors))
         self.shapes = list(map(_shape, tensors))
-        self.storages = [t.untyped_storage() for t in tensors]
+        # Each storage once (the packed slots of a group are views of one buffer: a storage object per
+        # ``StorageImpl``, so thousands of slots hold a handful): every tensor's storage of now is among those held.
+        self.storages = list({id(s): s for s in map(_untyped_storage, tensors)}.values())
         self.bases = list(map(_storage_ptr, self.storages))
         self.sizes = list(map(_storage_bytes, self.storages))
         #: Their kinds (``Kinds``: class, dtype, sizes, strides, dispatch keys), when the tensors are contiguous and
