@@ -42,7 +42,9 @@ README_INSTALL = [["-m", "pip", "install", "setuptools>=64", "wheel"],
 EXTRAS = "test,keras,tf"
 
 
-ENV = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONNOUSERSITE": "1"}
+# (Without PYTHONPATH: a checkout's src/ on it would pass, to pip in the fresh venv, for an installed slotopt.)
+ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+       "PYTHONNOUSERSITE": "1"}
 
 
 def run(command: list[str], cwd: str, log: list[str], timeout: float = 3600,
