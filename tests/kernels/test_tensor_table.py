@@ -6,7 +6,9 @@ views, which then take the full path). Its other helpers must equal what they re
 ``(p.grad, p)`` list, ``bump_versions`` torch's version bump.
 """
 
+import os
 import random
+import types
 
 import numpy as np
 import pytest
@@ -20,6 +22,20 @@ from slotopt.kernels import native
 from slotopt.kernels.native import tensor_table
 
 pytestmark = pytest.mark.skipif(not tensor_table.active(), reason=str(tensor_table.status()))
+
+
+@pytest.fixture(autouse=True, params=tensor_table.builds() or ["none"])
+def build(request):
+    """Each test runs on every build of the C++ checks that loads here: the source install's and, where one was
+    built for this torch (tools/build_wheel_checks.py, ``make wheel``), the wheel's."""
+    if request.param == "none":
+        yield None
+        return
+    previous = tensor_table.choose(request.param)
+    try:
+        yield request.param
+    finally:
+        tensor_table.choose(previous)
 
 
 def test_the_suite_runs_the_table_built_for_this_torch():
@@ -239,10 +255,13 @@ def test_a_table_built_for_another_torch_is_not_loaded(monkeypatch):
     # refuses it and the Python checks run (``slotopt info`` says why).
     monkeypatch.setattr(tensor_table, "_module", None)
     monkeypatch.setattr(tensor_table, "_load_error", None)
+    monkeypatch.setattr(tensor_table, "_builds", {})
+    monkeypatch.setattr(tensor_table, "_build_name", None)
     monkeypatch.setattr(tensor_table, "_torch_build", lambda: "0.0.0+other")
     tensor_table._load()
     assert not tensor_table.active()
-    assert "rebuild" in tensor_table.status()["reason"] and "0.0.0+other" in tensor_table.status()["reason"]
+    reason = tensor_table.status()["reason"]
+    assert "rebuild" in reason and "0.0.0+other" in reason and "no wheel build for torch 0.0" in reason
     variables = [torch.nn.Parameter(torch.randn(3)) for _ in range(3)]
     opt = slotopt.Adam(learning_rate=0.1, params=variables)
     for _ in range(3):
@@ -687,3 +706,33 @@ def test_a_constraint_set_after_planned_steps_is_applied_and_undone_with_its_ste
     with pytest.raises(ValueError, match="shape"):
         opt.step()
     assert all(torch.equal(a, b) for a, b in zip(before, params))
+
+
+_WHEEL_BUILD = os.path.join(os.path.dirname(tensor_table.__file__), "builds", tensor_table._wheel_tag())
+
+
+@pytest.mark.skipif(not os.path.isdir(_WHEEL_BUILD), reason="no wheel build of the checks for this torch here")
+def test_the_wheel_build_for_this_torch_loads_and_passes_its_check():
+    assert "wheel" in tensor_table.builds()
+    module = tensor_table._builds["wheel"][0]
+    assert tensor_table._verified(module) is None
+    assert tensor_table._release(module.torch_version) == tensor_table._release(tensor_table._torch_build())
+
+
+@pytest.mark.skipif(not os.path.isdir(_WHEEL_BUILD), reason="no wheel build of the checks for this torch here")
+def test_a_build_that_reads_tensors_wrongly_is_not_trusted():
+    # What a build for another patch release would do if that release laid tensors out otherwise: a wrong answer
+    # on a known tensor, and the loader refuses it.
+    module = tensor_table._builds["wheel"][0]
+    wrong = types.SimpleNamespace(**{name: getattr(module, name) for name in dir(module) if not name.startswith("__")})
+    wrong.same_kind = lambda *args: True
+    assert tensor_table._verified(wrong) == "wrong answers from same_kind"
+    wrong.same_kind, wrong.scalar = module.same_kind, lambda tensor: 1 / 0
+    assert tensor_table._verified(wrong).startswith("ZeroDivisionError")
+    assert tensor_table._verified(module) is None
+
+
+def test_no_wheel_build_for_another_torch_minor_version_is_loaded(monkeypatch):
+    monkeypatch.setattr(tensor_table, "_torch_build", lambda: "2.99.0+other")
+    module, why = tensor_table._wheel_build()
+    assert module is None and why.startswith("no wheel build for torch 2.99 (torch2_99_abi")

@@ -8,14 +8,20 @@ bindings; on many small tensors those calls were most of a step. The C++ module 
 themselves, in one pass per list, with exactly the Python path's verdicts (it refuses a few more exotic tensors
 outright: lazily negated or conjugated views and Python-dispatch wrappers, which then take the full path).
 
-The module is built against torch's C++ API, so it is loaded only under the torch it was built for (its version
-and commit are recorded at build time); anywhere else, or with ``SLOTOPT_TENSOR_TABLE=0`` in the environment,
-the Python checks run, with the same results. :func:`use` switches at run time (the tests run both).
+The module is built against torch's C++ API, so a build is loaded only under the torch it was built for. Two
+builds may be there: a source install's (``pip install --no-build-isolation``, against the environment's very
+torch: loaded only under the same version and commit) and a wheel's (``builds/<tag>/``, one per torch minor
+version and C++ ABI, made by tools/build_wheel_checks.py: loaded under the same minor version, and trusted only
+after it gave the known answers on a few tensors). The first that loads runs; :func:`status` says which. Anywhere
+else, or with ``SLOTOPT_TENSOR_TABLE=0`` in the environment, the Python checks run, with the same results.
+:func:`use` switches at run time (the tests run both), :func:`choose` between builds.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import operator
 import os
 from collections.abc import Sequence
@@ -24,7 +30,7 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["active", "use", "status", "make_plan", "fits", "fits_params", "same_tensors", "readable", "bump_versions",
+__all__ = ["active", "use", "status", "builds", "choose", "make_plan", "fits", "fits_params", "same_tensors", "readable", "bump_versions",
            "gradients", "pin", "still", "first_out_of_range", "scalar", "increment", "slices", "slices_fit", "step_mode", "same_kind"]
 
 _module: Any = None
@@ -37,8 +43,74 @@ def _torch_build() -> str:
     return f"{torch.__version__}+{torch.version.git_version}"
 
 
-def _load() -> None:
-    global _module, _load_error
+def _release(build: str) -> str:
+    """``"2.13"`` of ``"2.13.0+cpu+<commit>"``."""
+    return ".".join(build.split("+")[0].split(".")[:2])
+
+
+def _wheel_tag() -> str:
+    """The folder under ``builds/`` of the wheel's checks for this torch (setup.py ``wheel_checks_tag``)."""
+    major, minor = _release(_torch_build()).split(".")
+    return f"torch{major}_{minor}_abi{int(torch.compiled_with_cxx11_abi())}"
+
+
+def _verified(module: Any) -> Optional[str]:
+    """None when ``module`` gives the known answers on a few tensors, else what it got wrong: a build for another
+    patch release of this torch line (or a torch whose tensors are laid out otherwise) is not trusted unproven."""
+    try:
+        t = torch.zeros(4)
+        plan = module.make_plan([t])
+        param = torch.nn.Parameter(torch.zeros(3))
+        param.grad = torch.ones(3)
+        counter = torch.zeros((), dtype=torch.int64)
+        version = counter._version
+        checks = {
+            "make_plan": plan is not None,
+            "same_tensors": module.same_tensors(plan, [t], False) is True
+            and module.same_tensors(plan, [torch.zeros(4)], False) is False,
+            "readable": module.readable([t], True) is True and module.readable([torch.zeros(8)[::2]], False) is False,
+            "scalar": module.scalar(torch.tensor(0.5)) == 0.5
+            and module.scalar(torch.tensor(0.25, dtype=torch.float64)) == 0.25,
+            "same_kind": module.same_kind(t, torch.float32, t.device, (4,)) is True
+            and module.same_kind(t, torch.float64, t.device, (4,)) is False
+            and module.same_kind(t, torch.float32, t.device, (5,)) is False,
+            "first_out_of_range": module.first_out_of_range(torch.tensor([0, 2, 7]), 5) == 2,
+            "gradients": [tuple(map(id, pair)) for pair in module.gradients([param, torch.nn.Parameter(
+                torch.zeros(2))])] == [(id(param.grad), id(param))],
+            "increment": module.increment(counter) is True and int(counter) == 1 and counter._version > version,
+        }
+    except Exception as error:  # (a build that cannot answer is not trusted either)
+        return f"{type(error).__name__}: {error}"
+    wrong = [name for name, right in checks.items() if not right]
+    return f"wrong answers from {', '.join(wrong)}" if wrong else None
+
+
+def _wheel_build() -> tuple[Any, str]:
+    """The wheel's checks for this torch and Python (``builds/<tag>/``), verified, or None and why not."""
+    tag = _wheel_tag()
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "builds", tag)
+    paths = [os.path.join(folder, "_tensor_table" + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    path = next((path for path in paths if os.path.isfile(path)), None)
+    if path is None:
+        have = sorted(os.listdir(os.path.dirname(folder))) if os.path.isdir(os.path.dirname(folder)) else []
+        return None, f"no wheel build for torch {_release(_torch_build())} ({tag}; this wheel has {have or 'none'})"
+    try:
+        spec = importlib.util.spec_from_file_location(f"{__package__}.builds.{tag}._tensor_table", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError as error:
+        return None, f"the wheel build for torch {_release(_torch_build())} does not load ({error})"
+    if _release(module.torch_version) != _release(_torch_build()):
+        return None, f"the wheel build in {tag} is for torch {module.torch_version}"
+    problem = _verified(module)
+    if problem is not None:
+        return None, (f"the wheel build for torch {module.torch_version} failed its check under "
+                      f"{_torch_build()} ({problem})")
+    return module, f"the wheel's build for torch {_release(module.torch_version)} (built against {module.torch_version})"
+
+
+def _source_build() -> tuple[Any, str]:
+    """The checks a source install built against this torch, or None and why not."""
     try:
         # (by name: an import statement of this package's own module reads, to the layout check, as a circle)
         built = importlib.import_module(f"{__package__}._tensor_table")
@@ -50,15 +122,57 @@ def _load() -> None:
                 why = f"not built: {record.read(2000).strip()}"
         except OSError:
             pass
-        _load_error = (f"{why}; `pip install --no-build-isolation` from a source checkout builds it against the "
-                       "torch of the environment; the checks run in Python")
-        return
+        return None, f"source build {why}"
     if built.torch_version != _torch_build():
-        _load_error = (f"built for torch {built.torch_version}, this is {_torch_build()}: rebuild slotopt from its "
-                       "source against this torch (`pip install --no-build-isolation --force-reinstall --no-deps "
-                       "<checkout>`); the checks run in Python meanwhile")
-        return
-    _module = built
+        return None, (f"source build for torch {built.torch_version}, this is {_torch_build()}: rebuild slotopt "
+                      "from its source against this torch (`pip install --no-build-isolation --force-reinstall "
+                      "--no-deps <checkout>`)")
+    return built, f"source build, for this torch ({built.torch_version})"
+
+
+_builds: dict[str, Any] = {}  # the builds that loaded: "source", "wheel"
+_build_name: Optional[str] = None
+
+
+def _load(everything: bool = False) -> None:
+    """The source install's build where it is for this torch, else the wheel's for this torch minor version (with
+    ``everything``, the other one too where it loads, for :func:`choose`)."""
+    global _module, _load_error, _build_name
+    reasons = []
+    for name, find in (("source", _source_build), ("wheel", _wheel_build)):
+        if name in _builds or (_builds and not everything):
+            continue
+        module, why = find()
+        if module is None:
+            reasons.append(why)
+            continue
+        _builds[name] = (module, why)
+    if _build_name is None and _builds:
+        _build_name = next(iter(_builds))
+        _module = _builds[_build_name][0]
+    elif not _builds:
+        _load_error = "; ".join(reasons) + "; the checks run in Python"
+
+
+def builds() -> list[str]:
+    """The builds of the C++ checks that loaded for this torch and Python, the one in use first: ``"source"``
+    (a source install's, built against this very torch) and ``"wheel"`` (the wheel's, for this minor version)."""
+    _load(everything=True)
+    return sorted(_builds, key=lambda name: name != _build_name)
+
+
+def choose(name: str) -> str:
+    """Runs the checks of build ``name`` (one of :func:`builds`) from now on; returns the one it replaces.
+
+    >>> choose(builds()[0]) in builds() if builds() else True
+    True
+    """
+    global _module, _build_name
+    if name not in _builds:
+        raise ValueError(f"no {name!r} build of the C++ checks loaded here (loaded: {builds()})")
+    previous, _build_name = _build_name, name
+    _module = _builds[name][0]
+    return previous
 
 
 def active() -> bool:
@@ -80,12 +194,13 @@ def use(on: bool) -> bool:
 
 
 def status() -> dict[str, Any]:
-    """``{"active", "reason"}``: whether the C++ checks run, and why not."""
+    """``{"active", "reason"}``: whether the C++ checks run, and why not; with ``"build"`` (``"source"`` or
+    ``"wheel"``) when they run."""
     if _module is None:
         return {"active": False, "reason": _load_error or "unavailable"}
     if not _enabled:
         return {"active": False, "reason": "turned off (SLOTOPT_TENSOR_TABLE=0 or use(False))"}
-    return {"active": True, "reason": f"built for this torch ({_module.torch_version})"}
+    return {"active": True, "build": _build_name, "reason": _builds[_build_name][1]}
 
 
 def make_plan(variables: list[torch.Tensor]) -> Any:
