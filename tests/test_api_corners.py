@@ -174,3 +174,23 @@ def test_gradients_applied_to_a_computed_tensor_raise_not_implemented_error(gene
         assert str(error).startswith(_compared_part(real["message"]))
     assert torch.equal(computed.detach(), before)
     assert generation == "v1" or int(opt.iterations) == 0
+
+
+@pytest.mark.parametrize("face", ["keras3", "legacy", "v1"])
+def test_a_computed_tensor_as_a_parameter_is_refused_as_torch_refuses_it(face):
+    # torch.optim: ValueError("can't optimize a non-leaf Tensor") at construction and in add_param_group; a
+    # non-leaf that retains its gradient is taken, as torch takes it
+    make = {"keras3": slotopt.SGD, "legacy": legacy.SGD, "v1": v1.GradientDescentOptimizer}[face]
+    leaf = torch.nn.Parameter(torch.ones(2))
+    computed = leaf * 2.0
+    with pytest.raises(ValueError, match=r"^can't optimize a non-leaf Tensor: params entry 0"):
+        make([computed], lr=0.1)
+    with pytest.raises(ValueError, match="can't optimize a non-leaf Tensor"):
+        torch.optim.SGD([computed], lr=0.1)
+    opt = make([leaf], lr=0.1)
+    with pytest.raises(ValueError, match=r"^can't optimize a non-leaf Tensor: param_group\['params'\] entry 0"):
+        opt.add_param_group({"params": [leaf * 3.0]})
+    assert [len(g["params"]) for g in opt.param_groups] == [1]
+    kept = leaf * 2.0
+    kept.retain_grad()
+    assert make([kept], lr=0.1).param_groups[0]["params"][0] is kept

@@ -36,7 +36,7 @@ from . import limits
 __all__ = ["HyperparameterTypeError", "Range", "RANGES", "FLAGS", "OPTIONAL", "SCHEDULED", "ANY", "NONNEGATIVE", "POSITIVE", "NONPOSITIVE", "UNIT", "UNIT_OPEN",
            "as_number", "check_number", "check_flag", "check_integer", "check_value", "check_values", "check_result", "range_of",
            "check_pairs", "two_tuples", "check_variable", "check_config_dict", "NOT_CALLABLE", "check_callable_allowed",
-           "check_tensor_list", "check_regex_list", "check_step_count", "check_name", "check_no_argument_callable",
+           "check_tensor_list", "check_leaf", "check_regex_list", "check_step_count", "check_name", "check_no_argument_callable",
            "check_argument_types"]
 
 
@@ -259,6 +259,14 @@ def check_variable(variable: Any, where: str) -> torch.Tensor:
         raise TypeError(f"The variable at `{where}` must be a tensor (e.g. a torch.nn.Parameter or a "
                         f"slotopt.Variable). Received: {variable!r} (of type {type(variable).__name__})")
     return variable
+
+
+def check_leaf(tensor: torch.Tensor, where: str) -> None:
+    """torch.optim's refusal of a computed tensor as a parameter (its text first): updating it would change a
+    value of the graph, not a parameter (TensorFlow refuses to update a ``tf.Tensor`` likewise)."""
+    if not (tensor.is_leaf or tensor.retains_grad):
+        raise ValueError(f"can't optimize a non-leaf Tensor: {where} is computed from other tensors "
+                         f"(grad_fn={type(tensor.grad_fn).__name__}); optimize the leaf it comes from.")
 
 
 def check_config_dict(config: Any) -> None:

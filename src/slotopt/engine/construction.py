@@ -53,6 +53,9 @@ class BuildsOnParams(type):
         _check_nesting(cls, args, kwargs)
         # torch's ``lr``/``betas`` and implementation flags; ``eps`` and ``differentiable=True`` refused
         flags, kwargs = torch_arguments.translate_with_flags(cls, args, kwargs)
+        for i, tensor in enumerate(_tensors(params) or ()):  # torch.optim's check, before anything is built
+            if isinstance(tensor, torch.Tensor):
+                checks.check_leaf(tensor, f"params entry {i}")
         checks.check_argument_types(cls.__init__, args, kwargs, cls._optional_arguments, cls._own_argument_checks)
         optimizer = super().__call__(*args, **kwargs)
         checks.check_name(optimizer.__dict__.get("name", optimizer.__dict__.get("_name")))  # given by position

@@ -18,7 +18,7 @@ import torch
 from ..kernels import rows as sparse_rows
 from ..kernels.native import tensor_table
 from ..variables import IndexedSlices, named_variables, variable_name
-from . import adopt, checks, distributed, group_sync, plan_cache, shards
+from . import adopt, checks, distributed, group_sync, plan_cache, shards, torch_arguments
 from .construction import BuildsOnParams, check_gradient_aggregator, is_parameters
 from .eager import outside_dynamo
 from .group_sync import check_param_groups
@@ -175,6 +175,9 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
         return positions
 
     def _register_named(self, named: list[tuple[str, torch.Tensor]]) -> list[int]:
+        flags = self.__dict__.get("_torch_flags")
+        if flags:  # capturable=True: checked on every variable that joins, not only those of the constructor
+            torch_arguments.check_capturable(self, flags, [var for _, var in named])
         positions = []
         for name, var in named:
             pos = self._var_index.get(id(var))

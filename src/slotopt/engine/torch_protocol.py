@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..kernels.native import tensor_table
-from . import group_sync, state_io, torch_arguments
+from . import checks, group_sync, state_io, torch_arguments
 from .eager import outside_dynamo
 from .group_sync import TorchName, _as_number, is_param_group_list, torch_names_for
 from .state_io import CLASS_KEY
@@ -258,6 +258,7 @@ class TorchProtocol(torch.optim.Optimizer):
             tensor = p[1] if isinstance(p, tuple) else p
             if not isinstance(tensor, torch.Tensor):
                 raise TypeError(f"Argument `param_group['params']` entry {i} is not a tensor: {p!r}")
+            checks.check_leaf(tensor, f"param_group['params'] entry {i}")
             if id(tensor) in seen:
                 raise ValueError(
                     f"Argument `param_group['params']` entry {i} ({name or 'a tensor'}) is already in a parameter "
