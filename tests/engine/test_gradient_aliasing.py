@@ -3,7 +3,7 @@ bits on the compiled and foreach paths (the foreach kernels decay the whole vari
 the update; the compiled kernel reads each gradient element before decaying it), and a gradient overlapping its
 variable at another offset gave different bits under every rule. Now a gradient that is exactly its variable's
 memory is read as the value it had when the step began, on every path (TensorFlow's gradients are values), and one
-that overlaps it otherwise is refused with nothing written (engine/aliasing.py)."""
+that overlaps it otherwise is refused with nothing written (engine/proof/aliasing.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import slotopt
-from slotopt.engine.aliasing import overlap
+from slotopt.engine.proof.aliasing import overlap
 from slotopt.engine.routing import optimizer_weights
 from slotopt.kernels import native
 

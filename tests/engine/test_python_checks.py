@@ -14,7 +14,7 @@ from _kernel_paths import ALL_PATHS, on_path, path_id
 import slotopt
 from slotopt.engine import plan as plan_module
 from slotopt.engine.plan import Ordinary, StepPlan, collections, quiet_now
-from slotopt.engine.unchanged import proven_again
+from slotopt.engine.proof.unchanged import proven_again
 from slotopt.kernels.native import tensor_table
 
 PATHS = ALL_PATHS

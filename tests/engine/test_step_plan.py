@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import slotopt
-from slotopt.engine import validation
 from slotopt.engine.plan import Ordinary
+from slotopt.engine.proof import validation
 
 
 def make(n=6, shape=(3, 4), dtype=torch.float32):

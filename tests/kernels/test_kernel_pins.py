@@ -128,7 +128,7 @@ def test_still_proves_an_ordinary_step_unchanged_in_one_pass():
     since, or a gradient replaced in the pair list, does not (``fits`` then runs again and the step is refused)."""
     if not tensor_table.active():
         pytest.skip("the C++ checks are not built for this torch")
-    from slotopt.engine.unchanged import _still
+    from slotopt.engine.proof.unchanged import _still
 
     variables = [torch.randn(6) for _ in range(3)]
     opt = slotopt.Adam(learning_rate=0.1)

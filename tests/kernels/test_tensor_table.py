@@ -16,8 +16,8 @@ import torch
 
 import slotopt
 from slotopt import legacy, v1
-from slotopt.engine import validation
 from slotopt.engine.plan import StepPlan
+from slotopt.engine.proof import validation
 from slotopt.kernels import native
 from slotopt.kernels.native import tensor_table
 

@@ -43,7 +43,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from . import resume, weights
+from . import resume
+from .proof import weights
 
 __all__ = ["Loans", "fingerprint", "Offer", "slot_keys", "offer_by_keys", "offer", "offered", "take", "fill_packed",
            "taken_fill", "check", "assign", "same_memory"]

@@ -5,7 +5,7 @@ A face (Keras 3, legacy, TF1) subclasses this and declares its step as data (``_
 owns no algorithm: it keeps track of the variables it was given, stores their state ("slots") keyed by the
 variable's position, and groups variables by (device, dtype) for multi-tensor kernels. Its other parts are mixins
 of their own modules: construction (engine/construction.py), FSDP2 shards (engine/shards.py), the plan cache
-(engine/plan_cache.py), gradient validation (engine/validation.py) and constraints (engine/constraints.py).
+(engine/plan_cache.py), gradient validation (engine/proof/validation.py) and constraints (engine/constraints.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from .eager import outside_dynamo
 from .group_sync import check_param_groups
 from .pipeline import Step, aggregate_gradients, transform_unaggregated_gradients
 from .plan import Pair, StepPlan
+from .proof.validation import is_plain_gradient
 from .torch_protocol import TorchProtocol, is_param_group_list
-from .validation import is_plain_gradient
 
 __all__ = ["OptimizerCore", "Pairs", "Pair", "count_step", "BuildsOnParams", "is_parameters",
            "check_gradient_aggregator", "is_plain_gradient"]
@@ -280,7 +280,7 @@ class OptimizerCore(TorchProtocol, metaclass=BuildsOnParams):
     def _set_slot(self, slot_name: str, pos: int, tensor: torch.Tensor) -> None:
         self._slots.setdefault(slot_name, {})[pos] = tensor
         # The kind the slot was made with: a slot resized or re-typed in place is refused before a step writes
-        # (engine/unchanged.py).
+        # (engine/proof/unchanged.py).
         self.__dict__.setdefault("_slot_kinds", {})[(slot_name, pos)] = (tensor.dtype, tensor.shape)
         # What ``del opt.state[p]`` writes back (engine/resume.py): one number for a constant-filled slot (for a
         # slot taken from a file, engine/adopt.py, the number the face would have filled it with).

@@ -11,7 +11,7 @@ is a different stage in the tuple, or a parameter of one. Three markers of the f
   ``AFTER`` see); a stage from there on that returns None or nothing (an accumulate-only call) ends the update;
 * ``first_write(evaluate)``: this update's values are evaluated (``evaluate(opt)``: a schedule's learning rate,
   callable hyperparameters; it may return the function that puts them back after the update), then everything
-  the step checked is proven again before its first write (engine/unchanged.py); the stages from there to
+  the step checked is proven again before its first write (engine/proof/unchanged.py); the stages from there to
   ``AFTER`` run once per parameter group with its own hyperparameters (one partition per such group);
 * ``AFTER``: the stages after it see the call's pairs (constraints, moving averages, the step count). ``result(opt)``
   is what the call returns.
@@ -37,7 +37,7 @@ from ..variables import IndexedSlices
 from . import capture, distributed
 from .eager import outside_dynamo
 from .plan import Pairs, proof_mark
-from .unchanged import proven_again
+from .proof.unchanged import proven_again
 from .writing import atomic
 from .writing.undo import StepValues, constrained_step, guarded
 

@@ -92,7 +92,7 @@ class Pairs(list):  # type: ignore[type-arg]
     proof: int = -1
     #: Set by the step that proved it (``plan_cache._ordinary``) where no code but slotopt's own can run until its
     #: first write (``quiet_now``): the cyclic collector's count of collections then, else None. ``proven_again``
-    #: then need not prove it again (engine/unchanged.py).
+    #: then need not prove it again (engine/proof/unchanged.py).
     quiet: Optional[int] = None
     #: Whether its slots were proven by the Python record (``unchanged.slots_hold``) in this step: 0 no, 1 yes, 2 yes
     #: with their contiguity and kind (``Held.whole``).
@@ -352,7 +352,7 @@ class StepPlan:
 
     def fits(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
         """``pairs`` as an ``Ordinary`` step of this plan, or None (see the module docstring)."""
-        self.memo.pop("held", None)  # (a quiet step's mark for its slots, engine/unchanged.py: that step is over)
+        self.memo.pop("held", None)  # (a quiet step's mark for its slots, engine/proof/unchanged.py: that step is over)
         if self.table is not None and tensor_table.active():
             checked = tensor_table.fits(self.table, pairs)
             if checked is None:

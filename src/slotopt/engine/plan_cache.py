@@ -10,8 +10,8 @@ from typing import Optional
 
 import torch
 
-from . import unchanged
 from .plan import Ordinary, Pair, Pairs, StepPlan, pairs_of, plan_of, quiet_now
+from .proof import unchanged
 from .writing import atomic
 
 __all__ = ["current_plan", "planned_step"]
@@ -25,7 +25,7 @@ def _ordinary(self, pairs: Sequence[Pair], since: Optional[tuple[int, int]] = No
     proven in it (after the mark), by a step where only slotopt's own code runs until the first write
     (``plan.quiet_now``, ``atomic.may_run_user_code``: no callable, schedule, transformer or subclass hook) inside
     its uninterrupted part (``atomic.held``), is marked ``quiet``: ``proven_again`` need not prove it again, as
-    long as the cyclic collector has not run since the mark (engine/unchanged.py)."""
+    long as the cyclic collector has not run since the mark (engine/proof/unchanged.py)."""
     pairs = pairs_of(pairs)
     if pairs.plan is None and len(pairs) >= 2 and self._plans_steps and StepPlan.possible(self, pairs):
         # (read back from a local: another thread resetting the optimizer's state meanwhile drops ``self._plan``)

@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import weights
 from .plan import plan_of
+from .proof import weights
 from .writing import atomic
 from .writing.transaction import copy_values, put_values
 

@@ -40,12 +40,12 @@ from . import (
     shards,
     sparse_pass,
     summation,
-    validation,
 )
 from . import constants as K
 from .core import Pair, count_step
 from .pipeline import Call
 from .plan import GradientsByPosition, Ordinary, Pairs, plan_of
+from .proof import validation
 
 __all__ = ["rounds", "overwrites_with_gradient", "check_update_kernels"]
 

@@ -21,7 +21,6 @@ from ..engine import (
     pipeline,
     plan_cache,
     stages,
-    validation,
 )
 from ..engine import constants as K
 from ..engine.core import OptimizerCore, Pair, Pairs
@@ -29,6 +28,7 @@ from ..engine.eager import outside_dynamo
 from ..engine.naming import unique_name
 from ..engine.pipeline import Step, run_step
 from ..engine.plan import plan_of
+from ..engine.proof import validation
 from ..engine.state import FlatState
 from ..engine.writing import transaction
 from ..kernels import rows as sparse_rows

@@ -9,9 +9,10 @@ from typing import Any, Optional
 
 import torch
 
-from ..engine import limits, loss_scaling, pipeline, plan_cache, registry, shards, state_io, validation
+from ..engine import limits, loss_scaling, pipeline, plan_cache, registry, shards, state_io
 from ..engine.composed import WrapsInnerOptimizer
 from ..engine.core import Pair, count_step
+from ..engine.proof import validation
 from ..engine.writing import transaction
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse
 from .hyperparameters import is_number

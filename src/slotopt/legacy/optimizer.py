@@ -35,12 +35,12 @@ from ..engine import (
     plan_cache,
     shards,
     summation,
-    validation,
 )
 from ..engine.core import OptimizerCore, Pair, check_gradient_aggregator, count_step
 from ..engine.naming import unique_name
 from ..engine.pipeline import Call, Step, run_step
 from ..engine.plan import Ordinary, plan_of
+from ..engine.proof import validation
 from ..variables import IndexedSlices, Variable, named_variables
 from . import hyperparameters, torch_hooks, updates
 from . import weights as slot_weights

@@ -22,7 +22,7 @@ import torch
 
 from ..engine import adopt, checks, state_io
 from ..engine import constants as K
-from ..engine import weights as weights_io
+from ..engine.proof import weights as weights_io
 from ..engine.state import constant_fill
 from ..engine.writing import transaction
 from ..variables import Variable, variable_name

@@ -19,11 +19,12 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..engine import checks, limits, registry, state_io, validation
+from ..engine import checks, limits, registry, state_io
 from ..engine.composed import ComposesOptimizers
 from ..engine.core import is_plain_gradient
 from ..engine.eager import outside_dynamo
 from ..engine.group_sync import check_param_groups, group_shares
+from ..engine.proof import validation
 from ..engine.routing import (
     Routes,
     aggregation_options,

@@ -31,13 +31,12 @@ from ..engine import (
     pipeline,
     plan_cache,
     state_io,
-    unchanged,
-    validation,
 )
 from ..engine.core import OptimizerCore, Pair, Pairs, count_step
 from ..engine.eager import outside_dynamo
 from ..engine.pipeline import Call, Step, run_step
 from ..engine.plan import plan_of
+from ..engine.proof import unchanged, validation
 from ..engine.writing import transaction
 from ..variables import IndexedSlices, Variable, as_indexed_slices, is_sparse, variable_name
 from . import hooks, torch_hooks

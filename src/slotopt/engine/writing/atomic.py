@@ -15,7 +15,7 @@ step runs:
 
 Both cost about a microsecond per step (``_signal`` directly: ``signal.signal``'s enum conversion costs more than
 the call), nothing per tensor. What the step calls itself (a learning-rate callable, a gradient transformer, a
-subclass's hook) runs as usual; whatever it changes is re-proven before the first write (engine/unchanged.py's
+subclass's hook) runs as usual; whatever it changes is re-proven before the first write (engine/proof/unchanged.py's
 ``proven_again``), and a composite whose later optimizer may raise in such code after an earlier one wrote keeps
 the values to put back (engine/writing/undo.py).
 

@@ -8,7 +8,7 @@ storage, which is freed while the kernel still writes into it (a use after free)
 each operand's storage, under the GIL, and proves in the same call that every address the kernel will take lies,
 with its elements, inside the storage held; the kernel runs while the returned object lives.
 
-A step is proven against its plan before its first write (``engine/unchanged.py``), but another thread may run
+A step is proven against its plan before its first write (``engine/proof/unchanged.py``), but another thread may run
 between that proof and a call (the GIL is handed over between any two bytecodes): an operand whose storage was let
 go meanwhile fails ``pin`` (its address is no longer inside its tensor's storage), and the call raises ``Moved``
 with nothing of it written. (Not torch's ops instead: they would run without the GIL on a tensor the other thread

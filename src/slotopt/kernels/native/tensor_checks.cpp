@@ -72,7 +72,7 @@ PyObject* first_out_of_range(PyObject*, PyObject* args) {
 }
 
 // slices_fit(values, indices, dense_shape, variable) -> True when slices with these parts fit ``variable`` as
-// ``engine/validation.py``'s ``check_gradient`` requires (rows of the variable's row shape, floating values (of
+// ``engine/proof/validation.py``'s ``check_gradient`` requires (rows of the variable's row shape, floating values (of
 // the variable's dtype for a complex one) on its device, integer indices all inside the table, a dense shape that is
 // None or the variable's), read in one call; None when this cannot tell (anything
 // else: the Python checks then decide, and raise where they must). Never False: a refusal is Python's to word.
@@ -107,7 +107,7 @@ PyObject* slices_fit(PyObject*, PyObject* args) {
 // same_kind(variable, dtype, device, shape) -> True when the variable still has this torch.dtype, torch.device
 // and shape (a tuple of ints, e.g. torch.Size), False when it surely has not, None when this cannot tell (the
 // caller compares in Python). What the optimizer recorded when it built a variable's state is checked on every
-// step (``engine/unchanged.py``'s ``check_variables_unchanged``).
+// step (``engine/proof/unchanged.py``'s ``check_variables_unchanged``).
 PyObject* same_kind(PyObject*, PyObject* args) {
   PyObject *variable_object, *dtype_object, *device_object, *shape_object;
   if (!PyArg_ParseTuple(args, "OOOO", &variable_object, &dtype_object, &device_object, &shape_object))
@@ -341,7 +341,7 @@ PyObject* pin(PyObject*, PyObject* args) {
 }
 
 // still(plan, pairs, grads, addresses) -> True when the pairs of an ordinary step that ``fits`` proved at the step's
-// start are still exactly that (engine/unchanged.py's ``proven_again``, just before the first write): each item the
+// start are still exactly that (engine/proof/unchanged.py's ``proven_again``, just before the first write): each item the
 // same 2-tuple of ``grads[i]`` and the plan's variable, the variable of its recorded address, dtype, device and sizes,
 // contiguous, inside its storage and writable, the gradient an exact dense torch.Tensor of the variable's dtype,
 // sizes and device, and, where ``addresses`` (the address of a uint64 array of one address per gradient, or 0: some

@@ -8,7 +8,7 @@ compiled kernel element by element inside the update), and a gradient that start
 storage is overwritten under any rule's one pass. The two kernel paths then give different bits, and neither the
 bits of the reference.
 
-So just before the first write (engine/unchanged.py's ``proven_again``), a gradient that is exactly its variable's
+So just before the first write (engine/proof/unchanged.py's ``proven_again``), a gradient that is exactly its variable's
 memory (same address, sizes and strides), or that shares memory with another variable of the step (two parameters'
 gradients swapped: ``p1.grad = p2.data``), is replaced by a copy of itself, taken then: every path computes with
 the value it had, as TensorFlow does. A gradient that overlaps its variable otherwise is almost certainly a mistake (a
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .plan import Ordinary, Pairs, is_python_dispatch
+from ..plan import Ordinary, Pairs, is_python_dispatch
 
 __all__ = ["unaliased", "overlap"]
 

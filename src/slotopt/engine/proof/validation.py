@@ -10,11 +10,12 @@ from typing import Any, Callable, Union
 
 import torch
 
-from ..kernels import rows as sparse_rows
-from ..kernels.native import tensor_table
-from ..variables import IndexedSlices, as_indexed_slices, is_integer_dtype, is_sparse
-from . import plan_cache, unchanged
-from .plan import Pair
+from ...kernels import rows as sparse_rows
+from ...kernels.native import tensor_table
+from ...variables import IndexedSlices, as_indexed_slices, is_integer_dtype, is_sparse
+from .. import plan_cache
+from ..plan import Pair
+from . import unchanged
 
 __all__ = ["is_plain_gradient", "checked_pairs", "check_gradient", "dense"]
 

@@ -3,7 +3,7 @@ every entry is converted and checked against its target first, and only then is 
 
 Example:
     >>> import torch
-    >>> from slotopt.engine import weights
+    >>> from slotopt.engine.proof import weights
     >>> targets = [torch.zeros(2), torch.zeros(())]
     >>> values = weights.checked_values(targets, [[1, 2], 3.0])
     >>> weights.assign_values(targets, values)
@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from . import resume
+from .. import resume
 
 __all__ = ["checked_values", "checked_entry", "entries", "as_numbers", "assign_values", "count_error", "keras_shape_error", "arrays"]
 

@@ -15,11 +15,11 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..kernels.native import tensor_table
-from ..kernels.native.operands import Held
+from ...kernels.native import tensor_table
+from ...kernels.native.operands import Held
+from ..plan import Ordinary, Pair, Pairs, collections, is_python_dispatch, within_storage
+from ..writing.undo import plain_tensor_type
 from .aliasing import unaliased
-from .plan import Ordinary, Pair, Pairs, collections, is_python_dispatch, within_storage
-from .writing.undo import plain_tensor_type
 
 __all__ = ["slots_hold", "check_slots", "check_writable", "check_variables_unchanged", "proven_again"]
 
@@ -111,7 +111,7 @@ def check_writable(opt: Any, pairs: Sequence[Pair]) -> None:
 def check_variables_unchanged(self, pairs: Sequence[Pair]) -> None:
     """A variable whose dtype, device or shape changed since its state was made (``model.double()`` after
     the build) would be updated with state of the old kind: refused, as ``torch.optim`` refuses it. So is a
-    variable no kernel may write, and a slot changed in kind (engine/unchanged.py)."""
+    variable no kernel may write, and a slot changed in kind (engine/proof/unchanged.py)."""
     check_writable(self, pairs)
     check_slots(self)
     kinds = self.__dict__.get("_var_kinds")
@@ -138,7 +138,7 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
     address read before such code ran. An ordinary step is proven again in one pass (its plan's ``fits``: the
     gradients' addresses are read anew), any other step has its variables' kinds, its dense gradients' shapes and
     its variables' storage checked again. Raises, with nothing written, when something changed. A gradient that is
-    its variable's own memory is copied then, one that overlaps it otherwise refused (engine/aliasing.py). An
+    its variable's own memory is copied then, one that overlaps it otherwise refused (engine/proof/aliasing.py). An
     ordinary step marked ``quiet`` (``plan_cache._ordinary``: proven in this step, where no code but slotopt's own
     could run since) is not proven a second time, as long as no collection ran since.
 
@@ -159,7 +159,7 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
         if again is None:
             raise RuntimeError(_moved(opt, pairs) + " Nothing was written; step again.")
         pairs.grads, pairs.grad_addresses = again.grads, again.grad_addresses
-        return unaliased(opt, pairs)  # (a gradient that is its variable's memory: read as it was, engine/aliasing.py)
+        return unaliased(opt, pairs)  # (a gradient that is its variable's memory: read as it was, engine/proof/aliasing.py)
     if "_var_kinds" not in opt.__dict__:  # (a wrapper: the optimizer it wraps proves its own step)
         return pairs
     check_variables_unchanged(opt, pairs)
