@@ -2,7 +2,7 @@
 reverse). TensorFlow reads every gradient as a value before any write; the compiled kernel updated ``p1`` and then
 read ``p2``'s gradient from ``p1``'s new values, so the compiled and foreach paths gave different bits. Now such a
 gradient is copied just before the first write, as one that is its own variable's memory is
-(engine/aliasing.py), and every path computes the values' result."""
+(engine/proof/aliasing.py), and every path computes the values' result."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from _kernel_paths import ALL_PATHS, on_path, path_id
 
 import slotopt
-from slotopt.engine.aliasing import _candidates
+from slotopt.engine.proof.aliasing import _candidates
 from slotopt.engine.routing import optimizer_weights
 
 OPTIMIZERS = {
