@@ -145,6 +145,10 @@ def step(opt: Any) -> Iterator[None]:
     capturable optimizer, its rules' launches made with their scalars on the device."""
     check(opt)
     if not _capturable(opt) or refusal(opt) is not None:
+        if capturing():  # (refusal(opt) is None here: check passed)
+            raise CaptureRefused(f"A step of {_name(opt)} cannot be captured in a CUDA graph: it was constructed "
+                                 "with `capturable=False` (its scalars are launch arguments a graph would replay "
+                                 "frozen). Run the step outside `torch.cuda.graph`.")
         yield
         return
     if capturing() and not opt.__dict__.get("_capturable_groups"):
