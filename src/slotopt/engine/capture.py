@@ -139,17 +139,6 @@ def _capturable(opt: Any) -> bool:
     return bool(flags.get("capturable")) or (capturing() and flags.get("capturable") is not False)
 
 
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NOTHING = _Nothing()  # (the common step's frame: no generator made per step)
-
-
 class _OnDevice:
     """A capturable step's frame: its rules' launches made by ``launcher`` (``native.capturable_launcher``)."""
 
@@ -163,16 +152,19 @@ class _OnDevice:
         native.capturable_launcher(self.previous)
 
 
-def step(opt: Any) -> Any:
-    """The frame of one step (a context manager): a capture refused before anything is written (:func:`check`),
-    and, for a capturable optimizer, its rules' launches made with their scalars on the device."""
+def step(opt: Any) -> Optional[_OnDevice]:
+    """The frame of one step: a capture refused before anything is written (:func:`check`), and, for a
+    capturable optimizer, a context manager in which its rules' launches are made with their scalars on the
+    device (None for any other step: nothing to enter)."""
+    if not capturing() and not (opt.__dict__.get("_torch_flags") or {}).get("capturable"):
+        return None  # the common step: one look
     check(opt)
     if not _capturable(opt) or refusal(opt, dtypes=False) is not None:  # (no Python per variable per step)
         if capturing():  # (refusal(opt) is None here: check passed)
             raise CaptureRefused(f"A step of {_name(opt)} cannot be captured in a CUDA graph: it was constructed "
                                  "with `capturable=False` (its scalars are launch arguments a graph would replay "
                                  "frozen). Run the step outside `torch.cuda.graph`.")
-        return _NOTHING
+        return None
     if capturing() and not opt.__dict__.get("_capturable_groups"):
         raise CaptureRefused(f"A step of {_name(opt)} cannot be captured in a CUDA graph: no capturable step ran "
                              "before the capture (its device scalars are made by the first one: construct it with "
