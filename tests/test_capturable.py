@@ -250,3 +250,18 @@ def test_the_step_scalar_kernels_compile_for_a_hopper_gpu_without_contraction(mo
     ptx = compiled.asm["ptx"]
     assert not re.search(r"\bfma\.", ptx) and "approx" not in ptx
     assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx and "cvt.rn.f32.f64" in ptx
+
+
+def test_capturable_is_the_default_during_a_capture_and_false_refuses_it(monkeypatch):
+    ws, opt = _model(slotopt.SGD, {"learning_rate": 0.1}, None)  # (not given: torch's default)
+    off_ws, off = _model(slotopt.SGD, {"learning_rate": 0.1}, False)
+    for w, g in zip([*ws, *off_ws], _gradients(ws, 0) * 2):
+        w.grad = g
+    opt.step()
+    off.step()  # uncaptured: the host path for both
+    assert not opt.__dict__.get("_capturable_groups")
+    monkeypatch.setattr(capture, "capturing", lambda: True)
+    with pytest.raises(capture.CaptureRefused, match=r"slotopt\.SGD .*construct it with `capturable=True`"):
+        opt.step()  # taken as capturable, but no capturable step made its device scalars
+    with pytest.raises(capture.CaptureRefused, match=r"slotopt\.SGD .*constructed with `capturable=False`"):
+        off.step()

@@ -27,10 +27,9 @@ replays the device's count is ahead (:func:`device_step`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import torch
@@ -86,9 +85,10 @@ def _on_device(t: torch.Tensor) -> bool:
     return t.device.type == "cuda" or (t.device.type == "cpu" and _interpreting())
 
 
-def refusal(opt: Any) -> Optional[str]:
+def refusal(opt: Any, dtypes: bool = True) -> Optional[str]:
     """Why the steps of ``opt`` cannot be captured in a CUDA graph, or None where they can. The message names
-    the optimizer and the class, option or dtype in the way."""
+    the optimizer and the class, option or dtype in the way (``dtypes=False``: the variables' dtypes not looked
+    at, a loop over them; each group's launch checks its own)."""
     name = _name(opt)
     if name not in CAPTURABLE or isinstance(opt, type):
         return (f"{name}: its step computes the learning rate, the iteration count and the per-step scalars on "
@@ -110,7 +110,7 @@ def refusal(opt: Any) -> Optional[str]:
         value = getattr(opt, option, None)
         if value and not (option.endswith("clipnorm") and value <= 0):
             return f"{name}: `{option}={value!r}`: {why}"
-    for v in getattr(opt, "_trainable_variables", ()):
+    for v in getattr(opt, "_trainable_variables", ()) if dtypes else ():
         if v.dtype != torch.float32:
             return f"{name}: a {v.dtype} variable ({getattr(v, 'path', '?')}): capturable steps are float32"
     return None
@@ -139,25 +139,38 @@ def _capturable(opt: Any) -> bool:
     return bool(flags.get("capturable")) or (capturing() and flags.get("capturable") is not False)
 
 
-@contextlib.contextmanager
-def step(opt: Any) -> Iterator[None]:
+class _OnDevice:
+    """A capturable step's frame: its rules' launches made by ``launcher`` (``native.capturable_launcher``)."""
+
+    def __init__(self, launcher: _Launcher) -> None:
+        self.launcher, self.previous = launcher, None
+
+    def __enter__(self) -> None:
+        self.previous = native.capturable_launcher(self.launcher)
+
+    def __exit__(self, *exc: object) -> None:
+        native.capturable_launcher(self.previous)
+
+
+def step(opt: Any) -> Optional[_OnDevice]:
     """The frame of one step: a capture refused before anything is written (:func:`check`), and, for a
-    capturable optimizer, its rules' launches made with their scalars on the device."""
+    capturable optimizer, a context manager in which its rules' launches are made with their scalars on the
+    device (None for any other step: nothing to enter)."""
+    if not capturing() and not (opt.__dict__.get("_torch_flags") or {}).get("capturable"):
+        return None  # the common step: one look
     check(opt)
-    if not _capturable(opt) or refusal(opt) is not None:
-        yield
-        return
+    if not _capturable(opt) or refusal(opt, dtypes=False) is not None:  # (no Python per variable per step)
+        if capturing():  # (refusal(opt) is None here: check passed)
+            raise CaptureRefused(f"A step of {_name(opt)} cannot be captured in a CUDA graph: it was constructed "
+                                 "with `capturable=False` (its scalars are launch arguments a graph would replay "
+                                 "frozen). Run the step outside `torch.cuda.graph`.")
+        return None
     if capturing() and not opt.__dict__.get("_capturable_groups"):
         raise CaptureRefused(f"A step of {_name(opt)} cannot be captured in a CUDA graph: no capturable step ran "
                              "before the capture (its device scalars are made by the first one: construct it with "
                              "`capturable=True` and run warm-up steps first, as torch asks). Run the step outside "
                              "`torch.cuda.graph`.")
-    launcher = _Launcher(opt)
-    previous = native.capturable_launcher(launcher)
-    try:
-        yield
-    finally:
-        native.capturable_launcher(previous)
+    return _OnDevice(_Launcher(opt))
 
 
 def device_step(opt: Any) -> dict[str, torch.Tensor]:

@@ -226,7 +226,10 @@ def run_step(opt: OptimizerCore, grads_and_vars: Given, **options: Any) -> Any:
         try:
             # A CUDA graph capture refused before anything is written, or a capturable step's scalars on the
             # device (engine/capture.py)
-            with capture.step(opt):
+            frame = capture.step(opt)
+            if frame is None:
+                return _step(opt, grads_and_vars, options)
+            with frame:
                 return _step(opt, grads_and_vars, options)
         except NotCapturable as error:  # numerics: a value with no device kernel, met during a capture
             raise capture.refused(opt, error) from error
