@@ -265,3 +265,23 @@ def test_capturable_is_the_default_during_a_capture_and_false_refuses_it(monkeyp
         opt.step()  # taken as capturable, but no capturable step made its device scalars
     with pytest.raises(capture.CaptureRefused, match=r"slotopt\.SGD .*constructed with `capturable=False`"):
         off.step()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_param_groups_of_their_own_rate_and_a_float64_group(dtype):
+    """Each (rule, group) keeps its own device scalars (two rates: two vectors); float64, which is not capturable,
+    takes the host path outside a capture: the same bits either way."""
+    def run(capturable):
+        torch.manual_seed(0)
+        ws = [torch.nn.Parameter(torch.randn(9, dtype=dtype)), torch.nn.Parameter(torch.randn(17, dtype=dtype))]
+        opt = slotopt.Adam([{"params": [ws[0]]}, {"params": [ws[1]], "lr": 0.05}], lr=0.01, capturable=capturable)
+        for step in range(3):
+            for w, g in zip(ws, _gradients(ws, step)):
+                w.grad = g.to(dtype)
+            opt.step()
+        return ws, opt
+
+    (a, opt), (b, _) = run(True), run(False)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    counts = sorted(int(c) for c in capture.device_step(opt).values())
+    assert counts == ([3, 3] if dtype == torch.float32 else [])

@@ -39,7 +39,8 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
     assert all(len(r["configs"]) == 3 and r["chosen"] == "1024x4" for r in tune)  # (dry sizes are small)
     host = results["host"]["rows"]  # (issue 48) the host's time of a quiet step by part, each workload
     assert [r["workload"] for r in host] == ["large", "model", "small"]
-    assert all(r["step_us"] > 0 and r["launch_us"] > 0 and r["table_us"] > 0 and r["scalars_us"] > 0 for r in host)
+    assert all(r["step_us"] > 0 and r["launch_us"] > 0 and r["table_us"] > 0 and r["scalars_us"] > 0
+               and r["capturable_step_us"] > 0 for r in host)
     assert [r["target_us"] for r in host] == [30.0 + 0.3 * r["tensors"] for r in host]
     graph = results["graph"]  # (issue 48) capturable steps: the interpreter's recorded launches replayed
     assert "n/a on the CPU" in graph["summary"] and "interpreter: 5/5 identical" in graph["summary"]
@@ -48,7 +49,7 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
     assert graph["refused"].startswith("slotopt.Adam: `clipnorm=1.0`")
     assert results["sync-all"]["summary"].startswith("n/a on the CPU (") and not results["sync-all"]["failures"]
     report = (tmp_path / "gpu_check.md").read_text()
-    assert "Host time of one quiet step (Adam)" in report and "| checks | table | scalars | launch |" in report
+    assert "Host time of one quiet step (Adam)" in report and "| checks | table | scalars | launch | target | capturable step |" in report
     assert "| slotopt replay | vs floor | bit-identical |" in report and "| True (3 steps) |" in report
     assert "| timing | yes |" in report and "vs floor" in report and "slotopt host ms/step" in report
     assert "Triton chunk x warps" in report and "| 1024x4 | 2048x4 | 4096x4 |" in report
