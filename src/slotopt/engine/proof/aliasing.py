@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..plan import Ordinary, Pairs, is_python_dispatch
+from ..plan import Ordinary, StepPairs, is_python_dispatch
 
 __all__ = ["unaliased", "overlap"]
 
@@ -54,7 +54,7 @@ def overlap(grad: Any, var: Any) -> str:
     return "partial"
 
 
-def unaliased(opt: Any, pairs: Pairs) -> Pairs:
+def unaliased(opt: Any, pairs: StepPairs) -> StepPairs:
     """``pairs`` with each gradient that is its variable's own memory replaced by a copy of it; raises
     ``ValueError`` (nothing written) for a gradient that overlaps its variable otherwise."""
     if pairs.plan is not None:
@@ -85,7 +85,7 @@ def unaliased(opt: Any, pairs: Pairs) -> Pairs:
                 addresses[i] = grad.data_ptr()
         pairs.grads, pairs.grad_addresses = grads, addresses
         return pairs
-    out = Pairs(pairs)
+    out = StepPairs(pairs)
     for i, grad in copied.items():
         out[i] = (grad, out[i][1])
     return out
