@@ -17,7 +17,7 @@ import torch
 from ..variables import named_variables
 from . import checks
 from .distributed import known_local_view
-from .plan import Pairs
+from .plan import StepPairs
 
 __all__ = ["TorchName", "torch_names_for", "is_param_group_list", "check_param_groups",
            "group_shares", "broadcast", "torch_names", "adopt_torch_names"]
@@ -349,7 +349,7 @@ def _param_group_partitions(self, pairs: list[Any]) -> list[tuple[list[Any], dic
     # An FSDP2 parameter (a DTensor) is stepped as its local shard (``distributed.local_view``): both are its.
     membership.update({id(view): i for i, g in enumerate(groups) for p in g["params"]
                        if (view := known_local_view(p)) is not None})
-    parts: dict[int, Pairs] = {}  # (unplanned: each stage of a part asks its pairs, engine/plan.py)
+    parts: dict[int, StepPairs] = {}  # (unplanned: each stage of a part asks its pairs, engine/plan.py)
     for pair in pairs:
-        parts.setdefault(membership.get(id(pair[1]), 0), Pairs()).append(pair)
+        parts.setdefault(membership.get(id(pair[1]), 0), StepPairs()).append(pair)
     return [(parts[i], overrides[i]) for i in sorted(parts)]

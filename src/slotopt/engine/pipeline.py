@@ -36,7 +36,7 @@ from ..numerics.device import NotCapturable
 from ..variables import IndexedSlices
 from . import capture, distributed
 from .eager import outside_dynamo
-from .plan import Pairs, proof_mark
+from .plan import StepPairs, proof_mark
 from .proof.unchanged import proven_again
 from .writing import atomic
 from .writing.undo import StepValues, constrained_step, guarded
@@ -284,22 +284,27 @@ def _step(opt: OptimizerCore, grads_and_vars: Given, options: dict[str, Any]) ->
         guard.release()
 
 
-def _run(opt: OptimizerCore, step: Step, pairs: Pairs, undo: Optional[StepValues],
+def _as_pairs(out: Any) -> Optional[StepPairs]:
+    """A stage's result as the next stage receives it: a ``StepPairs`` (or None: the update ends)."""
+    return out if out is None or isinstance(out, StepPairs) else StepPairs(out)
+
+
+def _run(opt: OptimizerCore, step: Step, pairs: StepPairs, undo: Optional[StepValues],
          options: dict[str, Any]) -> Any:
     call = Call(options, undo is not None or guarded())  # (no variable of this step has a constraint otherwise)
-    # Each stage receives a ``Pairs`` (engine/plan.py), which says whether a plan serves it (``pairs.plan``); a
+    # Each stage receives a ``StepPairs`` (engine/plan.py), which says whether a plan serves it (``pairs.plan``); a
     # stage (or a hook it runs) that returns another sequence hands on unplanned pairs.
     for stage in step.every_call:
-        pairs = stage(opt, pairs, call)
-        if not isinstance(pairs, Pairs) and pairs is not None:
-            pairs = Pairs(pairs)
+        out = stage(opt, pairs, call)
+        if out is not pairs:  # (the common case: a stage with nothing to do hands its pairs on as they are)
+            pairs = _as_pairs(out)
     update = pairs
     for stage in step.gradients:
         if not update:
             break
-        update = stage(opt, update, call)
-        if not isinstance(update, Pairs) and update is not None:
-            update = Pairs(update)
+        out = stage(opt, update, call)
+        if out is not update:
+            update = _as_pairs(out)
     if update:
         restore = step.evaluate(opt) if step.evaluate is not None else None
         try:

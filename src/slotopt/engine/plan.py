@@ -11,7 +11,7 @@ step is *ordinary* when its variables are the plan's, in the plan's order, each 
 device it had, where it was in memory, contiguous, inside its storage, of a kind read directly (no wrapper
 subclass) and writable now, and every gradient is a dense tensor of its variable's dtype, shape and device, inside
 its storage: one pass over the variables and gradients re-proves all of it on every step
-(``StepPlan.fits``), and the stages then take what they need from the plan (``Pairs.plan``) instead of
+(``StepPlan.fits``), and the stages then take what they need from the plan (``StepPairs.plan``) instead of
 deriving it again. Anything else (a sparse or missing gradient, another variable list, a variable moved in
 memory, a registry that changed since) takes the full path, which checks everything as before. The numbers are
 the same either way: the plan changes what is looked up, never what is computed.
@@ -49,7 +49,7 @@ from ..kernels.native.operands import (
     writable_now,
 )
 
-__all__ = ["StepPlan", "Pairs", "Ordinary", "pairs_of", "plan_of", "Planner", "GradientsByPosition", "split", "direct", "in_storage", "within_storage",
+__all__ = ["StepPlan", "StepPairs", "Ordinary", "pairs_of", "plan_of", "Planner", "GradientsByPosition", "split", "direct", "in_storage", "within_storage",
            "is_python_dispatch", "proof_mark", "collections", "quiet_now"]
 
 Pair = tuple[Any, torch.Tensor]
@@ -75,7 +75,7 @@ _strided = torch.strided
 _address = torch.Tensor.data_ptr
 
 
-class Pairs(list):  # type: ignore[type-arg]
+class StepPairs(list):  # type: ignore[type-arg]
     """A step's ``(gradient, variable)`` pairs as its stages hand them on, with what the step proved of them: the
     one type every stage receives (``pipeline.run_step`` makes each stage's result one), planned or not. A stage
     asks the pairs, never their type: ``pairs.plan`` is the ``StepPlan`` they were proven against in this step
@@ -99,21 +99,21 @@ class Pairs(list):  # type: ignore[type-arg]
     held: int = 0
 
 
-def pairs_of(pairs: Sequence[Pair]) -> Pairs:
-    """``pairs`` as a stage receives them: a ``Pairs`` as it is, any other sequence as an unplanned ``Pairs``."""
-    return pairs if isinstance(pairs, Pairs) else Pairs(pairs)
+def pairs_of(pairs: Sequence[Pair]) -> StepPairs:
+    """``pairs`` as a stage receives them: a ``StepPairs`` as it is, any other sequence as an unplanned ``StepPairs``."""
+    return pairs if isinstance(pairs, StepPairs) else StepPairs(pairs)
 
 
 def plan_of(pairs: Any) -> Optional[StepPlan]:
     """The plan ``pairs`` were proven against in this step, else None: what an entry point (``apply_gradients``,
     a face's ``_prepare_pairs``, a composite's dispatch) asks of what it was handed, which may be a caller's list
-    as well as the ``Pairs`` of a step that checked them (a composite's groups)."""
-    return pairs.plan if isinstance(pairs, Pairs) else None
+    as well as the ``StepPairs`` of a step that checked them (a composite's groups)."""
+    return pairs.plan if isinstance(pairs, StepPairs) else None
 
 
-class Ordinary(Pairs):
-    """The pairs of an ordinary step (``Pairs`` with a ``plan``), with its gradients and their addresses (read
-    once, in ``fits``). Made only by ``of``; what a stage reads of it is ``Pairs``' (``pairs.plan``)."""
+class Ordinary(StepPairs):
+    """The pairs of an ordinary step (``StepPairs`` with a ``plan``), with its gradients and their addresses (read
+    once, in ``fits``). Made only by ``of``; what a stage reads of it is ``StepPairs``' (``pairs.plan``)."""
 
     plan: StepPlan
     grads: list[torch.Tensor]

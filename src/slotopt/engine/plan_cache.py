@@ -10,15 +10,15 @@ from typing import Optional
 
 import torch
 
-from .plan import Ordinary, Pair, Pairs, StepPlan, pairs_of, plan_of, quiet_now
+from .plan import Ordinary, Pair, StepPairs, StepPlan, quiet_now
 from .proof import unchanged
 from .writing import atomic
 
 __all__ = ["current_plan", "planned_step"]
 
 
-def _ordinary(self, pairs: Sequence[Pair], since: Optional[tuple[int, int]] = None) -> Pairs:
-    """Checked ``pairs`` as the step's ``Pairs``: an ``Ordinary`` step when they can be, leaving a plan for the
+def _ordinary(self, pairs: Sequence[Pair], since: Optional[tuple[int, int]] = None) -> StepPairs:
+    """Checked ``pairs`` as the step's ``StepPairs``: an ``Ordinary`` step when they can be, leaving a plan for the
     next steps.
 
     ``since``: ``plan.proof_mark()`` read by the pipeline before this step's ``_prepare_pairs``. An ordinary step
@@ -26,7 +26,8 @@ def _ordinary(self, pairs: Sequence[Pair], since: Optional[tuple[int, int]] = No
     (``plan.quiet_now``, ``atomic.may_run_user_code``: no callable, schedule, transformer or subclass hook) inside
     its uninterrupted part (``atomic.held``), is marked ``quiet``: ``proven_again`` need not prove it again, as
     long as the cyclic collector has not run since the mark (engine/proof/unchanged.py)."""
-    pairs = pairs_of(pairs)
+    if not isinstance(pairs, StepPairs):  # (what a face's checks return: an ordinary step, or a list)
+        pairs = StepPairs(pairs)
     if pairs.plan is None and len(pairs) >= 2 and self._plans_steps and StepPlan.possible(self, pairs):
         # (read back from a local: another thread resetting the optimizer's state meanwhile drops ``self._plan``)
         plan = self._plan = StepPlan(self, pairs)
@@ -49,7 +50,7 @@ def planned_step(self, pairs: Sequence[Pair]) -> Optional[Ordinary]:
     plan = current_plan(self)
     if plan is None:
         return None
-    if plan_of(pairs) is plan:
+    if isinstance(pairs, StepPairs) and pairs.plan is plan:
         return pairs  # checked by this plan in this very step (a composite validates its groups first)
     ordinary = plan.fits(pairs)
     # The slots too are proven unchanged before anything is written (else the full path checks and refuses).

@@ -44,7 +44,7 @@ from . import (
 from . import constants as K
 from .core import Pair, count_step
 from .pipeline import Call
-from .plan import GradientsByPosition, Ordinary, Pairs, plan_of
+from .plan import GradientsByPosition, Ordinary, StepPairs
 from .proof import validation
 
 __all__ = ["rounds", "overwrites_with_gradient", "check_update_kernels"]
@@ -58,15 +58,15 @@ def rounds(pairs: list[Pair]) -> list[list[Pair]]:
     same step count). Distinct variables do not interact, so running the k-th listing of every variable together
     gives the same result. Almost always there is one part.
     """
-    if plan_of(pairs) is not None or len(pairs) == 1 or len({id(v) for _, v in pairs}) == len(pairs):
+    if getattr(pairs, "plan", None) is not None or len(pairs) == 1 or len({id(v) for _, v in pairs}) == len(pairs):
         return [pairs]  # (an ordinary step lists each variable once)
     seen: dict[int, int] = {}
-    parts: list[Pairs] = []
+    parts: list[StepPairs] = []
     for pair in pairs:
         k = seen.get(id(pair[1]), 0)
         seen[id(pair[1])] = k + 1
         if k == len(parts):
-            parts.append(Pairs())
+            parts.append(StepPairs())
         parts[k].append(pair)
     return parts
 

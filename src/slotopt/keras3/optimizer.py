@@ -27,7 +27,7 @@ from ..engine.core import OptimizerCore, Pair, Pairs
 from ..engine.eager import outside_dynamo
 from ..engine.naming import unique_name
 from ..engine.pipeline import Step, run_step
-from ..engine.plan import plan_of
+from ..engine.plan import StepPairs
 from ..engine.proof import validation
 from ..engine.state import FlatState
 from ..engine.writing import transaction
@@ -398,7 +398,7 @@ class Optimizer(OptimizerCore):
         """Applies ``(gradient, variable)`` pairs and returns ``iterations`` (see ``apply``)."""
         # (an ``Ordinary`` group is one a composite had this optimizer check in this very step, engine/routing.py;
         # a list like the last step's is recognised by its plan, which checks every pair, in one pass)
-        pairs: Optional[list[Pair]] = grads_and_vars if plan_of(grads_and_vars) is not None else (
+        pairs: Optional[list[Pair]] = grads_and_vars if isinstance(grads_and_vars, StepPairs) and grads_and_vars.plan else (
             plan_cache.planned_step(self, grads_and_vars) if type(grads_and_vars) is list else None)
         if pairs is None:
             pairs = checks.check_pairs(grads_and_vars)
@@ -429,11 +429,12 @@ class Optimizer(OptimizerCore):
 
     # ------------------------------------------------------------------------------------------ stages
     def _prepare_pairs(self, grads_and_vars: Pairs, **options: Any) -> Optional[list[Pair]]:
-        pairs = grads_and_vars if plan_of(grads_and_vars) is not None else list(grads_and_vars)
+        # (``plan_of``, inline: what a caller hands may be its own sequence)
+        pairs = grads_and_vars if isinstance(grads_and_vars, StepPairs) and grads_and_vars.plan else list(grads_and_vars)
         if not pairs:
             return None
         checked = validation.checked_pairs(self, pairs)
-        if plan_of(checked) is not None:  # the variables and gradients of the last step's kind (engine/plan.py)
+        if checked.plan is not None:  # the variables and gradients of the last step's kind (engine/plan.py)
             self._restore_pending_state()
             return checked
         if self.built:

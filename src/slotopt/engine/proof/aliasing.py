@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..plan import Ordinary, Pairs, is_python_dispatch
+from ..plan import Ordinary, StepPairs, is_python_dispatch
 
 __all__ = ["unaliased", "overlap"]
 
@@ -55,7 +55,7 @@ def overlap(grad: Any, var: Any) -> str:
     return "partial"
 
 
-def unaliased(opt: Any, pairs: Pairs) -> Pairs:
+def unaliased(opt: Any, pairs: StepPairs) -> StepPairs:
     """``pairs`` with each gradient that shares memory with a variable of the step (its own, exactly, or another
     one: ``p1.grad = p2.data``) replaced by a copy of it; raises ``ValueError`` (nothing written) for a gradient
     that overlaps its own variable otherwise."""
@@ -89,7 +89,7 @@ def unaliased(opt: Any, pairs: Pairs) -> Pairs:
                 addresses[i] = grad.data_ptr()
         pairs.grads, pairs.grad_addresses = grads, addresses
         return pairs
-    out = Pairs(pairs)
+    out = StepPairs(pairs)
     for i, grad in copied.items():
         out[i] = (grad, out[i][1])
     return out

@@ -17,7 +17,7 @@ import torch
 
 from ...kernels.native import tensor_table
 from ...kernels.native.operands import Held
-from ..plan import Ordinary, Pair, Pairs, collections, is_python_dispatch, within_storage
+from ..plan import Ordinary, Pair, StepPairs, collections, is_python_dispatch, within_storage
 from ..writing.undo import plain_tensor_type
 from .aliasing import unaliased
 
@@ -175,7 +175,7 @@ def proven_again(opt: Any, pairs: Sequence[Pair]) -> Sequence[Pair]:
             # two writes (where it may raise): its values are read as a plain tensor of the same memory instead.
             with torch._C.DisableTorchFunctionSubclass():
                 grad = grad.as_subclass(torch.Tensor)
-            plain = Pairs(pairs) if plain is None else plain
+            plain = StepPairs(pairs) if plain is None else plain
             plain[i] = (grad, var)
     return unaliased(opt, pairs if plain is None else plain)
 

@@ -14,7 +14,7 @@ from ...kernels import rows as sparse_rows
 from ...kernels.native import tensor_table
 from ...variables import IndexedSlices, as_indexed_slices, is_integer_dtype, is_sparse
 from .. import plan_cache
-from ..plan import Pair
+from ..plan import Pair, StepPairs
 from . import unchanged
 
 __all__ = ["is_plain_gradient", "checked_pairs", "check_gradient", "dense"]
@@ -32,7 +32,7 @@ def is_plain_gradient(grad: Any, var: torch.Tensor) -> bool:
             and grad.device == var.device)
 
 
-def checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
+def checked_pairs(self, pairs: Sequence[Pair]) -> StepPairs:
     """``check_gradient`` for every pair; ordinary dense gradients (a strided float tensor of the variable's
     shape, dtype and device) are recognised inline, without the call. A step that fits the plan of the last
     one (engine/plan.py) is recognised in one pass and returned as ``Ordinary``."""
@@ -40,7 +40,7 @@ def checked_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
     if ordinary is not None:
         return ordinary
     unchanged.check_variables_unchanged(self, pairs)
-    out: list[Pair] = []
+    out = StepPairs()  # (the pairs a step's stages receive, engine/plan.py)
     for pair in pairs:
         grad, var = pair
         if is_plain_gradient(grad, var):
