@@ -423,15 +423,22 @@ def test_a_tensor_of_several_chunks_reads_back_exactly_with_each_crc32c(tmp_path
     assert torch.equal(bundle.read("big"), values) and torch.equal(bundle.read("small"), torch.arange(5))
 
 
-def test_the_keras_optimizer_does_not_alias_the_checkpoints_state():
+def test_the_keras_optimizer_takes_the_checkpoints_state_and_a_second_use_after_training_is_refused():
+    # One copy (issue 40, and issue 46's one build): the saved slots become the optimizer's, packed ones too (the
+    # checkpoint then holds the packed slot in the file's place); until a step the checkpoint still shows the
+    # file's values, and once training has written them a second use is refused by name instead of handing out
+    # trained values as the file's.
     ck = slotopt.load_keras_checkpoint(KERAS)
     saved = [np.array(s, copy=True) for s in ck.optimizer_state]
     params = ck.parameters()
     opt = ck.optimizer(params)
+    assert all(np.array_equal(a, b) for a, b in zip(saved, ck.optimizer_state))
     for p in params:
         p.grad = torch.ones_like(p)
     opt.step()
-    assert all(np.array_equal(a, b) for a, b in zip(saved, ck.optimizer_state))
+    assert not all(np.array_equal(a, b) for a, b in zip(saved, ck.optimizer_state))
+    with pytest.raises(ValueError, match="handed over without a copy .* has been written since"):
+        ck.optimizer([torch.nn.Parameter(torch.tensor(np.array(ck.weights[n]))) for n in ck.variable_names])
 
 
 # ------------------------------------------------------------------------------- with issue 37's checkpoints
