@@ -310,3 +310,15 @@ def test_the_options_benchmark_measures_every_option_of_a_face():
                                                                    "clip_grad_norm_(foreach=True) + fused Adam"}
     table = format_options(rows)
     assert "| Keras 3 Adam | global_clipnorm=1.0 |" in table and "× plain" in table
+
+
+def test_a_learning_rate_callable_keeps_the_buffer_path(kernel_mode):
+    """User code between the map and the update (a learning-rate callable) could change a gradient under the map:
+    the map is written first then (no mapped rule runs), the foreach bits."""
+    make = lambda p, kw: slotopt.Adam(p, learning_rate=lambda: 0.01, **kw)  # noqa: E731
+    kernel_mode("foreach")
+    want, _ = _fused_run(make, {"global_clipnorm": 0.03}, torch.float32)
+    kernel_mode("native")
+    before = native.mapped_calls()
+    got, _ = _fused_run(make, {"global_clipnorm": 0.03}, torch.float32)
+    assert native.mapped_calls() == before and _same(got, want)

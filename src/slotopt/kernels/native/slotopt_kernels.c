@@ -366,17 +366,18 @@ GM_ANY_(gm_any_f64_, double, gm_f64_, gm_clamp_f64_)
 #undef GM_PARAM
 #undef GM_ARG
 #undef GM_PIECE_DECL
-/* A mapped rule: the exported function reads the map into a struct handed by value to the rule's body (a copy
+/* A mapped rule: the exported function reads the map into a struct handed by value to the rule's body (static, named
+ * with a final "_" as every internal helper, tests/test_native_portable.py; a copy
  * in registers, which no store of the rule can alias), and each piece of tensor k takes its denominator. */
 #define RULE(name)                                                                                           \
-    static void CAT(name, CAT(SFX, body))(int64_t n, void *const *ptr, const int64_t *off, const double *s_,   \
+    static void CAT(name, CAT(SFX, body_))(int64_t n, void *const *ptr, const int64_t *off, const double *s_,   \
                                           int threads, const GMT gmv_, const T *gmd_);                      \
     void CAT(name, SFX)(int64_t n, void *const *ptr, const int64_t *off, const double *s_, int threads,         \
                         const double *gm_, const void *gmd_) {                                               \
         const GMT gmv_ = {(T)gm_[1], (T)gm_[2], (T)gm_[3], (T)gm_[4], (T)gm_[5], (T)1, (int)gm_[0]};          \
-        CAT(name, CAT(SFX, body))(n, ptr, off, s_, threads, gmv_, (const T *)gmd_);                         \
+        CAT(name, CAT(SFX, body_))(n, ptr, off, s_, threads, gmv_, (const T *)gmd_);                         \
     }                                                                                                        \
-    static void CAT(name, CAT(SFX, body))(int64_t n, void *const *ptr, const int64_t *off, const double *s_,   \
+    static void CAT(name, CAT(SFX, body_))(int64_t n, void *const *ptr, const int64_t *off, const double *s_,   \
                                           int threads, const GMT gmv_, __attribute__((unused)) const T *gmd_)
 #define GM_PARAM , const GMT gmk
 #define GM_ARG , gmk
