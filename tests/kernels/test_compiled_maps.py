@@ -169,20 +169,132 @@ def test_every_option_gives_the_same_bits_compiled_and_foreach(face, name, dtype
 
 @pytest.mark.parametrize("face,name", [c for c in CASES if "clip" in c.id or "loss_scale" in c.id])
 def test_the_map_runs_compiled_on_an_ordinary_step(face, name, kernel_mode):
-    """The observable: a clipped or unscaled step makes more compiled calls than the same step without the
-    option (its map passes), and takes the plan."""
+    """The observable: a clipped or unscaled step either makes more compiled calls than the same step without the
+    option (its map passes), or as many, its update rules mapping the gradients as they load them."""
     options, maker = FACES[face]
     kernel_mode("native")
     counts = []
     for kw in ({}, options[name]):
         _, opt = _run(maker(kw), torch.float32, steps=2)
-        before = native.calls()
+        before, mapped_before = native.calls(), native.mapped_calls()
         gen = torch.Generator().manual_seed(9)
         for p in opt.param_groups[0]["params"]:
             p.grad = torch.randn(p.shape, generator=gen)
         opt.step()
-        counts.append(native.calls() - before)
-    assert counts[1] > counts[0], counts
+        counts.append((native.calls() - before, native.mapped_calls() - mapped_before))
+    (plain, plain_mapped), (calls, mapped) = counts
+    assert plain_mapped == 0 and (calls > plain or (calls >= plain and mapped > 0)), counts
+
+
+# ------------------------------------------------- the map inside the update rules (no buffer of mapped gradients)
+KERAS3_RULES = {
+    "adam": lambda p, kw: slotopt.Adam(p, learning_rate=0.01, **kw),
+    "adam-amsgrad": lambda p, kw: slotopt.Adam(p, learning_rate=0.01, amsgrad=True, **kw),
+    "adamw": lambda p, kw: slotopt.AdamW(p, learning_rate=0.01, weight_decay=0.05, **kw),
+    "adamax": lambda p, kw: slotopt.Adamax(p, learning_rate=0.01, **kw),
+    "nadam": lambda p, kw: slotopt.Nadam(p, learning_rate=0.01, **kw),
+    "sgd": lambda p, kw: slotopt.SGD(p, learning_rate=0.05, **kw),
+    "sgd-nesterov-decay": lambda p, kw: slotopt.SGD(p, learning_rate=0.05, momentum=0.9, nesterov=True,
+                                                    weight_decay=0.01, **kw),
+    "rmsprop-centered": lambda p, kw: slotopt.RMSprop(p, learning_rate=0.01, momentum=0.5, centered=True, **kw),
+    "adagrad": lambda p, kw: slotopt.Adagrad(p, learning_rate=0.05, **kw),
+    "adadelta": lambda p, kw: slotopt.Adadelta(p, learning_rate=0.5, **kw),
+    "lion": lambda p, kw: slotopt.Lion(p, learning_rate=0.01, **kw),
+}
+LEGACY_RULES = {
+    "adam": lambda p, kw: slotopt.legacy.Adam(p, learning_rate=0.01, **kw),
+    "adam-amsgrad": lambda p, kw: slotopt.legacy.Adam(p, learning_rate=0.01, amsgrad=True, **kw),
+    "adamax": lambda p, kw: slotopt.legacy.Adamax(p, learning_rate=0.01, **kw),
+    "nadam": lambda p, kw: slotopt.legacy.Nadam(p, learning_rate=0.01, **kw),
+    "sgd-momentum": lambda p, kw: slotopt.legacy.SGD(p, learning_rate=0.05, momentum=0.9, **kw),
+    "rmsprop-momentum": lambda p, kw: slotopt.legacy.RMSprop(p, learning_rate=0.01, momentum=0.5, **kw),
+    "adagrad": lambda p, kw: slotopt.legacy.Adagrad(p, learning_rate=0.05, **kw),
+    "adadelta": lambda p, kw: slotopt.legacy.Adadelta(p, learning_rate=0.5, **kw),
+    "ftrl": lambda p, kw: slotopt.legacy.Ftrl(p, learning_rate=0.05, **kw),
+}
+KERAS3_MAPS = {"clipnorm": {"clipnorm": 0.02}, "global_clipnorm": {"global_clipnorm": 0.03},
+               "clipvalue": {"clipvalue": 0.01}, "loss_scale_factor": {"loss_scale_factor": 3.0},
+               "lsf+clipvalue": {"loss_scale_factor": 3.0, "clipvalue": 0.004},
+               "lsf+clipnorm": {"loss_scale_factor": 3.0, "clipnorm": 0.02},
+               "lsf+global_clipnorm-maximize": {"loss_scale_factor": 0.5, "global_clipnorm": 0.03, "maximize": True}}
+LEGACY_MAPS = {"clipnorm": {"clipnorm": 0.02}, "global_clipnorm": {"global_clipnorm": 0.03},
+               "clipvalue-maximize": {"clipvalue": 0.01, "maximize": True},
+               "clipvalue+clipnorm": {"clipvalue": 0.01, "clipnorm": 0.015},
+               "clipvalue+global_clipnorm": {"clipvalue": 0.01, "global_clipnorm": 0.02}}
+FUSED = ([pytest.param(KERAS3_RULES[r], KERAS3_MAPS[m], id=f"keras3-{r}-{m}") for r in KERAS3_RULES for m in KERAS3_MAPS]
+         + [pytest.param(LEGACY_RULES[r], LEGACY_MAPS[m], id=f"legacy-{r}-{m}") for r in LEGACY_RULES
+            for m in LEGACY_MAPS])
+
+
+def _fused_run(make, options, dtype, steps=3):
+    g = torch.Generator().manual_seed(7)
+    params = [torch.nn.Parameter(torch.randn(n, generator=g, dtype=dtype)) for n in (300, 9000, 5, 64, 40000)]
+    opt = make(params, options)
+    for step in range(steps):
+        gen = torch.Generator().manual_seed(70 + step)
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen, dtype=dtype) * 10.0 ** (step - 1)
+        opt.step()
+    return [p.detach().clone() for p in params] + [s.clone() for s in _slots(opt)], opt
+
+
+def _slots(opt):
+    variables = opt.variables() if callable(opt.variables) else opt.variables  # (legacy: a method)
+    return [torch.as_tensor(v).detach() for v in variables]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("make,options", FUSED)
+def test_the_update_rules_map_the_gradients_with_the_foreach_bits(make, options, dtype, kernel_mode):
+    """Every rule with a mapped form, every map (unscale, clipvalue, clip by norm per tensor and global, and their
+    combinations), several steps, maximize: the rules that map as they load (no buffer) give the foreach path's
+    bits, variables and slots."""
+    kernel_mode("foreach")
+    want, _ = _fused_run(make, options, dtype)
+    kernel_mode("native")
+    before = native.mapped_calls()
+    got, _ = _fused_run(make, options, dtype)
+    assert native.mapped_calls() - before >= 2  # (the first step builds; the later ones take the plan)
+    assert _same(got, want)
+
+
+@pytest.mark.parametrize("name", ["clipnorm", "global_clipnorm", "clipvalue", "loss_scale_factor"])
+def test_no_gradient_buffer_is_written_on_the_fused_path(name, kernel_mode):
+    """The mapped gradients are never written: no map buffer is made with the step plan, no map pass runs (each
+    compiled call of the step is an update rule, one per group, or the norms' sum), and the user's gradients keep
+    their values and versions."""
+    kernel_mode("native")
+    _, opt = _fused_run(KERAS3_RULES["adam"], KERAS3_MAPS[name], torch.float32)
+    params = opt.param_groups[0]["params"]
+    gen = torch.Generator().manual_seed(3)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen)
+    kept = [p.grad.clone() for p in params]
+    versions = [p.grad._version for p in params]
+    calls, mapped = native.calls(), native.mapped_calls()
+    opt.step()
+    assert native.mapped_calls() - mapped >= 1
+    plan = opt.__dict__["_plan"]  # (engine/plan_cache.py: the step plan the step took)
+    assert plan.memo.get(("gradient maps", "offsets")) is not None  # (the map ran on this plan)
+    assert not [k for k in plan.memo if isinstance(k, tuple) and k[:2] == ("gradient maps", "buffer")]
+    assert native.calls() - calls == native.mapped_calls() - mapped  # (no map pass: only the mapped update)
+    assert _same([p.grad for p in params], kept) and [p.grad._version for p in params] == versions
+
+
+def test_a_user_update_reads_the_gradients_mapped(kernel_mode):
+    """A subclass that overrides the update gets the mapped gradients (the buffer path), the foreach bits."""
+
+    class Halved(slotopt.Adam):
+        def _update_group(self, params, grads, slots, learning_rate, **terms):
+            super()._update_group(params, [g * 0.5 for g in grads], slots, learning_rate, **terms)
+
+    make = lambda p, kw: Halved(p, learning_rate=0.01, **kw)  # noqa: E731
+    kernel_mode("foreach")
+    want, _ = _fused_run(make, {"clipnorm": 0.02}, torch.float32)
+    kernel_mode("native")
+    before = native.mapped_calls()
+    got, _ = _fused_run(make, {"clipnorm": 0.02}, torch.float32)
+    assert native.mapped_calls() == before and _same(got, want)
 
 
 def test_the_options_benchmark_measures_every_option_of_a_face():
@@ -198,3 +310,15 @@ def test_the_options_benchmark_measures_every_option_of_a_face():
                                                                    "clip_grad_norm_(foreach=True) + fused Adam"}
     table = format_options(rows)
     assert "| Keras 3 Adam | global_clipnorm=1.0 |" in table and "× plain" in table
+
+
+def test_a_learning_rate_callable_keeps_the_buffer_path(kernel_mode):
+    """User code between the map and the update (a learning-rate callable) could change a gradient under the map:
+    the map is written first then (no mapped rule runs), the foreach bits."""
+    make = lambda p, kw: slotopt.Adam(p, learning_rate=lambda: 0.01, **kw)  # noqa: E731
+    kernel_mode("foreach")
+    want, _ = _fused_run(make, {"global_clipnorm": 0.03}, torch.float32)
+    kernel_mode("native")
+    before = native.mapped_calls()
+    got, _ = _fused_run(make, {"global_clipnorm": 0.03}, torch.float32)
+    assert native.mapped_calls() == before and _same(got, want)

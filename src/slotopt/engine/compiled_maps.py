@@ -30,10 +30,11 @@ import torch
 
 from ..kernels import native
 from ..kernels.native import maps
+from . import atomic
 from .loss_scaling import keeps_no_gradients
-from .plan import Ordinary
+from .plan import Ordinary, quiet_now
 
-__all__ = ["mapped", "accumulated", "keeps_none"]
+__all__ = ["mapped", "accumulated", "keeps_none", "flush"]
 
 _unflatten = torch._C._nn.unflatten_dense_tensors
 
@@ -58,7 +59,33 @@ def mapped(opt: Any, step: Any, key: str, divisor: Optional[float] = None, clipv
     """``step``'s gradients mapped in the step's order (``/ divisor``, then clamped to ``[-clipvalue,
     clipvalue]``, then clipped to ``clipnorm`` per tensor, or to ``global_clipnorm`` together) in compiled passes,
     as an ``Ordinary`` step of its plan; None where this path does not apply (see the module docstring). ``key``
-    names the stage (its buffer is its own)."""
+    names the stage (its buffer is its own).
+
+    Where only the update rules read the result (:func:`_fused`), nothing is written: the result holds the
+    gradients as they are and the map (``gradient_map``), which the rules apply as they load each element. A step
+    that holds a map already (an unscale before a clip) takes it as the first operations of this one; where it
+    cannot, its gradients are mapped into its buffer first (``_flush``), so that every other reader sees them
+    mapped."""
+    pending = step.__dict__.get("gradient_map") if type(step) is Ordinary else None
+    if pending is not None:
+        before = pending.flags
+        new = (1 if divisor is not None else 0) | (2 if clipvalue is not None else 0) \
+            | (4 if clipnorm is not None else 0) | (8 if global_clipnorm is not None else 0)
+        if before & ~3 or not new or (new & -new) <= before:  # (its operations must all come before these)
+            pending.flush(step)
+        else:
+            if before & 1:
+                divisor = float(pending.scalars[1])
+            if before & 2:
+                clipvalue = float(pending.scalars[3])
+    result = _mapped(opt, step, key, divisor, clipvalue, clipnorm, global_clipnorm)
+    if result is None:
+        flush(step)  # (the caller's foreach path then reads the gradients mapped)
+    return result
+
+
+def _mapped(opt: Any, step: Any, key: str, divisor: Optional[float], clipvalue: Optional[float],
+            clipnorm: Optional[float], global_clipnorm: Optional[float]) -> Optional[Ordinary]:
     if type(step) is not Ordinary or opt.__dict__.get("_sharded") or getattr(opt, "_layouts", None) \
             or getattr(opt, "_summation_orders", None) or step.grad_addresses is None:
         # (FSDP2 shards: a norm is summed over the processes, engine/shards.py; a variable held in another layout
@@ -104,15 +131,116 @@ def mapped(opt: Any, step: Any, key: str, divisor: Optional[float] = None, clipv
                 limit = f(1.0 / global_clipnorm if global_clipnorm else math.inf)
                 scale = float(f(global_clipnorm) * np.minimum(f(1) / norm, limit) + (norm - norm))
                 flags |= 8
-    keep = keeps_none(opt)
-    buffer, views, pairs, view_addresses = _buffer(plan, key, grads, offsets, dtype, keep)
-    done = maps.gradient_map(addresses, offsets, dtype, tensors, buffer, flags, div, lo, hi, clip, denominators,
-                             scale)
-    if done is None:
-        return None
-    result = Ordinary.of(pairs, plan, views, view_addresses, step.constrained)
+    gm = maps.GradientMap(dtype, flags, div, lo, hi, clip, denominators, scale)
+    if _fused(opt, step, key):
+        result = Ordinary.of(list(step), plan, grads, step.grad_addresses, step.constrained)
+        gm.flush = lambda pending: _flush(opt, pending)
+        result.__dict__["gradient_map"] = gm  # (read by plan.Ordinary.gradients: the update rules map as they load)
+    else:
+        buffer, views, pairs, view_addresses = _buffer(plan, key, grads, offsets, dtype, keeps_none(opt))
+        if maps.gradient_map(addresses, offsets, dtype, tensors, buffer, flags, *gm.arguments()) is None:
+            return None
+        result = Ordinary.of(pairs, plan, views, view_addresses, step.constrained)
     result.quiet, result.held, result.proof = step.quiet, step.held, step.proof
     return result
+
+
+#: The update methods of the built-ins whose dense update hands the step's gradients, as the list it is given, to
+#: compiled rules of their own (``kernels.<rule>(params, grads, ...)``), each with a form that takes a gradient map
+#: (``slotopt_kernels.c``): (module, qualified name). Any other update (a subclass's, a rule written in Python, one
+#: that indexes the list) gets its gradients mapped into a buffer, as before. (Keras 3's Ftrl is not among them: its
+#: dense rule runs as foreach ops, which would take the mapped gradients from a new buffer every step.)
+_FUSED_UPDATES = frozenset(
+    [(f"slotopt.keras3.{module}", f"{name}._update_group") for module, name in (
+        ("adam", "Adam"), ("adamax", "Adamax"), ("nadam", "Nadam"), ("sgd", "SGD"), ("rmsprop", "RMSprop"), ("adagrad", "Adagrad"), ("adadelta", "Adadelta"), ("lion", "Lion"))]
+    + [("slotopt.legacy.adam", f"{name}._apply_dense_group") for name in ("Adam", "Adamax", "Nadam")]
+    + [(f"slotopt.legacy.{module}", f"{name}._apply_dense_group") for module, name in (
+        ("gradient_descent", "SGD"), ("rmsprop", "RMSprop"), ("adagrad", "Adagrad"), ("adagrad", "Adadelta"),
+        ("ftrl", "Ftrl"))])
+
+
+def _update_method(opt: Any) -> Optional[tuple[str, str]]:
+    """(module, qualified name) of the method that updates ``opt``'s dense groups."""
+    cls = type(opt)
+    name = "_update_group" if cls.__module__.startswith("slotopt.keras3.") else \
+        "_apply_dense_group" if cls.__module__.startswith("slotopt.legacy.") else None
+    fn = getattr(cls, name, None) if name is not None else None
+    return None if fn is None else (getattr(fn, "__module__", ""), getattr(fn, "__qualname__", ""))
+
+
+def _fused(opt: Any, step: Ordinary, key: str) -> bool:
+    """Whether the map of ``step`` can be left to the update rules: between this stage and the update no code but
+    slotopt's own runs (no callable, schedule or hook, no finalizer: no user code can change a gradient under the
+    map) and nothing but the update
+    reads the gradients: a built-in's own update (``_FUSED_UPDATES``, not overridden), no per-variable
+    ``update_step``, no gradient transformers, no tf-keras sparse deduplication; after an unscale, no accumulation
+    and no aggregation either (their stages come between it and the update)."""
+    if _update_method(opt) not in _FUSED_UPDATES or not _has_mapped_rules():
+        return False
+    if step.quiet is None and not (atomic.held() and quiet_now(step.plan) and not _may_run_user_code(opt, step.plan)):
+        return False  # (``quiet``: the same, proven when the step was: engine/plan_cache.py)
+    if getattr(opt, "gradient_transformers", None) or getattr(opt, "_deduplicate_sparse", False):
+        return False
+    custom = getattr(opt, "_has_custom_update", None)
+    if custom is not None and custom():
+        return False
+    if type(opt).__module__.startswith("slotopt.legacy.") and not getattr(
+            getattr(type(opt), "_resource_apply_dense", None), "_slotopt_grouped", False):
+        return False
+    if key == "unscale":
+        from .pipeline import aggregates_nothing  # (pipeline imports the stages, which import this module)
+
+        if getattr(opt, "gradient_accumulation_steps", None) or not aggregates_nothing(opt):
+            return False
+    return True
+
+
+def _may_run_user_code(opt: Any, plan: Any) -> bool:
+    """``atomic.may_run_user_code(opt)`` (a pass over every attribute and list of the optimizer: ~0.4 ms with 500
+    variables), kept with the plan while the optimizer's attributes are the same objects and its lists and
+    hyperparameter table the same lengths (a new schedule, callable or hook is a new object or a longer list)."""
+    own = opt.__dict__
+    hyper = own.get("_hyper")
+    mark = (tuple(map(id, own.values())), tuple(map(id, hyper.values())) if type(hyper) is dict else (),
+            tuple([len(v) for v in own.values() if type(v) in (list, tuple, dict)]))
+    kept = plan.memo.get(("gradient maps", "user code", id(opt)))
+    if kept is None or kept[0] != mark:
+        kept = (mark, atomic.may_run_user_code(opt))
+        plan.memo[("gradient maps", "user code", id(opt))] = kept
+    return kept[1]
+
+
+def _has_mapped_rules() -> bool:
+    """Whether the loaded library has the rules that take a gradient map (one built before them has not)."""
+    return native.active() and maps.mapped_function("sgd", torch.float32, _PROBE) is not None
+
+
+_PROBE = maps.GradientMap(torch.float32, 1)
+
+
+def _flush(opt: Any, step: Ordinary) -> None:
+    """``step``'s gradients mapped by the map it holds, into its buffer, and the step made of them in place (every
+    reader of it from now on sees the mapped gradients); the map dropped."""
+    gm = step.__dict__.pop("gradient_map", None)
+    if gm is None:
+        return
+    plan, grads = step.plan, list(step.grads)
+    dtype, offsets = plan.dtypes[0], _offsets(plan)
+    buffer, views, pairs, view_addresses = _buffer(plan, "deferred", grads, offsets, dtype, keeps_none(opt))
+    addresses = np.array([g.data_ptr() for g in grads], dtype=np.uint64)
+    if maps.gradient_map(addresses, offsets, dtype, lambda: grads, buffer, gm.flags, *gm.arguments()) is None:
+        views = maps.materialized(grads, gm)  # (the compiled path turned off since: torch's ops, the same bits)
+        pairs = list(zip(views, plan.variables))
+        view_addresses = np.array([v.data_ptr() for v in views], dtype=np.uint64)
+    step[:] = pairs
+    step.grads, step.grad_addresses = list(views), view_addresses
+
+
+def flush(step: Any) -> None:
+    """Maps ``step``'s gradients now where it holds a map, for a reader of its gradients other than the update."""
+    gm = step.__dict__.get("gradient_map") if type(step) is Ordinary else None
+    if gm is not None:
+        gm.flush(step)
 
 
 def accumulated(opt: Any, step: Any, accumulators: list[torch.Tensor], steps: int) -> Optional[Ordinary]:

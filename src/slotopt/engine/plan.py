@@ -136,6 +136,9 @@ class Ordinary(StepPairs):
         if self.grad_addresses is not None:
             addresses = np.asarray(self.grad_addresses, dtype=np.uint64)
             grads.addresses = addresses if order is None else addresses[order]
+        gm = self.__dict__.get("gradient_map")  # (a map the update rules apply as they load: compiled_maps.py)
+        if gm is not None:
+            grads.gradient_map = gm.select(order)
         return grads
 
 
@@ -145,8 +148,16 @@ class GradientsByPosition(Mapping[int, torch.Tensor]):
 
     def __init__(self, step: Ordinary) -> None:
         self._grads, self._index = step.grads, step.plan.index_of
+        # A step whose gradients are still to be mapped (engine/compiled_maps.py): mapped when one is read here.
+        self._pending = step if step.__dict__.get("gradient_map") is not None else None
 
     def __getitem__(self, position: int) -> torch.Tensor:
+        if self._pending is not None:
+            step, self._pending = self._pending, None
+            gm = step.__dict__.get("gradient_map")
+            if gm is not None:
+                gm.flush(step)
+            self._grads = step.grads
         return self._grads[self._index[position]]
 
     def __iter__(self) -> Any:

@@ -387,7 +387,8 @@ def _update_groups(self, groups: list[list[int]], by_pos: Mapping[int, Any], lea
                     step)
             if group:  # the gradients were checked against their variables this step (Matched)
                 params = [self._vars[p] for p in group]
-                self._update_group(params, native.Matched([by_pos[p] for p in group]),
+                self._update_group(params, step.gradients(group) if step is not None else  # (addresses, map)
+                                   native.Matched([by_pos[p] for p in group]),
                                    self._slot_lists(self._kernel_slots, group), learning_rate, **terms)
 
 

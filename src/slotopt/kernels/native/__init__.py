@@ -35,12 +35,12 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
-from . import pins, tensor_table, variants
+from . import maps, pins, tensor_table, variants
 from .operands import _increment_version, _readable, in_storage, is_python_dispatch
 from .scalars import SLICE_RULES, Flag, Integer, Scalar, describe, slices
 from .variants import VARIANTS
 
-__all__ = ["status", "use", "active", "compiled", "apply", "calls", "takes", "dtypes", "MODES", "Matched",
+__all__ = ["status", "use", "active", "compiled", "apply", "calls", "mapped_calls", "takes", "dtypes", "MODES", "Matched",
            "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES",
            "VARIANTS", "Scalar", "Flag", "Integer", "slices", "capturable_launcher"]
 
@@ -58,6 +58,7 @@ _mode = "auto"
 _dtypes: frozenset[torch.dtype] = frozenset()  # the dtypes the loaded library has rules for
 _functions: dict[str, Any] = {}  # the library's functions, looked up and typed once (``_library_function``)
 _calls = 0  # compiled calls made so far (tests check that the compiled path really ran)
+_mapped_calls = 0  # of which by a rule that mapped its gradients as it loaded them (maps.GradientMap)
 #: Whether every call's pointer table is checked in C against its tensors' extents first (``check_bounds``).
 _bounds_checks = False
 _checked_calls = 0  # calls whose table the bounds check passed (tests check that it really ran)
@@ -219,8 +220,13 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     dtype = first[0].dtype
     if dtype not in _dtypes or first[0].device.type != "cpu":
         return False
-    function = _function(rule, dtype)
+    # A gradient list carrying a map (maps.GradientMap: clipping, unscaling, clipvalue of an ordinary step) takes
+    # the rule's form that maps each element as it loads it; a rule without one leaves it to the caller.
+    gm = getattr(lists[1], "gradient_map", None) if len(lists) > 1 and lists[1] is not None else None
+    function = _function(rule, dtype) if gm is None else maps.mapped_function(rule, dtype, gm)
     if function is None:  # no compiled form of this rule: the foreach kernel gives the same bits
+        return False
+    if gm is not None and gm.denominators is not None and len(gm.denominators) != len(first):
         return False
     n = len(first)
     verified = type(first) is Verified
@@ -290,7 +296,13 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         tensor_table.bump_versions(bumped)
     else:
         _increment_version(bumped)
-    function(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data, torch.get_num_threads())
+    if gm is None:
+        function(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data, torch.get_num_threads())
+    else:
+        function(n, table.ctypes.data, offsets.ctypes.data, values.ctypes.data, torch.get_num_threads(),
+                 gm.scalars.ctypes.data, None if gm.denominators is None else gm.denominators.ctypes.data)
+        global _mapped_calls
+        _mapped_calls += 1
     del held  # (the storages let go only now)
     global _calls
     _calls += 1
@@ -473,6 +485,11 @@ def _unpacked(lists: Sequence[Any]) -> list[Any]:
             else list(unflatten_dense_tensors(tensors[0], list(first))) for tensors in lists]
 
 
+def mapped_calls() -> int:
+    """How many of :func:`calls` mapped their gradients as they loaded them (no buffer of mapped gradients)."""
+    return _mapped_calls
+
+
 def calls() -> int:
     """How many compiled calls ran in this process (a group of any size counts once)."""
     return _calls
@@ -518,6 +535,8 @@ def compiled(rule: str, operands: int, scalars: Sequence[Scalar | Flag | Integer
                         return None
             if getattr(lists[0], "chunked", False):
                 raise NotCompiled(rule)  # pieces of one tensor: the foreach kernel must not see them
+            if len(lists) > 1 and (gm := getattr(lists[1], "gradient_map", None)) is not None:
+                lists = (lists[0], maps.materialized(lists[1], gm), *lists[2:])  # (the foreach kernel: mapped first)
             return kernel(*_unpacked(lists), **kwargs)
 
         run.foreach = kernel  # type: ignore[attr-defined]

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
 from . import pins
 
-__all__ = ["DTYPES", "square_sums", "eigen_sum", "gradient_map", "accumulated_mean"]
+__all__ = ["DTYPES", "GradientMap", "square_sums", "eigen_sum", "gradient_map", "accumulated_mean", "mapped_function",
+           "materialized"]
 
 #: The dtypes the maps are compiled for, with their NumPy types.
 DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
@@ -27,6 +28,87 @@ _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _I64, _PTR, _F64, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double, ctypes.c_int
 
 Tensors = Callable[[], Sequence[torch.Tensor]]
+
+
+class GradientMap:
+    """A step's gradient map handed to the compiled update rules instead of a buffer of mapped gradients: each
+    rule maps every gradient element where it loads it (``slotopt_kernels.c``, the ``_gm`` rules), with the same
+    operations as :func:`gradient_map`. ``flags`` and the scalars as :func:`gradient_map` takes them;
+    ``denominators`` (flag 4): one per tensor of the list it is attached to, of the gradients' dtype.
+
+    A list of gradients carrying one (``Matched.gradient_map``, ``engine/plan.Ordinary.gradients``) holds the
+    gradients as they were before the map: whatever takes it other than a compiled rule with a ``_gm`` form reads
+    :func:`materialized` first (the compiled kernels' fallback does)."""
+
+    __slots__ = ("flags", "scalars", "denominators", "dtype", "flush")
+
+    def __init__(self, dtype: torch.dtype, flags: int, divisor: float = 1.0, lo: float = 0.0, hi: float = 0.0,
+                 clip: float = 1.0, denominators: Optional[np.ndarray] = None, scale: float = 1.0) -> None:
+        self.dtype, self.flags = dtype, int(flags)
+        self.scalars = np.array([flags, divisor, lo, hi, clip, scale], dtype=np.float64)
+        self.denominators = None if denominators is None else np.ascontiguousarray(denominators, DTYPES[dtype])
+        #: Set by the step that deferred it (engine/compiled_maps.py): writes the mapped gradients into the step.
+        self.flush: Optional[Callable[[object], None]] = None
+
+    @property
+    def mode(self) -> str:
+        """The suffix of the compiled rules that take this map (one per common case, ``gmx`` for the others)."""
+        return {1: "gm1", 2: "gm2", 4: "gm4", 8: "gm8"}.get(self.flags, "gmx")
+
+    def arguments(self) -> tuple[float, float, float, float, Optional[np.ndarray], float]:
+        """divisor, lo, hi, clip, denominators, scale: :func:`gradient_map`'s arguments."""
+        divisor, lo, hi, clip, scale = (float(x) for x in self.scalars[1:])
+        return divisor, lo, hi, clip, self.denominators, scale
+
+    def select(self, order: Optional[Sequence[int]]) -> GradientMap:
+        """This map for the tensors at ``order`` of the list it was made for (None: all, as they are)."""
+        if order is None or self.denominators is None:
+            return self
+        picked = GradientMap.__new__(GradientMap)
+        picked.dtype, picked.flags, picked.scalars, picked.flush = self.dtype, self.flags, self.scalars, None
+        picked.denominators = np.ascontiguousarray(self.denominators[np.asarray(order, dtype=np.int64)])
+        return picked
+
+
+_MAPPED_ARGTYPES = [_I64, _PTR, _PTR, _PTR, _INT, _PTR, _PTR]
+
+
+def mapped_function(rule: str, dtype: torch.dtype, gm: GradientMap) -> Any:
+    """The compiled rule ``rule`` for ``dtype`` that takes ``gm`` in its prologue, or None where the built library
+    has none (the caller then maps the gradients first: :func:`materialized`)."""
+    if dtype not in _SUFFIX:
+        return None
+    return _native()._library_function(f"{rule}_{_SUFFIX[dtype]}_{gm.mode}", _MAPPED_ARGTYPES, None)
+
+
+def materialized(grads: Sequence[torch.Tensor], gm: GradientMap) -> list[torch.Tensor]:
+    """``grads`` (contiguous CPU tensors of ``gm``'s dtype, in the order ``gm`` was selected for) mapped, as new
+    tensors: one compiled pass into one buffer (:func:`gradient_map`), else torch's ops in the same order (the
+    reference's, engine/clipping.py)."""
+    grads = list(grads)
+    if not grads:
+        return grads
+    divisor, lo, hi, clip, denominators, scale = gm.arguments()
+    offsets = np.zeros(len(grads) + 1, dtype=np.int64)
+    np.cumsum([g.numel() for g in grads], out=offsets[1:])
+    if all(g.is_contiguous() for g in grads):
+        out = torch.empty(int(offsets[-1]), dtype=gm.dtype)
+        addresses = np.array([g.data_ptr() for g in grads], dtype=np.uint64)
+        if gradient_map(addresses, offsets, gm.dtype, lambda: grads, out, gm.flags, divisor, lo, hi, clip,
+                        denominators, scale):
+            return [out[int(a):int(b)].view(g.shape) for g, a, b in zip(grads, offsets[:-1], offsets[1:])]
+    mapped = grads
+    if gm.flags & 1:
+        mapped = [g / divisor for g in mapped]
+    if gm.flags & 2:
+        mapped = [torch.clamp(g, lo, hi) for g in mapped]
+    if gm.flags & 4:
+        assert denominators is not None
+        mapped = [(g * clip) / torch.tensor(d, dtype=gm.dtype) for g, d in zip(mapped, denominators)]
+    if gm.flags & 8:
+        factor = torch.tensor(scale, dtype=gm.dtype)
+        mapped = [g * factor for g in mapped]
+    return [m.clone() if m is g else m for m, g in zip(mapped, grads)]
 
 
 def _native():  # (the package, imported when first needed: it imports nothing of this module)

@@ -209,7 +209,7 @@ static inline int64_t first_at_least_(const int64_t *sorted, int64_t n, int64_t 
             while (lo_ < hi_ && k < n) {                                                                   \
                 const int64_t end_ = hi_ < off[k + 1] ? hi_ : off[k + 1];                                  \
                 const int64_t s = lo_ - off[k], e = end_ - off[k];                                         \
-                if (e > s) { __VA_ARGS__ }                                                                 \
+                if (e > s) { GM_PIECE_DECL __VA_ARGS__ }                                                   \
                 lo_ = end_;                                                                                \
                 k++;                                                                                       \
             }                                                                                              \
@@ -218,6 +218,13 @@ static inline int64_t first_at_least_(const int64_t *sorted, int64_t n, int64_t 
     } while (0)
 
 #define P(j) ((E *)ptr[(size_t)(j) * (size_t)n + (size_t)k])
+
+/* The gradient operand's element i (rules.inc's LG) and the map's values handed to a rule's helpers: without a map,
+ * the element as it is (the mapped instantiations below redefine these). */
+#define LG(p, i) LD((p)[i])
+#define GM_PARAM
+#define GM_ARG
+#define GM_PIECE_DECL
 
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)
@@ -322,6 +329,165 @@ static inline void prefetch_row_(const void *row, int64_t bytes) {
 #undef SFX
 #undef SQRT
 #undef FABS
+
+/* The update rules with a gradient map in their prologue (engine/compiled_maps.py): instead of a pass that writes the
+ * mapped gradients into a buffer the rule then reads, the rule maps each gradient element where it loads it (LG), in
+ * registers: x / divisor (flag 1: Keras 3's loss_scale_factor), torch.clamp(x, lo, hi) with NaN kept (flag 2:
+ * clipvalue), (x * clip) / d[k] (flag 4: clip by norm, one denominator per tensor), x * scale (flag 8: clip by global
+ * norm), in that order, each one IEEE operation in the dtype with the scalars taken in the dtype: exactly the
+ * operations of slotopt_gradient_map (gradient_maps.inc), whose results the rule read back from memory, so the bits
+ * are the same and the gradients are read once with nothing written. float32 and float64 (the dtypes the maps are
+ * compiled for); one instantiation per common case, whose constant mode lets the loops vectorize as the plain
+ * rules' do (gm1 unscale, gm2 clipvalue, gm4 clipnorm, gm8 global clipnorm), and gmx for any combination (flags
+ * read per element, a loop-invariant branch). A mapped rule is the plain rule's name and dtype suffix with _gmN
+ * appended; it takes two more arguments:
+ *   const double *gm   {flags, divisor, lo, hi, clip, scale};
+ *   const void *d      the n per-tensor denominators, of the dtype (flag 4), else NULL. */
+typedef struct { float divisor, lo, hi, clip, scale, d; int flags; } gm_f32_;
+typedef struct { double divisor, lo, hi, clip, scale, d; int flags; } gm_f64_;
+static inline float gm_clamp_f32_(float v, float lo, float hi) { return v != v ? v : CLAMP_MAX(CLAMP_MIN(v, lo), hi); }
+static inline double gm_clamp_f64_(double v, double lo, double hi) {
+    return v != v ? v : CLAMP_MAX(CLAMP_MIN(v, lo), hi);
+}
+#define GM_ANY_(NAME, T, GMT, CLAMP)                                                                          \
+    static inline T NAME(T v, const GMT m) {                                                                \
+        if (m.flags & 1) v = v / m.divisor;                                                                  \
+        if (m.flags & 2) v = CLAMP(v, m.lo, m.hi);                                                           \
+        if (m.flags & 4) v = (v * m.clip) / m.d;                                                             \
+        if (m.flags & 8) v = v * m.scale;                                                                    \
+        return v;                                                                                            \
+    }
+GM_ANY_(gm_any_f32_, float, gm_f32_, gm_clamp_f32_)
+GM_ANY_(gm_any_f64_, double, gm_f64_, gm_clamp_f64_)
+#undef GM_ANY_
+
+#undef RULE
+#undef LG
+#undef GM_PARAM
+#undef GM_ARG
+#undef GM_PIECE_DECL
+/* A mapped rule: the exported function reads the map into a struct handed by value to the rule's body (static, named
+ * with a final "_" as every internal helper, tests/test_native_portable.py; a copy
+ * in registers, which no store of the rule can alias), and each piece of tensor k takes its denominator. */
+#define RULE(name)                                                                                           \
+    static void CAT(name, CAT(SFX, body_))(int64_t n, void *const *ptr, const int64_t *off, const double *s_,   \
+                                          int threads, const GMT gmv_, const T *gmd_);                      \
+    void CAT(name, SFX)(int64_t n, void *const *ptr, const int64_t *off, const double *s_, int threads,         \
+                        const double *gm_, const void *gmd_) {                                               \
+        const GMT gmv_ = {(T)gm_[1], (T)gm_[2], (T)gm_[3], (T)gm_[4], (T)gm_[5], (T)1, (int)gm_[0]};          \
+        CAT(name, CAT(SFX, body_))(n, ptr, off, s_, threads, gmv_, (const T *)gmd_);                         \
+    }                                                                                                        \
+    static void CAT(name, CAT(SFX, body_))(int64_t n, void *const *ptr, const int64_t *off, const double *s_,   \
+                                          int threads, const GMT gmv_, __attribute__((unused)) const T *gmd_)
+#define GM_PARAM , const GMT gmk
+#define GM_ARG , gmk
+#define GM_PIECE_DECL                                                                                        \
+    GMT gmk __attribute__((unused)) = gmv_;                                                                  \
+    if (gmk.flags & 4) gmk.d = gmd_[k];
+#define SQRT sqrtf
+#define FABS fabsf
+#ifdef SLOTOPT_HAS_RSQRT_ESTIMATE
+#define TF_RSQRT(x, i, len, row) tf_rsqrt_f32_at_((x), (i), (len), (row))
+#endif
+#define T float
+#define E float
+#define GMT gm_f32_
+#define GM_MODE 1
+#define SFX f32_gm1
+#define LG(p, i) ((p)[i] / gmk.divisor)
+#include "rules.inc"
+#undef SFX
+#undef LG
+#undef GM_MODE
+#define GM_MODE 2
+#define SFX f32_gm2
+#define LG(p, i) gm_clamp_f32_((p)[i], gmk.lo, gmk.hi)
+#include "rules.inc"
+#undef SFX
+#undef LG
+#undef GM_MODE
+#define GM_MODE 4
+#define SFX f32_gm4
+#define LG(p, i) (((p)[i] * gmk.clip) / gmk.d)
+#include "rules.inc"
+#undef SFX
+#undef LG
+#undef GM_MODE
+#define GM_MODE 8
+#define SFX f32_gm8
+#define LG(p, i) ((p)[i] * gmk.scale)
+#include "rules.inc"
+#undef SFX
+#undef LG
+#undef GM_MODE
+#define GM_MODE 15
+#define SFX f32_gmx
+#define LG(p, i) gm_any_f32_((p)[i], gmk)
+#include "rules.inc"
+#undef SFX
+#undef LG
+#undef GM_MODE
+#undef T
+#undef E
+#undef GMT
+#undef SQRT
+#undef FABS
+#undef TF_RSQRT
+#define SQRT sqrt
+#define FABS fabs
+#define T double
+#define E double
+#define GMT gm_f64_
+#define GM_MODE 1
+#define SFX f64_gm1
+#define LG(p, i) ((p)[i] / gmk.divisor)
+#include "rules.inc"
+#undef SFX
+#undef LG
+#undef GM_MODE
+#define GM_MODE 2
+#define SFX f64_gm2
+#define LG(p, i) gm_clamp_f64_((p)[i], gmk.lo, gmk.hi)
+#include "rules.inc"
+#undef SFX
+#undef LG
+#undef GM_MODE
+#define GM_MODE 4
+#define SFX f64_gm4
+#define LG(p, i) (((p)[i] * gmk.clip) / gmk.d)
+#include "rules.inc"
+#undef SFX
+#undef LG
+#undef GM_MODE
+#define GM_MODE 8
+#define SFX f64_gm8
+#define LG(p, i) ((p)[i] * gmk.scale)
+#include "rules.inc"
+#undef SFX
+#undef LG
+#undef GM_MODE
+#define GM_MODE 15
+#define SFX f64_gmx
+#define LG(p, i) gm_any_f64_((p)[i], gmk)
+#include "rules.inc"
+#undef SFX
+#undef LG
+#undef GM_MODE
+#undef T
+#undef E
+#undef GMT
+#undef SQRT
+#undef FABS
+#undef RULE
+#undef GM_PARAM
+#undef GM_ARG
+#undef GM_PIECE_DECL
+#define RULE(name) void CAT(name, SFX)(int64_t n, void *const *ptr, const int64_t *off, const double *s_, \
+                                       int threads)
+#define LG(p, i) LD((p)[i])
+#define GM_PARAM
+#define GM_ARG
+#define GM_PIECE_DECL
 #undef LD
 #undef ST
 #undef R
