@@ -72,7 +72,8 @@ def pytest_summary(output: str) -> str:
 
 COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "clang++")
 # A skip for want of the C++ checks: their tests skip with tensor_table.status() as the reason.
-NO_CHECKS_SKIP = re.compile(r"^SKIPPED .*'active': False", re.M)
+# (-rs groups equal skips: "SKIPPED [438] tests/x.py:24: {...}")
+NO_CHECKS_SKIP = re.compile(r"^SKIPPED (?:\[(\d+)\] )?.*'active': False", re.M)
 
 
 def no_compiler_env(venv: str) -> dict:
@@ -136,7 +137,7 @@ def check(version: str, args: argparse.Namespace, reference: dict) -> dict:
         tests = run([python, "-m", "pytest", "-p", "no:cacheprovider", "-rs", *(["-x"] if args.exitfirst else []),
                      *CORE], source, log, timeout=args.test_timeout)
         row["core"] = pytest_summary(tests.stdout)
-        unchecked = len(NO_CHECKS_SKIP.findall(tests.stdout))
+        unchecked = sum(int(count or 1) for count in NO_CHECKS_SKIP.findall(tests.stdout))
         row["core"] += f"; {unchecked} skipped for want of the C++ checks" if unchecked else ""
         row["no_checks_skips"] = unchecked
         result = adam(python, source, log)

@@ -6,6 +6,7 @@ views, which then take the full path). Its other helpers must equal what they re
 ``(p.grad, p)`` list, ``bump_versions`` torch's version bump.
 """
 
+import importlib.util
 import os
 import random
 import types
@@ -261,7 +262,9 @@ def test_a_table_built_for_another_torch_is_not_loaded(monkeypatch):
     tensor_table._load()
     assert not tensor_table.active()
     reason = tensor_table.status()["reason"]
-    assert "rebuild" in reason and "0.0.0+other" in reason and "no wheel build for torch 0.0" in reason
+    assert "no wheel build for torch 0.0" in reason
+    if importlib.util.find_spec("slotopt.kernels.native._tensor_table") is not None:  # (a wheel has no source build)
+        assert "rebuild" in reason and "0.0.0+other" in reason
     variables = [torch.nn.Parameter(torch.randn(3)) for _ in range(3)]
     opt = slotopt.Adam(learning_rate=0.1, params=variables)
     for _ in range(3):
