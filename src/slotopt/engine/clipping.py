@@ -22,7 +22,6 @@ from ..kernels.rows import segment_sum
 from ..variables import IndexedSlices, as_indexed_slices, is_sparse
 from .distributed import sum_over_shards
 from .gradient_maps import replaced
-from .plan import Ordinary
 
 ShardGroups = Optional[Sequence[Sequence[Any]]]
 
@@ -102,7 +101,7 @@ def map_gradient_values(pairs: Sequence[tuple[Any, T]],
                         fn: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> list[tuple[Any, T]]:
     """Applies ``fn`` to the gradients (the ``values`` of sparse ones) and rewraps them; ``None`` stays. An
     ordinary step's result is an ordinary step of its plan (``gradient_maps.replaced``)."""
-    if type(pairs) is Ordinary:  # every gradient dense and present: the map keeps the plan
+    if getattr(pairs, "plan", None) is not None:  # ordinary: every gradient dense and present; the map keeps the plan
         return replaced(pairs, fn(pairs.grads))
     present = [(i, g if isinstance(g, IndexedSlices) or not is_sparse(g) else as_indexed_slices(g))
                for i, (g, _) in enumerate(pairs) if g is not None]

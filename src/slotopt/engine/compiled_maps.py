@@ -30,9 +30,9 @@ import torch
 
 from ..kernels import native
 from ..kernels.native import maps
-from . import atomic
 from .loss_scaling import keeps_no_gradients
 from .plan import Ordinary, quiet_now
+from .writing import atomic
 
 __all__ = ["mapped", "accumulated", "keeps_none", "flush"]
 
@@ -66,7 +66,7 @@ def mapped(opt: Any, step: Any, key: str, divisor: Optional[float] = None, clipv
     that holds a map already (an unscale before a clip) takes it as the first operations of this one; where it
     cannot, its gradients are mapped into its buffer first (``_flush``), so that every other reader sees them
     mapped."""
-    pending = step.__dict__.get("gradient_map") if type(step) is Ordinary else None
+    pending = step.__dict__.get("gradient_map") if getattr(step, "plan", None) is not None else None
     if pending is not None:
         before = pending.flags
         new = (1 if divisor is not None else 0) | (2 if clipvalue is not None else 0) \
@@ -238,7 +238,7 @@ def _flush(opt: Any, step: Ordinary) -> None:
 
 def flush(step: Any) -> None:
     """Maps ``step``'s gradients now where it holds a map, for a reader of its gradients other than the update."""
-    gm = step.__dict__.get("gradient_map") if type(step) is Ordinary else None
+    gm = step.__dict__.get("gradient_map") if getattr(step, "plan", None) is not None else None
     if gm is not None:
         gm.flush(step)
 
