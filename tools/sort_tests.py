@@ -137,6 +137,14 @@ TABLE: dict[str, str] = {
     "tests/test_lint.py": "tests/project/test_lint.py",
     "tests/test_readme.py": "tests/project/test_readme.py",
     "tests/test_v1_docs.py": "tests/project/test_tf1_migration_page.py",
+    # sorted at the merge of the fourth session
+    "tests/test_api_corners.py": "tests/keras3/test_keras_api_corners.py",
+    "tests/test_bundle_budget.py": "tests/io/test_bundle_read_budget.py",
+    "tests/test_capturable.py": "tests/kernels/test_capturable_steps.py",
+    "tests/test_capturable_later.py": "tests/pytorch/test_capturable_flag_on_join.py",
+    "tests/test_checkpoint_build.py": "tests/io/test_checkpoint_one_build.py",
+    "tests/test_error_names.py": "tests/engine/test_error_names.py",
+    "tests/test_gradient_aliasing_swapped.py": "tests/engine/test_gradient_aliasing_swapped.py",
 }
 
 #: Text files whose references to test paths are rewritten (the table itself, this file, is not).

@@ -28,7 +28,7 @@ def test_no_capture_outside_one():
 
 
 def test_a_step_during_a_capture_is_refused_by_name_and_changes_nothing(monkeypatch):
-    w, opt = _adam(clipnorm=1.0)  # (capturable steps, and what they refuse: tests/test_capturable.py)
+    w, opt = _adam(clipnorm=1.0)  # (capturable steps, and what they refuse: tests/kernels/test_capturable_steps.py)
     opt.step()
     before, iterations = w.detach().clone(), int(opt.iterations)
     monkeypatch.setattr(capture, "capturing", lambda: True)

@@ -140,7 +140,7 @@ def test_48_capturable_on_cuda_is_refused_clearly():
         pytest.skip("no CUDA device: the refusal is exercised where one is")
     with pytest.raises(TorchSpellingError, match=r"cannot be captured in a CUDA graph \(slotopt\.Adam: `clipnorm"):
         slotopt.Adam([torch.nn.Parameter(torch.ones(2, device="cuda"))], capturable=True, clipnorm=1.0)
-    slotopt.Adam([torch.nn.Parameter(torch.ones(2, device="cuda"))], capturable=True)  # (tests/test_capturable.py)
+    slotopt.Adam([torch.nn.Parameter(torch.ones(2, device="cuda"))], capturable=True)  # (tests/kernels/test_capturable_steps.py)
 
 
 # ------------------------------------------------------------------------------------------ 7: param_names

@@ -367,7 +367,7 @@ GM_ANY_(gm_any_f64_, double, gm_f64_, gm_clamp_f64_)
 #undef GM_ARG
 #undef GM_PIECE_DECL
 /* A mapped rule: the exported function reads the map into a struct handed by value to the rule's body (static, named
- * with a final "_" as every internal helper, tests/test_native_portable.py; a copy
+ * with a final "_" as every internal helper, tests/kernels/test_native_portable.py; a copy
  * in registers, which no store of the rule can alias), and each piece of tensor k takes its denominator. */
 #define RULE(name)                                                                                           \
     static void CAT(name, CAT(SFX, body_))(int64_t n, void *const *ptr, const int64_t *off, const double *s_,   \

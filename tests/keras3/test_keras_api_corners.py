@@ -18,7 +18,7 @@ import torch
 import slotopt
 from slotopt import legacy, v1
 
-RECORDED = json.loads((Path(__file__).parent / "data" / "issue50" / "api_corner_errors.json").read_text())
+RECORDED = json.loads((Path(__file__).parents[1] / "data" / "issue50" / "api_corner_errors.json").read_text())
 
 
 def _compared_part(message: str) -> str:

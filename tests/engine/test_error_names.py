@@ -77,7 +77,7 @@ def test_a_config_at_the_limit_still_builds():
 
 
 def test_a_keras_file_whose_config_is_too_deep_names_file_entry_and_limit(tmp_path):
-    source = Path(__file__).parent / "data" / "issue50" / "nested_keras3_adam.keras"
+    source = Path(__file__).parents[1] / "data" / "issue50" / "nested_keras3_adam.keras"
     with zipfile.ZipFile(source) as z:
         members = {n: z.read(n) for n in z.namelist()}
     config = json.loads(members["config.json"])

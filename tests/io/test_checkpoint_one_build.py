@@ -18,10 +18,10 @@ import torch
 import slotopt
 from slotopt.engine import registry
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import _tf_bundle_writer as writer  # noqa: E402
 
-FIXTURE = Path(__file__).parent / "data" / "keras_checkpoints" / "keras3_adam_float32.keras"
+FIXTURE = Path(__file__).parents[1] / "data" / "keras_checkpoints" / "keras3_adam_float32.keras"
 
 
 @pytest.fixture
