@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch._C._nn import unflatten_dense_tensors
 
-from . import maps, pins, tensor_table, variants
+from . import pins, tensor_table, variants
 from .operands import _increment_version, _readable, in_storage, is_python_dispatch
 from .scalars import SLICE_RULES, Flag, Integer, Scalar, describe, slices
 from .variants import VARIANTS
@@ -223,7 +223,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     # A gradient list carrying a map (maps.GradientMap: clipping, unscaling, clipvalue of an ordinary step) takes
     # the rule's form that maps each element as it loads it; a rule without one leaves it to the caller.
     gm = getattr(lists[1], "gradient_map", None) if len(lists) > 1 and lists[1] is not None else None
-    function = _function(rule, dtype) if gm is None else maps.mapped_function(rule, dtype, gm)
+    function = _function(rule, dtype) if gm is None else gm.function(rule, dtype)
     if function is None:  # no compiled form of this rule: the foreach kernel gives the same bits
         return False
     if gm is not None and gm.denominators is not None and len(gm.denominators) != len(first):
@@ -536,7 +536,7 @@ def compiled(rule: str, operands: int, scalars: Sequence[Scalar | Flag | Integer
             if getattr(lists[0], "chunked", False):
                 raise NotCompiled(rule)  # pieces of one tensor: the foreach kernel must not see them
             if len(lists) > 1 and (gm := getattr(lists[1], "gradient_map", None)) is not None:
-                lists = (lists[0], maps.materialized(lists[1], gm), *lists[2:])  # (the foreach kernel: mapped first)
+                lists = (lists[0], gm.materialize(lists[1]), *lists[2:])  # (the foreach kernel: mapped first)
             return kernel(*_unpacked(lists), **kwargs)
 
         run.foreach = kernel  # type: ignore[attr-defined]

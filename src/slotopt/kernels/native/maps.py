@@ -69,6 +69,16 @@ class GradientMap:
         picked.denominators = np.ascontiguousarray(self.denominators[np.asarray(order, dtype=np.int64)])
         return picked
 
+    # The compiled kernels' package reaches the two functions below through the map it is handed (it does not
+    # import this module, which reads the package's library: no import circle).
+    def function(self, rule: str, dtype: torch.dtype) -> Any:
+        """:func:`mapped_function` of ``rule`` for ``dtype`` with this map."""
+        return mapped_function(rule, dtype, self)
+
+    def materialize(self, grads: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """:func:`materialized` of ``grads`` with this map."""
+        return materialized(grads, self)
+
 
 _MAPPED_ARGTYPES = [_I64, _PTR, _PTR, _PTR, _INT, _PTR, _PTR]
 
