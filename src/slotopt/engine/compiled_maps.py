@@ -86,7 +86,7 @@ def mapped(opt: Any, step: Any, key: str, divisor: Optional[float] = None, clipv
 
 def _mapped(opt: Any, step: Any, key: str, divisor: Optional[float], clipvalue: Optional[float],
             clipnorm: Optional[float], global_clipnorm: Optional[float]) -> Optional[Ordinary]:
-    if type(step) is not Ordinary or opt.__dict__.get("_sharded") or getattr(opt, "_layouts", None) \
+    if getattr(step, "plan", None) is None or opt.__dict__.get("_sharded") or getattr(opt, "_layouts", None) \
             or getattr(opt, "_summation_orders", None) or step.grad_addresses is None:
         # (FSDP2 shards: a norm is summed over the processes, engine/shards.py; a variable held in another layout
         # than TensorFlow's is summed in TF's order of it, engine/summation.py)
@@ -248,7 +248,7 @@ def accumulated(opt: Any, step: Any, accumulators: list[torch.Tensor], steps: in
     ``step`` and its accumulator (in pair order) in one compiled pass into a buffer kept with the plan, as an
     ``Ordinary`` step of its plan; None where this path does not apply (the caller takes torch's ops, the same
     bits). The accumulators are proven in the same C++ pass as any slot (``state_operands``)."""
-    if type(step) is not Ordinary or step.grad_addresses is None or type(steps) is not int:
+    if getattr(step, "plan", None) is None or step.grad_addresses is None or type(steps) is not int:
         return None
     plan = step.plan
     if len(plan.kinds) != 1 or not plan.on_cpu or plan.dtypes[0] not in maps.DTYPES:

@@ -39,7 +39,7 @@ def replaced(step: Any, grads: Sequence[Any], trusted: bool = True) -> list[Pair
     """``step``'s pairs with ``grads`` in place of its gradients (in pair order), as an ``Ordinary`` step of its
     plan when ``step`` is one and the gradients fit it (see the module docstring), else a plain list."""
     pairs = [(g, v) for g, (_, v) in zip(grads, step)]
-    if type(step) is not Ordinary:
+    if getattr(step, "plan", None) is None:
         return pairs
     return _planned(step, pairs, trusted)
 
@@ -48,7 +48,7 @@ def replaced_pairs(step: Any, pairs: Sequence[Pair], trusted: bool = False) -> l
     """``pairs`` (a stage's result for ``step``, e.g. a transformer's) as an ``Ordinary`` step of ``step``'s plan
     when ``step`` is one and they fit it, else as a list."""
     pairs = list(pairs)
-    if type(step) is not Ordinary or len(pairs) != len(step):
+    if getattr(step, "plan", None) is None or len(pairs) != len(step):
         return pairs
     return _planned(step, pairs, trusted)
 
