@@ -22,7 +22,7 @@ DEMO_STAMP := $(VENV)/.slotopt-demo-installed
 TEST_STAMP := $(VENV)/.slotopt-test-installed
 DOCS_STAMP := $(VENV)/.slotopt-docs-installed
 SOURCES := pyproject.toml setup.py src/slotopt/kernels/native/slotopt_kernels.c src/slotopt/kernels/native/rules.inc \
-	src/slotopt/kernels/native/rules_scalars.h src/slotopt/kernels/native/gradient_maps.inc \
+	src/slotopt/kernels/native/rules_scalars.h src/slotopt/kernels/native/gradient_maps.inc src/slotopt/kernels/native/gradient_forms.inc \
 	src/slotopt/kernels/native/tensor_table.cpp src/slotopt/kernels/native/tensor_checks.cpp \
 	src/slotopt/kernels/native/tensor_table.h
 

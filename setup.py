@@ -226,7 +226,7 @@ def _all_extensions():
             KERNELS + suffix,
             sources=[os.path.join(NATIVE, "slotopt_kernels.c")],
             depends=[os.path.join(NATIVE, "rules.inc"), os.path.join(NATIVE, "rules_scalars.h"),
-                     os.path.join(NATIVE, "gradient_maps.inc")],
+                     os.path.join(NATIVE, "gradient_maps.inc"), os.path.join(NATIVE, "gradient_forms.inc")],
             extra_compile_args=FLAGS + isa,
             optional=True,
         ) for suffix, isa in VARIANTS.items()],

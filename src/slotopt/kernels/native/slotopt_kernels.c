@@ -392,41 +392,13 @@ GM_ANY_(gm_any_f64_, double, gm_f64_, gm_clamp_f64_)
 #define T float
 #define E float
 #define GMT gm_f32_
-#define GM_MODE 1
-#define SFX f32_gm1
-#define LG(p, i) ((p)[i] / gmk.divisor)
-#include "rules.inc"
-#undef SFX
-#undef LG
-#undef GM_MODE
-#define GM_MODE 2
-#define SFX f32_gm2
-#define LG(p, i) gm_clamp_f32_((p)[i], gmk.lo, gmk.hi)
-#include "rules.inc"
-#undef SFX
-#undef LG
-#undef GM_MODE
-#define GM_MODE 4
-#define SFX f32_gm4
-#define LG(p, i) (((p)[i] * gmk.clip) / gmk.d)
-#include "rules.inc"
-#undef SFX
-#undef LG
-#undef GM_MODE
-#define GM_MODE 8
-#define SFX f32_gm8
-#define LG(p, i) ((p)[i] * gmk.scale)
-#include "rules.inc"
-#undef SFX
-#undef LG
-#undef GM_MODE
-#define GM_MODE 15
-#define SFX f32_gmx
-#define LG(p, i) gm_any_f32_((p)[i], gmk)
-#include "rules.inc"
-#undef SFX
-#undef LG
-#undef GM_MODE
+#define GM_DT f32
+#define GM_CLAMP gm_clamp_f32_
+#define GM_ANY gm_any_f32_
+#include "gradient_forms.inc"
+#undef GM_DT
+#undef GM_CLAMP
+#undef GM_ANY
 #undef T
 #undef E
 #undef GMT
@@ -438,41 +410,13 @@ GM_ANY_(gm_any_f64_, double, gm_f64_, gm_clamp_f64_)
 #define T double
 #define E double
 #define GMT gm_f64_
-#define GM_MODE 1
-#define SFX f64_gm1
-#define LG(p, i) ((p)[i] / gmk.divisor)
-#include "rules.inc"
-#undef SFX
-#undef LG
-#undef GM_MODE
-#define GM_MODE 2
-#define SFX f64_gm2
-#define LG(p, i) gm_clamp_f64_((p)[i], gmk.lo, gmk.hi)
-#include "rules.inc"
-#undef SFX
-#undef LG
-#undef GM_MODE
-#define GM_MODE 4
-#define SFX f64_gm4
-#define LG(p, i) (((p)[i] * gmk.clip) / gmk.d)
-#include "rules.inc"
-#undef SFX
-#undef LG
-#undef GM_MODE
-#define GM_MODE 8
-#define SFX f64_gm8
-#define LG(p, i) ((p)[i] * gmk.scale)
-#include "rules.inc"
-#undef SFX
-#undef LG
-#undef GM_MODE
-#define GM_MODE 15
-#define SFX f64_gmx
-#define LG(p, i) gm_any_f64_((p)[i], gmk)
-#include "rules.inc"
-#undef SFX
-#undef LG
-#undef GM_MODE
+#define GM_DT f64
+#define GM_CLAMP gm_clamp_f64_
+#define GM_ANY gm_any_f64_
+#include "gradient_forms.inc"
+#undef GM_DT
+#undef GM_CLAMP
+#undef GM_ANY
 #undef T
 #undef E
 #undef GMT
