@@ -25,7 +25,11 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 NATIVE = "src/slotopt/kernels/native"
-FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-std=c11"]
+# Warnings on (as for the C++ checks): the kernels are clean under -Wall -Wextra -Werror with each variant's flags
+# and OpenMP (tests/project/test_native_warnings.py proves it on every test run); -Werror is left to that test so
+# that a user's newer compiler with a new warning still builds the library instead of falling back to foreach.
+WARNINGS = ["-Wall", "-Wextra"]
+FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-std=c11", *WARNINGS]
 # SLOTOPT_NATIVE_DEBUG=1 at build time: a library that checks the bounds of every call in C before the rule runs
 # (slotopt_kernels.c, SLOTOPT_BOUNDS_CHECK; slower, for debugging and the test suite).
 if os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() not in ("", "0"):
@@ -236,7 +240,7 @@ def _all_extensions():
         Extension(
             "slotopt.kernels.native._slotopt_crc32c",
             sources=[os.path.join(NATIVE, "crc32c.c")],
-            extra_compile_args=["-O3", "-std=gnu11"],
+            extra_compile_args=["-O3", "-std=gnu11", *WARNINGS],
             optional=True,
         ),
     ]
