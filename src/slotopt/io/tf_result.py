@@ -16,7 +16,8 @@ import torch
 from ..engine import adopt, registry, summation
 from . import tf_write
 from .keras_layers import keras_view, to_torch, torch_shape
-from .keras_result import _handed_over, _NamedWeights, _summation_orders, _write_weight, refuse_tfkeras_new
+from .keras_result import refuse_tfkeras_new
+from .named_weights import NamedWeights, handed_over, summation_orders, write_weight
 from .tf1_optimizers import disagreement
 from .tf_files import OptimizerVariable, _op_base
 
@@ -26,7 +27,7 @@ _TFKERAS_SLOTS = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat", "u":
 
 # ------------------------------------------------------------------------------------------------ the result
 @dataclass
-class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint: ``io/keras.py``)
+class TFCheckpoint(NamedWeights):  # (the argument checks of a Keras checkpoint: ``io/keras.py``)
     """The training state read from a TensorFlow checkpoint by :func:`load_tf_checkpoint`; the same interface as
     :class:`~slotopt.io.keras.KerasCheckpoint` (``variable_names``, ``weights``, ``parameters()``,
     ``optimizer(params, optimizer=None)``, ``load_module(module, mapping)``).
@@ -286,7 +287,7 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                 converted = to_torch(value, kind)
                 if converted is not value:
                     converted = converted.contiguous()
-                    view = _handed_over(self._loans, value, converted, kind)
+                    view = handed_over(self._loans, value, converted, kind)
                     if view is not None:  # the file's tensor is dropped by every holder
                         plan[i] = (name, owner, view, var)
                         j = where.get(id(value))
@@ -494,12 +495,12 @@ class TFCheckpoint(_NamedWeights):  # (the argument checks of a Keras checkpoint
                     "cannot be converted to torch's layout. Use `optimizer(params)` with checkpoint-layout tensors.")
         for name in targets:
             self._loans.check(self.weights[name], f"weight {name!r}", self.path)
-        orders = _summation_orders(targets, self.layouts, self.weights)
+        orders = summation_orders(targets, self.layouts, self.weights)
         summation.refuse_unordered(type(opt), orders, self.path)  # (before any write)
         values = self._state_values(probe, layout=True)
         with torch.no_grad():
             for name, param in targets.items():
-                _write_weight(self._loans, self.weights, name, param, self.layouts.get(name, "as_is"))
+                write_weight(self._loans, self.weights, name, param, self.layouts.get(name, "as_is"))
         ordered = [targets[n] for n in self.variable_names]
         offer = self._offer(probe, ordered, values)
         with adopt.offered((opt, offer)):
