@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import slotopt
-from slotopt.io import CheckpointFormatError, keras_write, keras_zip, staging
+from slotopt.io import CheckpointFormatError, keras_write, region, staging
 
 pytest.importorskip("h5py")
 
@@ -51,8 +51,8 @@ def test_an_exception_at_every_write_call_leaves_the_target(source, kwargs, suff
     target = tmp_path / f"model{suffix}"
     target.write_bytes(OLD)
     calls = []
-    original = keras_zip.Window.write
-    monkeypatch.setattr(keras_zip.Window, "write", lambda self, b: (calls.append(1), original(self, b))[1])
+    original = region.Region.write
+    monkeypatch.setattr(region.Region, "write", lambda self, b: (calls.append(1), original(self, b))[1])
     ckpt.save(tmp_path / f"count{suffix}", params, opt)
     n = len(calls)
     os.unlink(tmp_path / f"count{suffix}")
@@ -66,11 +66,11 @@ def test_an_exception_at_every_write_call_leaves_the_target(source, kwargs, suff
                 raise (KeyboardInterrupt if k == n // 2 else OSError(28, "No space left on device"))
             return original(self, b)
 
-        monkeypatch.setattr(keras_zip.Window, "write", failing)
+        monkeypatch.setattr(region.Region, "write", failing)
         with pytest.raises((OSError, KeyboardInterrupt, RuntimeError)):
             ckpt.save(target, params, opt)
         _left(tmp_path, target)
-    monkeypatch.setattr(keras_zip.Window, "write", original)
+    monkeypatch.setattr(region.Region, "write", original)
     ckpt.save(target, params, opt)  # and then it writes
     assert target.read_bytes() != OLD and sorted(os.listdir(tmp_path)) == [target.name]
 

@@ -25,7 +25,6 @@ is the file's own (``max_bytes`` defaults to 16 TiB: it bounds what a caller cho
 
 from __future__ import annotations
 
-import io
 import multiprocessing
 import os
 import struct
@@ -39,6 +38,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .errors import CheckpointFormatError
+from .region import Region
 
 __all__ = ["H5Snapshot", "snapshot", "snapshot_member", "zip_member_to_tempfile", "MAX_BYTES"]
 
@@ -67,40 +67,6 @@ class H5Snapshot:
     located: dict[str, tuple[int, tuple[int, ...], str]] = field(default_factory=dict)
     #: metadata_only: the datasets left unread (in ``datasets`` as placeholders: zero strides, no memory)
     unread: set[str] = field(default_factory=set)
-
-
-class _Region(io.RawIOBase):
-    """Bytes [base, base + size) of an open file, as a file of their own (an HDF5 file stored in a zip)."""
-
-    def __init__(self, raw: Any, base: int, size: int) -> None:
-        super().__init__()
-        self._raw, self._base, self._size, self._pos = raw, base, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self._pos = max(0, offset if whence == 0 else self._pos + offset if whence == 1 else self._size + offset)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        count = max(0, min(len(view), self._size - self._pos))
-        self._raw.seek(self._base + self._pos)
-        done = 0
-        while done < count:
-            got = self._raw.readinto(view[done:count])
-            if not got:
-                break
-            done += got
-        self._pos += done
-        return done
 
 
 def _attribute_value(path: str, entry: str, obj: Any, name: str) -> Any:
@@ -231,7 +197,7 @@ def _walk(path: str, source: Any, max_bytes: int, metadata_only: bool = False) -
                 raise CheckpointFormatError(path, entry, f"cannot be read ({type(err).__name__}: {err}).") from err
 
     file_name, (base, size) = source  # the HDF5 file is bytes [base, base + size) of file_name
-    with open(file_name, "rb") as raw, h5py.File(_Region(raw, base, size), "r") as f:
+    with open(file_name, "rb") as raw, h5py.File(Region(raw, base, size), "r") as f:
         attributes(f, "")
         walk(f, "")
     return snap

@@ -42,6 +42,7 @@ from .tensor_bundle import (
     _parse_entry,
     read_table,
     shard_path,
+    string_lengths,
 )
 
 __all__ = ["write_bundle", "verify_bundle", "Source", "CODES"]
@@ -262,14 +263,7 @@ def write_bundle(index: BinaryIO, data: BinaryIO, entries: Sequence[tuple[str, S
 
 # ------------------------------------------------------------------------------------------------ verification
 def _string_crc(data: bytes, count: int, where: str) -> int:
-    pos, lengths = 0, []
-    try:
-        for _ in range(count):
-            n, pos = pw.read_varint(data, pos)
-            lengths.append(n)
-    except pw.WireFormatError as err:
-        raise TFCheckpointError(f"{where}: bad string length: {err}") from None
-    length_bytes = b"".join(n.to_bytes(4 if n <= 0xFFFFFFFF else 8, "little") for n in lengths)
+    _, pos, length_bytes = string_lengths(data, count, where)
     return crc32c(length_bytes + data[pos:])
 
 

@@ -31,7 +31,8 @@ import torch
 from ..engine.resume import saved_scalar_problem as _scalar_problem
 from .errors import CheckpointFormatError
 from .keras_layers import keras_view, torch_shape
-from .keras_zip import StoredZip, Window
+from .keras_zip import StoredZip
+from .region import Region
 from .staging import Staging
 
 __all__ = ["FileLayout", "capture", "save"]
@@ -360,7 +361,7 @@ def _chunks(src: _Source) -> Any:
         yield memoryview(slab.reshape(-1).view(torch.uint8).numpy())
 
 
-def _write_h5(window: Window, layout: FileLayout, values: dict[str, _Source], crc: bool = False) -> Optional[int]:
+def _write_h5(window: Region, layout: FileLayout, values: dict[str, _Source], crc: bool = False) -> Optional[int]:
     """The HDF5 file into ``window``: h5py lays out the groups, attributes and datasets (allocated at creation,
     never filled), then each dataset's bytes are written once, in file order, straight from its tensor. With
     ``crc``, the CRC-32 of the whole file is computed on the same pass (the datasets' bytes from memory as they
@@ -445,7 +446,6 @@ def _check_zip(where: str, staged: str, layout: FileLayout) -> None:
     import struct
     import zipfile
 
-    from ._h5safe import _Region
 
     with zipfile.ZipFile(staged) as archive:
         infos = archive.infolist()
@@ -478,7 +478,7 @@ def _check_zip(where: str, staged: str, layout: FileLayout) -> None:
                 if raw.read(info.file_size) != blob:
                     raise CheckpointFormatError(where, info.filename, "differs from the member read: not renamed.")
             else:
-                _check_h5(where, _Region(raw, base, info.file_size), layout)
+                _check_h5(where, Region(raw, base, info.file_size), layout)
 
 
 def _verifier(where: str, check: Callable[[], Any]) -> Callable[[], None]:
@@ -519,7 +519,7 @@ def save(ckpt: Any, path: Union[str, os.PathLike], source: Any, optimizer: Any) 
             stage.verify(_verifier(target, lambda: _check_zip(target, staged, layout)))
         else:  # (through a Python file as the zip's member is: the same write path, and every write call seen)
             with open(staged, "w+b") as raw:
-                _write_h5(Window(raw, 0), layout, values)
+                _write_h5(Region(raw, 0, writable=True), layout, values)
             stage.verify(_verifier(target, lambda: _check_h5(target, staged, layout)))
         if layout.kind != "weights.h5":  # the reader's own pass over the new file (metadata: no second copy)
             stage.verify(_verifier(target, lambda: layout.reread(staged, metadata_only=True)))

@@ -19,13 +19,14 @@ Example:
 
 from __future__ import annotations
 
-import io
 import struct
 import zlib
 from contextlib import contextmanager
-from typing import Any, BinaryIO, Iterator, Optional
+from typing import BinaryIO, Iterator
 
-__all__ = ["StoredZip", "Window"]
+from .region import Region
+
+__all__ = ["StoredZip"]
 
 _CHUNK = 1 << 24
 _LIMIT = 0xFFFFFFFF
@@ -35,58 +36,6 @@ _ZIP64_SLACK = 1 << 26  # HDF5 metadata on top of the datasets' bytes: far less 
 def _dos_time(date_time: tuple[int, ...]) -> tuple[int, int]:
     y, mo, d, h, mi, s = date_time[:6]
     return (h << 11) | (mi << 5) | (s // 2), ((max(y, 1980) - 1980) << 9) | (mo << 5) | d
-
-
-class Window(io.RawIOBase):
-    """Bytes from ``base`` on of an open file, as a file of their own (what h5py writes the weights member into)."""
-
-    def __init__(self, raw: BinaryIO, base: int) -> None:
-        super().__init__()
-        self._raw, self._base, self._pos, self.size = raw, base, 0, 0
-        self.crc: Optional[int] = None  # the CRC-32 of what was written, where the writer computed it
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self._pos = max(0, offset if whence == 0 else self._pos + offset if whence == 1 else self.size + offset)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        count = max(0, min(len(view), self.size - self._pos))
-        self._raw.seek(self._base + self._pos)
-        done = self._raw.readinto(view[:count]) or 0  # type: ignore[attr-defined]
-        self._pos += done
-        return done
-
-    def write(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        self._raw.seek(self._base + self._pos)
-        done = 0
-        while done < len(view):
-            done += self._raw.write(view[done:]) or 0
-        self._pos += done
-        self.size = max(self.size, self._pos)
-        return done
-
-    def truncate(self, size: Any = None) -> int:
-        size = self._pos if size is None else int(size)
-        self._raw.truncate(self._base + size)
-        self.size = size
-        return size
-
-    def flush(self) -> None:
-        self._raw.flush()
 
 
 class StoredZip:
@@ -127,14 +76,14 @@ class StoredZip:
         self._offset += len(header) + len(data)
 
     @contextmanager
-    def member(self, name: str, date_time: tuple[int, ...], expected: int) -> Iterator[Window]:
-        """A member written in place through a :class:`Window` (h5py writes, seeks, reads back); ``expected``: about
+    def member(self, name: str, date_time: tuple[int, ...], expected: int) -> Iterator[Region]:
+        """A member written in place through a :class:`~slotopt.io.region.Region` (h5py writes, seeks, reads back); ``expected``: about
         how many bytes it will hold (zip64 is chosen from it). On leaving, the member's CRC-32 (``window.crc`` where
         the writer computed it as it wrote, else computed from the bytes on disk) is patched into its local header."""
         encoded = name.encode("ascii")
         zip64 = expected + _ZIP64_SLACK >= _LIMIT
         header_size = len(self._local(encoded, date_time, 0, 0, zip64))
-        window = Window(self._raw, self._offset + header_size)
+        window = Region(self._raw, self._offset + header_size, writable=True)
         yield window
         size = window.size
         if size >= _LIMIT and not zip64:

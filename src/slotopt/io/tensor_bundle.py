@@ -41,7 +41,7 @@ from . import protowire as pw
 from .crc32c import crc32c, crc32c_extend, unmask
 from .errors import CheckpointFormatError
 
-__all__ = ["TFCheckpointError", "BundleEntry", "TensorBundle", "MetadataBundle", "DTYPES", "shard_path",
+__all__ = ["TFCheckpointError", "BundleEntry", "TensorBundle", "MetadataBundle", "DTYPES", "shard_path", "string_lengths",
            "MAX_DIMS", "inside_directory"]
 
 _TABLE_MAGIC = 0xDB4775248B80FB57
@@ -446,16 +446,7 @@ class TensorBundle:
         count = math.prod(entry.shape)
         if count > len(data):  # every element takes at least one length byte
             raise TFCheckpointError(f"{where} declares {count} elements in {len(data)} bytes")
-        lengths, pos = [], 0
-        try:
-            for _ in range(count):
-                length, pos = pw.read_varint(data, pos)
-                lengths.append(length)
-        except pw.WireFormatError as err:
-            raise TFCheckpointError(f"{where}: bad length: {err}") from None
-        # The checksum covers each length as a little-endian uint32 (uint64 past 2**32), then the stored length
-        # checksum, then the bytes.
-        length_bytes = b"".join(n.to_bytes(4 if n <= 0xFFFFFFFF else 8, "little") for n in lengths)
+        lengths, pos, length_bytes = string_lengths(data, count, where)
         if pos + 4 > len(data) or pos + 4 + sum(lengths) != len(data):
             raise TFCheckpointError(f"{where}: lengths {lengths[:8]} do not fit its {len(data)} bytes")
         stored_length_crc = data[pos:pos + 4]
@@ -480,3 +471,18 @@ class MetadataBundle(TensorBundle):
         if entry.dtype_code in DTYPES and math.prod(entry.shape) > 1:
             return torch.empty(entry.shape, dtype=DTYPES[entry.dtype_code][2], device="meta")
         return super().read(key)
+
+
+def string_lengths(data: bytes, count: int, where: str) -> tuple[list[int], int, bytes]:
+    """The ``count`` varint lengths a string entry's bytes start with, where its length checksum starts, and the
+    bytes its checksums cover for them (each length as a little-endian uint32, uint64 past 2**32: TensorFlow's
+    ``WriteStringTensor``); ``TFCheckpointError`` naming ``where`` for a bad varint. The reader's checks and the
+    writer's verification (``bundle_writer.py``) read a string entry through this one function."""
+    lengths, pos = [], 0
+    try:
+        for _ in range(count):
+            length, pos = pw.read_varint(data, pos)
+            lengths.append(length)
+    except pw.WireFormatError as err:
+        raise TFCheckpointError(f"{where}: bad length: {err}") from None
+    return lengths, pos, b"".join(n.to_bytes(4 if n <= 0xFFFFFFFF else 8, "little") for n in lengths)
