@@ -43,7 +43,7 @@ from .operands import _increment_version, _readable, in_storage, is_python_dispa
 from .scalars import SLICE_RULES, Flag, Integer, Scalar, describe, slices
 from .variants import VARIANTS
 
-__all__ = ["status", "use", "active", "compiled", "apply", "calls", "mapped_calls", "takes", "dtypes", "MODES", "Matched",
+__all__ = ["status", "use", "active", "routes", "compiled", "apply", "calls", "mapped_calls", "takes", "dtypes", "MODES", "Matched",
            "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES",
            "VARIANTS", "Scalar", "Flag", "Integer", "slices", "capturable_launcher"]
 
@@ -471,6 +471,9 @@ class FlatViews(list):  # type: ignore[type-arg]
     """Per-variable views of one flat buffer, back to back in list order (slotopt's packed state of small
     variables). ``apply`` computes their pointers from the buffer's, with no per-tensor Python."""
 
+    #: What the Triton launch table reads it as (``kernels/triton/table.py``, ``proven``): one buffer.
+    launch_role = "packed"
+
     def __init__(self, views: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
         super().__init__(views)
         self.flat = flat
@@ -483,6 +486,8 @@ class Matched(list):  # type: ignore[type-arg]
     ``addresses`` when the engine read them this step (all contiguous)."""
 
     addresses: Any
+    #: What the Triton launch table reads it as (``proven``): operands proven in this step, by ``addresses``.
+    launch_role = "proven"
     #: Whether their version counters already moved for this call (``StepPlan.state_operands``, checked in C++).
     bumped = False
     #: Whether their storages are held through this call by the record that proved them in this step
@@ -496,6 +501,8 @@ class Verified(list):  # type: ignore[type-arg]
 
     #: Pieces of one tensor (``chunks``) rather than tensors: never run by a foreach kernel.
     chunked = False
+    #: What the Triton launch table reads it as (``proven``): the plan's variables, by ``addresses``/``offsets``.
+    launch_role = "variables"
 
     def __init__(self, variables: Sequence[torch.Tensor], addresses: Sequence[int]) -> None:
         super().__init__(variables)

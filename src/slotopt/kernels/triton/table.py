@@ -233,22 +233,12 @@ def _made(key: tuple[object, ...], table: np.ndarray, sizes: Sequence[int], offs
     return launch
 
 
-_proven_types: tuple[type, ...] = ()
 _proven = 0
 
 
 def proven_launches() -> int:
     """How many launches took a table by the step's proven addresses (``proven``) in this process (tests)."""
     return _proven
-
-
-def _kinds() -> tuple[type, type, type]:
-    global _proven_types
-    if not _proven_types:
-        from ..native import FlatViews, Matched, Verified
-
-        _proven_types = (Verified, Matched, FlatViews)
-    return _proven_types  # type: ignore[return-value]
 
 
 def _row_key(addresses: np.ndarray, holder: Any, name: str = "_table_key") -> bytes:
@@ -270,9 +260,10 @@ def proven(lists: Sequence[Optional[Sequence[torch.Tensor]]]) -> Optional[Launch
     packed state of the group (``native.FlatViews``, or its one flat tensor: one dtype, device, size and
     contiguity read here), or absent. The table is looked up by the operands' addresses and the group's sizes, in
     C-level bytes: one that does not exist yet is made from those arrays, without Python per tensor."""
-    verified, matched, flat_views = _kinds()
+    # (the lists' kinds by the role their class declares, ``native.Verified``/``Matched``/``FlatViews``: this
+    # module is imported by the package that defines them, never the reverse)
     first = lists[0]
-    if type(first) is not verified or first.chunked or not len(first):  # type: ignore[attr-defined]
+    if getattr(type(first), "launch_role", None) != "variables" or first.chunked or not len(first):  # type: ignore
         return None
     offsets = first.offsets  # type: ignore[attr-defined]
     addresses = first.addresses  # type: ignore[attr-defined]
@@ -282,18 +273,18 @@ def proven(lists: Sequence[Optional[Sequence[torch.Tensor]]]) -> Optional[Launch
                            _row_key(addresses, first)]
     rows: list[Any] = [addresses]
     for tensors in lists[1:]:
-        kind = type(tensors)
+        kind = getattr(type(tensors), "launch_role", None)
         if tensors is None:
             keys.append(None)
             rows.append(addresses)  # (never read: the rule's flag says it is absent)
-        elif kind is matched and len(tensors) == n and getattr(tensors, "addresses", None) is not None:
+        elif kind == "proven" and len(tensors) == n and getattr(tensors, "addresses", None) is not None:
             if getattr(tensors, "gradient_map", None) is not None:
                 return None  # (a map the compiled CPU rules apply as they load: not Triton's)
             row = tensors.addresses  # type: ignore[attr-defined]
             keys.append(_row_key(row, tensors))
             rows.append(row)
-        elif kind is flat_views or (len(tensors) == 1 and n > 1 and type(tensors) in (list, tuple)):
-            whole = tensors.flat if kind is flat_views else tensors[0]  # type: ignore[attr-defined]
+        elif kind == "packed" or (len(tensors) == 1 and n > 1 and type(tensors) in (list, tuple)):
+            whole = tensors.flat if kind == "packed" else tensors[0]  # type: ignore[attr-defined]
             if not (type(whole) in (torch.Tensor, torch.nn.Parameter) and whole.dtype is dtype
                     and whole.device == device and whole.numel() == total and whole.is_contiguous()):
                 return None
