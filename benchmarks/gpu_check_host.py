@@ -1,9 +1,9 @@
 """The device check's sections for issue 48 (``benchmarks/gpu_check.py`` runs them; kept apart for its size):
 
-* ``host``: the host's time of one quiet step split into its parts: the step's checks and bookkeeping (the step's
-  time less its kernel call), the launch table (``table.launch_table`` of the group, kept), the scalars (the rule's
-  generated marshalling, ``scalar_vector``) and the launch (``triton.apply``: table, pins, the launch itself),
-  each timed alone on the same tensors, against the issue's target of 30 us + 0.3 us per tensor; and the same
+* ``host``: the host's time of one quiet step split into its parts, each measured inside that step
+  (``section_host``): the step's checks and bookkeeping (the step's time less its rule call), the scalars (the
+  rule's generated marshalling), the launch table (found by the plan's proven addresses) and the launch (pins,
+  version counters, the launch itself), against the issue's target of 30 us + 0.3 us per tensor; and the same
   step with ``capturable=True`` (the device scalars' launch and their host checks added);
 * ``graph``: CUDA graph capture and replay: torch's fused optimizer with ``capturable=True`` captured and replayed
   (ms per replay) against a captured device copy of the same bytes (the floor), and slotopt's step with
@@ -42,54 +42,102 @@ def _median_us(fn: Callable[[], Any], repeats: int, steps: int, sync: Callable[[
     return statistics.median(samples)
 
 
+class _Parts:
+    """Times spent inside the calls a quiet step makes (wrapped for a block, put back after it): the Adam rule's
+    compiled wrapper (``kernels.adam.adam``: its generated scalar marshalling and the call), the Triton call
+    (``native._triton_apply``), the launch table (``table.launch_table``) and the pins (``pins.pin``)."""
+
+    def __init__(self) -> None:
+        self.us = {"rule": 0.0, "triton": 0.0, "table": 0.0, "pins": 0.0}
+
+    def _timed(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        us = self.us
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                us[name] += (time.perf_counter() - began) * 1e6
+
+        return timed
+
+    def __enter__(self) -> _Parts:
+        from slotopt.kernels import adam as adam_kernels
+        from slotopt.kernels import native
+        from slotopt.kernels.native import pins
+        from slotopt.kernels.triton import table
+
+        self.wrapped = [(adam_kernels, "adam", "rule"), (native, "_triton_apply", "triton"),
+                        (table, "launch_table", "table"), (pins, "pin", "pins")]
+        self.saved = [(module, name, getattr(module, name)) for module, name, _ in self.wrapped]
+        for module, name, part in self.wrapped:
+            setattr(module, name, self._timed(part, getattr(module, name)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for module, name, function in self.saved:
+            setattr(module, name, function)
+
+
 def section_host(args: argparse.Namespace, workloads: dict[str, list[tuple[int, ...]]],
                  factory: Callable[[str], Callable[..., Any]]) -> dict[str, Any]:
+    """The host's time of one quiet Adam step, and its parts measured inside that very step (``_Parts``):
+    ``checks`` the step less its rule call (the plan's proof of the step in one C++ pass, the stages'
+    bookkeeping), ``scalars`` the rule call less its Triton call (the generated marshalling of the scalars),
+    ``table`` the launch table found by the plan's proven addresses, ``launch`` the Triton call less its table
+    (the pins, the version counters and the launch itself; ``pins`` of it on its own). On the CPU (``--dry``) the
+    step takes the Triton route under the interpreter (``native.use("triton")``), the kernel's own time included
+    in ``launch``."""
     import torch
 
-    from slotopt.kernels import adam as adam_kernels
-    from slotopt.kernels import triton as triton_path
-    from slotopt.kernels.native.scalars import DESCRIPTIONS
-    from slotopt.kernels.triton import table
+    from slotopt.kernels import native
 
     device = args.device
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     steps, repeats = (2, 1) if args.dry else (50, 5)
     rows, bad = [], []
-    for workload, shapes in workloads.items():
-        try:
-            params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
-            for p in params:
-                p.grad = torch.randn_like(p)
-            opt = factory("Adam")(params)
-            for _ in range(3):  # state, compile, the plan proven: a quiet step from here on
-                opt.step()
-            step_us = _median_us(opt.step, repeats, steps, sync)
-            # The kernel call alone, on tensors of the same sizes (Adam's lists, its generated marshalling).
-            lists = [[p.detach() for p in params], [p.grad for p in params],
-                     [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]]
-            kwargs = dict(alpha=1e-3, one_minus_beta_1=0.1, one_minus_beta_2=1e-3, epsilon=1e-7)
-            vector = adam_kernels.adam.scalar_vector(*lists, None, **kwargs)
-            scalars_us = _median_us(lambda ls=lists, kw=kwargs: adam_kernels.adam.scalar_vector(*ls, None, **kw),
-                                    repeats, steps, sync)
-            table_us = _median_us(lambda ls=lists: table.launch_table(ls, DESCRIPTIONS["adam"].read_only), repeats,
-                                  steps, sync)
-            launch_us = _median_us(lambda ls=lists, v=vector: triton_path.apply("adam", ls, v), repeats, steps, sync)
-            checks_us = max(0.0, step_us - launch_us - scalars_us)
-            target = TARGET_US + TARGET_PER_TENSOR_US * len(shapes)
-            # the same step with capturable=True: its host adds the device scalars' launch and their checks
-            captured = factory("Adam")(params, capturable=True)
-            for _ in range(3):
-                captured.step()
-            capturable_us = _median_us(captured.step, repeats, steps, sync)
-            rows.append({"workload": workload, "tensors": len(shapes), "step_us": step_us, "checks_us": checks_us,
-                         "table_us": table_us, "scalars_us": scalars_us, "launch_us": launch_us,
-                         "capturable_step_us": capturable_us, "target_us": target, "meets": step_us <= target})
-            print(f"  {workload:6} step {step_us:.1f} us: checks {checks_us:.1f}, table {table_us:.1f}, "
-                  f"scalars {scalars_us:.1f}, launch {launch_us:.1f} (target {target:.1f}); capturable step "
-                  f"{capturable_us:.1f} us", flush=True)
-            del opt, captured, params, lists
-        except Exception as error:
-            bad.append(f"{workload}: {type(error).__name__}: {error}"[:300])
+    route = native.use("triton") if device == "cpu" else None  # (CPU tensors through Triton's interpreter)
+    try:
+        for workload, shapes in workloads.items():
+            try:
+                params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
+                for p in params:
+                    p.grad = torch.randn_like(p)
+                opt = factory("Adam")(params)
+                for _ in range(3):  # state, compile, the plan proven, the table made: a quiet step from here on
+                    opt.step()
+                step_us = _median_us(opt.step, repeats, steps, sync)
+                with _Parts() as parts:
+                    began = time.perf_counter()
+                    for _ in range(steps):
+                        opt.step()
+                    sync()
+                    wrapped_us = (time.perf_counter() - began) * 1e6 / steps
+                us = {name: value / steps for name, value in parts.us.items()}
+                table_us, pins_us = us["table"], us["pins"]
+                scalars_us = max(0.0, us["rule"] - us["triton"])
+                launch_us = max(0.0, us["triton"] - table_us)
+                checks_us = max(0.0, wrapped_us - us["rule"])
+                target = TARGET_US + TARGET_PER_TENSOR_US * len(shapes)
+                # the same step with capturable=True: its host adds the device scalars' launch and their checks
+                captured = factory("Adam")(params, capturable=True)
+                for _ in range(3):
+                    captured.step()
+                capturable_us = _median_us(captured.step, repeats, steps, sync)
+                rows.append({"workload": workload, "tensors": len(shapes), "step_us": step_us,
+                             "checks_us": checks_us, "table_us": table_us, "scalars_us": scalars_us,
+                             "launch_us": launch_us, "pins_us": pins_us, "capturable_step_us": capturable_us,
+                             "target_us": target, "meets": step_us <= target})
+                print(f"  {workload:6} step {step_us:.1f} us: checks {checks_us:.1f}, table {table_us:.1f}, "
+                      f"scalars {scalars_us:.1f}, launch {launch_us:.1f} (pins {pins_us:.1f}) (target "
+                      f"{target:.1f}); capturable step {capturable_us:.1f} us", flush=True)
+                del opt, captured, params
+            except Exception as error:
+                bad.append(f"{workload}: {type(error).__name__}: {error}"[:300])
+    finally:
+        if route is not None:
+            native.use(route)
     summary = "; ".join(f"{r['workload']}: {r['step_us']:.1f} us ({'meets' if r['meets'] else 'misses'} "
                         f"{r['target_us']:.1f})" for r in rows)
     return {"ok": bool(rows) and not bad, "summary": summary or "nothing timed", "failures": bad, "rows": rows}
@@ -293,15 +341,16 @@ def markdown(results: dict[str, dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     host = results.get("host", {}).get("rows", [])
     if host:
-        lines += ["", "Host time of one quiet step (Adam), us, by part (each part timed alone on the same tensors; "
-                  "checks: the step less its kernel call and scalars):", "",
-                  "| workload | tensors | step | checks | table | scalars | launch | target | capturable step |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += ["", "Host time of one quiet step (Adam), us, by part (each measured inside the step: checks, the "
+                  "step less its rule call; scalars, the rule call less its Triton call; table, the launch table "
+                  "found by the plan's addresses; launch, the Triton call less its table, pins included):", "",
+                  "| workload | tensors | step | checks | table | scalars | launch | target | capturable step | "
+                  "pins |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in host:
             lines.append(f"| {r['workload']} | {r['tensors']} | {r['step_us']:.1f} | {r['checks_us']:.1f} | "
                          f"{r['table_us']:.1f} | {r['scalars_us']:.1f} | {r['launch_us']:.1f} | "
                          f"{r['target_us']:.1f} ({'met' if r['meets'] else 'missed'}) | "
-                         f"{r['capturable_step_us']:.1f} |")
+                         f"{r['capturable_step_us']:.1f} | {r['pins_us']:.1f} |")
     graph = results.get("graph", {}).get("rows", [])
     if graph:
         lines += ["", "CUDA graph replay, ms per step (slotopt: capturable=True, replayed against uncaptured "

@@ -72,6 +72,7 @@ TABLE: dict[str, str] = {
     "tests/test_triton_kernels.py": "tests/kernels/test_triton_kernels.py",
     "tests/test_triton_numerics.py": "tests/kernels/test_triton_numerics.py",
     "tests/test_triton_slices.py": "tests/kernels/test_triton_slices.py",
+    "tests/test_triton_steps.py": "tests/kernels/test_triton_steps.py",
     # TensorFlow's arithmetic and the recorded trajectories
     "tests/test_complex.py": "tests/numerics/test_complex.py",
     "tests/test_long_reference.py": "tests/numerics/test_long_reference.py",

@@ -226,13 +226,13 @@ class StepPlan:
         """The variables of ``group`` (one of ``groups``) for a compiled call: ``Verified`` when the compiled
         path takes them (``fits`` re-reads their addresses at every step), computed once per plan."""
         key = ("params", id(group))
-        params = self.memo.get(key)
-        if params is None:
+        kept = self.memo.get(key)
+        if kept is None or kept[0] is not group:  # (by identity: the id of a list let go may be reused)
             params = [variables[p] for p in group]
-            if native.takes(params[0]):
+            if native.routes(params[0]) is not None:  # (the compiled rules, or Triton's on a device)
                 params = self.verified(tuple(group), params)
-            self.memo[key] = params
-        return params
+            kept = self.memo[key] = (group, params)
+        return kept[1]
 
     def taker(self, group: list[int]) -> Callable[[Mapping[int, Any]], Sequence[Any]]:
         """A function taking the entries of ``group`` (one of ``groups``) from a mapping keyed by position, in
@@ -264,7 +264,8 @@ class StepPlan:
 
     def state_operands(self, name: str, group: list[int], tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """``tensors`` (slot ``name`` of ``group``, one of ``groups``) for a compiled call: once they were seen as
-        contiguous CPU tensors of their variables' dtype and sizes, a ``Matched`` list with their addresses
+        contiguous tensors of their variables' dtype, device and sizes on a path that takes them by address (the
+        compiled CPU rules, or Triton's, ``native.routes``), a ``Matched`` list with their addresses
         whenever they are still the same tensors at the same addresses and contiguous (one C-level pass per
         property), else as they are (the compiled call then checks them in full). (A tensor object keeps its
         dtype; one whose storage was swapped or grown has another address; one shrunk in place by ``resize_``
@@ -290,8 +291,11 @@ class StepPlan:
                 return matched
         shapes = [self.shapes[self.index_of[p]] for p in group]
         dtype = self.dtypes[self.index_of[group[0]]]
-        if not (native.takes(tensors[0]) and all([t.dtype is dtype and t.is_cpu and t.is_contiguous()
-                                                   for t in tensors]) and list(map(_shape, tensors)) == shapes
+        device = self.devices[self.index_of[group[0]]]
+        # (the compiled rules take CPU tensors; Triton's, the variables' device: both by these addresses)
+        route = native.routes(tensors[0]) if len(tensors) else None
+        if not (route is not None and all([t.dtype is dtype and t.device == device and t.is_contiguous()
+                                           for t in tensors]) and list(map(_shape, tensors)) == shapes
                 and all(map(direct, tensors))):
             self.memo.pop(key, None)
             return list(tensors)
@@ -303,7 +307,7 @@ class StepPlan:
         extents = [t.numel() * t.element_size() for t in tensors]
         ends = [a + e if e else 0 for a, e in zip(addresses, extents)]
         self.memo[key] = (group, list(tensors), addresses, shapes, matched, record, dtype, types,
-                          list(dict.fromkeys(types)), ends, extents)
+                          list(dict.fromkeys(types)), ends, extents, None if device.type == "cpu" else device)
         return matched
 
     def _same_state(self, tensors: Sequence[torch.Tensor], memo: tuple[Any, ...]) -> bool:
@@ -315,6 +319,8 @@ class StepPlan:
                         self._held(whole=True) or (all(map(_contiguous, tensors)) and plain(tensors) and (
                             self._held() or (list(map(_shape, tensors)) == memo[3]
                                              and all(map(_is, map(_dtype, tensors), repeat(memo[6])))
+                                             and (memo[11] is None or all(map(operator.eq, map(_device, tensors),
+                                                                                 repeat(memo[11]))))
                                              and writable_now(tensors) and inside(tensors, memo[9], memo[10]))))))
 
     def _held(self, whole: bool = False) -> bool:

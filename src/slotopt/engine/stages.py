@@ -385,10 +385,17 @@ def _update_groups(self, groups: list[list[int]], by_pos: Mapping[int, Any], lea
                     lambda params, grads, slots, terms=terms: self._update_group(params, grads, slots,
                                                                                  learning_rate, **terms),
                     step)
-            if group:  # the gradients were checked against their variables this step (Matched)
+            if group and step is not None:  # an ordinary step: the variables, gradients and slots with the
+                # addresses its plan proved in this step (``_slot_lists``: ``StepPlan.state_operands``)
+                self.__dict__["_updating_plan"] = plan
+                try:
+                    self._update_group(plan.group_params(group, self._vars), step.gradients(group),
+                                       self._slot_lists(self._kernel_slots, group), learning_rate, **terms)
+                finally:
+                    self.__dict__["_updating_plan"] = None
+            elif group:  # the gradients were checked against their variables this step (Matched)
                 params = [self._vars[p] for p in group]
-                self._update_group(params, step.gradients(group) if step is not None else  # (addresses, map)
-                                   native.Matched([by_pos[p] for p in group]),
+                self._update_group(params, native.Matched([by_pos[p] for p in group]),
                                    self._slot_lists(self._kernel_slots, group), learning_rate, **terms)
 
 

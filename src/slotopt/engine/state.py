@@ -149,19 +149,20 @@ class FlatState:
         covered = self.covered(slot_names, kind)
         plan = step.plan if step is not None else None
         remembered = plan.memo.get(("packed", id(group))) if plan is not None else None
-        if remembered is None or remembered[0] is not covered:
+        if remembered is None or remembered[0] is not covered or remembered[4] is not group:
             if covered is None or not set(covered) <= set(group):
-                return list(group)
+                return group if plan is not None else list(group)  # (a plan's group: kept, never changed)
             done = set(covered)
             params = [variables[p] for p in covered]
             remembered = (covered, params, [p for p in group if p not in done],
-                          plan.verified(covered, params) if plan is not None and native.takes(first) else None)
+                          plan.verified(covered, params) if plan is not None and native.routes(first) else None,
+                          group)
             if plan is not None:
                 plan.memo[("packed", id(group))] = remembered
-        covered, params, left_over, verified = remembered
-        if native.takes(first):
-            # The compiled rules take the variables and gradients where they are, with the packed state as
-            # per-variable views of its buffer: one call per group, and no staging copies.
+        covered, params, left_over, verified, _ = remembered
+        if native.routes(first) is not None:
+            # The compiled rules (and Triton's, on a device) take the variables and gradients where they are, with
+            # the packed state as per-variable views of its buffer: one call per group, and no staging copies.
             if verified is not None and step is not None:  # an ordinary step: addresses read once, in its plan
                 update(verified, step.gradients(covered), self.views(slot_names, kind, params))
             else:

@@ -11,7 +11,10 @@ Which path runs is chosen by the environment variable ``SLOTOPT_KERNELS``:
 
 * ``auto`` (default): the compiled path where it was built and loads, the foreach kernels elsewhere;
 * ``native``: the same, but a library that cannot be loaded is reported by :func:`status` as an error;
-* ``foreach``: always the foreach kernels.
+* ``foreach``: always the foreach kernels;
+* ``triton`` (:func:`use` only, for tests and measurements): CPU tensors take the CUDA path, the Triton kernels
+  under Triton's interpreter (``TRITON_INTERPRET=1``), with everything around them as a CUDA tensor's step has
+  it (no compiled CPU kernel, map or check of values runs): whole steps of the CUDA path proven on the CPU.
 
 :func:`use` switches at run time (tests compare the two paths this way). A call falls back to the foreach
 kernel, silently and with the same result, whenever the compiled path does not apply: a dtype the library was
@@ -40,11 +43,11 @@ from .operands import _increment_version, _readable, in_storage, is_python_dispa
 from .scalars import SLICE_RULES, Flag, Integer, Scalar, describe, slices
 from .variants import VARIANTS
 
-__all__ = ["status", "use", "active", "compiled", "apply", "calls", "mapped_calls", "takes", "dtypes", "MODES", "Matched",
+__all__ = ["status", "use", "active", "routes", "compiled", "apply", "calls", "mapped_calls", "takes", "dtypes", "MODES", "Matched",
            "Verified", "FlatViews", "check_bounds", "BoundsError", "NotCompiled", "apply_slices", "SLICE_RULES",
            "VARIANTS", "Scalar", "Flag", "Integer", "slices", "capturable_launcher"]
 
-MODES = ("auto", "native", "foreach")
+MODES = ("auto", "native", "foreach", "triton")
 ABI_VERSION = 1
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -155,7 +158,9 @@ def _function(rule: str, dtype: torch.dtype) -> Any:
 
 
 def use(mode: str) -> str:
-    """Selects ``"auto"``, ``"native"`` or ``"foreach"`` (see the module docstring); returns the previous mode.
+    """Selects ``"auto"``, ``"native"``, ``"foreach"`` or ``"triton"`` (see the module docstring); returns the
+    previous mode. ``"triton"`` is refused (``RuntimeError``, nothing changed) where Triton cannot run CPU
+    tensors: not installed, or its interpreter not on (``TRITON_INTERPRET=1`` before Triton's first use).
 
     >>> previous = use("foreach")
     >>> active()
@@ -165,20 +170,50 @@ def use(mode: str) -> str:
     global _mode
     if mode not in MODES:
         raise ValueError(f"Argument `mode` must be one of {MODES}. Received: mode={mode!r}")
+    if mode == "triton":
+        from .. import triton
+
+        if not triton.available():
+            raise RuntimeError(f"use('triton'): Triton cannot be imported here ({triton.status()})")
+        if not triton.interpreting():
+            raise RuntimeError("use('triton') runs CPU tensors through the Triton kernels under Triton's interpreter: "
+                               "set TRITON_INTERPRET=1 before Triton's first use (on a GPU, CUDA tensors take the "
+                               "Triton kernels in every mode but 'foreach')")
     previous, _mode = _mode, mode
     return previous
 
 
 def active() -> bool:
     """Whether element-wise rules on CPU tensors (of the dtypes in :func:`dtypes`) run the compiled kernels now."""
-    return _library is not None and _mode != "foreach"
+    return _library is not None and _mode != "foreach" and _mode != "triton"
 
 
 def takes(tensor: torch.Tensor) -> bool:
     """Whether the compiled path runs element-wise rules on tensors like ``tensor`` (device, dtype and kind: a
     wrapper subclass such as torchao's or float8's, whose storage is not its elements, goes to torch's ops)."""
-    return _library is not None and _mode != "foreach" and tensor.dtype in _dtypes and tensor.is_cpu \
-        and not is_python_dispatch(tensor)
+    return _library is not None and _mode != "foreach" and _mode != "triton" and tensor.dtype in _dtypes \
+        and tensor.is_cpu and not is_python_dispatch(tensor)
+
+
+def routes(tensor: torch.Tensor) -> Optional[str]:
+    """Which kernels take element-wise rules on tensors like ``tensor`` by address: ``"native"`` (the compiled
+    CPU path, :func:`takes`), ``"triton"`` (CUDA tensors where Triton is installed; CPU tensors in the
+    ``"triton"`` mode), or None (torch's ops). What a step plan proves operands for (``engine/plan.py``); a rule
+    without a form there still falls back, with the same bits."""
+    if takes(tensor):
+        return "native"
+    if _mode == "foreach" or tensor.dtype not in _TRITON_DTYPES or is_python_dispatch(tensor):
+        return None
+    if tensor.is_cpu:
+        return "triton" if _mode == "triton" else None
+    if tensor.device.type != "cuda":
+        return None
+    from .. import triton
+
+    return "triton" if triton.available() else None
+
+
+_TRITON_DTYPES = (torch.float32, torch.float64)
 
 
 def dtypes() -> frozenset[torch.dtype]:
@@ -191,6 +226,8 @@ def status() -> dict[str, Any]:
     (``variant``: the instruction set of the library loaded, a key of ``VARIANTS``)."""
     if _mode == "foreach":
         path, reason = "foreach", "forced by SLOTOPT_KERNELS=foreach"
+    elif _mode == "triton":
+        path, reason = "triton", "CPU tensors through the Triton kernels under Triton's interpreter (use('triton'))"
     elif _library is not None:
         path, reason = "native", f"compiled one-pass kernels loaded ({_variant} variant"
         reason += f"; not taken: {'; '.join(_skipped)})" if _skipped else ")"
@@ -212,7 +249,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     its version counter bumped, as torch's own in-place ops do, so that autograd still detects a variable
     modified after it was saved for a backward pass.
     """
-    if _library is None or _mode == "foreach":
+    if _library is None or _mode == "foreach" or _mode == "triton":
         return False
     first = lists[0]
     if not first:
@@ -336,6 +373,10 @@ def apply_slices(rule: str, param: torch.Tensor, indices: torch.Tensor, values: 
     if _mode == "foreach":
         return False
     dtype = param.dtype
+    if _mode == "triton":  # (CPU tensors as a CUDA tensor's step takes them)
+        from .. import triton
+
+        return triton.apply_slices(rule, param, indices, values, state, scalars)
     address = _slice_address(rule, dtype) if _library is not None and dtype in _dtypes else 0
     if address and tensor_table.active():
         # The operand checks below and the call, in one C++ call (None: not taken there, e.g. a CUDA tensor; this
@@ -430,6 +471,9 @@ class FlatViews(list):  # type: ignore[type-arg]
     """Per-variable views of one flat buffer, back to back in list order (slotopt's packed state of small
     variables). ``apply`` computes their pointers from the buffer's, with no per-tensor Python."""
 
+    #: What the Triton launch table reads it as (``kernels/triton/table.py``, ``proven``): one buffer.
+    launch_role = "packed"
+
     def __init__(self, views: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
         super().__init__(views)
         self.flat = flat
@@ -442,6 +486,8 @@ class Matched(list):  # type: ignore[type-arg]
     ``addresses`` when the engine read them this step (all contiguous)."""
 
     addresses: Any
+    #: What the Triton launch table reads it as (``proven``): operands proven in this step, by ``addresses``.
+    launch_role = "proven"
     #: Whether their version counters already moved for this call (``StepPlan.state_operands``, checked in C++).
     bumped = False
     #: Whether their storages are held through this call by the record that proved them in this step
@@ -455,6 +501,8 @@ class Verified(list):  # type: ignore[type-arg]
 
     #: Pieces of one tensor (``chunks``) rather than tensors: never run by a foreach kernel.
     chunked = False
+    #: What the Triton launch table reads it as (``proven``): the plan's variables, by ``addresses``/``offsets``.
+    launch_role = "variables"
 
     def __init__(self, variables: Sequence[torch.Tensor], addresses: Sequence[int]) -> None:
         super().__init__(variables)
@@ -527,7 +575,7 @@ def compiled(rule: str, operands: int, scalars: Sequence[Scalar | Flag | Integer
                     and all([isinstance(v, (float, int)) for v in values]) and launcher(rule, lists, values, read_only):
                 return None  # a capturable step's launch, its scalars on the device (engine/capture.py)
             if _mode != "foreach" and len(lists) == operands and lists[0]:
-                on_cuda = lists[0][0].device.type == "cuda"
+                on_cuda = _mode == "triton" or lists[0][0].device.type == "cuda"  # (the Triton kernels')
                 if (_library is not None or on_cuda) and (values := scalar_vector(*lists, **kwargs)) is not None \
                         and all([isinstance(v, (float, int)) for v in values]):
                     # Python numbers only: a tensor-valued hyperparameter is a different foreach op.
@@ -571,6 +619,12 @@ def _initial_mode() -> str:
 
 
 _mode = _initial_mode()
+if _mode == "triton":  # (proven runnable as use('triton') proves it)
+    _mode = "auto"
+    try:
+        use("triton")
+    except RuntimeError as refused:
+        warnings.warn(f"SLOTOPT_KERNELS=triton: {refused}; using 'auto'", stacklevel=2)
 _load()  # also under "foreach", so that use("native") can switch at run time
 if _library is not None and os.environ.get("SLOTOPT_NATIVE_DEBUG", "").strip() not in ("", "0"):
     check_bounds(True)

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..native import pins
+from ..native import pins, tensor_table
 from ..native.scalars import DESCRIPTIONS
 from ..native.scalars import SLICE_RULES as _SLICE_STATE
 from . import table
@@ -33,7 +33,7 @@ try:
 except ImportError:  # older torch
     _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
 
-__all__ = ["available", "status", "apply", "RULES", "apply_slices", "SLICE_RULES", "launches", "configure",
+__all__ = ["available", "interpreting", "status", "apply", "RULES", "apply_slices", "SLICE_RULES", "launches", "configure",
            "recording", "replay", "note_launch"]
 
 BLOCK = table.BLOCK
@@ -56,8 +56,13 @@ def available() -> bool:
     return True
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
+    """Whether Triton's kernels run under its interpreter here (``TRITON_INTERPRET=1``: CPU tensors stand in
+    for a GPU's, ``kernels.native.use("triton")``)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+_interpreting = interpreting
 
 
 def status() -> str:
@@ -133,24 +138,42 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         return False
     if any(scalars[k] for k in _unread(rule) if k < len(scalars)):
         return False  # an entry of the description the Triton body does not read yet: the other paths know it
+    if getattr(lists[1], "gradient_map", None) is not None if len(lists) > 1 else False:
+        return False  # gradients still to be mapped as the compiled CPU rules load them (engine/compiled_maps.py)
     launch = table.launch_table(lists, read_only)
     if launch is None:
         return False
     flags = {name: i < len(scalars) and bool(scalars[i]) for name, i in description.flags}
     if flags.get("DECAY") and launch.aliased:
         return False  # a gradient that IS its variable must be read after the decay: the separate ops do that
-    # Every operand's storage held until the launch is queued, each address of the table proven inside it now:
+    if vector is not None and (vector.dtype != dtype or vector.device != device or not vector.is_contiguous()
+                               or vector.numel() < len(description.entries)):
+        return False
+    # Every operand's storage held until the launch is queued, each address of the table proven inside it now
+    # (one C++ pass; a slot list the step's Python record holds already, ``Matched.held``, is not taken again):
     # another thread may let one go between reading the addresses and the launch (then torch's ops take the
     # call). Once queued, the caching allocator reuses a freed block only after it, in stream order, as for
     # torch's own ops.
     n = len(first)
-    held = pins.pin([first if ts is None else ts[0] if len(ts) == 1 and n > 1 else ts for ts in lists],
-                    launch.host, launch.offsets, first[0].element_size())
+    held = pins.pin([_pinned(ts, first, n) for ts in lists], launch.host, launch.offsets, first[0].element_size())
     if held is None:
         return False
-    if vector is not None and (vector.dtype != dtype or vector.device != device or not vector.is_contiguous()
-                               or vector.numel() < len(description.entries)):
-        return False
+    # The written tensors' versions move before the launch, as torch's in-place ops move them (whatever refuses
+    # that, an inference tensor outside inference mode, refuses it with nothing written); a slot list proven with
+    # its versions moved in the same C++ pass (``Matched.bumped``, ``StepPlan.state_operands``) is not moved again.
+    written: list[torch.Tensor] = []
+    for i, ts in enumerate(lists):
+        if ts is not None and i not in read_only and not getattr(ts, "bumped", False):
+            whole = getattr(ts, "flat", None)
+            if whole is not None:
+                written.append(whole)
+            else:
+                written.extend(ts)
+    if written:
+        if tensor_table.active():
+            tensor_table.bump_versions(written)
+        else:
+            _increment_version(written)
     if launch.programs:
         kernel = _kernel(rule)
         if vector is not None:  # the scalars in device memory (a capturable step's, written there on the device)
@@ -171,10 +194,20 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         _launches += 1
         note_launch(kernel, (launch.programs,), arguments, options)
     del held
-    written = [t for i, ts in enumerate(lists) if ts is not None and i not in read_only for t in ts]
-    if written:
-        _increment_version(written)
     return True
+
+
+def _pinned(tensors: Optional[Sequence[torch.Tensor]], first: Sequence[torch.Tensor], n: int) -> Any:
+    """What ``pins.pin`` holds of one operand list: nothing where the step's record holds it already, the one
+    buffer of a group packed back to back, else each tensor."""
+    if tensors is None:
+        return first
+    if getattr(tensors, "held", False):
+        return None
+    whole = getattr(tensors, "flat", None)
+    if whole is not None:
+        return whole
+    return tensors[0] if len(tensors) == 1 and n > 1 else tensors
 
 
 _recorded: Optional[list[tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]]] = None

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import torch
 
-__all__ = ["BLOCK", "LARGE", "Launch", "launch_table", "scalar_vector", "clear", "choose", "configure"]
+__all__ = ["BLOCK", "LARGE", "Launch", "launch_table", "proven", "proven_launches", "scalar_vector", "clear", "choose", "configure"]
 
 #: Elements per program of a group of small tensors (and the most of a slice kernel's program).
 BLOCK = 1024
@@ -161,13 +161,18 @@ def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]], read_only: S
     """The launch of a group (the first list gives the tensors; an absent optional list reads as the first, its
     row is never read), or None when a tensor does not fit (see ``_fits``).
 
-    The lists at ``read_only`` positions (this step's gradients: new objects each step, whose ids Python may
-    reuse) are checked on every call. A written list (the variables, the state) of the very objects already
-    checked, at the very same addresses, is not checked again: a tensor's dtype and device never change, and its
-    size and layout do not change in place without moving its data."""
+    Lists an ordinary step proved in this step (``proven``: its plan's variables, gradients and state, each
+    with its addresses) are not read again: the table is found by those addresses, with no Python per tensor.
+    Otherwise the lists at ``read_only`` positions (this step's gradients: new objects each step, whose ids
+    Python may reuse) are checked on every call. A written list (the variables, the state) of the very objects
+    already checked, at the very same addresses, is not checked again: a tensor's dtype and device never change,
+    and its size and layout do not change in place without moving its data."""
     first = lists[0]
     assert first is not None
     n = len(first)
+    found = proven(lists)
+    if found is not None:
+        return found
     operands = [first if tensors is None else tensors for tensors in lists]
     if any(len(tensors) != n and not (len(tensors) == 1 and n > 1) for tensors in operands):
         return None
@@ -196,6 +201,14 @@ def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]], read_only: S
             table[i] = row
         else:  # one flat tensor: each tensor's place in it
             table[i] = row[0] + offsets[:-1].astype(np.uint64) * tensors[0].element_size()
+    return _made(key, table, sizes, offsets, total, dtype, device, ids)
+
+
+def _made(key: tuple[object, ...], table: np.ndarray, sizes: Sequence[int], offsets: np.ndarray, total: int,
+          dtype: torch.dtype, device: torch.device, ids: list[tuple[int, ...]]) -> Launch:
+    """The launch of a group whose operands' addresses are ``table`` (uint64, operands x tensors), sent to the
+    device and kept under ``key``."""
+    n = len(sizes)
     host_table = table  # (uint64: what the pins prove; the launch reads the int64 view)
     table = table.view(np.int64)
     block, warps = choose(total, n)
@@ -214,7 +227,81 @@ def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]], read_only: S
     cut = table.size
     launch = Launch(buffer, buffer[:cut], buffer[cut:], n, len(which), aligned, total,
                     bool(np.any(table[0] == table[1])) if len(table) > 1 else False, block, warps, host_table, offsets)
-    _cache[key] = _Entry(launch, sizes, ids)
+    _cache[key] = _Entry(launch, list(sizes), ids)
     if len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
     return launch
+
+
+_proven = 0
+
+
+def proven_launches() -> int:
+    """How many launches took a table by the step's proven addresses (``proven``) in this process (tests)."""
+    return _proven
+
+
+def _row_key(addresses: np.ndarray, holder: Any, name: str = "_table_key") -> bytes:
+    """``addresses``' bytes, kept with ``holder`` (a list the plan keeps from step to step: its variables', a
+    slot's) while it holds that very array: made and hashed once, not at every step."""
+    kept = holder.__dict__.get(name)
+    if kept is not None and kept[0] is addresses:
+        return kept[1]
+    key = addresses.tobytes()
+    holder.__dict__[name] = (addresses, key)
+    return key
+
+
+def proven(lists: Sequence[Optional[Sequence[torch.Tensor]]]) -> Optional[Launch]:
+    """The launch of a group every list of which the step proved in this step (an ordinary step, engine/plan.py),
+    else None (``launch_table`` then reads the lists): the variables as ``native.Verified`` (their dtype, device,
+    sizes, contiguity and addresses, re-proven by ``StepPlan.fits``), each other list a ``native.Matched`` with its
+    ``addresses`` (the gradients, proven with the variables; a slot, proven by ``StepPlan.state_operands``), the
+    packed state of the group (``native.FlatViews``, or its one flat tensor: one dtype, device, size and
+    contiguity read here), or absent. The table is looked up by the operands' addresses and the group's sizes, in
+    C-level bytes: one that does not exist yet is made from those arrays, without Python per tensor."""
+    # (the lists' kinds by the role their class declares, ``native.Verified``/``Matched``/``FlatViews``: this
+    # module is imported by the package that defines them, never the reverse)
+    first = lists[0]
+    if getattr(type(first), "launch_role", None) != "variables" or first.chunked or not len(first):  # type: ignore
+        return None
+    offsets = first.offsets  # type: ignore[attr-defined]
+    addresses = first.addresses  # type: ignore[attr-defined]
+    n, dtype, device = len(first), first.dtype, first[0].device  # type: ignore[attr-defined]
+    total = int(offsets[-1])
+    keys: list[object] = [dtype, device, n, _fixed(), _row_key(offsets, first, "_table_sizes"),
+                           _row_key(addresses, first)]
+    rows: list[Any] = [addresses]
+    for tensors in lists[1:]:
+        kind = getattr(type(tensors), "launch_role", None)
+        if tensors is None:
+            keys.append(None)
+            rows.append(addresses)  # (never read: the rule's flag says it is absent)
+        elif kind == "proven" and len(tensors) == n and getattr(tensors, "addresses", None) is not None:
+            if getattr(tensors, "gradient_map", None) is not None:
+                return None  # (a map the compiled CPU rules apply as they load: not Triton's)
+            row = tensors.addresses  # type: ignore[attr-defined]
+            keys.append(_row_key(row, tensors))
+            rows.append(row)
+        elif kind == "packed" or (len(tensors) == 1 and n > 1 and type(tensors) in (list, tuple)):
+            whole = tensors.flat if kind == "packed" else tensors[0]  # type: ignore[attr-defined]
+            if not (type(whole) in (torch.Tensor, torch.nn.Parameter) and whole.dtype is dtype
+                    and whole.device == device and whole.numel() == total and whole.is_contiguous()):
+                return None
+            start = whole.data_ptr()
+            keys.append(("flat", start))
+            rows.append(start)
+        else:
+            return None
+    key = tuple(keys)
+    global _proven
+    _proven += 1
+    entry = _cache.get(key)
+    if entry is not None:
+        _cache.move_to_end(key)
+        return entry.launch
+    itemsize = first[0].element_size()
+    table = np.empty((len(rows), n), dtype=np.uint64)
+    for i, row in enumerate(rows):
+        table[i] = row if isinstance(row, np.ndarray) else row + offsets[:-1].astype(np.uint64) * itemsize
+    return _made(key, table, np.diff(offsets).tolist(), offsets, total, dtype, device, [])
