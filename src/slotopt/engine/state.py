@@ -184,8 +184,11 @@ class FlatState:
             flat_grads = self.stage("grads", covered, [grads[p] for p in covered])
             update([flat_params], [flat_grads], self.buffers(slot_names, kind))
             self.unstage("params", params)
-            # (learnt at the first step: a rule Triton does not take keeps the staged buffers, one foreach op each)
-            self.__dict__.setdefault("_direct", {})[kind] = _triton.launches() > launched
+            # (learnt at the first step: a rule Triton does not take keeps the staged buffers, one foreach op each;
+            # CPU tensors reach Triton only under its interpreter)
+            took = _triton.launches() > launched
+            if took or not first.is_cpu:
+                self.__dict__.setdefault("_direct", {})[kind] = took
         return left_over
 
     def views(self, slot_names: Sequence[str], kind: Kind, like: Sequence[torch.Tensor]
