@@ -3,9 +3,11 @@
 A dense rule is written here as its arithmetic only (``_b_<rule>``: loaded operands and named scalars in, new
 values out); its kernel's prologue and epilogue (the chunk, each operand's pointers, masked loads and stores, the
 scalars at their positions) are generated from the rule's scalar description by ``generate.py``. The kernel runs one launch over a whole group (``table.py`` builds its launch table): program ``p``
-reads its row of the table (which tensor, where its chunk starts and ends), loads that tensor's operand addresses
-from the address table, casts them to pointers of the variables' dtype (the scalar vector's pointer type), and
-updates its chunk in exactly the foreach kernel's evaluation order. A single large tensor is the table of one.
+reads its row of the table (its chunk's element count and each operand's address of the chunk: the ``rows``
+layout; or, in the ``table`` layout, which tensor and the chunk's bounds, then that tensor's operand addresses
+from the address table), casts the addresses to pointers of the variables' dtype (the scalar vector's pointer
+type), and updates its chunk in exactly the foreach kernel's evaluation order. A single large tensor is the table
+of one.
 With ``ALIGNED`` (every address 16-byte aligned, every chunk bound a multiple of 16 elements, checked on the
 host) the kernel is told so, which lets the compiler use vector loads and stores; the arithmetic is the same.
 
