@@ -644,7 +644,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tests-timeout", type=int, default=240)
     parser.add_argument("--budget", type=float, default=420, help="seconds; later sections are skipped past it")
     parser.add_argument("--tune-seconds", type=float, default=60)
-    parser.add_argument("--layout-seconds", type=float, default=60, help="the layout section's time (issue 48)")
+    parser.add_argument("--layout-seconds", type=float, default=45, help="the layout section's time (issue 48)")
     args = parser.parse_args(argv)
     if args.quick:
         args.parity_steps = min(args.parity_steps, 20)

@@ -138,7 +138,10 @@ def section_layout(args: argparse.Namespace, workloads: dict[str, list[tuple[int
                 for fn in contenders.values():  # warm-up: state, compiles, tables, the first (staged) step
                     for _ in range(1 if args.dry else 3):
                         fn()
-                profiled = {k: _kernels(fn, device) for k, fn in contenders.items()}
+                # (profiled on the small tensors only: there the launches per step differ; elsewhere a step is a
+                # few launches, and each profile costs a second)
+                profiled = {k: _kernels(fn, device) if workload == "small" else (0.0, {})
+                            for k, fn in contenders.items()}
                 names = {k: p[1] for k, p in profiled.items() if k.startswith("step") and workload == "small"}
                 # no more steps queued than the device's launch queue holds (~1,000 launches): a staged step or
                 # torch's fused one on 2,000 tensors launches tens of kernels
