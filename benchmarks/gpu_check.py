@@ -19,7 +19,9 @@ On a machine with a CUDA GPU, torch and Triton installed and no network, in the 
 9. ``host``, ``graph``, ``sync-all`` (issue 48, ``gpu_check_host.py``): the host's time of a quiet step by part,
    CUDA graph capture and replay (torch capturable, the copy floor, slotopt's capturable step replayed against
    uncaptured steps bit for bit, and a refusal by name), every optimizer under ``set_sync_debug_mode("error")``;
-10. ``install``: ``pip install --no-deps --no-build-isolation -e .`` last (the sections above import the tree's
+10. ``layout`` (issue 48, ``gpu_check_layout.py``): the launch table's layouts and chunking on 2,000 tensors of
+   1,024 (and on the large tensor and the model), slotopt's step and its kernel alone against torch fused;
+11. ``install``: ``pip install --no-deps --no-build-isolation -e .`` last (the sections above import the tree's
    ``src`` whether installed or not; a failed build of an optional extension is tolerated).
 
 Each section runs on its own: one that fails prints its error and the others still run. One table at the end;
@@ -43,8 +45,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 #: In the order they run: the cheapest answers first, so that a run cut short still says the most.
-SECTIONS = ("info", "kernels", "sync", "host", "graph", "sync-all", "tune", "timing", "parity", "cuda-tests",
-            "install")
+SECTIONS = ("info", "kernels", "sync", "layout", "host", "graph", "sync-all", "tune", "timing", "parity",
+            "cuda-tests", "install")
 
 
 def _log(message: str) -> None:
@@ -612,6 +614,9 @@ def _markdown(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> s
     import gpu_check_host
 
     lines += gpu_check_host.markdown(results)
+    import gpu_check_layout
+
+    lines += gpu_check_layout.markdown(results)
     for name, result in results.items():
         for failure in result.get("failures", [])[:40]:
             lines.append(f"- {name}: {failure}")
@@ -639,6 +644,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tests-timeout", type=int, default=240)
     parser.add_argument("--budget", type=float, default=420, help="seconds; later sections are skipped past it")
     parser.add_argument("--tune-seconds", type=float, default=60)
+    parser.add_argument("--layout-seconds", type=float, default=45, help="the layout section's time (issue 48)")
     args = parser.parse_args(argv)
     if args.quick:
         args.parity_steps = min(args.parity_steps, 20)
@@ -650,13 +656,16 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT / "src"))  # the tree itself, installed or not
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_check_host as issue48  # (this folder: the sections of issue 48)
+    import gpu_check_layout as layouts
 
     runners = {"install": section_install, "info": section_info, "cuda-tests": section_cuda_tests,
                "kernels": section_kernels, "parity": section_parity, "sync": section_sync, "timing": section_timing,
                "tune": section_tune,
                "host": lambda a: issue48.section_host(a, _workloads(a), _slotopt_factory),
                "graph": lambda a: issue48.section_graph(a, _workloads(a), _slotopt_factory, TIMED_RULES, TRAFFIC),
-               "sync-all": lambda a: issue48.section_sync_all(a, _optimizers())}
+               "sync-all": lambda a: issue48.section_sync_all(a, _optimizers()),
+               "layout": lambda a: layouts.section_layout(a, _workloads(a), _slotopt_factory, _torch_optimizer,
+                                                          _device_time, _host_time)}
     results: dict[str, dict[str, Any]] = {}
     out = os.environ.get("OUT")
     started = args.started = time.perf_counter()

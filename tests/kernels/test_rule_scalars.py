@@ -141,7 +141,7 @@ def check_triton(descriptions: dict[str, scalars.Description], sources: dict[str
             values = [p for p in parameters if re.fullmatch(r"S\d+", p)]
             if values != [f"S{i}" for i in range(len(entries))]:
                 problems.append(f"{name}: scalar parameters {values} for {len(entries)} scalars")
-            constexprs = set(parameters[parameters.index("BY_VALUE") + 1:]) - {"ALIGNED", "BLOCK"}
+            constexprs = set(parameters[parameters.index("BY_VALUE") + 1:]) - {"ALIGNED", "BLOCK", "ROW"}
             flags = {flag for flag, _ in description.flags}
             if constexprs != flags:
                 problems.append(f"{name}: compile-time flags {sorted(constexprs)}, described {sorted(flags)}")

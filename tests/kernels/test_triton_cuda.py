@@ -104,3 +104,47 @@ def test_a_keras3_adam_step_on_cuda_equals_the_cpu_foreach_step(gpu_form):
     actual = run("cuda")
     assert triton_kernels.launches() > before
     _assert_same_bits([expected], [actual], "keras3 Adam")
+
+
+@pytest.mark.parametrize("rule", ["SGD momentum", "Adam"])
+def test_two_thousand_small_variables_step_in_one_kernel_without_staging_copies(rule, gpu_form):
+    """Issue 48: the packed small variables' step on CUDA is the one Triton launch (after the first step, which
+    stages them and finds the rule taken), no multi-tensor copies, with the CPU foreach path's bits."""
+    from torch.profiler import ProfilerActivity, profile
+
+    import slotopt
+
+    make = {"SGD momentum": lambda p: slotopt.SGD(learning_rate=0.01, momentum=0.9, params=p),
+            "Adam": lambda p: slotopt.Adam(learning_rate=1e-3, params=p)}[rule]
+    generator = torch.Generator().manual_seed(4)
+    start = [torch.randn(1024, generator=generator) for _ in range(2000)]
+    grads = [[torch.randn(1024, generator=generator) for _ in range(2000)] for _ in range(3)]
+
+    def run(device, profiled=None):
+        params = [torch.nn.Parameter(t.clone().to(device)) for t in start]
+        opt = make(params)
+        for k, step in enumerate(grads):
+            for p, g in zip(params, step):
+                p.grad = g.to(device)
+            if profiled is not None and k == len(grads) - 1:
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    opt.step()
+                    torch.cuda.synchronize()
+                profiled.extend(e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+            else:
+                opt.step()
+        return [p.detach().cpu() for p in params]
+
+    previous = native.use("foreach")
+    try:
+        expected = run("cpu")
+    finally:
+        native.use(previous)
+    events: list = []
+    actual = run("cuda", events)
+    # the rule's launch alone (a table sent anew, for gradients at new addresses, is a memcpy: not counted), no
+    # multi-tensor copy of the variables or gradients
+    kernels = [name for name in events if not name.lower().startswith(("memcpy", "memset"))]
+    assert len(kernels) == 1, kernels[:10]
+    _assert_same_bits([expected], [actual], f"keras3 {rule}, 2,000 small variables")

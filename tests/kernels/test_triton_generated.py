@@ -49,16 +49,24 @@ def _edge(lists, dtype, seed):
 def _launch(kernel, rule, lists, scalars, dtype, by_value, padded):
     description = DESCRIPTIONS[rule]
     read_only = description.read_only
-    launch = table.launch_table(lists, read_only)
-    assert launch is not None
+    # The hand-written kernels read the table layout (a meta row, then the address table); the generated ones
+    # the default rows layout (each program's row holding its count and addresses).
+    layout = "table" if padded else "rows"
+    table.configure(None, layout=layout)
+    try:
+        launch = table.launch_table(lists, read_only)
+    finally:
+        table.configure(None)
+    assert launch is not None and launch.row == (0 if padded else table._width(description.operands))
     flags = {name: bool(scalars[i]) for name, i in description.flags}
     count = 11 if padded else len(description.entries)  # (the hand-written kernels took S0..S10)
     values = [float(v) for v in scalars] + [0.0] * (count - len(scalars))
     vector = table.scalar_vector(scalars, dtype, torch.device("cpu"))
     if not by_value:
         values = [0.0] * count
+    rows = {} if padded else {"ROW": launch.row}
     kernel[(launch.programs,)](launch.addresses, launch.meta, vector, launch.tensors, *values, **flags,
-                               BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block)
+                               BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block, **rows)
 
 
 # (float64 scalars always come from the vector: a by-value argument is a float32 parameter)

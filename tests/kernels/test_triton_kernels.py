@@ -100,9 +100,21 @@ def test_the_launch_table_is_kept_for_the_same_addresses_and_remade_for_others(i
     other = [g.clone() for g in grads]
     remade = table.launch_table([params, other])
     assert remade is not first
-    assert remade.addresses.view(2, 3)[1].tolist() == [g.data_ptr() for g in other]
-    assert remade.meta.view(-1, 3).tolist() == [[0, 0, 16], [1, 0, 2048], [1, 1024, 2048], [2, 0, 4096],
-                                                [2, 1024, 4096], [2, 2048, 4096], [2, 3072, 4096]]
+    # The rows layout (the default): per program its count and both operands' addresses of its chunk, padded to 4.
+    chunks = [(0, 0, 16), (1, 0, 1024), (1, 1024, 1024), (2, 0, 1024), (2, 1024, 1024), (2, 2048, 1024),
+              (2, 3072, 1024)]
+    assert remade.row == 4 and remade.programs == len(chunks)
+    assert remade.meta.view(-1, 4).tolist() == [[n, params[t].data_ptr() + 4 * start, other[t].data_ptr() + 4 * start,
+                                                 0] for t, start, n in chunks]
+    table.configure(None, layout="table")  # the table layout: the address table, then (tensor, start, end) rows
+    try:
+        old = table.launch_table([params, other])
+    finally:
+        table.configure(None)
+    assert old.row == 0 and old is not remade
+    assert old.addresses.view(2, 3)[1].tolist() == [g.data_ptr() for g in other]
+    assert old.meta.view(-1, 3).tolist() == [[0, 0, 16], [1, 0, 2048], [1, 1024, 2048], [2, 0, 4096],
+                                             [2, 1024, 4096], [2, 2048, 4096], [2, 3072, 4096]]
 
 
 def test_a_flat_state_buffer_serves_as_one_operand_for_the_whole_group(interpreter):
@@ -152,10 +164,11 @@ def test_the_kernels_compile_for_a_hopper_gpu_without_contraction_or_approximati
     from slotopt.kernels.triton import rules
 
     kernels = rules.build()
-    for name, dtype, aligned in (("adam", "fp32", True), ("rmsprop", "fp64", False)):
+    for name, dtype, aligned, row in (("adam", "fp32", True, 8), ("rmsprop", "fp64", False, 8),
+                                      ("adam", "fp32", True, 0), ("rmsprop", "fp64", False, 0)):
         flags = {flag: 1 for flag, _ in DESCRIPTIONS[name].flags}
-        # float32 takes its scalars by value (kernel arguments), float64 from the scalar vector
-        constants = {**flags, "BY_VALUE": dtype == "fp32", "ALIGNED": aligned, "BLOCK": 1024}
+        # float32 takes its scalars by value (kernel arguments), float64 from the scalar vector; both layouts
+        constants = {**flags, "BY_VALUE": dtype == "fp32", "ALIGNED": aligned, "BLOCK": 1024, "ROW": row}
         signature = {"tab_ptr": "*i64", "meta_ptr": "*i64", "s_ptr": f"*{dtype}", "T": "i32",
                      **{f"S{i}": "fp32" for i in range(len(DESCRIPTIONS[name].entries))}, **{k: "constexpr" for k in constants}}
         compiled = triton.compile(ASTSource(kernels[name], signature, constexprs=constants),

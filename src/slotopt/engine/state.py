@@ -17,6 +17,7 @@ import torch
 from torch._C._nn import unflatten_dense_tensors
 
 from ..kernels import native
+from ..kernels import triton as _triton
 from .plan import Ordinary
 
 __all__ = ["FlatState", "SMALL_TENSOR_ELEMENTS", "constant_fill", "initial_value"]
@@ -140,6 +141,8 @@ class FlatState:
 
         The variables and gradients are staged into flat buffers, the element-wise rule runs over them and the
         packed state as single tensors, and the variables are written back: the same arithmetic, in one call.
+        Where the compiled rules (CPU) or the Triton kernels (learnt at the first step) take the rule, the
+        variables and gradients stay where they are and nothing is staged.
         An ordinary ``step`` (engine/plan.py): its plan keeps what this derives from the positions alone.
         """
         if len(group) < 2:
@@ -167,11 +170,26 @@ class FlatState:
                 update(verified, step.gradients(covered), self.views(slot_names, kind, params))
             else:
                 update(params, native.Matched([grads[p] for p in covered]), self.views(slot_names, kind, params))
+        elif self.__dict__.get("_direct", {}).get(kind):
+            # A CUDA group whose rule the Triton kernels took: the variables and gradients where they are, the
+            # packed state as one flat operand of the same launch (the same arithmetic, element for element).
+            # Staging them (below) costs three multi-tensor copies of the group, ~100 launches for 2,000 small
+            # tensors: the kernel itself is one.
+            launched = _triton.launches()
+            update(params, native.Matched([grads[p] for p in covered]), self.buffers(slot_names, kind))
+            if _triton.launches() == launched:  # (torch's ops took it this time: staged again from the next step)
+                self._direct[kind] = False
         else:
+            launched = _triton.launches()
             flat_params = self.stage("params", covered, params)
             flat_grads = self.stage("grads", covered, [grads[p] for p in covered])
             update([flat_params], [flat_grads], self.buffers(slot_names, kind))
             self.unstage("params", params)
+            # (learnt at the first step: a rule Triton does not take keeps the staged buffers, one foreach op each;
+            # CPU tensors reach Triton only under its interpreter)
+            took = _triton.launches() > launched
+            if took or not first.is_cpu:
+                self.__dict__.setdefault("_direct", {})[kind] = took
         return left_over
 
     def views(self, slot_names: Sequence[str], kind: Kind, like: Sequence[torch.Tensor]

@@ -187,7 +187,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
             by_value, vector = False, table.scalar_vector(scalars, dtype, device)
             values = [0.0] * len(description.entries)
         arguments = (launch.addresses, launch.meta, vector, launch.tensors, *values)
-        options = dict(flags, BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block,
+        options = dict(flags, BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block, ROW=launch.row,
                        num_warps=launch.warps, enable_fp_fusion=False)
         with torch.cuda.device(device) if device.type == "cuda" else _nothing():
             kernel[(launch.programs,)](*arguments, **options)

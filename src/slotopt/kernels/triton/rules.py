@@ -3,9 +3,11 @@
 A dense rule is written here as its arithmetic only (``_b_<rule>``: loaded operands and named scalars in, new
 values out); its kernel's prologue and epilogue (the chunk, each operand's pointers, masked loads and stores, the
 scalars at their positions) are generated from the rule's scalar description by ``generate.py``. The kernel runs one launch over a whole group (``table.py`` builds its launch table): program ``p``
-reads its row of the table (which tensor, where its chunk starts and ends), loads that tensor's operand addresses
-from the address table, casts them to pointers of the variables' dtype (the scalar vector's pointer type), and
-updates its chunk in exactly the foreach kernel's evaluation order. A single large tensor is the table of one.
+reads its row of the table (its chunk's element count and each operand's address of the chunk: the ``rows``
+layout; or, in the ``table`` layout, which tensor and the chunk's bounds, then that tensor's operand addresses
+from the address table), casts the addresses to pointers of the variables' dtype (the scalar vector's pointer
+type), and updates its chunk in exactly the foreach kernel's evaluation order. A single large tensor is the table
+of one.
 With ``ALIGNED`` (every address 16-byte aligned, every chunk bound a multiple of 16 elements, checked on the
 host) the kernel is told so, which lets the compiler use vector loads and stores; the arithmetic is the same.
 
@@ -57,25 +59,42 @@ def build() -> dict[str, Any]:
         else:
             return tl.sqrt(x)
 
-    # The program's chunk: its tensor's index in the group and its elements' offsets (int64: a tensor may hold
-    # more than 2**31 elements) with their mask. ALIGNED: runs of 16 elements share their mask (every bound is a
-    # multiple of 16), which lets the compiler vectorise the masked loads and stores.
+    # The program's chunk, in one of two layouts of the launch table (``table.py``):
+    # * ROW > 0, the rows layout: program p's row of ROW int64 holds its element count and, for each operand,
+    #   the address of its chunk's first element (padded to a power of two). Every load of the prologue depends
+    #   only on the program's id, so they are in flight together: one memory round trip before the data loads.
+    #   The offsets within a chunk are int32 (< BLOCK); the addresses carry the chunk's start, so a tensor of more
+    #   than 2**31 elements needs no 64-bit offset arithmetic.
+    # * ROW == 0, the table layout: program p's meta row (tensor, start, end), then each operand's address from
+    #   the address table indexed by that tensor: two round trips, the second on the first's result. The offsets
+    #   are int64 (a tensor may hold more than 2**31 elements).
+    # ``t`` is the row's pointer (rows) or the tensor's index (table). ALIGNED: runs of 16 elements share their
+    # mask (every bound is a multiple of 16), which lets the compiler vectorise the masked loads and stores.
     @triton.jit
-    def _chunk(meta_ptr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-        row = meta_ptr + 3 * tl.program_id(0).to(tl.int64)
-        t = tl.load(row)
-        offs = tl.load(row + 1) + tl.arange(0, BLOCK)
-        mask = offs < tl.load(row + 2)
+    def _chunk(meta_ptr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr, ROW: tl.constexpr):
+        if ROW > 0:
+            t = meta_ptr + ROW * tl.program_id(0).to(tl.int64)
+            offs = tl.arange(0, BLOCK)
+            mask = offs < tl.load(t)
+        else:
+            row = meta_ptr + 3 * tl.program_id(0).to(tl.int64)
+            t = tl.load(row)
+            offs = tl.load(row + 1) + tl.arange(0, BLOCK)
+            mask = offs < tl.load(row + 2)
         if ALIGNED:
             mask = tl.max_constancy(mask, 16)
         return t, offs, mask
 
-    # Operand ``k`` of tensor ``t`` at ``offs``: its address from the table, cast to a pointer of the scalar
-    # vector's dtype. ALIGNED: the address is 16-byte aligned and the chunk starts at a multiple of 16 elements,
-    # so each run of 16 pointers is contiguous and starts on 16 bytes.
+    # Operand ``k`` of the program's chunk at ``offs``: its address (from the program's row, or from the address
+    # table by the tensor's index), cast to a pointer of the scalar vector's dtype. ALIGNED: the address is 16-byte
+    # aligned and the chunk starts at a multiple of 16 elements, so each run of 16 pointers is contiguous and
+    # starts on 16 bytes.
     @triton.jit
-    def _operand(tab_ptr, k: tl.constexpr, T, t, s_ptr, offs, ALIGNED: tl.constexpr):
-        pointers = tl.load(tab_ptr + k * T + t).to(s_ptr.dtype) + offs
+    def _operand(tab_ptr, k: tl.constexpr, T, t, s_ptr, offs, ALIGNED: tl.constexpr, ROW: tl.constexpr):
+        if ROW > 0:
+            pointers = tl.load(t + 1 + k).to(s_ptr.dtype) + offs
+        else:
+            pointers = tl.load(tab_ptr + k * T + t).to(s_ptr.dtype) + offs
         if ALIGNED:
             pointers = tl.max_contiguous(tl.multiple_of(pointers, 16), 16)
         return pointers

@@ -1,9 +1,17 @@
 """The launch table of a multi-tensor Triton call: one launch per group, whatever its number of tensors.
 
-The table is one int64 buffer on the tensors' device: the operands' addresses (``operands x T``, row ``k`` for
-operand list ``k``), then one row per program, ``(tensor, start, end)``: the tensor it updates and the range of
-that tensor's elements it covers (chunks of ``block`` elements, like torch's multi-tensor apply; ``choose``
-picks the chunk and the warps from the group's size). It depends only on the
+Each program covers a chunk of ``block`` elements of one tensor (like torch's multi-tensor apply; ``choose`` picks
+the chunk and the warps from the group's size). The table is one int64 buffer on the tensors' device, in one of
+two layouts (``layout``):
+
+* ``rows`` (the default): one row per program of ``Launch.row`` int64 (a power of two, >= 1 + operands): its
+  element count, then each operand's address of the chunk's first element. A program's prologue is then one
+  memory round trip (every load depends on its id alone) before its data moves, as torch's kernels take their
+  addresses from the kernel's parameters in one step.
+* ``table``: the operands' addresses (``operands x T``, row ``k`` for operand list ``k``), then one row per
+  program, ``(tensor, start, end)``: two round trips (the address load waits for the tensor's index).
+
+It depends only on the
 addresses and sizes, so it is built once for a set of addresses and reused while they stay (a step's tensors
 normally keep their storage), and otherwise sent with a copy that does not block the host. A float64 rule's
 scalars go the same way (``scalar_vector``: one small copy from pinned memory, never a synchronising one, once
@@ -20,7 +28,8 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import torch
 
-__all__ = ["BLOCK", "LARGE", "Launch", "launch_table", "proven", "proven_launches", "scalar_vector", "clear", "choose", "configure"]
+__all__ = ["BLOCK", "LARGE", "LAYOUTS", "Launch", "launch_table", "proven", "proven_launches", "scalar_vector", "clear",
+           "choose", "configure", "layout", "rows_layout"]
 
 #: Elements per program of a group of small tensors (and the most of a slice kernel's program).
 BLOCK = 1024
@@ -28,6 +37,14 @@ BLOCK = 1024
 LARGE = (4096, 8)
 #: A fixed (block, warps) for every group, set by ``configure`` or ``SLOTOPT_TRITON_BLOCK=4096x8`` (tuning).
 _forced: Optional[tuple[int, int]] = None
+#: The table's layouts (see the module's docstring). ``rows`` by default, for every group: on 2,000 tensors of
+#: 1,024 a program's prologue is then one memory round trip, not two, and each of the 2,000 programs is one chunk,
+#: so that latency is the kernel's (it is hidden behind other programs' data only on large tensors, where the
+#: table is ~1/500 of the bytes moved in either layout: 8 int64 per 1,024 elements for Adam's five operands).
+#: ``table`` stays for the device check's comparison (``benchmarks/gpu_check.py``, section ``layout``) and as a
+#: fallback (``SLOTOPT_TRITON_LAYOUT=table`` or ``configure(layout="table")``); both give the same bits.
+LAYOUTS = ("rows", "table")
+_forced_layout: Optional[str] = None
 #: Tables kept (by addresses and sizes): a few optimizers, each with a few groups, share it.
 _CACHE_SIZE = 64
 _cache: OrderedDict[tuple[object, ...], _Entry] = OrderedDict()
@@ -43,11 +60,15 @@ def _parse(text: str) -> Optional[tuple[int, int]]:
     return block, warps
 
 
-def configure(block: Optional[int] = None, warps: int = 4) -> None:
+def configure(block: Optional[int] = None, warps: int = 4, layout: Optional[str] = None) -> None:
     """Every group's launch takes ``block`` elements per program and ``warps`` warps (a power of two each, block
-    at least 16), or the size-based choice again with ``block=None``. For tuning (``benchmarks/gpu_check.py``):
-    the arithmetic, hence the bits, is the same for every choice."""
-    global _forced
+    at least 16), or the size-based choice again with ``block=None``; ``layout`` one of ``LAYOUTS`` (None: the
+    default, or ``SLOTOPT_TRITON_LAYOUT``). For tuning (``benchmarks/gpu_check.py``): the arithmetic, hence the
+    bits, is the same for every choice."""
+    global _forced, _forced_layout
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r}: one of {LAYOUTS} wanted")
+    _forced_layout = layout
     if block is None:
         _forced = None
         return
@@ -62,6 +83,15 @@ def _fixed() -> Optional[tuple[int, int]]:
         return _forced
     text = os.environ.get("SLOTOPT_TRITON_BLOCK")
     return _parse(text) if text else None
+
+
+def layout() -> str:
+    """The table's layout for the next table made: ``configure``'s, else ``SLOTOPT_TRITON_LAYOUT``'s, else
+    ``rows``."""
+    if _forced_layout is not None:
+        return _forced_layout
+    text = os.environ.get("SLOTOPT_TRITON_LAYOUT", "")
+    return text if text in LAYOUTS else "rows"
 
 
 def choose(elements: int, tensors: int) -> tuple[int, int]:
@@ -96,6 +126,9 @@ class Launch(NamedTuple):
     #: counts: what ``kernels.native.pins`` proves inside the storages it holds for the launch.
     host: Any = None
     offsets: Any = None
+    #: The kernel's ``ROW``: the int64 per program row of the rows layout (``meta`` and ``addresses`` are then
+    #: both the rows), or 0 for the table layout.
+    row: int = 0
 
 
 def clear() -> None:
@@ -179,7 +212,7 @@ def launch_table(lists: Sequence[Optional[Sequence[torch.Tensor]]], read_only: S
     rows = [tuple(map(_data_ptr, tensors)) for tensors in operands]
     ids = [tuple(map(id, tensors)) for tensors in operands]
     dtype, device = first[0].dtype, first[0].device
-    key = (dtype, n, *rows, _fixed())  # (a fixed choice, for tuning, makes other tables)
+    key = (dtype, n, *rows, _fixed(), layout())  # (a fixed choice, for tuning, makes other tables)
     entry = _cache.get(key)
     if entry is not None:
         stale = [i for i in range(len(operands)) if ids[i] != entry.ids[i] or i in read_only]
@@ -212,21 +245,28 @@ def _made(key: tuple[object, ...], table: np.ndarray, sizes: Sequence[int], offs
     host_table = table  # (uint64: what the pins prove; the launch reads the int64 view)
     table = table.view(np.int64)
     block, warps = choose(total, n)
-    counts = -(-np.asarray(sizes, dtype=np.int64) // block)  # empty tensors take no program
-    which = np.repeat(np.arange(n, dtype=np.int64), counts)
-    first_program = np.cumsum(counts) - counts
-    meta = np.empty((len(which), 3), dtype=np.int64)
-    meta[:, 0] = which
-    meta[:, 1] = (np.arange(len(which), dtype=np.int64) - first_program[which]) * block
-    meta[:, 2] = np.asarray(sizes, dtype=np.int64)[which]
     # Vector loads and stores need every operand 16-byte aligned and every chunk's end a multiple of 16 elements
     # (the starts are multiples of the block); the arithmetic is the same either way.
     aligned = bool(np.all(table % 16 == 0) and np.all(np.asarray(sizes) % 16 == 0))
-    host = np.concatenate([table.ravel(), meta.ravel()])
-    buffer = _upload(host, device)
-    cut = table.size
-    launch = Launch(buffer, buffer[:cut], buffer[cut:], n, len(which), aligned, total,
-                    bool(np.any(table[0] == table[1])) if len(table) > 1 else False, block, warps, host_table, offsets)
+    aliased = bool(np.any(table[0] == table[1])) if len(table) > 1 else False
+    if layout() == "rows":
+        host = rows_layout(host_table, sizes, block, dtype.itemsize)
+        buffer = _upload(host, device)
+        launch = Launch(buffer, buffer, buffer, n, len(host) // _width(len(table)), aligned, total, aliased, block,
+                        warps, host_table, offsets, _width(len(table)))
+    else:
+        counts = -(-np.asarray(sizes, dtype=np.int64) // block)  # empty tensors take no program
+        which = np.repeat(np.arange(n, dtype=np.int64), counts)
+        first_program = np.cumsum(counts) - counts
+        meta = np.empty((len(which), 3), dtype=np.int64)
+        meta[:, 0] = which
+        meta[:, 1] = (np.arange(len(which), dtype=np.int64) - first_program[which]) * block
+        meta[:, 2] = np.asarray(sizes, dtype=np.int64)[which]
+        host = np.concatenate([table.ravel(), meta.ravel()])
+        buffer = _upload(host, device)
+        cut = table.size
+        launch = Launch(buffer, buffer[:cut], buffer[cut:], n, len(which), aligned, total, aliased, block, warps,
+                        host_table, offsets)
     _cache[key] = _Entry(launch, list(sizes), ids)
     if len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
@@ -269,7 +309,7 @@ def proven(lists: Sequence[Optional[Sequence[torch.Tensor]]]) -> Optional[Launch
     addresses = first.addresses  # type: ignore[attr-defined]
     n, dtype, device = len(first), first.dtype, first[0].device  # type: ignore[attr-defined]
     total = int(offsets[-1])
-    keys: list[object] = [dtype, device, n, _fixed(), _row_key(offsets, first, "_table_sizes"),
+    keys: list[object] = [dtype, device, n, _fixed(), layout(), _row_key(offsets, first, "_table_sizes"),
                            _row_key(addresses, first)]
     rows: list[Any] = [addresses]
     for tensors in lists[1:]:
@@ -305,3 +345,28 @@ def proven(lists: Sequence[Optional[Sequence[torch.Tensor]]]) -> Optional[Launch
     for i, row in enumerate(rows):
         table[i] = row if isinstance(row, np.ndarray) else row + offsets[:-1].astype(np.uint64) * itemsize
     return _made(key, table, np.diff(offsets).tolist(), offsets, total, dtype, device, [])
+
+
+def _width(operands: int) -> int:
+    """A program's row in the rows layout: its count and one address per operand, padded to a power of two (a row
+    never straddles a boundary of its own size: up to 8 int64, one 64-byte piece of a cache line)."""
+    return 1 << operands.bit_length()  # the least power of two > operands, i.e. >= 1 + operands
+
+
+def rows_layout(addresses: np.ndarray, sizes: Sequence[int], block: int, element_size: int) -> np.ndarray:
+    """The rows layout's table (flat int64) for operands at ``addresses`` (uint64, operands x tensors) of tensors
+    of ``sizes`` elements in chunks of ``block``: per program, ``[count, address_0 + start * element_size, ...,
+    0 padding]``. An empty tensor takes no program. Pure arithmetic on the host (numpy, 64-bit: a chunk may start
+    past 2**31 elements), no tensor needed: ``tests/kernels/test_triton_layouts.py`` checks it at such sizes."""
+    operands = addresses.shape[0]
+    width = _width(operands)
+    size = np.asarray(sizes, dtype=np.int64).reshape(-1)
+    counts = -(-size // block)
+    which = np.repeat(np.arange(len(size), dtype=np.int64), counts)
+    start = (np.arange(len(which), dtype=np.int64) - (np.cumsum(counts) - counts)[which]) * block
+    rows = np.zeros((len(which), width), dtype=np.int64)
+    rows[:, 0] = np.minimum(size[which] - start, block)
+    shift = (start * element_size).astype(np.uint64)
+    for k in range(operands):
+        rows[:, 1 + k] = (addresses[k][which] + shift).view(np.int64)
+    return rows.reshape(-1)
