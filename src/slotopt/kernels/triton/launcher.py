@@ -74,12 +74,13 @@ _switch: Optional[bool] = None  # configure(); None: the environment decides
 _state: Optional[dict[str, Any]] = None  # the version's form, found once
 
 
-def configure(enabled: Optional[bool] = None) -> None:
+def configure(enabled: Optional[bool] = None, forget: bool = True) -> None:
     """Turns the prepared route on or off (``None``: ``SLOTOPT_TRITON_LAUNCHER`` decides, on unless ``0``); for
-    the device check's same-run comparison. Forgets every prepared launch."""
+    the device check's same-run comparison. Forgets every prepared launch unless ``forget`` is False."""
     global _switch
     _switch = enabled
-    clear()
+    if forget:
+        clear()
 
 
 def clear() -> None:
