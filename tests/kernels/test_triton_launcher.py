@@ -3,7 +3,7 @@
 What the CPU can check: the key against Triton's own specialisation (``native_specialize_impl`` with the CUDA
 backend of a Hopper target), the launcher's form by version, the prepared argument list against kernels compiled
 for a Hopper target, and the whole route through Triton's own ``JITFunction.run`` with a stand-in for the GPU
-driver (``_HopperWithoutADevice``: the device, stream and binary loading a launch asks the driver for, and a
+driver (``HopperWithoutADevice``: the device, stream and binary loading a launch asks the driver for, and a
 launcher that records its call instead of launching), so that the prepared call can be compared with the call
 Triton's normal route makes, argument for argument. The fallbacks (the interpreter, the switch, hooks, other
 kinds of arguments) take the normal route.
@@ -15,6 +15,7 @@ import itertools
 
 import pytest
 import torch
+from _hopper_driver import FUNCTION, STREAM, HopperWithoutADevice, Launcher, hopper_backend
 from test_native_kernels import CASES, _make_lists
 
 from slotopt.kernels import native
@@ -26,17 +27,10 @@ triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
-def _hopper_backend():
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import make_backend
-
-    return make_backend(GPUTarget("cuda", 90, 32))
-
-
 def test_the_key_is_at_least_as_fine_as_triton_s_specialisation():
     from triton._C.libtriton import native_specialize_impl
 
-    backend = _hopper_backend()
+    backend = hopper_backend()
     base = torch.zeros(64, dtype=torch.float32)
     values = [base[k:] for k in range(6)] + [torch.zeros(8, dtype=torch.float64)[1:], torch.zeros(8, dtype=torch.int64)]
     values += [0, 1, 2, 15, 16, 17, 32, -1, -16, 2**31 - 16, 2**31 - 1, 2**31, -2**31, -2**31 - 16, 2**40,
@@ -84,7 +78,7 @@ def _compile_for_hopper(kernel, arguments, options):
     from triton.compiler import ASTSource
     from triton.runtime.jit import create_function_from_signature
 
-    backend = _hopper_backend()
+    backend = hopper_backend()
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
     kwargs = dict(options, debug=False)
     bound, specialization, parsed = binder(*arguments, **kwargs)
@@ -121,61 +115,14 @@ def compiled_signature_of(kernel, arguments, options):
     return _compile_for_hopper(kernel, arguments, options)[0].src.signature
 
 
-class _Launcher:
-    """Stands in for ``CudaLauncher``: records each call (what would go to the device) instead of launching."""
-
-    calls: list[tuple[object, ...]] = []
-
-    def __init__(self, src, metadata):
-        self.metadata = metadata
-
-    def __call__(self, *call):
-        _Launcher.calls.append(call)
-        if call[7] is not None:  # the enter hook, on the launch metadata, as Triton's C launcher calls it
-            call[7](call[6])
-
-
-class _Utils:
-    def get_device_properties(self, device):
-        return {"max_shared_mem": 232448, "multiprocessor_count": 132}
-
-    def load_binary(self, name, kernel, shared, device):
-        # module (None: nothing to unload), function handle, registers, spills, most threads
-        return (None, 0x7E57, 32, 0, 1024)
-
-    def unload_module(self, module):
-        pass
-
-
-class _HopperWithoutADevice:
-    """The part of Triton's GPU driver that a launch through ``JITFunction.run`` uses, for a Hopper target."""
-
-    launcher_cls = _Launcher
-
-    def __init__(self):
-        self.utils = _Utils()
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device):
-        return 0x5EED
-
-    def get_current_target(self):
-        return _hopper_backend().target
-
-    def get_device_capability(self, device=0):
-        return (9, 0)
-
-
 @pytest.fixture
 def hopper(monkeypatch):
     from triton.runtime.driver import driver
 
-    driver.set_active(_HopperWithoutADevice())
+    driver.set_active(HopperWithoutADevice())
     launcher.configure(None)
     monkeypatch.delenv("SLOTOPT_TRITON_LAUNCHER", raising=False)
-    _Launcher.calls = []
+    Launcher.calls = []
     try:
         yield _Counts()
     finally:
@@ -188,7 +135,7 @@ class _Counts:
 
     def start(self):
         self.before = launcher.stats()
-        _Launcher.calls.clear()
+        Launcher.calls.clear()
 
     def __call__(self):
         return {k: v - self.before[k] for k, v in launcher.stats().items() if k != "entries"}
@@ -210,22 +157,22 @@ def test_a_prepared_rule_launch_calls_the_launcher_as_triton_s_own_route_does(ho
     launcher.launch(kernel, grid, arguments, options)  # Triton's route: binds, specialises, compiles, launches
     launcher.launch(kernel, grid, arguments, options)  # the launcher called directly
     assert hopper() == {"prepared": 1, "normal": 1}
-    normal, prepared = _Launcher.calls
-    assert normal[:6] == (grid[0], 1, 1, 0x5EED, 0x7E57, normal[5]) and normal[5] is not None
+    normal, prepared = Launcher.calls
+    assert normal[:6] == (grid[0], 1, 1, STREAM, FUNCTION, normal[5]) and normal[5] is not None
     _same_call(normal, prepared)
     # the per-step values travel: other float scalars, other tensors at aligned addresses, the same kernel
     other = [*arguments[:4], *(v * 0.5 for v in arguments[4:])]
     table = arguments[0].clone()
     launcher.launch(kernel, grid, [table, *other[1:]], options)
-    assert hopper() == {"prepared": 2, "normal": 1} and _Launcher.calls[-1][9] is table
-    assert list(_Launcher.calls[-1][13:13 + len(other) - 4]) == other[4:]
+    assert hopper() == {"prepared": 2, "normal": 1} and Launcher.calls[-1][9] is table
+    assert list(Launcher.calls[-1][13:13 + len(other) - 4]) == other[4:]
     # what decides the specialisation differs: the normal route (another compile), prepared in turn
     launcher.launch(kernel, grid, arguments, dict(options, num_warps=2 * options["num_warps"]))
     assert hopper() == {"prepared": 2, "normal": 2}
     unaligned = torch.zeros(table.numel() + 1, dtype=table.dtype)[1:]
     launcher.launch(kernel, grid, [unaligned, *arguments[1:]], options)
     assert hopper() == {"prepared": 2, "normal": 3}
-    # a launch hook set, the switch off, the interpreter: the normal route, however often
+    # a launch hook set, the switch off: the normal route, however often
     seen = []
     knobs.runtime.launch_enter_hook.add(seen.append)
     try:
@@ -233,17 +180,18 @@ def test_a_prepared_rule_launch_calls_the_launcher_as_triton_s_own_route_does(ho
     finally:
         knobs.runtime.launch_enter_hook.remove(seen.append)
     assert hopper() == {"prepared": 2, "normal": 4}
-    assert len(seen) == 1 and seen[0].get()["stream"] == 0x5EED  # (Triton's route called it, with its metadata)
+    assert len(seen) == 1 and seen[0].get()["stream"] == STREAM  # (Triton's route called it, with its metadata)
     monkeypatch.setenv("SLOTOPT_TRITON_LAUNCHER", "0")
+    launcher.configure(None, forget=False)  # (the variable is read at the first launch and at configure)
     launcher.launch(kernel, grid, arguments, options)
-    monkeypatch.setenv("SLOTOPT_TRITON_LAUNCHER", "1")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    launcher.configure(False, forget=False)
     launcher.launch(kernel, grid, arguments, options)
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert hopper() == {"prepared": 2, "normal": 6}
+    monkeypatch.setenv("SLOTOPT_TRITON_LAUNCHER", "1")
+    launcher.configure(None, forget=False)
     launcher.launch(kernel, grid, arguments, options)
     assert hopper() == {"prepared": 3, "normal": 6}
-    _same_call(normal, _Launcher.calls[-1])
+    _same_call(normal, Launcher.calls[-1])
 
 
 def test_a_prepared_step_scalars_launch_calls_the_launcher_as_triton_s_own_route_does(hopper, monkeypatch):
@@ -257,7 +205,7 @@ def test_a_prepared_step_scalars_launch_calls_the_launcher_as_triton_s_own_route
     for _ in range(3):
         step_scalars.advance(inputs, vector, lr_at=1, alpha_at=0)
     assert hopper() == {"prepared": 2, "normal": 1}
-    normal, *prepared = _Launcher.calls
+    normal, *prepared = Launcher.calls
     for call in prepared:
         _same_call(normal, call)
     assert normal[:3] == (1, 1, 1) and normal[-3:] == (1, -1, 0)  # the constexprs, in signature order

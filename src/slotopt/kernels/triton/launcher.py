@@ -18,8 +18,9 @@ integer's width class (i32, i64, u64), whether it is 1 and whether it is a multi
 anything differs, the normal route runs (and prepares that combination in turn).
 
 The normal route always runs, and nothing is prepared, when: the installed Triton is not one this module knows
-(3.0 up to 3.x; the launcher's calling form is chosen by version), Triton's interpreter runs
-(``TRITON_INTERPRET=1``), ``SLOTOPT_TRITON_LAUNCHER=0`` is set (or :func:`configure` turned it off), a launch
+(3.0 up to 3.x; the launcher's calling form is chosen by version), the kernel is interpreted (defined under
+``TRITON_INTERPRET=1``: its launch gives no compiled kernel), ``SLOTOPT_TRITON_LAUNCHER=0`` is set (read at the
+first launch and at each :func:`configure`) or :func:`configure` turned it off, a launch
 hook is set (Triton's ``knobs.runtime.launch_enter_hook``/``launch_exit_hook``, or ``CompiledKernel``'s before
 3.4), the kernel has pre-run hooks or a stages-inspection hook is set, an argument is of a kind not listed
 above, a constexpr is passed by position, or the prepared argument list does not match the compiled kernel's
@@ -77,8 +78,8 @@ _state: Optional[dict[str, Any]] = None  # the version's form, found once
 def configure(enabled: Optional[bool] = None, forget: bool = True) -> None:
     """Turns the prepared route on or off (``None``: ``SLOTOPT_TRITON_LAUNCHER`` decides, on unless ``0``); for
     the device check's same-run comparison. Forgets every prepared launch unless ``forget`` is False."""
-    global _switch
-    _switch = enabled
+    global _switch, _decided
+    _switch, _decided = enabled, False
     if forget:
         clear()
 
@@ -113,12 +114,21 @@ def form(version: str) -> Optional[str]:
 
 def enabled() -> bool:
     """Whether a launch may take the prepared route here (a known Triton, not interpreting, not switched off)."""
-    if _switch is False or (_switch is None and os.environ.get("SLOTOPT_TRITON_LAUNCHER", "1") == "0"):
-        return False
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        return False
-    state = _found()
-    return state is not None
+        return False  # (an interpreted kernel is never prepared: its launch returns no compiled kernel)
+    return _decide() is not None
+
+
+_decided = False  # whether _ready holds the decision (SLOTOPT_TRITON_LAUNCHER is read then: once, and at configure)
+_ready: Optional[dict[str, Any]] = None
+
+
+def _decide() -> Optional[dict[str, Any]]:
+    global _decided, _ready
+    on = _switch if _switch is not None else os.environ.get("SLOTOPT_TRITON_LAUNCHER", "1") != "0"
+    _ready = _found() if on else None
+    _decided = True
+    return _ready
 
 
 def _found() -> Optional[dict[str, Any]]:
@@ -187,7 +197,7 @@ def _knobs(state: dict[str, Any]) -> Optional[tuple[Any, ...]]:
     return (os.environ.get("TRITON_DEBUG", "0"),)
 
 
-_Tensor = torch.Tensor
+_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 
 
 def kind(value: Any) -> Any:
@@ -202,8 +212,8 @@ def kind(value: Any) -> Any:
         if value >= (1 << 64):
             raise TypeError("an integer wider than 64 bits")
         return (width, value == 1, value % 16 == 0)
-    if isinstance(value, _Tensor) and kind_of in (_Tensor, torch.nn.Parameter):
-        return (value.dtype, value.data_ptr() % 16 == 0)
+    if kind_of is _Tensor or kind_of is _Parameter:
+        return (value.dtype, (value.data_ptr() & 15) == 0)
     if kind_of is bool:
         return (bool, value)
     if value is None:
@@ -284,13 +294,16 @@ def _key(state: dict[str, Any], kernel: Any, arguments: Sequence[Any], options: 
     settings = _knobs(state)
     if settings is None:
         return None
-    return (id(kernel), tuple(options.items()), state["device"](), settings, *map(kind, arguments))
+    types = tuple(map(type, arguments))  # (a float's kind is its type: no call for the per-step scalars)
+    return (id(kernel), tuple(options.items()), state["device"](), settings, types,
+            *[None if t is float else (a.dtype, (a.data_ptr() & 15) == 0) if t is _Tensor else kind(a)
+              for t, a in zip(types, arguments)])  # (a tensor's kind inline: kind()'s, without the call)
 
 
 def launch(kernel: Any, grid: tuple[int, ...], arguments: Sequence[Any], options: dict[str, Any]) -> None:
     """``kernel[grid](*arguments, **options)``, through the prepared route when it applies (see the module's
     docstring); the same launch either way."""
-    state = _found() if enabled() else None
+    state = _ready if _decided else _decide()
     bound = _bound(state) if state is not None and "driver" in state else None
     if bound is None:  # (Triton makes its driver at its first launch: then prepare from the next one)
         compiled = _normal(kernel, grid, arguments, options)
