@@ -50,7 +50,7 @@ def test_the_key_is_at_least_as_fine_as_triton_s_specialisation():
 
 def test_the_launcher_form_by_triton_version():
     assert [launcher.form(v) for v in ("3.0.0", "3.1.0", "3.2.0", "3.3.1", "3.4.0", "3.9.0", "3.12.0+git1a2b")] == [
-        "non-constexpr", "non-constexpr", "non-constexpr", "all-class-hooks", "all", "all", "all"]
+        "non-constexpr", "non-constexpr", "non-constexpr", "all", "all", "all", "all"]
     assert [launcher.form(v) for v in ("2.3.1", "4.0.0", "", "nightly")] == [None] * 4
 
 
@@ -192,6 +192,17 @@ def test_a_prepared_rule_launch_calls_the_launcher_as_triton_s_own_route_does(ho
     launcher.launch(kernel, grid, arguments, options)
     assert hopper() == {"prepared": 3, "normal": 6}
     _same_call(normal, Launcher.calls[-1])
+    # a direct call that fails (a launcher of another form, say): Triton's route takes the launch, and takes
+    # that combination from then on
+    def refuse(*call):
+        raise TypeError("a launcher that takes other arguments")
+
+    for key, entry in list(launcher._prepared.items()):
+        launcher._prepared[key] = entry._replace(run=refuse)
+    launcher.launch(kernel, grid, arguments, options)
+    launcher.launch(kernel, grid, arguments, options)
+    assert hopper() == {"prepared": 3, "normal": 8}
+    _same_call(normal, (*Launcher.calls[-1][:6], None, None, None, *Launcher.calls[-1][9:]))
 
 
 def test_a_prepared_step_scalars_launch_calls_the_launcher_as_triton_s_own_route_does(hopper, monkeypatch):

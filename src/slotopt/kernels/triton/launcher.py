@@ -101,15 +101,14 @@ def _version(text: str) -> Optional[tuple[int, int]]:
 
 
 def form(version: str) -> Optional[str]:
-    """The launcher's calling form for a Triton version: ``"all"`` (every bound argument, constexprs included,
-    hooks in ``triton.knobs``: 3.4 and later 3.x), ``"all-class-hooks"`` (3.3: the hooks on ``CompiledKernel``),
-    ``"non-constexpr"`` (3.0-3.2), or None (a version this module does not know: the normal route only)."""
+    """The launcher's calling form for a Triton version: ``"all"`` (every bound argument in signature order,
+    constexprs included: 3.3 and later 3.x), ``"non-constexpr"`` (the non-constexpr arguments only: 3.0-3.2), or
+    None (a version this module does not know: the normal route only). The hooks are read wherever the version
+    keeps them (``triton.knobs`` from 3.4 on, ``CompiledKernel`` before)."""
     parsed = _version(version)
     if parsed is None or parsed[0] != 3:
         return None
-    if parsed[1] <= 2:
-        return "non-constexpr"
-    return "all-class-hooks" if parsed[1] == 3 else "all"
+    return "non-constexpr" if parsed[1] <= 2 else "all"
 
 
 def enabled() -> bool:
@@ -159,14 +158,14 @@ def _bound(state: dict[str, Any]) -> Optional[dict[str, Any]]:
             return state
         state["device"] = active.get_current_device
         state["stream"] = active.get_current_stream
-        if state["form"] == "all":
+        # The hooks: in triton.knobs from 3.4 on, on CompiledKernel before; both read where they exist.
+        try:
             from triton import knobs
+        except ImportError:
+            knobs = None
+        from triton.compiler import CompiledKernel
 
-            state["knobs"] = knobs
-        else:
-            from triton.compiler import CompiledKernel
-
-            state["compiled_class"] = CompiledKernel
+        state["knobs"], state["compiled_class"] = knobs, CompiledKernel
         state["driver"] = active
         return state
     except Exception:
@@ -182,19 +181,19 @@ def _quiet(hook: Any) -> bool:
 def _knobs(state: dict[str, Any]) -> Optional[tuple[Any, ...]]:
     """What of Triton's switches enters its cache key or its launch, or None when a hook is set (then the
     normal route runs: it calls them)."""
-    knobs = state.get("knobs")
-    if knobs is not None:
-        runtime, compilation = knobs.runtime, knobs.compilation
-        if not (_quiet(runtime.launch_enter_hook) and _quiet(runtime.launch_exit_hook)) \
-                or getattr(runtime, "add_stages_inspection_hook", None) is not None:
-            return None
-        return (runtime.debug, getattr(compilation, "instrumentation_mode", None),
-                getattr(compilation, "fpsan_homomorphic_casts", None))
     compiled = state["compiled_class"]
     if not (_quiet(getattr(compiled, "launch_enter_hook", None))
             and _quiet(getattr(compiled, "launch_exit_hook", None))):
         return None
-    return (os.environ.get("TRITON_DEBUG", "0"),)
+    knobs = state["knobs"]
+    if knobs is None:  # (before 3.4: TRITON_DEBUG read from the environment at each launch)
+        return (os.environ.get("TRITON_DEBUG", "0"),)
+    runtime, compilation = knobs.runtime, knobs.compilation
+    if not (_quiet(getattr(runtime, "launch_enter_hook", None)) and _quiet(getattr(runtime, "launch_exit_hook", None))) \
+            or getattr(runtime, "add_stages_inspection_hook", None) is not None:
+        return None
+    return (runtime.debug, getattr(compilation, "instrumentation_mode", None),
+            getattr(compilation, "fpsan_homomorphic_casts", None))
 
 
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
