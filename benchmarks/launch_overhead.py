@@ -6,7 +6,8 @@ No GPU is needed: the rule kernels are compiled for a Hopper target and launched
 figures are the Python a launch costs before the launcher (Triton's binding, specialisation and cache lookup on
 the normal route; slotopt's key and dict lookup on the prepared one), without the C launcher's own work
 (argument extraction and ``cuLaunchKernel``, a few microseconds on a device, the same on both routes). The
-routes alternate round by round (same-run ratios); ``uptime`` is printed with them (a shared machine).
+routes alternate round by round (same-run ratios), each timed by the wall clock and by the process's CPU time
+(less sensitive to a shared machine); ``uptime`` is printed with them.
 
     python benchmarks/launch_overhead.py [--rules sgd adam ...] [--rounds 7] [--launches 2000]
 """
@@ -53,21 +54,26 @@ def main(argv: list[str]) -> int:
     driver.set_active(HopperWithoutADevice())
     Launcher.record = False
     print(f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
-    print("| rule | kernel[grid](...) us | prepared us | ratio |\n| --- | --- | --- | --- |")
+    print("| rule | kernel[grid](...) us | prepared us | ratio | CPU us normal | CPU us prepared | ratio |\n"
+          "| --- | --- | --- | --- | --- | --- | --- |")
     try:
         for name, (rule, grid, arguments, options) in recorded.items():
             kernel = rules.generated(rule, built)
             launcher.launch(kernel, grid, arguments, options)  # compiles for Hopper (once: Triton's disk cache)
-            samples: dict[bool, list[float]] = {False: [], True: []}
+            wall: dict[bool, list[float]] = {False: [], True: []}
+            cpu: dict[bool, list[float]] = {False: [], True: []}
             for _ in range(args.rounds):
                 for route in (False, True):
                     launcher.configure(route, forget=False)
-                    began = time.perf_counter()
+                    began, began_cpu = time.perf_counter(), time.process_time()
                     for _ in range(args.launches):
                         launcher.launch(kernel, grid, arguments, options)
-                    samples[route].append((time.perf_counter() - began) * 1e6 / args.launches)
-            normal, prepared = (statistics.median(samples[r]) for r in (False, True))
-            print(f"| {name} | {normal:.2f} | {prepared:.2f} | {normal / prepared:.1f}x |")
+                    cpu[route].append((time.process_time() - began_cpu) * 1e6 / args.launches)
+                    wall[route].append((time.perf_counter() - began) * 1e6 / args.launches)
+            normal, prepared = (statistics.median(wall[r]) for r in (False, True))
+            normal_cpu, prepared_cpu = (statistics.median(cpu[r]) for r in (False, True))
+            print(f"| {name} | {normal:.2f} | {prepared:.2f} | {normal / prepared:.1f}x | {normal_cpu:.2f} | "
+                  f"{prepared_cpu:.2f} | {normal_cpu / prepared_cpu:.1f}x |")
     finally:
         launcher.configure(None)
         driver.set_active(None)

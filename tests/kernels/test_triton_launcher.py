@@ -192,6 +192,8 @@ def test_a_prepared_rule_launch_calls_the_launcher_as_triton_s_own_route_does(ho
     launcher.launch(kernel, grid, arguments, options)
     assert hopper() == {"prepared": 3, "normal": 6}
     _same_call(normal, Launcher.calls[-1])
+    launcher.launch(kernel, lambda bound: grid, arguments, options)  # a callable grid: Triton's route calls it
+    assert hopper() == {"prepared": 3, "normal": 7} and Launcher.calls[-1][:3] == (grid[0], 1, 1)
     # a direct call that fails (a launcher of another form, say): Triton's route takes the launch, and takes
     # that combination from then on
     def refuse(*call):
@@ -201,7 +203,7 @@ def test_a_prepared_rule_launch_calls_the_launcher_as_triton_s_own_route_does(ho
         launcher._prepared[key] = entry._replace(run=refuse)
     launcher.launch(kernel, grid, arguments, options)
     launcher.launch(kernel, grid, arguments, options)
-    assert hopper() == {"prepared": 3, "normal": 8}
+    assert hopper() == {"prepared": 3, "normal": 9}
     _same_call(normal, (*Launcher.calls[-1][:6], None, None, None, *Launcher.calls[-1][9:]))
 
 

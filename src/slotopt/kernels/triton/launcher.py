@@ -37,6 +37,7 @@ the normal route and times both).
 from __future__ import annotations
 
 import inspect
+import operator
 import os
 import re
 from collections.abc import Sequence
@@ -165,6 +166,14 @@ def _bound(state: dict[str, Any]) -> Optional[dict[str, Any]]:
             knobs = None
         from triton.compiler import CompiledKernel
 
+        if knobs is not None:  # the knobs this version has, read at each launch by one attrgetter each
+            present = [name for name in ("runtime.debug", "compilation.instrumentation_mode",
+                                         "compilation.fpsan_homomorphic_casts") if _has(knobs, name)]
+            state["settings"] = operator.attrgetter(*present)
+            state["hooks"] = operator.attrgetter("runtime.launch_enter_hook", "runtime.launch_exit_hook")
+            state["inspect"] = (operator.attrgetter("runtime.add_stages_inspection_hook")
+                                if _has(knobs, "runtime.add_stages_inspection_hook") else lambda _: None)
+            state["chain"] = getattr(knobs, "HookChain", type(None))
         state["knobs"], state["compiled_class"] = knobs, CompiledKernel
         state["driver"] = active
         return state
@@ -174,26 +183,35 @@ def _bound(state: dict[str, Any]) -> Optional[dict[str, Any]]:
 
 
 def _quiet(hook: Any) -> bool:
-    """No launch hook: None, or Triton 3.9's ``HookChain`` with no calls."""
-    return hook is None or (type(hook).__name__ == "HookChain" and not getattr(hook, "calls", True))
+    """No launch hook: None, or a ``HookChain`` (Triton 3.9's knobs) with no calls."""
+    return hook is None or (hook.__class__.__name__ == "HookChain" and not getattr(hook, "calls", True))
 
 
 def _knobs(state: dict[str, Any]) -> Optional[tuple[Any, ...]]:
     """What of Triton's switches enters its cache key or its launch, or None when a hook is set (then the
     normal route runs: it calls them)."""
-    compiled = state["compiled_class"]
-    if not (_quiet(getattr(compiled, "launch_enter_hook", None))
-            and _quiet(getattr(compiled, "launch_exit_hook", None))):
-        return None
     knobs = state["knobs"]
-    if knobs is None:  # (before 3.4: TRITON_DEBUG read from the environment at each launch)
+    if knobs is None:  # before 3.4: the hooks on CompiledKernel, TRITON_DEBUG read at each launch
+        compiled = state["compiled_class"]
+        if not (_quiet(getattr(compiled, "launch_enter_hook", None))
+                and _quiet(getattr(compiled, "launch_exit_hook", None))):
+            return None
         return (os.environ.get("TRITON_DEBUG", "0"),)
-    runtime, compilation = knobs.runtime, knobs.compilation
-    if not (_quiet(getattr(runtime, "launch_enter_hook", None)) and _quiet(getattr(runtime, "launch_exit_hook", None))) \
-            or getattr(runtime, "add_stages_inspection_hook", None) is not None:
+    enter, leave = state["hooks"](knobs)
+    chain = state["chain"]
+    if not (enter is None or enter.__class__ is chain and not enter.calls) \
+            or not (leave is None or leave.__class__ is chain and not leave.calls) \
+            or state["inspect"](knobs) is not None:
         return None
-    return (runtime.debug, getattr(compilation, "instrumentation_mode", None),
-            getattr(compilation, "fpsan_homomorphic_casts", None))
+    return state["settings"](knobs)
+
+
+def _has(root: Any, dotted: str) -> bool:
+    try:
+        operator.attrgetter(dotted)(root)
+        return True
+    except AttributeError:
+        return False
 
 
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
@@ -306,15 +324,16 @@ def launch(kernel: Any, grid: tuple[int, ...], arguments: Sequence[Any], options
     bound = _bound(state) if state is not None and "driver" in state else None
     if bound is None:  # (Triton makes its driver at its first launch: then prepare from the next one)
         compiled = _normal(kernel, grid, arguments, options)
-        if state is not None and _bound(state) is not None:
+        # (an interpreted kernel gives no compiled kernel: nothing to prepare, no driver to ask for)
+        if compiled is not None and state is not None and _bound(state) is not None:
             _prepare(state, kernel, compiled, arguments, options)
         return
     try:
         key = _key(state, kernel, arguments, options)
+        entry = _prepared.get(key) if key is not None else None
     except Exception:  # an argument of another kind (TypeError), an unhashable option: Triton decides
-        key = None
-    entry = _prepared.get(key) if key is not None else None
-    if entry is not None and not entry.pre_hooks:
+        key = entry = None
+    if entry is not None and not entry.pre_hooks and grid.__class__ is tuple:  # (a callable grid: Triton's route)
         size = len(grid)
         try:
             entry.run(grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, state["stream"](key[2]),
