@@ -126,7 +126,7 @@ def hopper(monkeypatch):
     try:
         yield _Counts()
     finally:
-        launcher.clear()
+        launcher.configure(None)  # (forgets every prepared launch, and a switch a failed test left)
         driver.set_active(None)  # (the real driver again, made when next asked for: none on this machine)
 
 
