@@ -48,8 +48,14 @@ class _Utils:
         return {"max_shared_mem": 232448, "multiprocessor_count": 132}
 
     def load_binary(self, name: str, kernel: bytes, shared: int, device: int) -> tuple[Any, ...]:
-        # module (None: nothing to unload), function handle, registers, spills, most threads per block
-        return (None, FUNCTION, 32, 0, 1024)
+        # module (None: nothing to unload), function handle, registers, spills, and (the Triton versions whose
+        # CompiledKernel asks for it) the most threads per block
+        import inspect
+
+        from triton.compiler import CompiledKernel
+
+        wanted = "n_max_threads" in inspect.getsource(CompiledKernel._init_handles)
+        return (None, FUNCTION, 32, 0, 1024) if wanted else (None, FUNCTION, 32, 0)
 
     def unload_module(self, module: Any) -> None:
         pass
