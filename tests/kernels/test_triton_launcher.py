@@ -23,6 +23,7 @@ from slotopt.kernels import triton as triton_kernels
 from slotopt.kernels.triton import launcher, rules, step_scalars
 
 triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")  # (a module global: older Tritons resolve a kernel's `tl` there)
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -269,3 +270,44 @@ def test_under_the_interpreter_every_launch_takes_the_normal_route(monkeypatch):
     assert after["normal"] == before["normal"] + 1 and after["prepared"] == before["prepared"]
     assert after["entries"] == 0
     assert all(torch.equal(a, b) for a, b in zip(lists[0], expected[0]))
+
+
+def _scaled_copy():
+    """A small kernel of every argument kind the rules pass (pointers, an integer, a float, constexprs), defined
+    when called (after ``TRITON_INTERPRET`` is set): it compiles with every Triton 3.x, which slotopt's rule
+    kernels do not all do."""
+
+    @triton.jit
+    def scaled_copy(x_ptr, y_ptr, n, scale, BLOCK: tl.constexpr, TWICE: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask) * scale
+        if TWICE:
+            x = x * scale
+        tl.store(y_ptr + offs, x, mask=mask)
+
+    return scaled_copy
+
+
+def test_a_prepared_launch_of_a_small_kernel_calls_the_launcher_as_triton_s_own_route_does(hopper, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    kernel = _scaled_copy()
+    x, y = torch.zeros(64), torch.zeros(64)
+    options = {"BLOCK": 32, "TWICE": False, "num_warps": 1, "enable_fp_fusion": False}
+    hopper.start()
+    for scale in (0.5, 2.0, -1.0):
+        launcher.launch(kernel, (2,), (x, y, 64, scale), options)
+    assert hopper() == {"prepared": 2, "normal": 1}
+    normal, *prepared = Launcher.calls
+    assert [call[12] for call in Launcher.calls] == [0.5, 2.0, -1.0]  # the float by value, each launch its own
+    for call in prepared:
+        _same_call(normal, (*call[:12], normal[12], *call[13:]))
+    tail = normal[13:]
+    assert tail == ((32, False) if launcher.form(triton.__version__) == "all" else ())
+    # an integer Triton specialises otherwise (1, a multiple of 16, neither), an unaligned pointer: each takes
+    # Triton's route once, then its own prepared launch
+    for n, source in ((1, x), (17, x), (64, x[1:])):
+        for _ in range(2):
+            launcher.launch(kernel, (2,), (source, y, n, 0.5), options)
+    assert hopper() == {"prepared": 5, "normal": 4}
+    assert launcher.stats()["entries"] == 4  # (one prepared launch for each kind of call)
