@@ -29,7 +29,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 def test_the_key_is_at_least_as_fine_as_triton_s_specialisation():
-    from triton._C.libtriton import native_specialize_impl
+    try:
+        from triton._C.libtriton import native_specialize_impl
+    except ImportError:
+        pytest.skip(f"Triton {triton.__version__} specialises in Python (native_specialize_impl is from 3.6 on)")
 
     backend = hopper_backend()
     base = torch.zeros(64, dtype=torch.float32)
@@ -77,7 +80,11 @@ def _recorded_launch(rule_case, monkeypatch, sizes=None):
 def _compile_for_hopper(kernel, arguments, options):
     """What Triton's ``JITFunction.run`` binds and compiles for these arguments, for a Hopper target."""
     from triton.compiler import ASTSource
-    from triton.runtime.jit import create_function_from_signature
+    from triton.runtime import jit
+
+    if not hasattr(jit, "create_function_from_signature") or not hasattr(kernel, "_pack_args"):
+        pytest.skip(f"Triton {triton.__version__}: this binds with other functions (the 3.6+ binder is used here)")
+    create_function_from_signature = jit.create_function_from_signature
 
     backend = hopper_backend()
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
