@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
             recorded[name] = (kernel.rule, *launches[0][1:])
     os.environ["TRITON_INTERPRET"] = "0"
     built = rules.build()
-    driver.set_active(HopperWithoutADevice())
+    driver.set_active(HopperWithoutADevice(loaded=True))  # (kept to the end: Triton unloads its modules through it)
     Launcher.record = False
     print(f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     print("| rule | kernel[grid](...) us | prepared us | ratio | CPU us normal | CPU us prepared | ratio |\n"
@@ -76,7 +76,6 @@ def main(argv: list[str]) -> int:
                   f"{prepared_cpu:.2f} | {normal_cpu / prepared_cpu:.1f}x |")
     finally:
         launcher.configure(None)
-        driver.set_active(None)
     print(f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     return 0
 
