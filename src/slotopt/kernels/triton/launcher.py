@@ -2,7 +2,7 @@
 
 ``kernel[grid](*arguments, **options)`` makes Triton's ``JITFunction.run`` bind the arguments to the signature,
 compute each argument's specialisation, build the cache key and look the compiled kernel up before it calls that
-kernel's launcher: tens of microseconds of Python for every launch. :func:`launch` takes that route the first time
+kernel's launcher: about ten microseconds of Python for every launch (``benchmarks/launch_overhead.py``). :func:`launch` takes that route the first time
 a combination is seen and keeps what it found (the ``CompiledKernel``, its launcher, function handle and packed
 metadata, and the constexprs' values in signature order). A later launch of the same combination calls the
 launcher itself, with Triton's own argument list for it: the grid, the current stream, the function handle, the
@@ -28,10 +28,13 @@ signature (checked once, when the launch is prepared). A failure of the direct c
 launch goes through ``kernel[grid]`` instead. Triton's own check that a kernel's globals did not change since it
 was compiled is made when the launch is prepared only (slotopt's kernels read no global that changes).
 
-Limits: written from Triton's sources (3.0-3.9) and tested on the CPU only (the key against Triton's own
-specialisation, the argument list against kernels compiled for a Hopper target, the fallbacks); the direct call
-itself has not run on a GPU yet (``benchmarks/gpu_check.py``'s ``launch`` section checks it bit for bit against
-the normal route and times both).
+Limits: written from Triton's sources and tested on the CPU only: the key against Triton's own specialisation,
+the argument list against kernels compiled for a Hopper target, and the prepared call against the call Triton's
+own route makes with a stand-in for the GPU driver (``tests/_hopper_driver.py``; Triton 3.0.0, 3.2.0, 3.3.1,
+3.5.1, 3.6.0 and 3.9.0); the fallbacks. The direct call has not run on a GPU yet (``benchmarks/gpu_check.py``'s
+``launch`` section checks it bit for bit against the normal route and times both). The prepared route saves the
+Python before the launcher (about half of it: its own key costs the rest); the launcher's own work is the same
+on both routes.
 """
 
 from __future__ import annotations
