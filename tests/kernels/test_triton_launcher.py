@@ -318,3 +318,6 @@ def test_a_prepared_launch_of_a_small_kernel_calls_the_launcher_as_triton_s_own_
             launcher.launch(kernel, (2,), (source, y, n, 0.5), options)
     assert hopper() == {"prepared": 5, "normal": 4}
     assert launcher.stats()["entries"] == 4  # (one prepared launch for each kind of call)
+    # a constexpr equal to the prepared one but of another type (Triton compiles another kernel for it)
+    launcher.launch(kernel, (2,), (x, y, 64, 0.5), dict(options, TWICE=0))
+    assert hopper() == {"prepared": 5, "normal": 5} and launcher.stats()["entries"] == 5

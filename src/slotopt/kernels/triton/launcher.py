@@ -315,7 +315,8 @@ def _key(state: dict[str, Any], kernel: Any, arguments: Sequence[Any], options: 
     if settings is None:
         return None
     types = tuple(map(type, arguments))  # (a float's kind is its type: no call for the per-step scalars)
-    return (id(kernel), tuple(options.items()), state["device"](), settings, types,
+    # (the options' types too: True == 1 and 1024 == 1024.0, which Triton's key, a string, tells apart)
+    return (id(kernel), tuple(options.items()), tuple(map(type, options.values())), state["device"](), settings, types,
             *[None if t is float else (a.dtype, (a.data_ptr() & 15) == 0) if t is _Tensor else kind(a)
               for t, a in zip(types, arguments)])  # (a tensor's kind inline: kind()'s, without the call)
 
@@ -339,7 +340,7 @@ def launch(kernel: Any, grid: tuple[int, ...], arguments: Sequence[Any], options
     if entry is not None and not entry.pre_hooks and grid.__class__ is tuple:  # (a callable grid: Triton's route)
         size = len(grid)
         try:
-            entry.run(grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, state["stream"](key[2]),
+            entry.run(grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, state["stream"](key[3]),
                       entry.function, entry.packed, None, None, None, *arguments, *entry.tail)
             _counts["prepared"] += 1
             return
