@@ -16,6 +16,8 @@ On a machine with a CUDA GPU, torch and Triton installed and no network, in the 
    torch has no fused form) and a device copy moving the bytes the update must move (the floor), as same-run
    ratios, with kernel launches per step counted by the profiler; each also by device time alone (the steps
    queued behind a sleeping kernel, so the host's time per step is hidden) and by the host's time per step;
+4b. ``launch`` (issue 48, ``gpu_check_launch.py``): the prepared Triton launch (the compiled kernel's launcher
+   called directly) against ``kernel[grid](...)`` for every dense rule: bit-identical results, host us per launch;
 9. ``host``, ``graph``, ``sync-all`` (issue 48, ``gpu_check_host.py``): the host's time of a quiet step by part,
    CUDA graph capture and replay (torch capturable, the copy floor, slotopt's capturable step replayed against
    uncaptured steps bit for bit, and a refusal by name), every optimizer under ``set_sync_debug_mode("error")``;
@@ -45,7 +47,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 #: In the order they run: the cheapest answers first, so that a run cut short still says the most.
-SECTIONS = ("info", "kernels", "sync", "layout", "host", "graph", "sync-all", "tune", "timing", "parity",
+SECTIONS = ("info", "kernels", "launch", "sync", "layout", "host", "graph", "sync-all", "tune", "timing", "parity",
             "cuda-tests", "install")
 
 
@@ -617,6 +619,9 @@ def _markdown(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> s
     import gpu_check_layout
 
     lines += gpu_check_layout.markdown(results)
+    import gpu_check_launch
+
+    lines += gpu_check_launch.markdown(results)
     for name, result in results.items():
         for failure in result.get("failures", [])[:40]:
             lines.append(f"- {name}: {failure}")
@@ -656,11 +661,12 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT / "src"))  # the tree itself, installed or not
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_check_host as issue48  # (this folder: the sections of issue 48)
+    import gpu_check_launch
     import gpu_check_layout as layouts
 
     runners = {"install": section_install, "info": section_info, "cuda-tests": section_cuda_tests,
                "kernels": section_kernels, "parity": section_parity, "sync": section_sync, "timing": section_timing,
-               "tune": section_tune,
+               "tune": section_tune, "launch": gpu_check_launch.section_launch,
                "host": lambda a: issue48.section_host(a, _workloads(a), _slotopt_factory),
                "graph": lambda a: issue48.section_graph(a, _workloads(a), _slotopt_factory, TIMED_RULES, TRAFFIC),
                "sync-all": lambda a: issue48.section_sync_all(a, _optimizers()),

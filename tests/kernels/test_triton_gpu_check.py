@@ -23,8 +23,8 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
                            "--skip", "cuda-tests"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert set(results) == {"info", "kernels", "parity", "sync", "tune", "timing", "host", "graph", "sync-all",
-                            "layout"}
+    assert set(results) == {"info", "kernels", "launch", "parity", "sync", "tune", "timing", "host", "graph",
+                            "sync-all", "layout"}
     assert all(r["ok"] for r in results.values())
     passed, total = results["kernels"]["summary"].split()[0].split("/")
     assert passed == total and int(total) >= 12  # (a dry run takes every fourth case, float32 only)
@@ -58,6 +58,12 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
     assert all(v > 0 for r in layout for v in r["ms"].values()) and layout[0]["default"] == "step rows"
     report = (tmp_path / "gpu_check.md").read_text()
     assert "Launch table layouts and chunking" in report and "| step rows | step table | step staged |" in report
+    launch = results["launch"]  # (issue 48) the prepared Triton launch against kernel[grid]: the interpreter's
+    assert [r["rule"] for r in launch["rows"]] == ["sgd", "keras_momentum"]  # (dry: the first two rules)
+    assert all(r["identical"] and r["prepared_launches"] == 0 and r["normal_us"] > 0 for r in launch["rows"])
+    assert "2/2 rule variants bit-identical" in launch["summary"] and "interpreter: the normal route" in launch["summary"]
+    report = (tmp_path / "gpu_check.md").read_text()
+    assert "| rule | dtype | bit-identical | prepared launches | normal us | prepared us |" in report
     assert "Host time of one quiet step (Adam)" in report and "| checks | table | scalars | launch | target | capturable step |" in report
     assert "| slotopt replay | vs floor | bit-identical |" in report and "| True (3 steps) |" in report
     assert "| timing | yes |" in report and "vs floor" in report and "slotopt host ms/step" in report

@@ -25,7 +25,7 @@ import torch
 from ..native import pins, tensor_table
 from ..native.scalars import DESCRIPTIONS
 from ..native.scalars import SLICE_RULES as _SLICE_STATE
-from . import table
+from . import launcher, table
 from .rules import RULES, SLICE_RULES, build, generated
 
 try:
@@ -190,7 +190,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         options = dict(flags, BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block, ROW=launch.row,
                        num_warps=launch.warps, enable_fp_fusion=False)
         with torch.cuda.device(device) if device.type == "cuda" else _nothing():
-            kernel[(launch.programs,)](*arguments, **options)
+            launcher.launch(kernel, (launch.programs,), arguments, options)  # kernel[grid](...), prepared
         _launches += 1
         note_launch(kernel, (launch.programs,), arguments, options)
     del held

@@ -24,6 +24,7 @@ from typing import Any, Optional
 import torch
 
 from ...numerics import powf_tables
+from . import launcher
 
 __all__ = ["available", "powf", "advance", "Inputs"]
 
@@ -198,5 +199,5 @@ def advance(inputs: Inputs, vector: torch.Tensor, lr_at: int = -1, lr2_at: int =
     d, e = inputs.tables
     arguments = (inputs.count, inputs.inputs, vector, d, e)
     options = {"LR_AT": lr_at, "LR2_AT": lr2_at, "ALPHA_AT": alpha_at, "enable_fp_fusion": False}
-    kernel[(1,)](*arguments, **options)
+    launcher.launch(kernel, (1,), arguments, options)  # kernel[(1,)](...), through the prepared route
     return kernel, (1,), arguments, options
