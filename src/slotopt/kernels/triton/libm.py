@@ -35,7 +35,8 @@ from ...numerics import libm_tables
 __all__ = ["available", "helpers", "tables", "unary", "pow", "prepare", "verify", "FUNCTIONS"]
 
 #: The device functions: name -> dtype.
-FUNCTIONS = {"expf": torch.float32, "logf": torch.float32, "exp": torch.float64, "pow": torch.float64}
+FUNCTIONS = {"expf": torch.float32, "logf": torch.float32, "powf": torch.float32, "exp": torch.float64,
+             "pow": torch.float64}
 _BLOCK = 512
 # Offsets of each function's data in the two table tensors (float64 ``d``, int64 ``e``).
 _D_EXPF, _D_LOGF, _D_EXP, _D_POW = 0, 5, 41, 49
@@ -345,10 +346,15 @@ def _launch_unary(name: str, x: torch.Tensor, d: torch.Tensor, e: torch.Tensor) 
 
 
 def _launch_pow(x: torch.Tensor, y: Any, d: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-    from . import table
+    from . import step_scalars, table
     from .reductions import _on
 
     x = x.detach().contiguous()
+    if x.dtype == torch.float32:  # glibc's powf: step_scalars' kernel (its own tables)
+        yt = y.detach().contiguous() if isinstance(y, torch.Tensor) else torch.full_like(x, float(y))
+        out = step_scalars.powf(x, yt)
+        assert out is not None
+        return out
     if isinstance(y, torch.Tensor):
         yt, scalar = y.detach().contiguous(), False
     else:
@@ -361,12 +367,18 @@ def _launch_pow(x: torch.Tensor, y: Any, d: torch.Tensor, e: torch.Tensor) -> to
     return out
 
 
-def _ready(name: str, t: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-    """The tables on ``t``'s device where ``name`` gives the C library's bits there (checked on first use)."""
+def _on_device_here(t: torch.Tensor) -> bool:
     from . import _on_triton_device
     from . import available as triton_available
 
-    if t.dtype != FUNCTIONS[name] or not _on_triton_device(t) or not triton_available():
+    return _on_triton_device(t) and triton_available()
+
+
+def _ready(name: str, t: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """The tables on ``t``'s device where ``name`` gives the C library's bits there (checked on first use)."""
+    from . import step_scalars
+
+    if t.dtype != FUNCTIONS[name] or not _on_device_here(t) or (name == "powf" and not step_scalars.available()):
         return None
     key = (t.device, name)
     if key not in _verified:
@@ -384,13 +396,13 @@ def unary(name: str, x: torch.Tensor) -> Optional[torch.Tensor]:
 
 
 def pow(x: torch.Tensor, y: Any) -> Optional[torch.Tensor]:  # noqa: A001 - the C library's name
-    """The C library's ``pow`` of every element of the float64 tensor ``x`` and ``y`` (a number, or a float64
-    tensor of ``x``'s shape and device), or None where it is not offered."""
+    """The C library's ``pow`` (float64) or ``powf`` (float32) of every element of ``x`` and ``y`` (a number, or
+    a tensor of ``x``'s shape, dtype and device), or None where it is not offered."""
     if isinstance(y, torch.Tensor) and (y.shape != x.shape or y.dtype != x.dtype or y.device != x.device):
         return None
     if not isinstance(y, (torch.Tensor, int, float)):
         return None
-    held = _ready("pow", x)
+    held = _ready("powf" if x.dtype == torch.float32 else "pow", x)
     return None if held is None else _launch_pow(x, y, *held)
 
 
@@ -410,7 +422,7 @@ def verification_inputs(name: str, count: int = 4096, seed: int = 0) -> tuple[np
     ranges = rng.uniform(-750 if not single else -105, 750 if not single else 90, count).astype(dtype)
     with np.errstate(all="ignore"):
         x = np.concatenate([special.astype(dtype), random_bits, spread, near_one, ranges])
-    if name != "pow":
+    if name not in ("pow", "powf"):
         return (x,)
     exponents = np.concatenate([np.array([0.0, -0.0, 1.0, -1.0, 2.0, 3.0, -0.5, 0.5, 1e-20, 1e20, 2.0 ** 63,
                                           -2.0 ** 63, np.inf, -np.inf, np.nan, 1023.0, -1074.0, 7.0, 1e-300])])
@@ -428,9 +440,9 @@ def reference(name: str, *inputs: np.ndarray) -> np.ndarray:
 
     dtype = FUNCTIONS[name]
     tensors = [torch.from_numpy(np.ascontiguousarray(a)).to(dtype) for a in inputs]
-    if name == "pow":
-        return libm.pow(tensors[0], tensors[1]).numpy()
-    return {"expf": libm.exp, "logf": libm.log, "exp": libm.exp}[name](tensors[0]).numpy()
+    if name in ("pow", "powf"):
+        return libm.c_library("pow", tensors[0], tensors[1]).numpy()
+    return libm.c_library({"expf": "exp", "logf": "log", "exp": "exp"}[name], tensors[0]).numpy()
 
 
 def differences(name: str, device: torch.device, inputs: tuple[np.ndarray, ...]) -> int:
@@ -440,7 +452,7 @@ def differences(name: str, device: torch.device, inputs: tuple[np.ndarray, ...])
         return -1
     dtype = FUNCTIONS[name]
     tensors = [torch.from_numpy(np.ascontiguousarray(a)).to(dtype).to(device) for a in inputs]
-    if name == "pow":
+    if name in ("pow", "powf"):
         got = _launch_pow(tensors[0], tensors[1], *held)
     else:
         got = _launch_unary(name, tensors[0], *held)
@@ -454,7 +466,7 @@ def differences(name: str, device: torch.device, inputs: tuple[np.ndarray, ...])
 def verify(name: str, device: torch.device) -> int:
     """Runs ``name``'s kernel on ``device`` on the verification inputs against the C library: the number of
     inputs that differ (0: the device function is offered), -1 where the tables are missing."""
-    return differences(name, device, verification_inputs(name))
+    return differences(name, device, verification_inputs(name, 1024))
 
 
 def prepare(device: torch.device) -> dict[str, bool]:
