@@ -460,7 +460,7 @@ def differences(name: str, device: torch.device, inputs: tuple[np.ndarray, ...])
     want = reference(name, *inputs)
     uint = np.uint32 if dtype == torch.float32 else np.uint64
     same = (got_np.view(uint) == want.view(uint)) | (np.isnan(got_np) & np.isnan(want))
-    return int((~same).sum())
+    return int(np.count_nonzero(~same))
 
 
 def verify(name: str, device: torch.device) -> int:
