@@ -105,16 +105,17 @@ def test_numerics_libm_on_the_device_has_the_host_s_bits_without_a_host_copy(rou
     g = torch.Generator().manual_seed(3)
     x = (torch.randn(37, generator=g, dtype=torch.float64) * 20).to(dtype)
     c = host_libm.c_library  # (the C library on the host: the reference)
-    want = {"exp": c("exp", x), "log": c("log", x.abs()), "pow": c("pow", x.abs(), x / 7),
+    want = {"exp": c("exp", x), "log": c("log", x.abs()), "cos": c("cos", x * 9), "pow": c("pow", x.abs(), x / 7),
             "pow0": c("pow", torch.tensor(0.999, dtype=dtype), torch.tensor(1234.0, dtype=dtype))}
     monkeypatch.setattr(host_libm, "on_host", lambda t, what="": pytest.fail(f"{what}: a host copy"))
     assert _same(host_libm.exp(x), want["exp"])
     assert _same(host_libm.pow(x.abs(), x / 7), want["pow"])
     assert _same(host_libm.pow(torch.tensor(0.999, dtype=dtype), torch.tensor(1234.0, dtype=dtype)), want["pow0"])
-    if dtype == torch.float32:  # (float64 log: no device kernel, the host copy)
-        assert _same(host_libm.log(x.abs()), want["log"])
-    assert routed["libm_exp"] == 1 and routed["libm_pow"] == 2 and routed.get("libm_log", 0) == (dtype ==
-                                                                                              torch.float32)
+    if dtype == torch.float32:  # (float64 log and cos: no device kernel, the host copy)
+        assert _same(host_libm.log(x.abs()), want["log"]) and _same(host_libm.cos(x * 9), want["cos"])
+    single = int(dtype == torch.float32)
+    assert routed["libm_exp"] == 1 and routed["libm_pow"] == 2
+    assert routed.get("libm_log", 0) == single and routed.get("libm_cos", 0) == single
 
 
 def _run(cls, kwargs, dtype, steps=2):

@@ -25,7 +25,7 @@ import numpy as np
 
 from .powf_tables import _exp2_entries, _library_bytes
 
-__all__ = ["Exp2f", "Logf", "ExpData", "PowLog", "exp2f", "logf", "exp_data", "pow_log"]
+__all__ = ["Exp2f", "Logf", "ExpData", "PowLog", "Sincosf", "exp2f", "logf", "exp_data", "pow_log", "sincosf"]
 
 _SHIFT52 = 0x4338000000000000  # 0x1.8p52, the rounding shift every one of these functions adds
 
@@ -152,4 +152,35 @@ def pow_log() -> Optional[PowLog]:
                                                                            < 1e-12)):
             continue
         return PowLog(d)
+    return None
+
+
+class Sincosf(NamedTuple):
+    """``cosf``'s data: ``doubles`` = glibc's two ``sincos_t`` rows of 14 (the signs of the 4 quadrants, 2/pi *
+    2**24, pi/2, then c0, c1, s1, c2, s2, c3, s3, c4 as they lie in memory), ``inv_pio4`` the 24 words of 4/pi."""
+    doubles: np.ndarray
+    inv_pio4: np.ndarray
+
+
+_INV_PIO4_HEAD = (0xA2, 0xA2F9, 0xA2F983, 0xA2F9836E, 0xF9836E4E)  # 4/pi's bits, as glibc's table starts
+
+
+@functools.lru_cache(maxsize=1)
+def sincosf() -> Optional[Sincosf]:
+    """glibc's ``__sincosf_table`` (anchored at 2/pi * 2**24, four quadrant signs before it) and ``__inv_pio4``."""
+    data = _data()
+    if data is None:
+        return None
+    at = data.find(struct.pack("<5I", *_INV_PIO4_HEAD))
+    if at < 0 or at + 96 > len(data):
+        return None
+    inv_pio4 = np.frombuffer(data, dtype="<u4", count=24, offset=at).astype(np.int64)
+    for anchor in _anchors(data, float.fromhex("0x1.45f306dc9c883p+23")):
+        if anchor < 32 or anchor - 32 + 28 * 8 > len(data):
+            continue
+        d = _doubles(data, anchor - 32, 28)
+        if list(d[0:4]) != [1.0, -1.0, -1.0, 1.0] or d[5] != float.fromhex("0x1.921fb54442d18p+0") \
+                or d[18] != d[4] or d[6] != 1.0 or abs(d[7] + 0.5) > 1e-6 or abs(d[8] + 1 / 6) > 1e-5:
+            continue
+        return Sincosf(d, inv_pio4)
     return None

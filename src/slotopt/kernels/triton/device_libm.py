@@ -1,4 +1,4 @@
-"""``numerics.libm``'s device functions (``numerics.device``'s ``libm_exp``, ``libm_log``, ``libm_pow``): the C
+"""``numerics.libm``'s device functions (``numerics.device``'s ``libm_cos``, ``libm_exp``, ``libm_log``, ``libm_pow``): the C
 library's functions on a GPU tensor with its bits, each returning None where no device kernel has them (then
 numerics takes its host copy, or refuses during a capture).
 
@@ -7,7 +7,7 @@ numerics takes its host copy, or refuses during a capture).
 | ``libm_exp`` | ``expf`` (``libm.py``) | ``exp`` (``libm.py``) |
 | ``libm_log`` | ``logf`` (``libm.py``) | none: the host copy |
 | ``libm_pow`` | ``powf`` (``step_scalars.py``, checked in ``libm.py``) | ``pow`` (``libm.py``) |
-| ``libm_cos`` | none | none |
+| ``libm_cos`` | ``cosf`` (``libm.py``) | none: the host copy |
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ import torch
 
 from . import libm
 
-__all__ = ["FUNCTIONS", "exp", "log", "pow"]
+__all__ = ["FUNCTIONS", "cos", "exp", "log", "pow"]
+
+
+def cos(t: torch.Tensor) -> Optional[torch.Tensor]:
+    return libm.unary("cosf", t) if t.dtype == torch.float32 else None
 
 
 def exp(t: torch.Tensor) -> Optional[torch.Tensor]:
@@ -48,4 +52,4 @@ def pow(x: torch.Tensor, y: Any) -> Optional[torch.Tensor]:  # noqa: A001 - the 
     return libm.pow(x, y)
 
 
-FUNCTIONS = {"libm_exp": exp, "libm_log": log, "libm_pow": pow}
+FUNCTIONS = {"libm_cos": cos, "libm_exp": exp, "libm_log": log, "libm_pow": pow}

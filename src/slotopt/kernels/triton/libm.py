@@ -1,26 +1,29 @@
-"""The C library's ``expf``, ``logf``, ``exp`` and ``pow`` on the device, with the loaded library's bits (issue 48:
-``numerics.libm`` computed a GPU tensor's from a host copy, and refused during a CUDA graph capture).
+"""The C library's ``expf``, ``logf``, ``cosf``, ``exp`` and ``pow`` on the device, with the loaded library's bits
+(issue 48: ``numerics.libm`` computed a GPU tensor's from a host copy, and refused during a CUDA graph capture).
 
 Each function is glibc's (2.28 and later) algorithm on its own tables, read from the loaded C library
 (``numerics/libm_tables.py``), operation for operation in double precision as the variant this machine's glibc
-selects computes it: on x86-64 with FMA, glibc runs its ``-mfma`` builds (``e_expf-fma``, ``e_exp-fma``...), in
-which GCC has fused the multiply-adds; the fused ones here are ``tl.fma`` exactly where that build's machine code
-has a ``vfmadd``/``vfmsub`` (read from its disassembly), every other product and sum rounded on its own
-(``enable_fp_fusion=False``). Results are flushed to zero when subnormal, as ``numerics.libm`` does (TensorFlow's
-kernels run with flush-to-zero).
+selects computes it: on x86-64 with FMA, glibc runs its ``-mfma`` builds (``e_expf-fma``, ``e_exp-fma``,
+``s_cosf-fma``...), in which GCC has fused the multiply-adds; the fused ones here are ``tl.fma`` exactly where that
+build's machine code has a ``vfmadd``/``vfmsub``/``vfnmadd`` (read from its disassembly, glibc 2.36), every other
+product and sum rounded on its own (``enable_fp_fusion=False``). Results are flushed to zero when subnormal, as
+``numerics.libm`` does (TensorFlow's kernels run with flush-to-zero). ``powf`` is ``step_scalars.py``'s kernel,
+checked here like the others.
 
 A function is offered on a device only after its kernel has given the C library's bits there on
-:func:`verification inputs <verify>` (special values, subnormals, huge and tiny, near-integers, random bits): a C
-library of another build (no FMA, another glibc) gives other bits, and then the host copy serves. That check runs
-once per device and function, never during a capture (:func:`prepare` runs it ahead).
+:func:`verification inputs <verification_inputs>` (special values, subnormals, huge and tiny, near-integers, near
+multiples of pi/4, random bits): a C library of another build (no FMA, another glibc) gives other bits, and then
+the host copy serves. That check runs once per device and function, never during a capture (:func:`prepare` runs
+it ahead). ``tools/libm_device_sweep.py`` runs the longer sweep.
 
-Not here: ``cosf`` and ``cos`` (glibc's ``sincosf`` range reduction and the IBM ``cos``: not done), ``log``
-(float64): ``numerics.libm`` keeps the host copy for them, refused during a capture.
+Not here: ``cos`` and ``log`` of float64 (glibc's IBM ``cos`` with its multi-precision fallback; ``log``: not
+done): ``numerics.libm`` keeps the host copy for them, refused during a capture.
 
 Scalar-in-kernel forms: :func:`helpers` returns the ``@triton.jit`` functions ``expf(x, d_ptr, e_ptr)``,
-``logf(x, d_ptr, e_ptr)`` (float32 in and out), ``exp(x, d_ptr, e_ptr)`` and ``pow(x, y, d_ptr, e_ptr)``
-(float64), for another kernel's module globals; :func:`tables` the two table tensors to pass as ``d_ptr``,
-``e_ptr``; kernels calling them must be launched with ``enable_fp_fusion=False``.
+``logf(x, d_ptr, e_ptr)``, ``cosf(x, d_ptr, e_ptr)`` (float32 in and out), ``exp(x, d_ptr, e_ptr)`` and
+``pow(x, y, d_ptr, e_ptr)`` (float64), exact as above, for another kernel's module globals; :func:`tables` the two
+table tensors to pass as ``d_ptr``, ``e_ptr``; kernels calling them must be launched with
+``enable_fp_fusion=False``. (float32 ``powf`` in a kernel: ``step_scalars._powf`` with its own tables.)
 """
 
 from __future__ import annotations
@@ -35,12 +38,12 @@ from ...numerics import libm_tables
 __all__ = ["available", "helpers", "tables", "unary", "pow", "prepare", "verify", "FUNCTIONS"]
 
 #: The device functions: name -> dtype.
-FUNCTIONS = {"expf": torch.float32, "logf": torch.float32, "powf": torch.float32, "exp": torch.float64,
-             "pow": torch.float64}
+FUNCTIONS = {"expf": torch.float32, "logf": torch.float32, "cosf": torch.float32, "powf": torch.float32,
+             "exp": torch.float64, "pow": torch.float64}
 _BLOCK = 512
 # Offsets of each function's data in the two table tensors (float64 ``d``, int64 ``e``).
-_D_EXPF, _D_LOGF, _D_EXP, _D_POW = 0, 5, 41, 49
-_E_EXPF, _E_EXP = 0, 32
+_D_EXPF, _D_LOGF, _D_EXP, _D_POW, _D_COSF = 0, 5, 41, 49, 570
+_E_EXPF, _E_EXP, _E_PIO4 = 0, 32, 288
 _kernels: Optional[dict[str, Any]] = None
 _device_tables: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
 _verified: dict[tuple[Any, str], bool] = {}
@@ -48,11 +51,12 @@ _verified: dict[tuple[Any, str], bool] = {}
 
 def _host_tables() -> Optional[tuple[np.ndarray, np.ndarray]]:
     expf, logf, exp, powlog = libm_tables.exp2f(), libm_tables.logf(), libm_tables.exp_data(), libm_tables.pow_log()
-    if expf is None or logf is None or exp is None or powlog is None:
+    cosf = libm_tables.sincosf()
+    if expf is None or logf is None or exp is None or powlog is None or cosf is None:
         return None
-    d = np.concatenate([expf.doubles, logf.doubles, exp.doubles, powlog.doubles]).astype(np.float64)
-    e = np.concatenate([expf.tab, exp.tab]).astype(np.int64)
-    assert d.size == _D_POW + 521 and e.size == _E_EXP + 256
+    d = np.concatenate([expf.doubles, logf.doubles, exp.doubles, powlog.doubles, cosf.doubles]).astype(np.float64)
+    e = np.concatenate([expf.tab, exp.tab, cosf.inv_pio4]).astype(np.int64)
+    assert d.size == _D_COSF + 28 and e.size == _E_PIO4 + 24
     return d, e
 
 
@@ -133,6 +137,58 @@ def _build() -> dict[str, Any]:  # noqa: C901 - the functions and their kernels,
             x != x, x + x, nan), result)))
         result = tl.where(ix0 - 0x00800000 > 0x7EFFFFFF, special, result)
         return tl.where(ix0 == 0x3F800000, 0.0, result)
+
+    @triton.jit
+    def _cos_poly(x2, p):  # glibc's sinf_poly, cosine branch; p: the sincos_t row
+        x4 = x2 * x2
+        c1 = tl.fma(x2, tl.load(p + 7), tl.load(p + 6))
+        c2 = tl.fma(x2, tl.load(p + 13), tl.load(p + 11))
+        x6 = x2 * x4
+        c = tl.fma(x4, tl.load(p + 9), c1)
+        return tl.fma(x6, c2, c).to(tl.float32)
+
+    @triton.jit
+    def _sin_poly(x, x2, p):  # glibc's sinf_poly, sine branch
+        s1 = tl.fma(x2, tl.load(p + 12), tl.load(p + 10))
+        x3 = x2 * x
+        x5 = x2 * x3
+        s = tl.fma(x3, tl.load(p + 8), x)
+        return tl.fma(x5, s1, s).to(tl.float32)
+
+    @triton.jit
+    def cosf(x, d_ptr, e_ptr):
+        xd = x.to(tl.float64)
+        ix = x.to(tl.uint32, bitcast=True)
+        abstop = (ix >> 20) & 0x7FF
+        table = d_ptr + _D_COSF
+        small = tl.where(abstop <= 0x397, 1.0, _cos_poly(xd * xd, table))  # |x| < pi/4
+        # reduce_fast (|x| < 120): n = round(x * 2/pi), by a truncation of x * 2/pi * 2**24
+        nf = ((xd * tl.load(table + 4)).to(tl.int32) + 0x800000) >> 24
+        fast = tl.fma(-nf.to(tl.float64), tl.load(table + 5), xd)
+        # reduce_large: x * 4/pi from the 4/pi words, in 64-bit fixed point
+        idx = ((ix >> 26) & 15).to(tl.int32)
+        m = ((ix & 0x7FFFFF) | 0x800000) << ((ix >> 23) & 7)
+        w0 = tl.load(e_ptr + _E_PIO4 + idx).to(tl.uint32)
+        w4 = tl.load(e_ptr + _E_PIO4 + idx + 4).to(tl.uint64)
+        w8 = tl.load(e_ptr + _E_PIO4 + idx + 8).to(tl.uint64)
+        low = (m * w0).to(tl.uint64)
+        m64 = m.to(tl.uint64)
+        res = ((m64 * w8) >> 32) | (low << 32)
+        res = res + m64 * w4
+        nl = (res + (1 << 61)) >> 62
+        res = res - (nl << 62)
+        large = res.to(tl.int64, bitcast=True).to(tl.float64) * _f64(xd, 3.4061215800865545e-19)
+        is_fast = abstop <= 0x42E
+        xr = tl.where(is_fast, fast, large)
+        n = tl.where(is_fast, nf, nl.to(tl.int32))
+        q = tl.where(is_fast, nf, nl.to(tl.int32) + (ix >> 31).to(tl.int32))  # the quadrant, x's sign included
+        row = table + tl.where((q & 2) != 0, 14, 0)
+        xs = xr * tl.load(table + (q & 3))
+        x2 = xr * xr
+        result = tl.where((n & 1) != 0, _sin_poly(xs, x2, row), _cos_poly(x2, row))
+        nan = tl.full(x.shape, 0x7FC00000, tl.uint32).to(tl.float32, bitcast=True)
+        result = tl.where(abstop <= 0x7F7, result, tl.where(x != x, x + x, nan))
+        return tl.where(abstop <= 0x3F3, small, result)
 
     @triton.jit
     def _exp_core(x, xtail, sign_bias, d_ptr, e_ptr, TAIL: tl.constexpr):
@@ -266,11 +322,11 @@ def _build() -> dict[str, Any]:  # noqa: C901 - the functions and their kernels,
         return _flush64(result)
 
     # (Triton resolves a jit function's callees and constexpr globals among its module's globals)
-    offsets = {"_D_EXPF": _D_EXPF, "_D_LOGF": _D_LOGF, "_D_EXP": _D_EXP, "_D_POW": _D_POW, "_E_EXPF": _E_EXPF,
-               "_E_EXP": _E_EXP}
+    offsets = {"_D_EXPF": _D_EXPF, "_D_LOGF": _D_LOGF, "_D_EXP": _D_EXP, "_D_POW": _D_POW, "_D_COSF": _D_COSF,
+               "_E_EXPF": _E_EXPF, "_E_EXP": _E_EXP, "_E_PIO4": _E_PIO4}
     globals().update(tl=tl, _f64=_f64, _u64=_u64, _bits=_bits, _double=_double, _flush64=_flush64,
-                     _exp_core=_exp_core, _checkint=_checkint, **{k: tl.constexpr(v) for k, v in offsets.items()})
-    jit = {"expf": expf, "logf": logf, "exp": exp, "pow": pow}
+                     _exp_core=_exp_core, _checkint=_checkint, _cos_poly=_cos_poly, _sin_poly=_sin_poly, **{k: tl.constexpr(v) for k, v in offsets.items()})
+    jit = {"expf": expf, "logf": logf, "cosf": cosf, "exp": exp, "pow": pow}
     globals().update({f"_jit_{name}": fn for name, fn in jit.items()})
 
     @triton.jit
@@ -282,6 +338,8 @@ def _build() -> dict[str, Any]:  # noqa: C901 - the functions and their kernels,
             result = _jit_expf(x, d_ptr, e_ptr)  # noqa: F821 (set above)
         elif FN == 1:
             result = _jit_logf(x, d_ptr, e_ptr)  # noqa: F821
+        elif FN == 3:
+            result = _jit_cosf(x, d_ptr, e_ptr)  # noqa: F821
         else:
             result = _jit_exp(x, d_ptr, e_ptr)  # noqa: F821
         tl.store(out_ptr + offs, result, mask=mask)
@@ -306,9 +364,9 @@ def helpers() -> dict[str, Any]:
     global _kernels
     if _kernels is None:
         _kernels = _build()
-    names = ("_f64", "_u64", "_bits", "_double", "_flush64", "_exp_core", "_checkint", "_D_EXPF", "_D_LOGF",
-             "_D_EXP", "_D_POW", "_E_EXPF", "_E_EXP")
-    return {**{name: _kernels[name] for name in ("expf", "logf", "exp", "pow")},
+    names = ("_f64", "_u64", "_bits", "_double", "_flush64", "_exp_core", "_checkint", "_cos_poly", "_sin_poly",
+             "_D_EXPF", "_D_LOGF", "_D_EXP", "_D_POW", "_D_COSF", "_E_EXPF", "_E_EXP", "_E_PIO4")
+    return {**{name: _kernels[name] for name in ("expf", "logf", "cosf", "exp", "pow")},
             **{name: globals()[name] for name in names}}
 
 
@@ -340,7 +398,7 @@ def _launch_unary(name: str, x: torch.Tensor, d: torch.Tensor, e: torch.Tensor) 
     out = torch.empty_like(x)
     if x.numel():
         with _on(x.device):
-            _kernel("unary")[(-(-x.numel() // _BLOCK),)](x, out, x.numel(), d, e, FN=("expf", "logf", "exp")
+            _kernel("unary")[(-(-x.numel() // _BLOCK),)](x, out, x.numel(), d, e, FN=("expf", "logf", "exp", "cosf")
                                                          .index(name), BLOCK=_BLOCK, enable_fp_fusion=False)
     return out
 
@@ -416,12 +474,15 @@ def verification_inputs(name: str, count: int = 4096, seed: int = 0) -> tuple[np
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, 0.5, info.tiny, -info.tiny,
                         info.tiny / 4, info.max, -info.max, info.eps, 88.72, 88.73, -87.3, -103.3, -104.0, 709.78,
                         709.79, -708.4, -745.1, -746.0, 1e-30, 3e-8, 0.69314718, -0.69314718], dtype=np.float64)
+    quadrants = np.arange(-count // 16, count // 16) * (np.pi / 4)  # (cos: near the reductions' boundaries)
+    values = np.concatenate([special, quadrants, np.nextafter(quadrants, np.inf), quadrants * 1e4,
+                             np.round(rng.uniform(-60, 60, count // 16)) + rng.choice([0.0, 0.5], count // 16)])
     random_bits = rng.integers(0, np.iinfo(uint).max, size=count, dtype=uint, endpoint=True).view(dtype)
     spread = (rng.standard_normal(count) * np.exp(rng.uniform(-8, 6, count))).astype(dtype)
     near_one = (1 + rng.standard_normal(count) * np.exp(rng.uniform(-40, -2, count))).astype(dtype)
     ranges = rng.uniform(-750 if not single else -105, 750 if not single else 90, count).astype(dtype)
     with np.errstate(all="ignore"):
-        x = np.concatenate([special.astype(dtype), random_bits, spread, near_one, ranges])
+        x = np.concatenate([values.astype(dtype), random_bits, spread, near_one, ranges])
     if name not in ("pow", "powf"):
         return (x,)
     exponents = np.concatenate([np.array([0.0, -0.0, 1.0, -1.0, 2.0, 3.0, -0.5, 0.5, 1e-20, 1e20, 2.0 ** 63,
@@ -442,7 +503,7 @@ def reference(name: str, *inputs: np.ndarray) -> np.ndarray:
     tensors = [torch.from_numpy(np.ascontiguousarray(a)).to(dtype) for a in inputs]
     if name in ("pow", "powf"):
         return libm.c_library("pow", tensors[0], tensors[1]).numpy()
-    return libm.c_library({"expf": "exp", "logf": "log", "exp": "exp"}[name], tensors[0]).numpy()
+    return libm.c_library({"expf": "exp", "logf": "log", "cosf": "cos", "exp": "exp"}[name], tensors[0]).numpy()
 
 
 def differences(name: str, device: torch.device, inputs: tuple[np.ndarray, ...]) -> int:
