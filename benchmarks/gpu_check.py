@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 #: In the order they run: the cheapest answers first, so that a run cut short still says the most.
-SECTIONS = ("info", "kernels", "sync", "host", "graph", "sync-all", "tune", "timing", "parity", "cuda-tests",
+SECTIONS = ("info", "kernels", "libm", "sync", "host", "graph", "sync-all", "tune", "timing", "parity", "cuda-tests",
             "install")
 
 
@@ -650,13 +650,14 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT / "src"))  # the tree itself, installed or not
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_check_host as issue48  # (this folder: the sections of issue 48)
+    import gpu_check_libm
 
     runners = {"install": section_install, "info": section_info, "cuda-tests": section_cuda_tests,
                "kernels": section_kernels, "parity": section_parity, "sync": section_sync, "timing": section_timing,
                "tune": section_tune,
                "host": lambda a: issue48.section_host(a, _workloads(a), _slotopt_factory),
                "graph": lambda a: issue48.section_graph(a, _workloads(a), _slotopt_factory, TIMED_RULES, TRAFFIC),
-               "sync-all": lambda a: issue48.section_sync_all(a, _optimizers())}
+               "sync-all": lambda a: issue48.section_sync_all(a, _optimizers()), "libm": gpu_check_libm.section_libm}
     results: dict[str, dict[str, Any]] = {}
     out = os.environ.get("OUT")
     started = args.started = time.perf_counter()

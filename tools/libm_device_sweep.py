@@ -2,7 +2,7 @@
 
 Run under Triton's interpreter on the CPU (or on a GPU, where the kernels compile):
 
-    TRITON_INTERPRET=1 PYTHONPATH=src python tools/libm_device_sweep.py [rounds] [count]
+    TRITON_INTERPRET=1 PYTHONPATH=src python tools/libm_device_sweep.py [rounds] [count] [function ...]
 
 Each round draws ``libm.verification_inputs(name, count, seed=round)`` (special values, subnormals, huge and
 tiny values, values near the bounds, near 1 and integers, random bit patterns) and counts the inputs whose bits
@@ -26,7 +26,7 @@ def main() -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     failed = False
     warnings.simplefilter("ignore")
-    for name in libm.FUNCTIONS:
+    for name in sys.argv[3:] or libm.FUNCTIONS:
         start, total, differ = time.time(), 0, 0
         for seed in range(rounds):
             inputs = libm.verification_inputs(name, count, seed=1000 + seed)

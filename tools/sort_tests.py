@@ -145,6 +145,8 @@ TABLE: dict[str, str] = {
     "tests/test_checkpoint_build.py": "tests/io/test_checkpoint_one_build.py",
     "tests/test_error_names.py": "tests/engine/test_error_names.py",
     "tests/test_gradient_aliasing_swapped.py": "tests/engine/test_gradient_aliasing_swapped.py",
+    # issue 48, s5-numerics: the device C-library functions
+    "tests/test_triton_libm.py": "tests/kernels/test_triton_libm.py",
 }
 
 #: Text files whose references to test paths are rewritten (the table itself, this file, is not).
