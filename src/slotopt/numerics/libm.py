@@ -9,9 +9,9 @@ ctypes. Results are flushed to zero when subnormal, as TensorFlow's kernels run 
 
 Float tensors on a GPU take the device kernels with the C library's bits where ``slotopt.kernels`` hands them down
 (``numerics.device``: ``libm_cos``, ``libm_exp``, ``libm_log``, ``libm_pow``; ``kernels/triton/libm.py`` says which
-functions and dtypes, each checked against this C library on first use); the rest (``cos`` and ``log`` of float64;
-no Triton; a C library whose bits the kernels do not reproduce) is computed from a host copy (a GPU's libraries
-give other bits; the CUDA path must give the CPU path's), and while a CUDA graph is captured that is refused
+functions and dtypes, each checked against this C library on first use); the rest (``cos`` of float64; no Triton;
+a C library whose bits the kernels do not reproduce) is computed from a host copy (a GPU's libraries give other
+bits; the CUDA path must give the CPU path's), and while a CUDA graph is captured that is refused
 (``device.NotCapturable``), never replaced by torch's functions.
 """
 

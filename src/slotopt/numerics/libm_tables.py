@@ -25,7 +25,8 @@ import numpy as np
 
 from .powf_tables import _exp2_entries, _library_bytes
 
-__all__ = ["Exp2f", "Logf", "ExpData", "PowLog", "Sincosf", "exp2f", "logf", "exp_data", "pow_log", "sincosf"]
+__all__ = ["Exp2f", "Logf", "ExpData", "PowLog", "Sincosf", "LogData", "exp2f", "logf", "exp_data", "pow_log",
+           "sincosf", "log_data"]
 
 _SHIFT52 = 0x4338000000000000  # 0x1.8p52, the rounding shift every one of these functions adds
 
@@ -183,4 +184,29 @@ def sincosf() -> Optional[Sincosf]:
                 or d[18] != d[4] or d[6] != 1.0 or abs(d[7] + 0.5) > 1e-6 or abs(d[8] + 1 / 6) > 1e-5:
             continue
         return Sincosf(d, inv_pio4)
+    return None
+
+
+class LogData(NamedTuple):
+    """``log``'s data: ``doubles`` = (ln2hi, ln2lo, A0..A4, B0..B10), then 128 pairs (1/c, log c): 274 float64."""
+    doubles: np.ndarray
+
+
+@functools.lru_cache(maxsize=1)
+def log_data() -> Optional[LogData]:
+    """glibc's ``__log_data``: ln2hi (the anchor ``pow``'s data shares) and ln2lo, the 5 coefficients near
+    ``log c``, the 11 of the polynomial near 1 (B0 = -0.5), then 128 (1/c, log c) pairs."""
+    data = _data()
+    if data is None:
+        return None
+    for at in _anchors(data, float.fromhex("0x1.62e42fefa3800p-1")):
+        if at + 274 * 8 > len(data):
+            continue
+        d = _doubles(data, at, 274)
+        if d[1] != float.fromhex("0x1.ef35793c76730p-45") or d[7] != -0.5 or abs(d[2] + 0.5) > 1e-9:
+            continue
+        invc, logc = d[18::2], d[19::2]
+        if not (np.all((invc > 0.6) & (invc < 1.5)) and np.all(np.abs(logc + np.log(invc)) < 1e-12)):
+            continue
+        return LogData(d)
     return None

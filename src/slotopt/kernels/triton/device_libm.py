@@ -5,7 +5,7 @@ numerics takes its host copy, or refuses during a capture).
 | name | float32 | float64 |
 |---|---|---|
 | ``libm_exp`` | ``expf`` (``libm.py``) | ``exp`` (``libm.py``) |
-| ``libm_log`` | ``logf`` (``libm.py``) | none: the host copy |
+| ``libm_log`` | ``logf`` (``libm.py``) | ``log`` (``libm.py``) |
 | ``libm_pow`` | ``powf`` (``step_scalars.py``, checked in ``libm.py``) | ``pow`` (``libm.py``) |
 | ``libm_cos`` | ``cosf`` (``libm.py``) | none: the host copy |
 """
@@ -30,7 +30,7 @@ def exp(t: torch.Tensor) -> Optional[torch.Tensor]:
 
 
 def log(t: torch.Tensor) -> Optional[torch.Tensor]:
-    return libm.unary("logf", t) if t.dtype == torch.float32 else None
+    return libm.unary("logf" if t.dtype == torch.float32 else "log", t)
 
 
 def _exponent(x: torch.Tensor, y: Any) -> Any:

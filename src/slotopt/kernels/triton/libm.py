@@ -1,4 +1,4 @@
-"""The C library's ``expf``, ``logf``, ``cosf``, ``exp`` and ``pow`` on the device, with the loaded library's bits
+"""The C library's ``expf``, ``logf``, ``cosf``, ``exp``, ``log`` and ``pow`` on the device, with the loaded library's bits
 (issue 48: ``numerics.libm`` computed a GPU tensor's from a host copy, and refused during a CUDA graph capture).
 
 Each function is glibc's (2.28 and later) algorithm on its own tables, read from the loaded C library
@@ -16,12 +16,12 @@ multiples of pi/4, random bits): a C library of another build (no FMA, another g
 the host copy serves. That check runs once per device and function, never during a capture (:func:`prepare` runs
 it ahead). ``tools/libm_device_sweep.py`` runs the longer sweep.
 
-Not here: ``cos`` and ``log`` of float64 (glibc's IBM ``cos`` with its multi-precision fallback; ``log``: not
-done): ``numerics.libm`` keeps the host copy for them, refused during a capture.
+Not here: ``cos`` of float64 (glibc's IBM ``cos``, with its own range reductions and tables: not done):
+``numerics.libm`` keeps the host copy for it, refused during a capture.
 
 Scalar-in-kernel forms: :func:`helpers` returns the ``@triton.jit`` functions ``expf(x, d_ptr, e_ptr)``,
-``logf(x, d_ptr, e_ptr)``, ``cosf(x, d_ptr, e_ptr)`` (float32 in and out), ``exp(x, d_ptr, e_ptr)`` and
-``pow(x, y, d_ptr, e_ptr)`` (float64), exact as above, for another kernel's module globals; :func:`tables` the two
+``logf(x, d_ptr, e_ptr)``, ``cosf(x, d_ptr, e_ptr)`` (float32 in and out), ``exp(x, d_ptr, e_ptr)``,
+``log(x, d_ptr, e_ptr)`` and ``pow(x, y, d_ptr, e_ptr)`` (float64), exact as above, for another kernel's module globals; :func:`tables` the two
 table tensors to pass as ``d_ptr``, ``e_ptr``; kernels calling them must be launched with
 ``enable_fp_fusion=False``. (float32 ``powf`` in a kernel: ``step_scalars._powf`` with its own tables.)
 """
@@ -39,10 +39,11 @@ __all__ = ["available", "helpers", "tables", "unary", "pow", "prepare", "verify"
 
 #: The device functions: name -> dtype.
 FUNCTIONS = {"expf": torch.float32, "logf": torch.float32, "cosf": torch.float32, "powf": torch.float32,
-             "exp": torch.float64, "pow": torch.float64}
+             "exp": torch.float64, "log": torch.float64, "pow": torch.float64}
 _BLOCK = 512
+_UNARY = ("expf", "logf", "exp", "cosf", "log")  # (the unary kernel's FN)
 # Offsets of each function's data in the two table tensors (float64 ``d``, int64 ``e``).
-_D_EXPF, _D_LOGF, _D_EXP, _D_POW, _D_COSF = 0, 5, 41, 49, 570
+_D_EXPF, _D_LOGF, _D_EXP, _D_POW, _D_COSF, _D_LOG = 0, 5, 41, 49, 570, 598
 _E_EXPF, _E_EXP, _E_PIO4 = 0, 32, 288
 _kernels: Optional[dict[str, Any]] = None
 _device_tables: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -51,12 +52,12 @@ _verified: dict[tuple[Any, str], bool] = {}
 
 def _host_tables() -> Optional[tuple[np.ndarray, np.ndarray]]:
     expf, logf, exp, powlog = libm_tables.exp2f(), libm_tables.logf(), libm_tables.exp_data(), libm_tables.pow_log()
-    cosf = libm_tables.sincosf()
-    if expf is None or logf is None or exp is None or powlog is None or cosf is None:
+    cosf, log = libm_tables.sincosf(), libm_tables.log_data()
+    if expf is None or logf is None or exp is None or powlog is None or cosf is None or log is None:
         return None
-    d = np.concatenate([expf.doubles, logf.doubles, exp.doubles, powlog.doubles, cosf.doubles]).astype(np.float64)
+    d = np.concatenate([expf.doubles, logf.doubles, exp.doubles, powlog.doubles, cosf.doubles, log.doubles])
     e = np.concatenate([expf.tab, exp.tab, cosf.inv_pio4]).astype(np.int64)
-    assert d.size == _D_COSF + 28 and e.size == _E_PIO4 + 24
+    assert d.size == _D_LOG + 274 and e.size == _E_PIO4 + 24
     return d, e
 
 
@@ -243,6 +244,57 @@ def _build() -> dict[str, Any]:  # noqa: C901 - the functions and their kernels,
         return _flush64(result)
 
     @triton.jit
+    def log(x, d_ptr, e_ptr):
+        ix0 = _bits(x)
+        top = (ix0 >> 48).to(tl.int32)
+        t = d_ptr + _D_LOG  # ln2hi, ln2lo, A0..A4 (t + 2..), B0..B10 (t + 7..), 128 (1/c, log c) from t + 18
+        normalized = _bits(x * _f64(x, 4503599627370496.0)) - (52 << 52)
+        ix = tl.where(top < 0x10, normalized, ix0)  # a subnormal x, normalised
+        tmp = ix - 0x3FE6000000000000
+        i = ((tmp >> 45) % 128).to(tl.int32)
+        kd = (tmp.to(tl.int64, bitcast=True) >> 52).to(tl.float64)
+        z = _double(ix - (tmp & 0xFFF0000000000000))
+        r = tl.fma(z, tl.load(t + 18 + 2 * i), _f64(z, -1.0))
+        w = tl.fma(kd, tl.load(t), tl.load(t + 19 + 2 * i))
+        p12 = tl.fma(r, tl.load(t + 4), tl.load(t + 3))
+        hi = r + w
+        r2 = r * r
+        lo = tl.fma(kd, tl.load(t + 1), (w - hi) + r)
+        r3 = r * r2
+        p34 = tl.fma(r, tl.load(t + 6), tl.load(t + 5))
+        lo = tl.fma(r2, tl.load(t + 2), lo)
+        result = tl.fma(r3, tl.fma(p34, r2, p12), lo) + hi
+        # near 1: the polynomial of r = x - 1, its leading terms in double-double
+        r = x - 1.0
+        a = tl.fma(r, tl.load(t + 9), tl.load(t + 8))
+        b = tl.fma(r, tl.load(t + 12), tl.load(t + 11))
+        c = tl.fma(r, tl.load(t + 15), tl.load(t + 14))
+        r2 = r * r
+        a = tl.fma(r2, tl.load(t + 10), a)
+        b = tl.fma(r2, tl.load(t + 13), b)
+        r3 = r * r2
+        c = tl.fma(r2, tl.load(t + 16), c)
+        c = tl.fma(r3, tl.load(t + 17), c)
+        inner = tl.fma(tl.fma(c, r3, b), r3, a)
+        b0 = tl.load(t + 7)
+        two27 = _f64(r, 134217728.0)
+        rhi = tl.fma(-r, two27, tl.fma(r, two27, r))  # r + r * 2**27 - r * 2**27, as the build fuses it
+        rhi2 = rhi * rhi
+        rlo = r - rhi
+        near_hi = tl.fma(rhi2, b0, r)
+        near_lo = tl.fma(rhi2, b0, r - near_hi)
+        near_lo = tl.fma(b0 * rlo, r + rhi, near_lo)
+        near = near_hi + tl.fma(inner, r3, near_lo)
+        near = tl.where(ix0 == 0x3FF0000000000000, _f64(x, 0.0), near)
+        inf = _double(_u64(x, 0x7FF0000000000000))
+        nan = _double(_u64(x, 0x7FF8000000000000))
+        bad = ((top & 0x8000) != 0) | ((top & 0x7FF0) == 0x7FF0)
+        special = tl.where(ix0 * 2 == 0, -inf, tl.where(ix0 == 0x7FF0000000000000, x, tl.where(x != x, x + x,
+                                                                                                     nan)))
+        result = tl.where((ix0 * 2 == 0) | bad, special, result)
+        return tl.where(ix0 - 0x3FEE000000000000 < 0x3090000000000, near, result)
+
+    @triton.jit
     def _checkint(iy):  # 0: not an integer, 1: odd, 2: even (glibc's checkint, iy finite and not zero)
         e = ((iy >> 52) & 0x7FF).to(tl.int32)
         bits = tl.minimum(tl.maximum(0x3FF + 52 - e, 0), 63).to(tl.uint64)
@@ -323,10 +375,10 @@ def _build() -> dict[str, Any]:  # noqa: C901 - the functions and their kernels,
 
     # (Triton resolves a jit function's callees and constexpr globals among its module's globals)
     offsets = {"_D_EXPF": _D_EXPF, "_D_LOGF": _D_LOGF, "_D_EXP": _D_EXP, "_D_POW": _D_POW, "_D_COSF": _D_COSF,
-               "_E_EXPF": _E_EXPF, "_E_EXP": _E_EXP, "_E_PIO4": _E_PIO4}
+               "_D_LOG": _D_LOG, "_E_EXPF": _E_EXPF, "_E_EXP": _E_EXP, "_E_PIO4": _E_PIO4}
     globals().update(tl=tl, _f64=_f64, _u64=_u64, _bits=_bits, _double=_double, _flush64=_flush64,
                      _exp_core=_exp_core, _checkint=_checkint, _cos_poly=_cos_poly, _sin_poly=_sin_poly, **{k: tl.constexpr(v) for k, v in offsets.items()})
-    jit = {"expf": expf, "logf": logf, "cosf": cosf, "exp": exp, "pow": pow}
+    jit = {"expf": expf, "logf": logf, "cosf": cosf, "exp": exp, "log": log, "pow": pow}
     globals().update({f"_jit_{name}": fn for name, fn in jit.items()})
 
     @triton.jit
@@ -340,6 +392,8 @@ def _build() -> dict[str, Any]:  # noqa: C901 - the functions and their kernels,
             result = _jit_logf(x, d_ptr, e_ptr)  # noqa: F821
         elif FN == 3:
             result = _jit_cosf(x, d_ptr, e_ptr)  # noqa: F821
+        elif FN == 4:
+            result = _jit_log(x, d_ptr, e_ptr)  # noqa: F821
         else:
             result = _jit_exp(x, d_ptr, e_ptr)  # noqa: F821
         tl.store(out_ptr + offs, result, mask=mask)
@@ -365,8 +419,8 @@ def helpers() -> dict[str, Any]:
     if _kernels is None:
         _kernels = _build()
     names = ("_f64", "_u64", "_bits", "_double", "_flush64", "_exp_core", "_checkint", "_cos_poly", "_sin_poly",
-             "_D_EXPF", "_D_LOGF", "_D_EXP", "_D_POW", "_D_COSF", "_E_EXPF", "_E_EXP", "_E_PIO4")
-    return {**{name: _kernels[name] for name in ("expf", "logf", "cosf", "exp", "pow")},
+             "_D_EXPF", "_D_LOGF", "_D_EXP", "_D_POW", "_D_COSF", "_D_LOG", "_E_EXPF", "_E_EXP", "_E_PIO4")
+    return {**{name: _kernels[name] for name in ("expf", "logf", "cosf", "exp", "log", "pow")},
             **{name: globals()[name] for name in names}}
 
 
@@ -398,8 +452,8 @@ def _launch_unary(name: str, x: torch.Tensor, d: torch.Tensor, e: torch.Tensor) 
     out = torch.empty_like(x)
     if x.numel():
         with _on(x.device):
-            _kernel("unary")[(-(-x.numel() // _BLOCK),)](x, out, x.numel(), d, e, FN=("expf", "logf", "exp", "cosf")
-                                                         .index(name), BLOCK=_BLOCK, enable_fp_fusion=False)
+            _kernel("unary")[(-(-x.numel() // _BLOCK),)](x, out, x.numel(), d, e, FN=_UNARY.index(name),
+                                                         BLOCK=_BLOCK, enable_fp_fusion=False)
     return out
 
 
@@ -481,6 +535,7 @@ def verification_inputs(name: str, count: int = 4096, seed: int = 0) -> tuple[np
     spread = (rng.standard_normal(count) * np.exp(rng.uniform(-8, 6, count))).astype(dtype)
     near_one = (1 + rng.standard_normal(count) * np.exp(rng.uniform(-40, -2, count))).astype(dtype)
     ranges = rng.uniform(-750 if not single else -105, 750 if not single else 90, count).astype(dtype)
+    near_one = np.concatenate([near_one, rng.uniform(0.9, 1.1, count // 4).astype(dtype)])  # (log's two paths)
     with np.errstate(all="ignore"):
         x = np.concatenate([values.astype(dtype), random_bits, spread, near_one, ranges])
     if name not in ("pow", "powf"):
@@ -503,7 +558,8 @@ def reference(name: str, *inputs: np.ndarray) -> np.ndarray:
     tensors = [torch.from_numpy(np.ascontiguousarray(a)).to(dtype) for a in inputs]
     if name in ("pow", "powf"):
         return libm.c_library("pow", tensors[0], tensors[1]).numpy()
-    return libm.c_library({"expf": "exp", "logf": "log", "cosf": "cos", "exp": "exp"}[name], tensors[0]).numpy()
+    return libm.c_library({"expf": "exp", "logf": "log", "cosf": "cos", "exp": "exp", "log": "log"}[name],
+                          tensors[0]).numpy()
 
 
 def differences(name: str, device: torch.device, inputs: tuple[np.ndarray, ...]) -> int:
