@@ -170,3 +170,44 @@ def test_the_device_functions_compile_for_a_hopper_gpu_with_only_the_c_library_s
     # glibc's pow-fma: 12 fused operations in log_inline and the product, 8 in exp_inline, 1 in its specialcase
     assert len(re.findall(r"\bfma\.rn\.f64", ptx)) == 21
     assert "approx" not in ptx and not re.search(r"\bfma\.rn\.f32", ptx)
+    fused = {}
+    for name, dtype in (("cosf", "fp32"), ("log", "fp64"), ("expf", "fp32")):  # (each unary form, one compile)
+        signature = {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n": "i32", "d_ptr": "*fp64", "e_ptr": "*i64",
+                     "FN": "constexpr", "BLOCK": "constexpr"}
+        ptx = triton.compile(ASTSource(kernels["unary"], signature, constexprs={"FN": libm._UNARY.index(name),
+                                                                               "BLOCK": 128}),
+                             target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}).asm["ptx"]
+        assert "approx" not in ptx and not re.search(r"\bfma\.rn\.f32", ptx)
+        fused[name] = len(re.findall(r"\bfma\.rn\.f64", ptx))
+    # cosf: 4 in the cosine polynomial (twice: the small argument's and the reduced one's), 3 in the sine's, 1 in
+    # the fast reduction; log: 8 from the table, 15 near 1; expf: 5 (as glibc 2.36's FMA builds' machine code)
+    assert fused == {"cosf": 12, "log": 23, "expf": 5}, fused
+
+
+def test_the_scalar_forms_evaluate_inside_another_kernel():
+    """``libm.helpers()``: the jit functions another kernel (a capturable schedule's step scalars) calls."""
+    import triton
+    import triton.language as tl
+
+    found = libm.helpers()
+    globals().update({f"_lm_{name}": found[name] for name in ("expf", "logf", "cosf", "exp", "log", "pow")})
+
+    @triton.jit
+    def schedule(in32_ptr, in64_ptr, out32_ptr, out64_ptr, d_ptr, e_ptr):
+        t = tl.load(in32_ptr)
+        v = tl.load(in64_ptr)
+        tl.store(out32_ptr, _lm_cosf(t, d_ptr, e_ptr))  # noqa: F821 (set above)
+        tl.store(out32_ptr + 1, _lm_expf(-t, d_ptr, e_ptr))  # noqa: F821
+        tl.store(out32_ptr + 2, _lm_logf(t, d_ptr, e_ptr))  # noqa: F821
+        tl.store(out64_ptr, _lm_exp(v, d_ptr, e_ptr))  # noqa: F821
+        tl.store(out64_ptr + 1, _lm_log(v, d_ptr, e_ptr))  # noqa: F821
+        tl.store(out64_ptr + 2, _lm_pow(v, t.to(tl.float64), d_ptr, e_ptr))  # noqa: F821
+
+    d, e = libm.tables(torch.device("cpu"))
+    c = host_libm.c_library
+    for t, v in ((7.0, 0.9), (1234.5, 0.999), (0.0017, 3.25)):
+        t32, v64 = torch.tensor([t], dtype=torch.float32), torch.tensor([v], dtype=torch.float64)
+        out32, out64 = torch.empty(3), torch.empty(3, dtype=torch.float64)
+        schedule[(1,)](t32, v64, out32, out64, d, e, enable_fp_fusion=False)
+        assert _same(out32, torch.cat([c("cos", t32), c("exp", -t32), c("log", t32)]))
+        assert _same(out64, torch.cat([c("exp", v64), c("log", v64), c("pow", v64, t32.double())]))
