@@ -469,8 +469,10 @@ def _launch_pow(x: torch.Tensor, y: Any, d: torch.Tensor, e: torch.Tensor) -> to
         return out
     if isinstance(y, torch.Tensor):
         yt, scalar = y.detach().contiguous(), False
+    elif x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        yt, scalar = torch.full((1,), float(y), dtype=x.dtype, device=x.device), True  # (a fill the graph keeps)
     else:
-        yt, scalar = table.scalar_vector([float(y)], x.dtype, x.device), True
+        yt, scalar = table.scalar_vector([float(y)], x.dtype, x.device), True  # (sent once per value)
     out = torch.empty_like(x)
     if x.numel():
         with _on(x.device):
