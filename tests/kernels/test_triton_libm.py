@@ -182,6 +182,14 @@ def test_the_device_functions_compile_for_a_hopper_gpu_with_only_the_c_library_s
     # cosf: 4 in the cosine polynomial (twice: the small argument's and the reduced one's), 3 in the sine's, 1 in
     # the fast reduction; log: 8 from the table, 15 near 1; expf: 5 (as glibc 2.36's FMA builds' machine code)
     assert fused == {"cosf": 12, "log": 23, "expf": 5}, fused
+    # Eigen's float64 packet pow with its tail: the tail's 21 fused operations (glibc's pow), none in Eigen's part
+    signature = {"x_ptr": "*fp64", "y_ptr": "*fp64", "out_ptr": "*fp64", "n": "i64", "whole": "i64", "d_ptr": "*fp64",
+                 "e_ptr": "*i64", "Y_SCALAR": "constexpr", "W": "constexpr", "TAIL": "constexpr", "BLOCK": "constexpr"}
+    ptx = triton.compile(ASTSource(eigen_pow._build()["pow_packets"], signature,
+                                   constexprs={"Y_SCALAR": True, "W": 4, "TAIL": True, "BLOCK": 512}),
+                         target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}).asm["ptx"]
+    per_thread = 512 // (4 * 32)  # (elements of the block each of 4 warps' threads computes)
+    assert len(re.findall(r"\bfma\.rn\.f64", ptx)) == 21 * per_thread and not re.search(r"\bfma\.rn\.f32", ptx)
 
 
 def test_the_scalar_forms_evaluate_inside_another_kernel():
