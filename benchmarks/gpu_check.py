@@ -47,8 +47,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 #: In the order they run: the cheapest answers first, so that a run cut short still says the most.
-SECTIONS = ("info", "kernels", "launch", "sync", "layout", "host", "graph", "sync-all", "tune", "timing", "parity",
-            "cuda-tests", "install")
+SECTIONS = ("info", "kernels", "launch", "libm", "sync", "layout", "host", "graph", "sync-all", "tune", "timing",
+            "parity", "cuda-tests", "install")
 
 
 def _log(message: str) -> None:
@@ -663,6 +663,7 @@ def main(argv: list[str]) -> int:
     import gpu_check_host as issue48  # (this folder: the sections of issue 48)
     import gpu_check_launch
     import gpu_check_layout as layouts
+    import gpu_check_libm
 
     runners = {"install": section_install, "info": section_info, "cuda-tests": section_cuda_tests,
                "kernels": section_kernels, "parity": section_parity, "sync": section_sync, "timing": section_timing,
@@ -671,7 +672,8 @@ def main(argv: list[str]) -> int:
                "graph": lambda a: issue48.section_graph(a, _workloads(a), _slotopt_factory, TIMED_RULES, TRAFFIC),
                "sync-all": lambda a: issue48.section_sync_all(a, _optimizers()),
                "layout": lambda a: layouts.section_layout(a, _workloads(a), _slotopt_factory, _torch_optimizer,
-                                                          _device_time, _host_time)}
+                                                          _device_time, _host_time),
+               "libm": gpu_check_libm.section_libm}
     results: dict[str, dict[str, Any]] = {}
     out = os.environ.get("OUT")
     started = args.started = time.perf_counter()

@@ -149,6 +149,8 @@ TABLE: dict[str, str] = {
     # the fifth session's (issue 48)
     "tests/test_triton_layouts.py": "tests/kernels/test_triton_layouts.py",
     "tests/test_triton_launcher.py": "tests/kernels/test_triton_launcher.py",  # (issue 48, written there)
+    # issue 48, s5-numerics: the device C-library functions
+    "tests/test_triton_libm.py": "tests/kernels/test_triton_libm.py",
 }
 
 #: Text files whose references to test paths are rewritten (the table itself, this file, is not).

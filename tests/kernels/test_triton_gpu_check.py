@@ -23,8 +23,10 @@ def test_every_section_of_the_device_check_runs_on_the_cpu(tmp_path):
                            "--skip", "cuda-tests"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert set(results) == {"info", "kernels", "launch", "parity", "sync", "tune", "timing", "host", "graph",
+    assert set(results) == {"info", "kernels", "launch", "libm", "parity", "sync", "tune", "timing", "host", "graph",
                             "sync-all", "layout"}
+    assert [r["function"] for r in results["libm"]["rows"]] == ["expf", "logf", "cosf", "powf", "exp", "log", "pow"]
+    assert all(r["differing"] == 0 and r["inputs"] > 100 for r in results["libm"]["rows"])
     assert all(r["ok"] for r in results.values())
     passed, total = results["kernels"]["summary"].split()[0].split("/")
     assert passed == total and int(total) >= 12  # (a dry run takes every fourth case, float32 only)

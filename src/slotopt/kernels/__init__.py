@@ -17,13 +17,13 @@ _compiled.provide(_native._library)
 
 
 def _device_numerics() -> dict:
-    """numerics' device kernels (TensorFlow's reductions in Eigen's order, Eigen's packet pow), where Triton is
-    installed."""
+    """numerics' device kernels (TensorFlow's reductions in Eigen's order, Eigen's packet pow, the C library's
+    exp/log/pow: ``libm_*``), where Triton is installed."""
     from . import triton
 
     if not triton.available():
         return {}
-    from .triton import eigen_pow, reductions
+    from .triton import device_libm, eigen_pow, reductions
 
     def only_where_applies(fn):
         return lambda t, *args: fn(t, *args) if reductions.applies(t) else None
@@ -32,7 +32,7 @@ def _device_numerics() -> dict:
         return eigen_pow.pow_packets(x, exponent) if eigen_pow.applies(x, exponent, rows) else None
 
     return {"row_sums": only_where_applies(reductions.row_sums),
-            "column_sums": only_where_applies(reductions.column_sums), "pow": packet_pow}
+            "column_sums": only_where_applies(reductions.column_sums), "pow": packet_pow, **device_libm.FUNCTIONS}
 
 
 _device.provide(_device_numerics)  # (loaded on first use: Triton is imported only when a GPU tensor needs it)

@@ -1,9 +1,9 @@
 """TensorFlow's arithmetic on a GPU without a copy to the host: device kernels handed down, and what a CUDA graph
 capture may not do.
 
-The kernels (Triton, ``kernels/triton/reductions.py`` and ``eigen_pow.py``) live in a floor above numerics; as with the compiled
-library (``compiled.py``), ``slotopt.kernels`` hands them down: :func:`provide` takes a loader, called on first
-use, that returns the device functions by name (each takes a tensor and returns the result on its device, or None
+The kernels (Triton, ``kernels/triton/reductions.py``, ``eigen_pow.py`` and ``libm.py``) live in a floor above
+numerics; as with the compiled library (``compiled.py``), ``slotopt.kernels`` hands them down: :func:`provide`
+takes a loader, called on first use, that returns the device functions by name (each takes a tensor and returns the result on its device, or None
 where it does not apply). Without them (no Triton), a GPU tensor's exact value is computed from a host copy, which
 waits for the device.
 
@@ -39,7 +39,8 @@ def provide(loader: Optional[Callable[[], dict[str, Callable[..., Any]]]]) -> No
 
 
 def function(name: str) -> Optional[Callable[..., Any]]:
-    """The device function ``name`` (``row_sums``, ``column_sums``, ``pow``), or None."""
+    """The device function ``name`` (``row_sums``, ``column_sums``, ``pow``; the C library's ``libm_cos``,
+    ``libm_exp``, ``libm_log``, ``libm_pow``), or None."""
     global _functions
     if _functions is None:
         try:

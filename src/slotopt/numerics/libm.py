@@ -7,9 +7,12 @@ vectorised on AVX512 machines) are other approximations: ``torch.cos`` differs f
 inputs. Python's ``math`` functions are the C library's double-precision ones; the float32 ones are called through
 ctypes. Results are flushed to zero when subnormal, as TensorFlow's kernels run with flush-to-zero.
 
-Float tensors on a GPU are computed from a host copy (a GPU's libraries give other bits; the CUDA path must give
-the CPU path's); while a CUDA graph is captured that is refused (``device.NotCapturable``), never replaced by
-torch's functions.
+Float tensors on a GPU take the device kernels with the C library's bits where ``slotopt.kernels`` hands them down
+(``numerics.device``: ``libm_cos``, ``libm_exp``, ``libm_log``, ``libm_pow``; ``kernels/triton/libm.py`` says which
+functions and dtypes, each checked against this C library on first use); the rest (``cos`` of float64; no Triton;
+a C library whose bits the kernels do not reproduce) is computed from a host copy (a GPU's libraries give other
+bits; the CUDA path must give the CPU path's), and while a CUDA graph is captured that is refused
+(``device.NotCapturable``), never replaced by torch's functions.
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from . import device
 
-__all__ = ["cos", "exp", "log", "pow", "scalar_pow", "flush_subnormal"]
+__all__ = ["cos", "exp", "log", "pow", "scalar_pow", "flush_subnormal", "c_library", "on_device"]
 
 
 def _load_libm() -> ctypes.CDLL:
@@ -89,11 +92,39 @@ def on_host(t: torch.Tensor, what: str = "numerics") -> bool:
     return True
 
 
+def on_device(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a float32/float64 tensor on a device with data (not the CPU): one the device kernels may
+    compute (the tests route CPU tensors here under Triton's interpreter by replacing this function)."""
+    return t.device.type not in ("cpu", "meta") and t.dtype in (torch.float32, torch.float64)
+
+
+def _on_the_device(name: str, *arguments: object) -> Optional[torch.Tensor]:
+    """The device kernel's result (``numerics.device``'s ``libm_<name>``), or None where there is none."""
+    kernel = device.function(f"libm_{name}")
+    return kernel(*arguments) if kernel is not None else None
+
+
 def _elementwise(name: str, t: torch.Tensor, torch_fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    if on_device(t):
+        done = _on_the_device(name, t)  # the C library's bits on the device: no host copy, capturable
+        if done is not None:
+            return done.reshape(t.shape)
     if on_host(t, f"numerics.{name}"):
         return _elementwise(name, t.detach().cpu(), torch_fn).to(t.device)  # the C library's bits, on a GPU too
     if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
         return torch_fn(t)
+    return c_library(name, t)
+
+
+def c_library(name: str, t: torch.Tensor, y: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The C library's ``name`` (``cos``, ``exp``, ``log``, ``pow`` with ``y``) of a float32/float64 CPU tensor,
+    element by element and flushed to zero, never through a device kernel: the reference the device kernels are
+    checked against."""
+    if name == "pow":
+        xs, ys = torch.broadcast_tensors(t.detach(), torch.as_tensor(y, dtype=t.dtype))
+        single = t.dtype == torch.float32
+        values = [scalar_pow(a, b, single) for a, b in zip(xs.reshape(-1).tolist(), ys.reshape(-1).tolist())]
+        return torch.tensor(values, dtype=t.dtype).reshape(xs.shape)
     single = t.dtype == torch.float32
     fn, tiny = (_SINGLE[name], _FLOAT32_TINY) if single else (_DOUBLE[name], _FLOAT64_TINY)
     values = [_flushed(fn(x), tiny) for x in t.detach().reshape(-1).tolist()]
@@ -125,16 +156,16 @@ def scalar_pow(x: float, y: float, single: bool) -> float:
 def pow(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``x ** y`` element by element (broadcast) with the C library: what TensorFlow computes for the elements
     that do not fill a whole packet. For whole tensors use :func:`slotopt.numerics.pow`."""
+    if on_device(x) and isinstance(y, (torch.Tensor, int, float)):
+        done = _on_the_device("pow", x, y)
+        if done is not None:
+            return done
     if on_host(x, "numerics.libm.pow"):
         y = y.detach().cpu() if isinstance(y, torch.Tensor) else y
         return pow(x.detach().cpu(), y).to(x.device)  # the C library's bits, on a GPU too
     if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
         return torch.pow(x, y)
-    y = torch.as_tensor(y, dtype=x.dtype)
-    xs, ys = torch.broadcast_tensors(x.detach(), y.detach())
-    single = x.dtype == torch.float32
-    values = [scalar_pow(a, b, single) for a, b in zip(xs.reshape(-1).tolist(), ys.reshape(-1).tolist())]
-    return torch.tensor(values, dtype=x.dtype).reshape(xs.shape)
+    return c_library("pow", x, y.detach() if isinstance(y, torch.Tensor) else y)
 
 
 def flush_subnormal(t: torch.Tensor) -> torch.Tensor:

@@ -8,10 +8,11 @@ constant), ``rint`` and ``trunc`` from exact operations (the 2**p trick, floor a
 NumPy's ``minimum``/``maximum`` propagate it. The choice of the slow ``ldexp`` for a whole packet when any of its
 lanes could over- or underflow is made per packet of the block (a block starts on a packet).
 
-TensorFlow takes the C library's ``pow`` for the elements after the last whole packet: for float32 this kernel
-takes glibc's ``powf`` there (``step_scalars.py``, its tables read from the C library), so a float32 tensor of any
-size is computed on the device; ``numerics.pow`` uses this kernel there and where the tensor (or each row) is
-whole packets, and a host copy otherwise (float64 with a partial packet, rows with partial packets, no glibc).
+TensorFlow takes the C library's ``pow`` for the elements after the last whole packet: this kernel takes glibc's
+``powf`` there for float32 (``step_scalars.py``, its tables read from the C library) and glibc's ``pow`` for float64
+(``libm.py``, where it gives this C library's bits), so a tensor of any size is computed on the device;
+``numerics.pow`` uses this kernel there and where the tensor (or each row) is whole packets, and a host copy
+otherwise (rows with partial packets, no glibc, a C library whose ``pow`` the device kernel does not reproduce).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from . import step_scalars
+from . import libm, step_scalars
 
 __all__ = ["applies", "pow_packets", "WIDTH"]
 
@@ -384,6 +385,9 @@ def _build() -> dict[str, Any]:  # noqa: C901 - one function per Eigen helper, d
     if step_scalars.available():  # the C library's powf, for the elements after the last whole packet
         step_scalars._kernels = step_scalars._build()  # (defined anew with these: the same Triton mode)
         globals().update(_u32=step_scalars._u32, _core=step_scalars._core, _powf=step_scalars._powf)
+    if libm.available():  # and its pow, for a float64 tensor's
+        libm._kernels = libm._build()
+        globals().update(_pow64=libm._kernels["pow"])
 
     @triton.jit
     def pow_packets(x_ptr, y_ptr, out_ptr, n, whole, d_ptr, e_ptr, Y_SCALAR: tl.constexpr, W: tl.constexpr,
@@ -396,8 +400,11 @@ def _build() -> dict[str, Any]:  # noqa: C901 - one function per Eigen helper, d
         else:
             y = tl.load(y_ptr + offs, mask=mask, other=1.0)
         result = _generic_pow(x, y, BLOCK, W)
-        if TAIL:  # the last, partial packet: the C library's powf, as TensorFlow's scalar loop takes it
-            result = tl.where(offs >= whole, _powf(x, y, d_ptr, e_ptr), result)  # noqa: F821
+        if TAIL:  # the last, partial packet: the C library's powf/pow, as TensorFlow's scalar loop takes it
+            if x.dtype == tl.float32:
+                result = tl.where(offs >= whole, _powf(x, y, d_ptr, e_ptr), result)  # noqa: F821
+            else:
+                result = tl.where(offs >= whole, _pow64(x, y, d_ptr, e_ptr), result)  # noqa: F821
         tl.store(out_ptr + offs, result, mask=mask)
 
     return {"pow_packets": pow_packets}
@@ -426,8 +433,12 @@ def applies(x: torch.Tensor, exponent: object, rows: bool) -> bool:
     row = x.numel() // x.shape[0] if (rows and x.dim() > 1) else x.numel()
     if row % WIDTH[x.dtype] == 0:
         return True
-    # A partial packet at the end of the tensor: glibc's powf on the device (float32; float64's pow is not here)
-    return row == x.numel() and x.dtype == torch.float32 and step_scalars.available()
+    # A partial packet at the end of the tensor: glibc's powf/pow on the device, where it has the C library's bits
+    if row != x.numel():
+        return False
+    if x.dtype == torch.float32:
+        return step_scalars.available()
+    return libm._ready("pow", x) is not None
 
 
 def pow_packets(x: torch.Tensor, exponent: Any) -> torch.Tensor:
@@ -445,7 +456,14 @@ def pow_packets(x: torch.Tensor, exponent: Any) -> torch.Tensor:
     n, width = x.numel(), WIDTH[x.dtype]
     whole = n - n % width  # (a tensor of rows here is whole packets: applies)
     tail = whole < n
-    d, e = step_scalars._tables(x.device) if tail else (x, x)  # (unread without a tail)
+    if not tail:
+        d, e = x, x  # (unread without a tail)
+    elif x.dtype == torch.float32:
+        d, e = step_scalars._tables(x.device)
+    else:
+        held = libm.tables(x.device)
+        assert held is not None  # (applies checked it)
+        d, e = held
     with _on(x.device):
         _kernel()[(-(-n // _BLOCK),)](x, y, out, n, whole, d, e, Y_SCALAR=scalar, W=width, TAIL=tail,
                                       BLOCK=_BLOCK, num_warps=4, enable_fp_fusion=False)
