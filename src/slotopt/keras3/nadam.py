@@ -41,6 +41,10 @@ class Nadam(MomentOptimizer):
         ('nadam/variable', 0.468)
     """
 
+    #: Not capturable yet (engine/capture.py): its running product is read back and written on the host.
+    _capture_refusal = ("its momentum-schedule product `u_product` is read on the host and written from there at "
+                        "each step (its device form is not written yet)")
+
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
     _update_kernels = (kernels.nadam,)  # compiled: slices take one pass (engine/sparse_pass.py)
 

@@ -41,6 +41,10 @@ class AdamOptimizer(BuiltinOptimizer):
         ['beta1_power', 'beta2_power', 'w/Adam', 'w/Adam_1']
     """
 
+    #: Not capturable (engine/capture.py): its bias corrections are read from its variables on the host.
+    _capture_refusal = ("its bias corrections are read on the host from its `beta1_power`/`beta2_power` "
+                        "variables, which the device holds")
+
     _kernel_slots = ("m", "v")
 
     #: No TF1 kernel checks the betas, and ``1 - beta ** t`` divides the update: 1 gives NaN at step 1.

@@ -30,6 +30,8 @@ class GradientDescentOptimizer(BuiltinOptimizer):
         [0.5, 1.5]
     """
 
+    _capture_rules = ("sgd",)  # capturable: the rate its only per-step scalar
+
     def __init__(self, learning_rate: Any, use_locking: bool = False, name: str = "GradientDescent") -> None:
         super().__init__(use_locking, name, {"learning_rate": learning_rate})
         self._learning_rate = learning_rate

@@ -1,0 +1,281 @@
+"""A capturable step's per-step scalars as data: each entry a small tree of operations over the step count.
+
+A face says how each per-step entry of a rule's scalar vector (``kernels/native/scalars.py``) follows from the
+step count (:func:`step`) and constants it rounded itself (:func:`const`): Keras 3 Adam's ``alpha`` is
+``(lr * sqrt(1 - b2 ** t)) / (1 - b1 ** t)``, written with the same operators on :class:`Expr` as its host form
+on 0-d tensors. Every operation is rounded once in its dtype (float32 or float64, as ``engine.constants.evaluate``
+rounds them), subnormal results flushed to zero (a step runs flushed, as TensorFlow's kernels do); ``pow`` is the
+C library's (``powf``/``pow``, :func:`slotopt.numerics.scalar_pow`).
+
+A tree is evaluated two ways: here on the host (:func:`evaluate`, numpy scalars of the dtype, the C library's pow
+through ``numerics``), and on the device by the kernel ``kernels/triton/step_scalars.py`` generates from its
+:func:`program`. Before a capturable step's first launch the host's evaluation at this step is compared, bit for
+bit, with the value the face's host path computed for the same entry (``engine/capture.py``): a tree that is not
+the face's arithmetic, or constants that are not its, are found before anything runs; the tests prove the
+device's evaluation of every program against this one.
+
+A tree whose value does not depend on the step is a constant of the configuration: written once into the vector
+(and again outside a capture when it changes); only the others are computed on the device at each step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+
+from .. import numerics
+
+__all__ = ["Expr", "step", "const", "sqrt", "pow", "floor", "cast", "minimum", "less_equal", "greater", "evaluate",
+           "program", "Program",
+           "depends_on_step", "scalars_of", "adam_alpha"]
+
+Number = Union[int, float]
+_NP = {torch.float32: np.float32, torch.float64: np.float64}
+_NAMES = {torch.float32: "float32", torch.float64: "float64"}
+
+
+@dataclass(frozen=True)
+class Expr:
+    """One operation (``op``) of ``args`` rounded in ``dtype``; leaves: ``step`` (``args``: the offset added to
+    the step count) and ``const`` (``args``: the value, already a number of ``dtype``)."""
+
+    op: str
+    dtype: torch.dtype
+    args: tuple[Any, ...]
+
+    def _other(self, x: Union[Expr, Number]) -> Expr:
+        if isinstance(x, Expr):
+            if x.dtype != self.dtype:
+                raise TypeError(f"an operation of {_NAMES[self.dtype]} and {_NAMES[x.dtype]} terms: cast one")
+            return x
+        return const(x, self.dtype)  # (a Python number beside a tensor: rounded to its dtype, as torch does)
+
+    def __add__(self, x: Union[Expr, Number]) -> Expr:
+        return Expr("add", self.dtype, (self, self._other(x)))
+
+    def __radd__(self, x: Number) -> Expr:
+        return Expr("add", self.dtype, (self._other(x), self))
+
+    def __sub__(self, x: Union[Expr, Number]) -> Expr:
+        return Expr("sub", self.dtype, (self, self._other(x)))
+
+    def __rsub__(self, x: Number) -> Expr:
+        return Expr("sub", self.dtype, (self._other(x), self))
+
+    def __mul__(self, x: Union[Expr, Number]) -> Expr:
+        return Expr("mul", self.dtype, (self, self._other(x)))
+
+    def __rmul__(self, x: Number) -> Expr:
+        return Expr("mul", self.dtype, (self._other(x), self))
+
+    def __truediv__(self, x: Union[Expr, Number]) -> Expr:
+        return Expr("div", self.dtype, (self, self._other(x)))
+
+    def __rtruediv__(self, x: Number) -> Expr:
+        return Expr("div", self.dtype, (self._other(x), self))
+
+    def __neg__(self) -> Expr:
+        return Expr("neg", self.dtype, (self,))
+
+
+def _dtype(dtype: torch.dtype) -> torch.dtype:
+    if dtype not in _NP:
+        raise TypeError(f"per-step scalars are float32 or float64, not {dtype}")
+    return dtype
+
+
+def step(dtype: torch.dtype, offset: int = 0) -> Expr:
+    """The step count (the device's, after this step's increment) plus ``offset``, as a number of ``dtype``."""
+    return Expr("step", _dtype(dtype), (int(offset),))
+
+
+def const(value: Number, dtype: torch.dtype) -> Expr:
+    """A constant, rounded once to ``dtype`` (pass numbers the face has rounded itself, e.g. ``K.cast``)."""
+    dtype = _dtype(dtype)
+    return Expr("const", dtype, (float(_NP[dtype](value)),))
+
+
+def sqrt(x: Expr) -> Expr:
+    """The correctly rounded square root."""
+    return Expr("sqrt", x.dtype, (x,))
+
+
+def pow(base: Union[Expr, Number], exponent: Expr) -> Expr:  # noqa: A001 (the C library's name)
+    """The C library's ``powf``/``pow`` (TensorFlow's ``Pow`` of a scalar)."""
+    base = exponent._other(base)
+    return Expr("pow", exponent.dtype, (base, exponent._other(exponent)))
+
+
+def floor(x: Expr) -> Expr:
+    """``floor`` (exact)."""
+    return Expr("floor", x.dtype, (x,))
+
+
+def minimum(x: Expr, y: Union[Expr, Number]) -> Expr:
+    """The smaller of two numbers (neither NaN here: the schedules' operands)."""
+    return Expr("min", x.dtype, (x, x._other(y)))
+
+
+def less_equal(x: Expr, y: Union[Expr, Number], dtype: torch.dtype) -> Expr:
+    """``x <= y`` as 1 or 0 of ``dtype`` (exact)."""
+    return Expr("le", _dtype(dtype), (x, x._other(y)))
+
+
+def greater(x: Expr, y: Union[Expr, Number], dtype: torch.dtype) -> Expr:
+    """``x > y`` as 1 or 0 of ``dtype`` (exact)."""
+    return Expr("gt", _dtype(dtype), (x, x._other(y)))
+
+
+def cast(x: Expr, dtype: torch.dtype) -> Expr:
+    """``x`` rounded to ``dtype`` (a float32 value in float64: exact)."""
+    dtype = _dtype(dtype)
+    return x if dtype == x.dtype else Expr("cast", dtype, (x,))
+
+
+def depends_on_step(x: Expr) -> bool:
+    """Whether ``x`` changes with the step count (else it is a constant of the configuration)."""
+    return x.op == "step" or (x.op != "const" and any(depends_on_step(a) for a in x.args))
+
+
+def _flushed(value: Any, dtype: torch.dtype) -> Any:
+    tiny = np.finfo(_NP[dtype]).tiny
+    return value * _NP[dtype](0.0) if value != 0 and abs(value) < tiny else value
+
+
+def evaluate(x: Expr, t: int) -> float:
+    """``x`` at step count ``t`` on the host, each operation rounded once in its dtype, subnormals flushed."""
+    memo: dict[int, Any] = {}
+    with np.errstate(all="ignore"):
+        return float(_evaluate(x, t, memo))
+
+
+def _evaluate(x: Expr, t: int, memo: dict[int, Any]) -> Any:
+    known = memo.get(id(x))
+    if known is not None:
+        return known
+    kind = _NP[x.dtype]
+    if x.op == "const":
+        value = kind(x.args[0])
+    elif x.op == "step":
+        value = kind(t + x.args[0])
+    else:
+        a = [_evaluate(arg, t, memo) for arg in x.args]
+        if x.op == "add":
+            value = a[0] + a[1]
+        elif x.op == "sub":
+            value = a[0] - a[1]
+        elif x.op == "mul":
+            value = a[0] * a[1]
+        elif x.op == "div":
+            value = a[0] / a[1]
+        elif x.op == "neg":
+            value = -a[0]
+        elif x.op == "sqrt":
+            value = np.sqrt(a[0])
+        elif x.op == "floor":
+            value = np.floor(a[0])
+        elif x.op == "min":
+            value = np.minimum(a[0], a[1])
+        elif x.op == "cast":
+            value = kind(a[0])
+        elif x.op == "le":
+            value = kind(a[0] <= a[1])
+        elif x.op == "gt":
+            value = kind(a[0] > a[1])
+        elif x.op == "pow":
+            value = kind(numerics.scalar_pow(float(a[0]), float(a[1]), single=x.dtype == torch.float32))
+        else:
+            raise AssertionError(x.op)
+        value = _flushed(kind(value), x.dtype)
+    memo[id(x)] = value
+    return value
+
+
+@dataclass(frozen=True)
+class Program:
+    """A set of per-step entries lowered for the device: ``code`` (instructions ``(op, dtype name, operands)``,
+    operands the indices of earlier instructions, an input's index or a step offset), ``outputs`` ((vector
+    position, instruction)) and ``inputs`` (the constants' values, in the order the code reads them). ``code``
+    and ``outputs`` are the kernel's structure (its cache key); ``inputs`` are data."""
+
+    code: tuple[tuple[str, str, tuple[int, ...]], ...]
+    outputs: tuple[tuple[int, int], ...]
+    inputs: tuple[float, ...]
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return self.code, self.outputs
+
+    def needs(self) -> set[tuple[str, str]]:
+        """The (operation, dtype) pairs the device must have exactly (``pow``: the C library's)."""
+        return {(op, dtype) for op, dtype, _ in self.code if op == "pow"}
+
+
+def program(entries: Mapping[int, Expr]) -> Program:
+    """The device program writing ``entries`` (vector position -> tree), common terms computed once."""
+    code: list[tuple[str, str, tuple[int, ...]]] = []
+    inputs: list[float] = []
+    seen: dict[Any, int] = {}
+
+    def lower(x: Expr) -> int:
+        if x.op == "const":
+            key: Any = ("const", x.dtype, x.args[0] if not math.isnan(x.args[0]) else "nan")
+            if key not in seen:
+                inputs.append(x.args[0])
+                code.append(("input", _NAMES[x.dtype], (len(inputs) - 1,)))
+                seen[key] = len(code) - 1
+            return seen[key]
+        if x.op == "step":
+            key = ("step", x.dtype, x.args[0])
+            if key not in seen:
+                code.append(("step", _NAMES[x.dtype], (x.args[0],)))
+                seen[key] = len(code) - 1
+            return seen[key]
+        operands = tuple(lower(a) for a in x.args)
+        key = (x.op, x.dtype, operands)
+        if key not in seen:
+            code.append((x.op, _NAMES[x.dtype], operands))
+            seen[key] = len(code) - 1
+        return seen[key]
+
+    outputs = tuple((position, lower(x)) for position, x in sorted(entries.items()))
+    return Program(tuple(code), outputs, tuple(inputs))
+
+
+#: The entries that hold the step's learning rate as it is, by name, in every rule that has them (``flag``: read
+#: only under that flag: ``weight_decay_lr`` where the decay is on).
+_RATE_ENTRIES = (("lr", None), ("weight_decay_lr", "decay"))
+
+
+def scalars_of(opt: Any, rule: str, dtype: torch.dtype,
+               flags: Mapping[str, bool]) -> Optional[tuple[Optional[int], dict[str, Expr]]]:
+    """A capturable face's per-step scalars of ``rule`` (``_capture_scalars``, the one form every generation
+    takes; what differs is each face's parameters): the host's step count this step (``_capture_count()``, None
+    where the face's scalars do not read it) and each entry's tree: the learning rate (``_capture_rate(dtype)``)
+    in the rule's rate entries, and the face's own terms (``_capture_terms(rule, dtype, t, lr)``: Adam's alpha,
+    say; None: the rule is not the face's)."""
+    from ..kernels.native.scalars import DESCRIPTIONS
+
+    description = DESCRIPTIONS.get(rule)
+    if description is None:
+        return None
+    names = {entry.name for entry in description.entries}
+    lr = opt._capture_rate(dtype)
+    terms = opt._capture_terms(rule, dtype, step(dtype), lr)
+    if terms is None:
+        return None
+    entries = {name: lr for name, flag in _RATE_ENTRIES if name in names and (flag is None or flags.get(flag))}
+    entries.update(terms)
+    return opt._capture_count(), entries
+
+
+def adam_alpha(lr: Expr, beta_1: float, beta_2: float, t: Expr) -> Expr:
+    """Adam's bias-corrected rate ``(lr * sqrt(1 - b2 ** t)) / (1 - b1 ** t)`` (Keras 3's ``adam_alpha``,
+    tf.keras's dense ``lr_t * sqrt(1 - b2p) / (1 - b1p)``), the betas rounded by the face (its ``cast``)."""
+    b1, b2 = const(beta_1, t.dtype), const(beta_2, t.dtype)
+    return (lr * sqrt(1 - pow(b2, t))) / (1 - pow(b1, t))
