@@ -34,9 +34,9 @@ with ``weight_decay``. Anything else is refused by name (:func:`refusal`): anoth
 ``u_product`` is read on the host; TF1 ``AdamOptimizer``, whose beta powers are; Ftrl, Lamb, Adafactor, ...), a
 subclass, another schedule (``CosineDecay``: no device ``cosf`` yet; a tf.keras schedule) or a callable,
 clipping, ``use_ema``, ``loss_scale_factor``, gradient accumulation, ``maximize``, an overridden
-``update_step``, another dtype; a float64 group whose scalars need ``pow`` (float64 Adam, Adamax, an exponential
-schedule: glibc's double ``pow`` is not a device function yet) takes the host path outside a capture and
-refuses one, naming it. On the CPU (without the interpreter) ``capturable`` changes nothing, as in torch.
+``update_step``, another dtype. A float64 group whose scalars need ``pow`` (float64 Adam, Adamax, a float64
+schedule's decay) takes glibc's double ``pow`` from ``kernels/triton/libm.py`` (checked against the C library on
+the device first); where that is not there it takes the host path outside a capture and refuses one, naming it. On the CPU (without the interpreter) ``capturable`` changes nothing, as in torch.
 ``iterations`` counts the steps the host ran; after replays the device's count is ahead (:func:`device_step`).
 """
 
@@ -226,7 +226,7 @@ class _Group:
 
         self.dtype = dtype
         self.vector = torch.tensor(list(constants), dtype=dtype, device=device)
-        self.scalars = step_scalars.Scalars(device, t - 1, program.inputs)
+        self.scalars = step_scalars.Scalars(device, t - 1, program.inputs, program)
         self.constants, self.program, self.t = list(constants), program, t
 
     def changes(self, constants: Sequence[float], program: Any, t: int) -> list[str]:
@@ -246,7 +246,7 @@ class _Group:
 
         self.vector.copy_(torch.tensor(list(constants), dtype=self.dtype))
         if program.key != self.program.key or len(program.inputs) != len(self.program.inputs):
-            self.scalars = step_scalars.Scalars(self.vector.device, t - 1, program.inputs)
+            self.scalars = step_scalars.Scalars(self.vector.device, t - 1, program.inputs, program)
         else:
             self.scalars.inputs.copy_(torch.tensor([float(v) for v in program.inputs] or [0.0],
                                                    dtype=torch.float64))
@@ -309,7 +309,7 @@ class _Launcher:
                         f"({padded[at[entry]]!r})")
         per_step = {at[e]: x for e, x in named.items() if step_recipes.depends_on_step(x)}
         program = step_recipes.program(per_step)
-        problem = step_scalars.missing(program)
+        problem = step_scalars.missing(program, None if capturing() else lists[0][0].device)
         if problem is not None:
             return f"a {dtype} group: {problem}"
         constants = [0.0 if k in per_step else v for k, v in enumerate(padded)]

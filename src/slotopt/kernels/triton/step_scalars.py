@@ -186,38 +186,55 @@ _OPS: dict[str, tuple[Optional[str], Optional[str]]] = {
     "cast": ("{0}.to(tl.float32)", "{0}.to(tl.float64)"),
     "le": ("({0} <= {1}).to(tl.float32)", "({0} <= {1}).to(tl.float64)"),
     "gt": ("({0} > {1}).to(tl.float32)", "({0} > {1}).to(tl.float64)"),
-    "pow": ("_powf({0}, {1}, d_ptr, e_ptr)", "_pow64({0}, {1})"),  # (float64: the C library's pow, libm.py)
+    "pow": ("_powf({0}, {1}, d_ptr, e_ptr)", "pow({0}, {1}, ld_ptr, le_ptr)"),  # (float64: libm.py's helper)
 }
 _TYPES = {"float32": "tl.float32", "float64": "tl.float64"}
 _programs: dict[Any, Any] = {}
 
 
-def _libm_pow() -> Optional[Any]:
-    """The device ``pow`` with glibc's double bits (``kernels/triton/libm.py``'s ``pow``), when it is there."""
+def _libm() -> Optional[Any]:
+    """``kernels/triton/libm.py`` (the C library's functions as device helpers) when it is there, with the parts
+    a program uses: ``helpers()`` (the ``@triton.jit`` functions, ``pow(x, y, d_ptr, e_ptr)`` in float64),
+    ``tables(device)`` and ``prepare(device)`` (each function checked against the C library on the device)."""
     import importlib
     import importlib.util
 
     if importlib.util.find_spec(f"{__package__}.libm") is None:
         return None
-    return getattr(importlib.import_module(f"{__package__}.libm"), "pow", None)
+    module = importlib.import_module(f"{__package__}.libm")
+    if not all(callable(getattr(module, name, None)) for name in ("helpers", "tables", "prepare", "available")) \
+            or "pow" not in getattr(module, "FUNCTIONS", {}):
+        return None
+    return module
 
 
-def missing(program: Any) -> Optional[str]:
+def _libm_pow() -> Optional[Any]:
+    """The device ``pow`` with glibc's double bits, when ``kernels/triton/libm.py`` gives it here."""
+    module = _libm()
+    return module if module is not None and module.available() else None
+
+
+def missing(program: Any, device: Optional[torch.device] = None) -> Optional[str]:
     """What the device lacks to give ``program`` (an ``engine.step_recipes.Program``) the host's bits, by name,
-    or None: float32 ``pow`` needs glibc's powf tables, float64 ``pow`` glibc's ``pow`` as a device function."""
+    or None: float32 ``pow`` needs glibc's powf tables, float64 ``pow`` glibc's ``pow`` as a device function
+    (given ``device``: checked there against the C library, outside a capture: ``libm.prepare``)."""
     for op, dtype in sorted(program.needs()):
         if op == "pow" and dtype == "float32" and not available():
             return "powf needs the C library's tables on the device (glibc's not found here)"
-        if op == "pow" and dtype == "float64" and _libm_pow() is None:
-            return ("float64 pow needs the C library's double pow as a device function (kernels/triton/libm.py "
-                    "`pow`), not there yet")
+        if op == "pow" and dtype == "float64":
+            module = _libm_pow()
+            if module is None:
+                return ("float64 pow needs the C library's double pow as a device function (kernels/triton/"
+                        "libm.py `pow`), not there yet")
+            if device is not None and not module.prepare(device).get("pow"):
+                return "float64 pow: the device's does not give this C library's bits here (libm.verify)"
     return None
 
 
 def source(program: Any, name: str = "advance_program") -> str:
     """The Triton source of ``program``'s kernel: the step count plus one, then each instruction, then each
     output stored at its position of the vector."""
-    lines = [f"def {name}(count_ptr, in_ptr, vec_ptr, d_ptr, e_ptr):",
+    lines = [f"def {name}(count_ptr, in_ptr, vec_ptr, d_ptr, e_ptr, ld_ptr, le_ptr):",
              "    t = tl.load(count_ptr) + 1",
              "    tl.store(count_ptr, t)"]
     for k, (op, dtype, operands) in enumerate(program.code):
@@ -250,9 +267,8 @@ def _program_kernel(program: Any) -> Any:
         filename = f"<slotopt.kernels.triton step scalars {name}>"
         linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
         namespace = dict(globals())
-        pow64 = _libm_pow()
-        if pow64 is not None:
-            namespace["_pow64"] = pow64
+        if ("pow", "float64") in program.needs():
+            namespace.update(_libm().helpers())  # (missing() said it is there)
         exec(compile(text, filename, "exec"), namespace)  # noqa: S102 (our own source)
         kernel = _programs[key] = triton.jit(namespace[name])
     return kernel
@@ -260,20 +276,25 @@ def _program_kernel(program: Any) -> Any:
 
 class Scalars:
     """One group's device inputs for a program: ``count`` (int64, the step count of its last step), ``inputs``
-    (float64: the program's constants, exact for float32 ones) and glibc's tables, all made before any capture."""
+    (float64: the program's constants, exact for float32 ones) and the tables its ``pow`` reads (glibc's powf
+    tables; for float64 ``pow``, libm.py's), all made before any capture."""
 
-    def __init__(self, device: torch.device, count: int, inputs: Any) -> None:
+    def __init__(self, device: torch.device, count: int, inputs: Any, program: Any = None) -> None:
         self.count = torch.tensor([count], dtype=torch.int64, device=device)
         self.inputs = torch.tensor([float(v) for v in inputs] or [0.0], dtype=torch.float64, device=device)
         self.tables = _tables(device) if available() else (self.inputs, self.count)  # (read by powf only)
+        self.libm_tables = (self.inputs, self.count)  # (read by float64 pow only)
+        if program is not None and ("pow", "float64") in program.needs():
+            held = _libm().tables(device)
+            assert held is not None  # (missing() checked them on this device)
+            self.libm_tables = held
 
 
 def run(program: Any, scalars: Scalars, vector: torch.Tensor) -> Any:
     """One launch of ``program``'s kernel: the count plus one, its outputs written into ``vector`` (the rule's
     scalar vector on the device). Returns the launch's (kernel, grid, arguments, options), for the record."""
     kernel = _program_kernel(program)
-    d, e = scalars.tables
-    arguments = (scalars.count, scalars.inputs, vector, d, e)
+    arguments = (scalars.count, scalars.inputs, vector, *scalars.tables, *scalars.libm_tables)
     options = {"enable_fp_fusion": False}
     kernel[(1,)](*arguments, **options)
     return kernel, (1,), arguments, options
