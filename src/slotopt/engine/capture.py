@@ -24,14 +24,15 @@ So a capturable step never gives other bits than the host path. The tensors are 
 step, outside any capture (torch's warm-up steps): a capture with none made yet is refused.
 
 Capturable here (:func:`capturable_classes`, derived from the registry: the classes that name their rules,
-``_capture_rules``): Keras 3 ``Adam``, ``AdamW``, ``Adamax``, ``SGD`` (with or without momentum), ``RMSprop``,
+``_capture_rules``): Keras 3 ``Adam``, ``AdamW``, ``Adamax``, ``Nadam`` (its ``u_product`` set on the device by a
+program of its own, :func:`device_state`, and read there), ``SGD`` (with or without momentum), ``RMSprop``,
 ``Adagrad``, ``Adadelta``, ``Lion``; tf.keras ``slotopt.legacy`` ``Adam``, ``SGD``, ``RMSprop``, ``Adagrad``
 (with ``decay``); TF1 ``slotopt.v1`` ``GradientDescentOptimizer``, ``MomentumOptimizer``, ``RMSPropOptimizer``,
 ``AdagradOptimizer``. float32 and float64 variables on a CUDA device (CPU tensors under ``TRITON_INTERPRET=1``:
 how the tests prove it), a learning rate that is a number or (Keras 3) ``ExponentialDecay``,
 ``InverseTimeDecay``, ``PiecewiseConstantDecay`` or ``PolynomialDecay`` without ``cycle`` (staircase or not),
-with ``weight_decay``. Anything else is refused by name (:func:`refusal`): another class (Keras 3 ``Nadam``, whose
-``u_product`` is read on the host; TF1 ``AdamOptimizer``, whose beta powers are; Ftrl, Lamb, Adafactor, ...), a
+with ``weight_decay``. Anything else is refused by name (:func:`refusal`): another class (TF1 ``AdamOptimizer``,
+whose beta powers are read on the host; Ftrl, Lamb, Adafactor, tf.keras Nadam, Adamax, ...), a
 subclass, another schedule (``CosineDecay``: no device ``cosf`` yet; a tf.keras schedule) or a callable,
 clipping, ``use_ema``, ``loss_scale_factor``, gradient accumulation, ``maximize``, an overridden
 ``update_step``, another dtype. A float64 group whose scalars need ``pow`` (float64 Adam, Adamax, a float64
@@ -54,7 +55,7 @@ from ..numerics.device import NotCapturable
 from . import step_recipes
 
 __all__ = ["CaptureRefused", "refusal", "check", "capturing", "refused", "step", "device_step",
-           "capturable_classes"]
+           "capturable_classes", "device_state", "active"]
 
 
 class CaptureRefused(RuntimeError):
@@ -235,6 +236,7 @@ class _Group:
             ("its constant hyperparameters",
              [_bits(c, self.dtype) for c in constants] == [_bits(c, self.dtype) for c in self.constants]),
             ("the form of its per-step scalars", program.key == self.program.key),
+            ("the state tensor its per-step scalars read", _address(program.extra) == _address(self.program.extra)),
             ("the constants of its per-step scalars",
              [_bits(c, torch.float64) for c in program.inputs] == [_bits(c, torch.float64)
                                                                   for c in self.program.inputs]),
@@ -333,6 +335,60 @@ class _Launcher:
             group.t -= 1
             return f"the Triton kernel of {rule!r} does not take this group"
         return None
+
+
+def _address(tensor: Optional[torch.Tensor]) -> Optional[int]:
+    return None if tensor is None else int(tensor.data_ptr())
+
+
+def active(opt: Any) -> bool:
+    """Whether a capturable step of ``opt`` is running on this thread (its rules' launches on the device)."""
+    launcher = native.capturable_launcher(None)
+    native.capturable_launcher(launcher)
+    return isinstance(launcher, _Launcher) and launcher.opt is opt
+
+
+def device_state(opt: Any, tensor: torch.Tensor, t: int, value: float, recipe: step_recipes.Expr) -> bool:
+    """In a capturable step of ``opt`` on the device: ``tensor`` (a one-element state of the face, Nadam's
+    ``u_product``) set to ``recipe`` on the device, by a program of its own launched now (before the rules'
+    launches, which may read it: ``step_recipes.loaded``); True when done so (the face then does not write it
+    itself). Checked first as the rules' scalars are: ``recipe`` here at step ``t`` is ``value``, the host's; the
+    step count, the program's constants and form are the device's."""
+    launcher = native.capturable_launcher(None)
+    native.capturable_launcher(launcher)
+    if not isinstance(launcher, _Launcher) or launcher.opt is not opt or not _on_device(tensor) \
+            or tensor.numel() != 1 or tensor.dtype not in _DTYPES or not tensor.is_contiguous():
+        return False
+    from ..kernels import triton
+    from ..kernels.triton import step_scalars
+
+    program = step_recipes.program({0: recipe})
+    problem = step_scalars.missing(program, None if capturing() else tensor.device)
+    host = step_recipes.evaluate(recipe, t)
+    if problem is None and _bits(host, tensor.dtype) != _bits(value, tensor.dtype):
+        problem = f"the device's value ({host!r} at step {t}) is not the host path's ({value!r})"
+    key = ("state", _address(tensor), 1)
+    group = launcher.groups.get(key)
+    if problem is None:
+        if group is None:
+            if capturing():
+                problem = "no step wrote its state on the device before the capture (run warm-up steps first)"
+            else:
+                group = launcher.groups[key] = _Group(tensor.device, tensor.dtype, [0.0], program, t)
+        else:
+            changed = group.changes([0.0], program, t)
+            if changed and capturing():
+                problem = f"{' and '.join(changed)} changed on the host since the last step"
+            elif changed:
+                group.write([0.0], program, t)
+            group.t = t
+    if problem is not None:
+        if capturing():
+            raise CaptureRefused(f"A step of {_name(opt)} cannot be captured in a CUDA graph: its state: "
+                                 f"{problem}. Run the step outside `torch.cuda.graph`.")
+        return False
+    triton.note_launch(*step_scalars.run(group.program, group.scalars, tensor))
+    return True
 
 
 def first_address(lists: Sequence[Any]) -> int:

@@ -30,7 +30,7 @@ import torch
 
 from .. import numerics
 
-__all__ = ["Expr", "step", "const", "sqrt", "pow", "floor", "cast", "minimum", "less_equal", "greater", "evaluate",
+__all__ = ["Expr", "step", "const", "loaded", "sqrt", "pow", "floor", "cast", "minimum", "less_equal", "greater", "evaluate",
            "program", "Program",
            "depends_on_step", "scalars_of", "adam_alpha"]
 
@@ -100,6 +100,14 @@ def const(value: Number, dtype: torch.dtype) -> Expr:
     return Expr("const", dtype, (float(_NP[dtype](value)),))
 
 
+def loaded(tensor: torch.Tensor, value: Number, dtype: torch.dtype) -> Expr:
+    """The value of a one-element device ``tensor`` (a face's state: Nadam's ``u_product``), read on the device
+    when the program runs; ``value``: what the host knows it holds then (its evaluation here). One such tensor
+    per program."""
+    dtype = _dtype(dtype)
+    return Expr("load", dtype, (float(_NP[dtype](value)), tensor))
+
+
 def sqrt(x: Expr) -> Expr:
     """The correctly rounded square root."""
     return Expr("sqrt", x.dtype, (x,))
@@ -139,7 +147,8 @@ def cast(x: Expr, dtype: torch.dtype) -> Expr:
 
 def depends_on_step(x: Expr) -> bool:
     """Whether ``x`` changes with the step count (else it is a constant of the configuration)."""
-    return x.op == "step" or (x.op != "const" and any(depends_on_step(a) for a in x.args))
+    return x.op in ("step", "load") or (x.op != "const" and any(
+        depends_on_step(a) for a in x.args if isinstance(a, Expr)))
 
 
 def _flushed(value: Any, dtype: torch.dtype) -> Any:
@@ -159,7 +168,7 @@ def _evaluate(x: Expr, t: int, memo: dict[int, Any]) -> Any:
     if known is not None:
         return known
     kind = _NP[x.dtype]
-    if x.op == "const":
+    if x.op in ("const", "load"):
         value = kind(x.args[0])
     elif x.op == "step":
         value = kind(t + x.args[0])
@@ -206,6 +215,8 @@ class Program:
     code: tuple[tuple[str, str, tuple[int, ...]], ...]
     outputs: tuple[tuple[int, int], ...]
     inputs: tuple[float, ...]
+    #: The tensor its ``load`` reads (None: none).
+    extra: Optional[torch.Tensor] = None
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -221,10 +232,20 @@ def program(entries: Mapping[int, Expr]) -> Program:
     code: list[tuple[str, str, tuple[int, ...]]] = []
     inputs: list[float] = []
     seen: dict[Any, int] = {}
+    extra: list[torch.Tensor] = []
 
     def lower(x: Expr) -> int:
+        if x.op == "load":
+            if extra and extra[0] is not x.args[1]:
+                raise ValueError("a program reads one state tensor")
+            extra[:] = [x.args[1]]
+            key: Any = ("load", x.dtype)
+            if key not in seen:
+                code.append(("load", _NAMES[x.dtype], ()))
+                seen[key] = len(code) - 1
+            return seen[key]
         if x.op == "const":
-            key: Any = ("const", x.dtype, x.args[0] if not math.isnan(x.args[0]) else "nan")
+            key = ("const", x.dtype, x.args[0] if not math.isnan(x.args[0]) else "nan")
             if key not in seen:
                 inputs.append(x.args[0])
                 code.append(("input", _NAMES[x.dtype], (len(inputs) - 1,)))
@@ -244,7 +265,7 @@ def program(entries: Mapping[int, Expr]) -> Program:
         return seen[key]
 
     outputs = tuple((position, lower(x)) for position, x in sorted(entries.items()))
-    return Program(tuple(code), outputs, tuple(inputs))
+    return Program(tuple(code), outputs, tuple(inputs), extra[0] if extra else None)
 
 
 #: The entries that hold the step's learning rate as it is, by name, in every rule that has them (``flag``: read

@@ -234,7 +234,7 @@ def missing(program: Any, device: Optional[torch.device] = None) -> Optional[str
 def source(program: Any, name: str = "advance_program") -> str:
     """The Triton source of ``program``'s kernel: the step count plus one, then each instruction, then each
     output stored at its position of the vector."""
-    lines = [f"def {name}(count_ptr, in_ptr, vec_ptr, d_ptr, e_ptr, ld_ptr, le_ptr):",
+    lines = [f"def {name}(count_ptr, in_ptr, vec_ptr, d_ptr, e_ptr, ld_ptr, le_ptr, x_ptr):",
              "    t = tl.load(count_ptr) + 1",
              "    tl.store(count_ptr, t)"]
     for k, (op, dtype, operands) in enumerate(program.code):
@@ -243,6 +243,8 @@ def source(program: Any, name: str = "advance_program") -> str:
             lines.append(f"    r{k} = tl.load(in_ptr + {operands[0]}).to({_TYPES[dtype]})")
         elif op == "step":
             lines.append(f"    r{k} = (t + {operands[0]}).to({_TYPES[dtype]})")
+        elif op == "load":  # (every load before the first store: the state tensor may be the output too)
+            lines.append(f"    r{k} = tl.load(x_ptr).to({_TYPES[dtype]})")
         else:
             code = _OPS[op][form]
             if code is None:
@@ -294,7 +296,8 @@ def run(program: Any, scalars: Scalars, vector: torch.Tensor) -> Any:
     """One launch of ``program``'s kernel: the count plus one, its outputs written into ``vector`` (the rule's
     scalar vector on the device). Returns the launch's (kernel, grid, arguments, options), for the record."""
     kernel = _program_kernel(program)
-    arguments = (scalars.count, scalars.inputs, vector, *scalars.tables, *scalars.libm_tables)
+    extra = program.extra if program.extra is not None else scalars.inputs  # (read by a load only)
+    arguments = (scalars.count, scalars.inputs, vector, *scalars.tables, *scalars.libm_tables, extra)
     options = {"enable_fp_fusion": False}
     kernel[(1,)](*arguments, **options)
     return kernel, (1,), arguments, options
