@@ -8,10 +8,9 @@ import torch
 from torch.autograd.graph import increment_version as _increment_version
 
 from .. import numerics
-from ..engine import capture
+from ..engine import capture, registry
 from ..engine import constants as K
 from ..engine import step_recipes as R
-from ..engine import registry
 from ..kernels import adam as kernels
 from ..kernels import rows as sparse_rows
 from .adam import MomentOptimizer, square_terms
