@@ -69,6 +69,10 @@ CASES = {
     "sgd-momentum-f64": (slotopt.SGD, {"learning_rate": 0.1, "momentum": 0.9, **F64}),
     "legacy-rmsprop-f64": (slotopt.legacy.RMSprop, {"learning_rate": 0.01, "decay": 0.1, **F64}),
     "v1-adagrad-f64": (slotopt.v1.AdagradOptimizer, {"learning_rate": 0.1, **F64}),
+    # maximize: the negated gradients by a device kernel recorded with the step
+    "adam-maximize": (slotopt.Adam, {"learning_rate": 0.01, "maximize": True}),
+    "legacy-sgd-maximize": (slotopt.legacy.SGD, {"learning_rate": 0.1, "momentum": 0.5, "maximize": True}),
+    "v1-rmsprop-maximize": (slotopt.v1.RMSPropOptimizer, {"learning_rate": 0.01, "maximize": True}),
     # schedules computed on the device
     "adam-exponential": (slotopt.Adam, {"learning_rate": S.ExponentialDecay(0.01, 3, 0.5)}),
     "sgd-exponential-staircase": (slotopt.SGD, {"learning_rate": S.ExponentialDecay(0.1, 2, 0.7, staircase=True)}),
@@ -310,7 +314,7 @@ def test_refusals_name_the_class_the_option_or_the_dtype():
     assert "`clipnorm=1.0`" in _refusal(slotopt.Adam, clipnorm=1.0)
     assert "`use_ema=True`" in _refusal(slotopt.SGD, use_ema=True)
     assert "`gradient_accumulation_steps=2`" in _refusal(slotopt.RMSprop, gradient_accumulation_steps=2)
-    assert "`maximize=True`" in _refusal(slotopt.legacy.Adagrad, maximize=True)
+    assert _refusal(slotopt.legacy.Adagrad, maximize=True) is None
     assert "torch.float16 variable" in _refusal(slotopt.Adagrad, dtype=torch.float16)
     assert _refusal(slotopt.Adagrad, dtype=torch.float64) is None
     assert _refusal(slotopt.Adam, clipnorm=0.0) is None  # (a disabled clipping is no clipping)

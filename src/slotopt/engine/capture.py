@@ -31,10 +31,10 @@ program of its own, :func:`device_state`, and read there), ``SGD`` (with or with
 ``AdagradOptimizer``. float32 and float64 variables on a CUDA device (CPU tensors under ``TRITON_INTERPRET=1``:
 how the tests prove it), a learning rate that is a number or (Keras 3) ``ExponentialDecay``,
 ``InverseTimeDecay``, ``PiecewiseConstantDecay`` or ``PolynomialDecay`` without ``cycle`` (staircase or not),
-with ``weight_decay``. Anything else is refused by name (:func:`refusal`): another class (TF1 ``AdamOptimizer``,
+with ``weight_decay`` and ``maximize`` (the gradients negated by a device kernel, :func:`negated`). Anything else is refused by name (:func:`refusal`): another class (TF1 ``AdamOptimizer``,
 whose beta powers are read on the host; Ftrl, Lamb, Adafactor, tf.keras Nadam, Adamax, ...), a
 subclass, another schedule (``CosineDecay``: no device ``cosf`` yet; a tf.keras schedule) or a callable,
-clipping, ``use_ema``, ``loss_scale_factor``, gradient accumulation, ``maximize``, an overridden
+clipping, ``use_ema``, ``loss_scale_factor``, gradient accumulation, an overridden
 ``update_step``, another dtype. A float64 group whose scalars need ``pow`` (float64 Adam, Adamax, a float64
 schedule's decay) takes glibc's double ``pow`` from ``kernels/triton/libm.py`` (checked against the C library on
 the device first); where that is not there it takes the host path outside a capture and refuses one, naming it. On the CPU (without the interpreter) ``capturable`` changes nothing, as in torch.
@@ -55,7 +55,7 @@ from ..numerics.device import NotCapturable
 from . import step_recipes
 
 __all__ = ["CaptureRefused", "refusal", "check", "capturing", "refused", "step", "device_step",
-           "capturable_classes", "device_state", "active"]
+           "capturable_classes", "device_state", "active", "negated"]
 
 
 class CaptureRefused(RuntimeError):
@@ -88,8 +88,7 @@ _OPTIONS = (("clipnorm", "clipping computes a norm on the host's terms"),
             ("clipvalue", "clipping is not capturable yet"),
             ("use_ema", "the moving average's schedule is decided on the host"),
             ("loss_scale_factor", "unscaling is not capturable yet"),
-            ("gradient_accumulation_steps", "accumulation decides on the host which steps update"),
-            ("maximize", "the negated gradients are not capturable yet"))
+            ("gradient_accumulation_steps", "accumulation decides on the host which steps update"))
 #: The variables' dtypes whose per-step scalars the device computes (``engine/step_recipes.py``).
 _DTYPES = (torch.float32, torch.float64)
 
@@ -389,6 +388,23 @@ def device_state(opt: Any, tensor: torch.Tensor, t: int, value: float, recipe: s
         return False
     triton.note_launch(*step_scalars.run(group.program, group.scalars, tensor))
     return True
+
+
+def negated(opt: Any, grads: Sequence[Any]) -> Optional[list[Any]]:
+    """``maximize=True`` in a capturable step on the device: the negated gradients by a device kernel whose
+    launches are recorded with the step's (exact: the bits of torch's ``_foreach_neg``); None elsewhere."""
+    if not active(opt) or not grads or not all(isinstance(g, torch.Tensor) and _on_device(g) for g in grads):
+        return None
+    from ..kernels import triton
+    from ..kernels.triton import step_scalars
+
+    done = step_scalars.negated(grads)
+    if done is None:
+        return None
+    out, launches = done
+    for launch in launches:
+        triton.note_launch(*launch)
+    return out
 
 
 def first_address(lists: Sequence[Any]) -> int:

@@ -301,3 +301,39 @@ def run(program: Any, scalars: Scalars, vector: torch.Tensor) -> Any:
     options = {"enable_fp_fusion": False}
     kernel[(1,)](*arguments, **options)
     return kernel, (1,), arguments, options
+
+
+# ------------------------------------------------------------------ a capturable step's negated gradients
+def _negate_kernel() -> Any:
+    kernel = _programs.get(("negate", os.environ.get("TRITON_INTERPRET", "0")))
+    if kernel is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def negate(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < n
+            tl.store(out_ptr + offs, -tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+        kernel = _programs[("negate", os.environ.get("TRITON_INTERPRET", "0"))] = negate
+    return kernel
+
+
+def negated(tensors: Any) -> Optional[list[Any]]:
+    """``-g`` of each tensor (contiguous float32/float64 on a Triton device), new tensors, one launch each
+    (negation is exact: torch's ``_foreach_neg``'s bits); with each launch's record. None where one does not
+    apply (torch's op then)."""
+    if not all(isinstance(t, torch.Tensor) and t.dtype in (torch.float32, torch.float64) and t.is_contiguous()
+               and not t.is_sparse for t in tensors):
+        return None
+    kernel, out, launches = _negate_kernel(), [], []
+    for t in tensors:
+        o = torch.empty_like(t)
+        if t.numel():
+            grid = (-(-t.numel() // _BLOCK),)
+            arguments, options = (t, o, t.numel()), {"BLOCK": _BLOCK}
+            kernel[grid](*arguments, **options)
+            launches.append((kernel, grid, arguments, options))
+        out.append(o)
+    return [out, launches]
