@@ -61,10 +61,19 @@ CASES = {
     "legacy-rmsprop-momentum": (slotopt.legacy.RMSprop, {"learning_rate": 0.01, "momentum": 0.5}),
     "legacy-rmsprop-centered": (slotopt.legacy.RMSprop, {"learning_rate": 0.01, "centered": True}),
     "legacy-adagrad": (slotopt.legacy.Adagrad, {"learning_rate": 0.1}),
+    "legacy-adamax": (slotopt.legacy.Adamax, {"learning_rate": 0.01}),
+    "legacy-adadelta-decay": (slotopt.legacy.Adadelta, {"learning_rate": 0.5, "decay": 0.2}),
+    "legacy-sgd-exponential": (slotopt.legacy.SGD, {"learning_rate": S.ExponentialDecay(0.1, 2, 0.7)}),
     "v1-sgd": (slotopt.v1.GradientDescentOptimizer, {"learning_rate": 0.1}),
     "v1-momentum": (slotopt.v1.MomentumOptimizer, {"learning_rate": 0.1, "momentum": 0.9, "use_nesterov": True}),
     "v1-rmsprop": (slotopt.v1.RMSPropOptimizer, {"learning_rate": 0.01, "centered": True}),
     "v1-adagrad": (slotopt.v1.AdagradOptimizer, {"learning_rate": 0.1}),
+    "v1-adadelta": (slotopt.v1.AdadeltaOptimizer, {"learning_rate": 0.5}),
+    "v1-proximal-sgd": (slotopt.v1.ProximalGradientDescentOptimizer, {"learning_rate": 0.1,
+                                                                      "l1_regularization_strength": 0.01,
+                                                                      "l2_regularization_strength": 0.1}),
+    "v1-proximal-adagrad": (slotopt.v1.ProximalAdagradOptimizer, {"learning_rate": 0.1,
+                                                                  "l1_regularization_strength": 0.01}),
     # float64 (no pow on the device's float64 yet: the rate-only rules)
     "sgd-momentum-f64": (slotopt.SGD, {"learning_rate": 0.1, "momentum": 0.9, **F64}),
     "legacy-rmsprop-f64": (slotopt.legacy.RMSprop, {"learning_rate": 0.01, "decay": 0.1, **F64}),
@@ -295,6 +304,7 @@ def test_refusals_name_the_class_the_option_or_the_dtype():
     assert _refusal(slotopt.Lamb).startswith("slotopt.Lamb: its step computes")
     assert _refusal(slotopt.Nadam) is None
     assert _refusal(slotopt.legacy.Nadam).startswith("slotopt.legacy.Nadam: its step computes")
+    assert _refusal(slotopt.legacy.Ftrl).startswith("slotopt.legacy.Ftrl: its step computes")
     assert "`beta1_power`/`beta2_power`" in _refusal(slotopt.v1.AdamOptimizer)
     assert "slotopt.legacy.Adam" in capture.CAPTURABLE and "slotopt.v1.AdamOptimizer" not in capture.CAPTURABLE
 
@@ -310,7 +320,7 @@ def test_refusals_name_the_class_the_option_or_the_dtype():
 
     assert "`learning_rate=Halved`" in _refusal(slotopt.SGD, learning_rate=Halved(0.1, 10, 0.5))
     assert "`learning_rate=function`" in _refusal(slotopt.SGD, learning_rate=lambda: 0.1)
-    assert "`learning_rate=ExponentialDecay`" in _refusal(slotopt.legacy.SGD, S.ExponentialDecay(0.1, 10, 0.9))
+    assert "`learning_rate=CosineDecay`" in _refusal(slotopt.legacy.SGD, S.CosineDecay(0.1, 10))
     assert "`clipnorm=1.0`" in _refusal(slotopt.Adam, clipnorm=1.0)
     assert "`use_ema=True`" in _refusal(slotopt.SGD, use_ema=True)
     assert "`gradient_accumulation_steps=2`" in _refusal(slotopt.RMSprop, gradient_accumulation_steps=2)

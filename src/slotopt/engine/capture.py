@@ -26,14 +26,15 @@ step, outside any capture (torch's warm-up steps): a capture with none made yet 
 Capturable here (:func:`capturable_classes`, derived from the registry: the classes that name their rules,
 ``_capture_rules``): Keras 3 ``Adam``, ``AdamW``, ``Adamax``, ``Nadam`` (its ``u_product`` set on the device by a
 program of its own, :func:`device_state`, and read there), ``SGD`` (with or without momentum), ``RMSprop``,
-``Adagrad``, ``Adadelta``, ``Lion``; tf.keras ``slotopt.legacy`` ``Adam``, ``SGD``, ``RMSprop``, ``Adagrad``
-(with ``decay``); TF1 ``slotopt.v1`` ``GradientDescentOptimizer``, ``MomentumOptimizer``, ``RMSPropOptimizer``,
-``AdagradOptimizer``. float32 and float64 variables on a CUDA device (CPU tensors under ``TRITON_INTERPRET=1``:
-how the tests prove it), a learning rate that is a number or (Keras 3) ``ExponentialDecay``,
+``Adagrad``, ``Adadelta``, ``Lion``; tf.keras ``slotopt.legacy`` ``Adam``, ``Adamax``, ``SGD``, ``RMSprop``,
+``Adagrad``, ``Adadelta`` (with ``decay``); TF1 ``slotopt.v1`` ``GradientDescentOptimizer``,
+``MomentumOptimizer``, ``RMSPropOptimizer``, ``AdagradOptimizer``, ``AdadeltaOptimizer``,
+``ProximalGradientDescentOptimizer``, ``ProximalAdagradOptimizer``. float32 and float64 variables on a CUDA device (CPU tensors under ``TRITON_INTERPRET=1``:
+how the tests prove it), a learning rate that is a number or (Keras 3 and tf.keras) ``ExponentialDecay``,
 ``InverseTimeDecay``, ``PiecewiseConstantDecay`` or ``PolynomialDecay`` without ``cycle`` (staircase or not),
 with ``weight_decay`` and ``maximize`` (the gradients negated by a device kernel, :func:`negated`). Anything else is refused by name (:func:`refusal`): another class (TF1 ``AdamOptimizer``,
-whose beta powers are read on the host; Ftrl, Lamb, Adafactor, tf.keras Nadam, Adamax, ...), a
-subclass, another schedule (``CosineDecay``: no device ``cosf`` yet; a tf.keras schedule) or a callable,
+whose beta powers are read on the host; Ftrl, Lamb, Adafactor, tf.keras Nadam and Ftrl, ...), a
+subclass, another schedule (``CosineDecay``: no device ``cosf`` yet) or a callable,
 clipping, ``use_ema``, ``loss_scale_factor``, gradient accumulation, an overridden
 ``update_step``, another dtype. A float64 group whose scalars need ``pow`` (float64 Adam, Adamax, a float64
 schedule's decay) takes glibc's double ``pow`` from ``kernels/triton/libm.py`` (checked against the C library on

@@ -123,6 +123,8 @@ class Adadelta(Optimizer):
         '0.999684'
     """
 
+    _capture_rules = ("apply_adadelta",)  # capturable: the rate its only per-step scalar
+
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
 
     _HAS_AGGREGATE_GRAD = True

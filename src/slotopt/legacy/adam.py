@@ -160,6 +160,15 @@ class Adamax(_AdamBase):
         0.5
     """
 
+    _capture_rules = ("adamax",)
+
+    def _capture_terms(self, rule, dtype, t, lr):
+        """A capturable step's scaled rate on the device: the dense update's ``lr_t / (1 - beta_1**t)``."""
+        if rule != "adamax":
+            return super()._capture_terms(rule, dtype, t, lr)
+        beta_1 = R.const(float(self._get_hyper("beta_1", dtype)), dtype)
+        return {"lr": R.const(0.0, dtype), "scaled_lr": lr / (1 - R.pow(beta_1, t))}
+
     _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN}  # beta_2 = 1 keeps the running maximum
 
     def __init__(self, learning_rate: Hyperparameter = 0.001, beta_1: Hyperparameter = 0.9,

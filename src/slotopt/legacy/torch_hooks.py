@@ -112,17 +112,28 @@ def _capture_count(self) -> int:
 
 
 def _capture_rate(self, dtype: torch.dtype) -> Any:
-    """``_decayed_lr`` as a recipe: the rate cast to ``dtype``, divided by ``1 + decay * iterations``."""
+    """``_decayed_lr`` as a recipe: the rate (a schedule's at ``iterations``) cast to ``dtype``, divided by
+    ``1 + decay * iterations``."""
     from ..engine import step_recipes as R
     from .hyperparameters import as_scalar
 
-    lr = R.const(float(self._get_hyper("learning_rate", dtype)), dtype)
+    value = self._hyper.get("learning_rate")
+    if isinstance(value, schedules_module.LearningRateSchedule):  # at ``float(iterations)``, then cast
+        lr = R.cast(value._capture_recipe(lambda d: R.step(d, -1)), dtype)
+    else:
+        lr = R.const(float(self._get_hyper("learning_rate", dtype)), dtype)
     if self._initial_decay > 0.0:
         lr = lr / (1.0 + R.const(float(as_scalar(self._initial_decay, dtype)), dtype) * R.step(dtype, -1))
     return lr
 
 
 def _capture_learning_rate_refusal(self) -> Any:
+    from ..engine import step_recipes as R
+
+    value = self._hyper.get("learning_rate")
+    if isinstance(value, schedules_module.LearningRateSchedule) \
+            and value._capture_recipe(lambda d: R.step(d, -1)) is not None:
+        return None  # (a schedule with a device form: computed on the device at each step)
     if self._lr_is_driven():
         return (f"`learning_rate={type(self._hyper.get('learning_rate')).__name__}` is evaluated on the host at "
                 "each step (a number's steps can be captured)")

@@ -73,6 +73,8 @@ class ProximalAdagradOptimizer(BuiltinOptimizer):
         [0.75]
     """
 
+    _capture_rules = ("apply_proximal_adagrad",)  # capturable: no per-step scalar
+
     _callable_hypers = False
     _supported_dtypes = (torch.float32, torch.float64)
     _kernel_slots = ("accumulator",)

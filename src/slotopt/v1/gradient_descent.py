@@ -76,6 +76,8 @@ class ProximalGradientDescentOptimizer(BuiltinOptimizer):
         [0.5, -0.25]
     """
 
+    _capture_rules = ("proximal_gradient_descent",)  # capturable: no per-step scalar
+
     _callable_hypers = False
     _supported_dtypes = (torch.float32, torch.float64)
 
