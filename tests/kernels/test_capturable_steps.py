@@ -68,6 +68,7 @@ CASES = {
     "v1-momentum": (slotopt.v1.MomentumOptimizer, {"learning_rate": 0.1, "momentum": 0.9, "use_nesterov": True}),
     "v1-rmsprop": (slotopt.v1.RMSPropOptimizer, {"learning_rate": 0.01, "centered": True}),
     "v1-adagrad": (slotopt.v1.AdagradOptimizer, {"learning_rate": 0.1}),
+    "v1-adam": (slotopt.v1.AdamOptimizer, {"learning_rate": 0.01}),
     "v1-adadelta": (slotopt.v1.AdadeltaOptimizer, {"learning_rate": 0.5}),
     "v1-proximal-sgd": (slotopt.v1.ProximalGradientDescentOptimizer, {"learning_rate": 0.1,
                                                                       "l1_regularization_strength": 0.01,
@@ -151,6 +152,22 @@ def test_each_program_s_device_bits_are_the_host_s_evaluation(k):
             assert struct.pack(fmt, device) == struct.pack(fmt, host) or (host != host and device != device), \
                 (position, t, device, host)
     assert vector[7] == 7.0  # an entry not in the program is left alone
+
+
+def test_a_program_s_state_advances_on_the_device_as_on_the_host():
+    """A state slot (TF1's beta powers): read, then written with its next value, step after step, with the bits
+    of the host's running product."""
+    f32 = torch.float32
+    host = K.cast(0.9, f32)
+    slot = R.state(0, host, f32)
+    program = R.program({1: 1 - slot}, {0: slot * R.const(K.cast(0.9, f32), f32)})
+    scalars = step_scalars.Scalars(torch.device("cpu"), 0, program.inputs, program, [host])
+    vector = torch.zeros(2)
+    for t in range(1, 30):
+        step_scalars.run(program, scalars, vector)
+        expected = K.evaluate(lambda p: 1 - p, f32, host)
+        host = K.evaluate(lambda p, b: p * b, f32, host, K.cast(0.9, f32))
+        assert _bits([vector[1], scalars.state[0]]) == _bits([expected, host]), t
 
 
 def test_recipes_are_the_faces_host_arithmetic():
@@ -305,8 +322,9 @@ def test_refusals_name_the_class_the_option_or_the_dtype():
     assert _refusal(slotopt.Nadam) is None
     assert _refusal(slotopt.legacy.Nadam).startswith("slotopt.legacy.Nadam: its step computes")
     assert _refusal(slotopt.legacy.Ftrl).startswith("slotopt.legacy.Ftrl: its step computes")
-    assert "`beta1_power`/`beta2_power`" in _refusal(slotopt.v1.AdamOptimizer)
-    assert "slotopt.legacy.Adam" in capture.CAPTURABLE and "slotopt.v1.AdamOptimizer" not in capture.CAPTURABLE
+    assert _refusal(slotopt.v1.AdamOptimizer) is None
+    assert _refusal(slotopt.v1.FtrlOptimizer, 0.1).startswith("slotopt.v1.FtrlOptimizer: its step computes")
+    assert "slotopt.legacy.Adam" in capture.CAPTURABLE and "slotopt.v1.AdagradDAOptimizer" not in capture.CAPTURABLE
 
     class Custom(slotopt.SGD):  # (a subclass is its own class: its step is not the face's)
         pass
@@ -414,7 +432,7 @@ def test_the_step_scalar_kernels_compile_for_a_hopper_gpu_without_contraction(mo
     program = R.program({0: R.adam_alpha(R.const(3e-4, f32), 0.9, 0.999, t), 1: R.floor(t / 3.0)})
     kernel = step_scalars._program_kernel(program)
     signature = {"count_ptr": "*i64", "in_ptr": "*fp64", "vec_ptr": "*fp32", "d_ptr": "*fp64", "e_ptr": "*i64",
-                 "ld_ptr": "*fp64", "le_ptr": "*i64", "x_ptr": "*fp32"}
+                 "ld_ptr": "*fp64", "le_ptr": "*i64", "x_ptr": "*fp32", "st_ptr": "*fp64"}
     compiled = triton.compile(ASTSource(kernel, signature), target=GPUTarget("cuda", 90, 32),
                               options={"enable_fp_fusion": False})
     ptx = compiled.asm["ptx"]

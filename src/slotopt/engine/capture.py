@@ -24,22 +24,28 @@ So a capturable step never gives other bits than the host path. The tensors are 
 step, outside any capture (torch's warm-up steps): a capture with none made yet is refused.
 
 Capturable here (:func:`capturable_classes`, derived from the registry: the classes that name their rules,
-``_capture_rules``): Keras 3 ``Adam``, ``AdamW``, ``Adamax``, ``Nadam`` (its ``u_product`` set on the device by a
-program of its own, :func:`device_state`, and read there), ``SGD`` (with or without momentum), ``RMSprop``,
+``_capture_rules``): Keras 3 ``Adam``, ``AdamW``, ``Adamax``, ``Nadam`` (its ``u_product`` set on the device by
+a program of its own, :func:`device_state`, and read there), ``SGD`` (with or without momentum), ``RMSprop``,
 ``Adagrad``, ``Adadelta``, ``Lion``; tf.keras ``slotopt.legacy`` ``Adam``, ``Adamax``, ``SGD``, ``RMSprop``,
 ``Adagrad``, ``Adadelta`` (with ``decay``); TF1 ``slotopt.v1`` ``GradientDescentOptimizer``,
 ``MomentumOptimizer``, ``RMSPropOptimizer``, ``AdagradOptimizer``, ``AdadeltaOptimizer``,
-``ProximalGradientDescentOptimizer``, ``ProximalAdagradOptimizer``. float32 and float64 variables on a CUDA device (CPU tensors under ``TRITON_INTERPRET=1``:
-how the tests prove it), a learning rate that is a number or (Keras 3 and tf.keras) ``ExponentialDecay``,
+``ProximalGradientDescentOptimizer``, ``ProximalAdagradOptimizer`` and ``AdamOptimizer`` (its beta powers, host
+variables, copied into the group's device state, ``step_recipes.state``, and advanced there as ``_finish``
+advances them). float32 and float64 variables on a CUDA device (CPU tensors under ``TRITON_INTERPRET=1``: how
+the tests prove it), a learning rate that is a number or (Keras 3 and tf.keras) ``ExponentialDecay``,
 ``InverseTimeDecay``, ``PiecewiseConstantDecay`` or ``PolynomialDecay`` without ``cycle`` (staircase or not),
-with ``weight_decay`` and ``maximize`` (the gradients negated by a device kernel, :func:`negated`). Anything else is refused by name (:func:`refusal`): another class (TF1 ``AdamOptimizer``,
-whose beta powers are read on the host; Ftrl, Lamb, Adafactor, tf.keras Nadam and Ftrl, ...), a
-subclass, another schedule (``CosineDecay``: no device ``cosf`` yet) or a callable,
-clipping, ``use_ema``, ``loss_scale_factor``, gradient accumulation, an overridden
-``update_step``, another dtype. A float64 group whose scalars need ``pow`` (float64 Adam, Adamax, a float64
-schedule's decay) takes glibc's double ``pow`` from ``kernels/triton/libm.py`` (checked against the C library on
-the device first); where that is not there it takes the host path outside a capture and refuses one, naming it. On the CPU (without the interpreter) ``capturable`` changes nothing, as in torch.
-``iterations`` counts the steps the host ran; after replays the device's count is ahead (:func:`device_step`).
+with ``weight_decay`` and ``maximize`` (the gradients negated by a device kernel, :func:`negated`).
+
+Anything else is refused by name (:func:`refusal`): another class (Ftrl, Lamb, Adafactor, Muon, tf.keras Nadam
+and Ftrl, TF1 Ftrl and AdagradDA, ...), a subclass of a capturable class or of a schedule, another schedule
+(``CosineDecay``: no device ``cosf`` yet; ``PolynomialDecay(cycle=True)``) or a callable, clipping, ``use_ema``,
+``loss_scale_factor``, gradient accumulation, an overridden ``update_step``, another dtype. A float64 group
+whose scalars need ``pow`` (float64 Adam, Adamax, a float64 schedule's decay) takes glibc's double ``pow`` from
+``kernels/triton/libm.py`` (checked against the C library on the device first); where that is not there it
+takes the host path outside a capture and refuses one, naming it. On the CPU (without the interpreter)
+``capturable`` changes nothing, as in torch. ``iterations`` counts the steps the host ran; after replays the
+device's count is ahead (:func:`device_step`), and the next uncaptured step writes the host's counts and state
+to the device again.
 """
 
 from __future__ import annotations
@@ -222,15 +228,15 @@ class _Group:
     entries by the group's program on the device) and the program's inputs and step count (``Scalars``)."""
 
     def __init__(self, device: torch.device, dtype: torch.dtype, constants: Sequence[float], program: Any,
-                 t: int) -> None:
+                 t: int, state: Sequence[float] = ()) -> None:
         from ..kernels.triton import step_scalars
 
         self.dtype = dtype
         self.vector = torch.tensor(list(constants), dtype=dtype, device=device)
-        self.scalars = step_scalars.Scalars(device, t - 1, program.inputs, program)
-        self.constants, self.program, self.t = list(constants), program, t
+        self.scalars = step_scalars.Scalars(device, t - 1, program.inputs, program, state)
+        self.constants, self.program, self.t, self.state = list(constants), program, t, list(state)
 
-    def changes(self, constants: Sequence[float], program: Any, t: int) -> list[str]:
+    def changes(self, constants: Sequence[float], program: Any, t: int, state: Sequence[float] = ()) -> list[str]:
         """What the host changed since the group's last step (empty: nothing)."""
         return [what for what, same in (
             ("its constant hyperparameters",
@@ -240,20 +246,25 @@ class _Group:
             ("the constants of its per-step scalars",
              [_bits(c, torch.float64) for c in program.inputs] == [_bits(c, torch.float64)
                                                                   for c in self.program.inputs]),
-            ("the step count", t == self.t + 1)) if not same]
+            ("the step count", t == self.t + 1),
+            ("its state (kept by the host)", [_bits(c, torch.float64) for c in state] == [
+                _bits(c, torch.float64) for c in self.state])) if not same]
 
-    def write(self, constants: Sequence[float], program: Any, t: int) -> None:
+    def write(self, constants: Sequence[float], program: Any, t: int, state: Sequence[float] = ()) -> None:
         """The host's changes written to the device (an uncaptured step: copies allowed)."""
         from ..kernels.triton import step_scalars
 
         self.vector.copy_(torch.tensor(list(constants), dtype=self.dtype))
-        if program.key != self.program.key or len(program.inputs) != len(self.program.inputs):
-            self.scalars = step_scalars.Scalars(self.vector.device, t - 1, program.inputs, program)
+        if program.key != self.program.key or len(program.inputs) != len(self.program.inputs) \
+                or len(state) != len(self.state):
+            self.scalars = step_scalars.Scalars(self.vector.device, t - 1, program.inputs, program, state)
         else:
             self.scalars.inputs.copy_(torch.tensor([float(v) for v in program.inputs] or [0.0],
                                                    dtype=torch.float64))
             self.scalars.count.fill_(t - 1)
-        self.constants, self.program = list(constants), program
+            if state:
+                self.scalars.state.copy_(torch.tensor([float(v) for v in state], dtype=torch.float64))
+        self.constants, self.program, self.state = list(constants), program, list(state)
 
 
 class _Launcher:
@@ -294,7 +305,7 @@ class _Launcher:
         recipe = self.opt._capture_scalars(rule, dtype, flags)
         if recipe is None:
             return f"its rule {rule!r} has no capturable form in {_name(self.opt)}"
-        t, named = recipe
+        t, named, updates = recipe
         key = (rule, first_address(lists), len(lists[0]))
         group = self.groups.get(key)
         if t is None:  # (a face whose scalars never read the step count: the group's own count)
@@ -310,7 +321,9 @@ class _Launcher:
                 return (f"the device's {entry!r} of {rule!r} ({host!r} at step {t}) is not the host path's "
                         f"({padded[at[entry]]!r})")
         per_step = {at[e]: x for e, x in named.items() if step_recipes.depends_on_step(x)}
-        program = step_recipes.program(per_step)
+        program = step_recipes.program(per_step, updates)
+        held = step_recipes.state_values([*named.values(), *updates.values()])
+        state = [held.get(k, 0.0) for k in range(program.slots)]  # (the host's, this step)
         problem = step_scalars.missing(program, None if capturing() else lists[0][0].device)
         if problem is not None:
             return f"a {dtype} group: {problem}"
@@ -319,21 +332,23 @@ class _Launcher:
         if group is None:
             if inside:
                 return "no step of this group ran before the capture (run warm-up steps first, as torch asks)"
-            group = self.groups[key] = _Group(lists[0][0].device, dtype, constants, program, t)
+            group = self.groups[key] = _Group(lists[0][0].device, dtype, constants, program, t, state)
         else:
-            changed = group.changes(constants, program, t)
+            changed = group.changes(constants, program, t, state)
             if changed and inside:
                 return f"{' and '.join(changed)} changed on the host since the last step"
             if changed:
-                group.write(constants, program, t)
+                group.write(constants, program, t, state)
             group.t = t
         triton.note_launch(*step_scalars.run(group.program, group.scalars, group.vector))
         if not triton.apply(rule, lists, values, read_only, vector=group.vector):
             # (nothing of the update written: the count taken back, the host path runs the step; the entries
-            # written are written again at the next step)
+            # written are written again at the next step, the state from the host's then)
             group.scalars.count.sub_(1)
             group.t -= 1
             return f"the Triton kernel of {rule!r} does not take this group"
+        # (the device's state now: each slot's next value, as the host's copy will be after the face's step)
+        group.state = [step_recipes.evaluate(updates[k], t) if k in updates else v for k, v in enumerate(state)]
         return None
 
 

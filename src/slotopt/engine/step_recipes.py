@@ -30,7 +30,7 @@ import torch
 
 from .. import numerics
 
-__all__ = ["Expr", "step", "const", "loaded", "sqrt", "pow", "floor", "cast", "minimum", "less_equal", "greater", "evaluate",
+__all__ = ["Expr", "step", "const", "loaded", "state", "state_values", "sqrt", "pow", "floor", "cast", "minimum", "less_equal", "greater", "evaluate",
            "program", "Program",
            "depends_on_step", "scalars_of", "adam_alpha"]
 
@@ -108,6 +108,14 @@ def loaded(tensor: torch.Tensor, value: Number, dtype: torch.dtype) -> Expr:
     return Expr("load", dtype, (float(_NP[dtype](value)), tensor))
 
 
+def state(k: int, value: Number, dtype: torch.dtype) -> Expr:
+    """Slot ``k`` of the group's own device state (a running product the face keeps on the host, TF1's
+    ``beta1_power``), a number of ``dtype``; ``value``: what the host holds this step. A program's ``updates``
+    write each slot's next value after its entries are computed."""
+    dtype = _dtype(dtype)
+    return Expr("state", dtype, (float(_NP[dtype](value)), int(k)))
+
+
 def sqrt(x: Expr) -> Expr:
     """The correctly rounded square root."""
     return Expr("sqrt", x.dtype, (x,))
@@ -145,9 +153,22 @@ def cast(x: Expr, dtype: torch.dtype) -> Expr:
     return x if dtype == x.dtype else Expr("cast", dtype, (x,))
 
 
+def state_values(exprs: Any) -> dict[int, float]:
+    """The host's value of each state slot the trees read (``state`` leaves), by slot."""
+    found: dict[int, float] = {}
+    pending = list(exprs)
+    while pending:
+        x = pending.pop()
+        if x.op == "state":
+            found[x.args[1]] = x.args[0]
+        elif x.op not in ("const", "load", "step"):
+            pending.extend(x.args)
+    return found
+
+
 def depends_on_step(x: Expr) -> bool:
     """Whether ``x`` changes with the step count (else it is a constant of the configuration)."""
-    return x.op in ("step", "load") or (x.op != "const" and any(
+    return x.op in ("step", "load", "state") or (x.op != "const" and any(
         depends_on_step(a) for a in x.args if isinstance(a, Expr)))
 
 
@@ -168,7 +189,7 @@ def _evaluate(x: Expr, t: int, memo: dict[int, Any]) -> Any:
     if known is not None:
         return known
     kind = _NP[x.dtype]
-    if x.op in ("const", "load"):
+    if x.op in ("const", "load", "state"):
         value = kind(x.args[0])
     elif x.op == "step":
         value = kind(t + x.args[0])
@@ -217,18 +238,27 @@ class Program:
     inputs: tuple[float, ...]
     #: The tensor its ``load`` reads (None: none).
     extra: Optional[torch.Tensor] = None
+    #: (state slot, instruction): each slot's next value, written after the outputs.
+    updates: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def slots(self) -> int:
+        """How many state slots it reads or writes."""
+        used = [k for k, _ in self.updates] + [operands[0] for op, _, operands in self.code if op == "state"]
+        return max(used) + 1 if used else 0
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return self.code, self.outputs
+        return self.code, self.outputs, self.updates
 
     def needs(self) -> set[tuple[str, str]]:
         """The (operation, dtype) pairs the device must have exactly (``pow``: the C library's)."""
         return {(op, dtype) for op, dtype, _ in self.code if op == "pow"}
 
 
-def program(entries: Mapping[int, Expr]) -> Program:
-    """The device program writing ``entries`` (vector position -> tree), common terms computed once."""
+def program(entries: Mapping[int, Expr], updates: Optional[Mapping[int, Expr]] = None) -> Program:
+    """The device program writing ``entries`` (vector position -> tree) and then ``updates`` (state slot -> its
+    next value), common terms computed once."""
     code: list[tuple[str, str, tuple[int, ...]]] = []
     inputs: list[float] = []
     seen: dict[Any, int] = {}
@@ -251,6 +281,12 @@ def program(entries: Mapping[int, Expr]) -> Program:
                 code.append(("input", _NAMES[x.dtype], (len(inputs) - 1,)))
                 seen[key] = len(code) - 1
             return seen[key]
+        if x.op == "state":
+            key = ("state", x.dtype, x.args[1])
+            if key not in seen:
+                code.append(("state", _NAMES[x.dtype], (x.args[1],)))
+                seen[key] = len(code) - 1
+            return seen[key]
         if x.op == "step":
             key = ("step", x.dtype, x.args[0])
             if key not in seen:
@@ -265,7 +301,8 @@ def program(entries: Mapping[int, Expr]) -> Program:
         return seen[key]
 
     outputs = tuple((position, lower(x)) for position, x in sorted(entries.items()))
-    return Program(tuple(code), outputs, tuple(inputs), extra[0] if extra else None)
+    writes = tuple((k, lower(x)) for k, x in sorted((updates or {}).items()))
+    return Program(tuple(code), outputs, tuple(inputs), extra[0] if extra else None, writes)
 
 
 #: The entries that hold the step's learning rate as it is, by name, in every rule that has them (``flag``: read
@@ -274,12 +311,13 @@ _RATE_ENTRIES = (("lr", None), ("weight_decay_lr", "decay"))
 
 
 def scalars_of(opt: Any, rule: str, dtype: torch.dtype,
-               flags: Mapping[str, bool]) -> Optional[tuple[Optional[int], dict[str, Expr]]]:
+               flags: Mapping[str, bool]) -> Optional[tuple[Optional[int], dict[str, Expr], dict[int, Expr]]]:
     """A capturable face's per-step scalars of ``rule`` (``_capture_scalars``, the one form every generation
     takes; what differs is each face's parameters): the host's step count this step (``_capture_count()``, None
     where the face's scalars do not read it) and each entry's tree: the learning rate (``_capture_rate(dtype)``)
     in the rule's rate entries, and the face's own terms (``_capture_terms(rule, dtype, t, lr)``: Adam's alpha,
-    say; None: the rule is not the face's)."""
+    say; None: the rule is not the face's); and the next value of each slot of the group's device state its
+    terms read (``_capture_updates(rule, dtype)``: TF1's beta powers; none by default)."""
     from ..kernels.native.scalars import DESCRIPTIONS
 
     description = DESCRIPTIONS.get(rule)
@@ -292,7 +330,8 @@ def scalars_of(opt: Any, rule: str, dtype: torch.dtype,
         return None
     entries = {name: lr for name, flag in _RATE_ENTRIES if name in names and (flag is None or flags.get(flag))}
     entries.update(terms)
-    return opt._capture_count(), entries
+    updates = getattr(opt, "_capture_updates", None)
+    return opt._capture_count(), entries, (updates(rule, dtype) if updates is not None else {})
 
 
 def adam_alpha(lr: Expr, beta_1: float, beta_2: float, t: Expr) -> Expr:

@@ -234,7 +234,7 @@ def missing(program: Any, device: Optional[torch.device] = None) -> Optional[str
 def source(program: Any, name: str = "advance_program") -> str:
     """The Triton source of ``program``'s kernel: the step count plus one, then each instruction, then each
     output stored at its position of the vector."""
-    lines = [f"def {name}(count_ptr, in_ptr, vec_ptr, d_ptr, e_ptr, ld_ptr, le_ptr, x_ptr):",
+    lines = [f"def {name}(count_ptr, in_ptr, vec_ptr, d_ptr, e_ptr, ld_ptr, le_ptr, x_ptr, st_ptr):",
              "    t = tl.load(count_ptr) + 1",
              "    tl.store(count_ptr, t)"]
     for k, (op, dtype, operands) in enumerate(program.code):
@@ -245,6 +245,8 @@ def source(program: Any, name: str = "advance_program") -> str:
             lines.append(f"    r{k} = (t + {operands[0]}).to({_TYPES[dtype]})")
         elif op == "load":  # (every load before the first store: the state tensor may be the output too)
             lines.append(f"    r{k} = tl.load(x_ptr).to({_TYPES[dtype]})")
+        elif op == "state":
+            lines.append(f"    r{k} = tl.load(st_ptr + {operands[0]}).to({_TYPES[dtype]})")
         else:
             code = _OPS[op][form]
             if code is None:
@@ -252,6 +254,8 @@ def source(program: Any, name: str = "advance_program") -> str:
             lines.append(f"    r{k} = _ftz({code.format(*(f'r{j}' for j in operands))})")
     for position, k in program.outputs:
         lines.append(f"    tl.store(vec_ptr + {position}, r{k}.to(vec_ptr.dtype.element_ty))")
+    for slot, k in program.updates:  # (float64 slots: a float32 value exactly)
+        lines.append(f"    tl.store(st_ptr + {slot}, r{k}.to(tl.float64))")
     return "\n".join(lines) + "\n"
 
 
@@ -281,8 +285,10 @@ class Scalars:
     (float64: the program's constants, exact for float32 ones) and the tables its ``pow`` reads (glibc's powf
     tables; for float64 ``pow``, libm.py's), all made before any capture."""
 
-    def __init__(self, device: torch.device, count: int, inputs: Any, program: Any = None) -> None:
+    def __init__(self, device: torch.device, count: int, inputs: Any, program: Any = None,
+                 state: Any = ()) -> None:
         self.count = torch.tensor([count], dtype=torch.int64, device=device)
+        self.state = torch.tensor([float(v) for v in state] or [0.0], dtype=torch.float64, device=device)
         self.inputs = torch.tensor([float(v) for v in inputs] or [0.0], dtype=torch.float64, device=device)
         self.tables = _tables(device) if available() else (self.inputs, self.count)  # (read by powf only)
         self.libm_tables = (self.inputs, self.count)  # (read by float64 pow only)
@@ -297,7 +303,8 @@ def run(program: Any, scalars: Scalars, vector: torch.Tensor) -> Any:
     scalar vector on the device). Returns the launch's (kernel, grid, arguments, options), for the record."""
     kernel = _program_kernel(program)
     extra = program.extra if program.extra is not None else scalars.inputs  # (read by a load only)
-    arguments = (scalars.count, scalars.inputs, vector, *scalars.tables, *scalars.libm_tables, extra)
+    arguments = (scalars.count, scalars.inputs, vector, *scalars.tables, *scalars.libm_tables, extra,
+                 scalars.state)
     options = {"enable_fp_fusion": False}
     kernel[(1,)](*arguments, **options)
     return kernel, (1,), arguments, options
