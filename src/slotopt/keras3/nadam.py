@@ -64,25 +64,32 @@ class Nadam(MomentOptimizer):
         product = self._u_product
         dtype = product.dtype
         b, d, t = K.literal(self.beta_1, dtype), K.literal(0.96, dtype), self._step_count()
-        before = self._product()
+        before = self._product(t, before=True)
         value = K.evaluate(lambda p, b, d, t: (p * b) * (1.0 - 0.5 * numerics.libm.pow(d, t)), dtype, before, b, d,
                            float(t))
         if capture.active(self) and capture.device_state(
                 self, product, t, value,
                 (R.loaded(product, before, dtype) * b) * (1.0 - 0.5 * R.pow(R.const(d, dtype), R.step(dtype)))):
             _increment_version([product])  # (written on the device by the capturable step's program)
-            self.__dict__["_u_product_host"] = (value, product._version, product)
+            # (the step's values before and after: a step refused after this, during a capture, runs again at
+            # the same t from the same value)
+            self.__dict__["_u_product_host"] = (t, before, value, product._version, product)
             return
         product.fill_(value)
         self.__dict__.pop("_u_product_host", None)
 
-    def _product(self) -> float:
-        """``u_product``'s value: in a capturable step the host's copy of it, where nothing wrote the variable
-        since the last step wrote it on the device (no read of the device: a capture forbids one), else read."""
+    def _product(self, t: Any = None, before: bool = False) -> float:
+        """``u_product``'s value at step ``t`` (``before``: before this step's update): in a capturable step the
+        host's copy, where nothing wrote the variable since a capturable step wrote it on the device (no read
+        of the device: a capture forbids one), else read."""
         product = self._u_product
         held = self.__dict__.get("_u_product_host")
-        if held is not None and held[2] is product and held[1] == product._version:
-            return held[0]
+        if held is not None and held[4] is product and held[3] == product._version:
+            t = self._step_count() if t is None else t
+            if held[0] == t:
+                return held[1] if before else held[2]
+            if held[0] == t - 1 and before:
+                return held[2]
         return float(product)
 
     #: Capturable (engine/capture.py): u_product set on the device by its own program, the schedule's entries
@@ -97,7 +104,7 @@ class Nadam(MomentOptimizer):
         beta_1, decay = R.const(K.cast(self.beta_1, dtype), dtype), R.const(K.cast(0.96, dtype), dtype)
         mu = beta_1 * (1.0 - 0.5 * R.pow(decay, t))
         mu_next = beta_1 * (1.0 - 0.5 * R.pow(decay, R.step(dtype, 1)))
-        p = R.cast(R.loaded(product, self._product(), product.dtype), dtype)
+        p = R.cast(R.loaded(product, self._product(), product.dtype), dtype)  # (after this step's update)
         return dict(mu_next=mu_next, one_minus_mu=1 - mu, one_minus_product=1 - p,
                     one_minus_product_next=1 - p * mu_next,
                     one_minus_beta_2_power=1 - R.pow(R.const(K.cast(self.beta_2, dtype), dtype), t))
