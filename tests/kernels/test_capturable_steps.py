@@ -147,10 +147,12 @@ def test_each_program_s_device_bits_are_the_host_s_evaluation(k):
     for t in range(1, 13):
         step_scalars.run(program, scalars, vector)
         assert int(scalars.count) == t
+        flat = program.host(t)[0]  # (the capturable step's check: the program as the device runs it)
         for position, expr in entries.items():
             device, host = vector[position].item(), R.evaluate(expr, t)
             assert struct.pack(fmt, device) == struct.pack(fmt, host) or (host != host and device != device), \
                 (position, t, device, host)
+            assert struct.pack(fmt, flat[position]) == struct.pack(fmt, host) or (host != host and flat[position] != flat[position])
     assert vector[7] == 7.0  # an entry not in the program is left alone
 
 

@@ -311,19 +311,21 @@ class _Launcher:
         if t is None:  # (a face whose scalars never read the step count: the group's own count)
             t = 1 if group is None else group.t + 1
         at = {e.name: k for k, e in enumerate(entries)}
-        # Checked before anything runs: each entry the device will compute, evaluated here at this step, is the
-        # host path's value (a recipe that is not the face's arithmetic, or constants not its, found now)
-        for entry, expr in named.items():
-            if entry not in at:
-                return f"its per-step scalar {entry!r} is not an entry of {rule!r}"
-            host = step_recipes.evaluate(expr, t)
-            if _bits(host, dtype) != _bits(padded[at[entry]], dtype):
-                return (f"the device's {entry!r} of {rule!r} ({host!r} at step {t}) is not the host path's "
-                        f"({padded[at[entry]]!r})")
+        unknown = [entry for entry in named if entry not in at]
+        if unknown:
+            return f"its per-step scalar {unknown[0]!r} is not an entry of {rule!r}"
         per_step = {at[e]: x for e, x in named.items() if step_recipes.depends_on_step(x)}
         program = step_recipes.program(per_step, updates)
-        held = step_recipes.state_values([*named.values(), *updates.values()])
-        state = [held.get(k, 0.0) for k in range(program.slots)]  # (the host's, this step)
+        outputs, following = program.host(t)  # (the program as the device runs it, on the host)
+        # Checked before anything runs: each entry the device will hold, evaluated here at this step, is the
+        # host path's value (a recipe that is not the face's arithmetic, or constants not its, found now)
+        for entry, expr in named.items():
+            k = at[entry]
+            host = outputs[k] if k in outputs else step_recipes.evaluate(expr, t)
+            if _bits(host, dtype) != _bits(padded[k], dtype):
+                return (f"the device's {entry!r} of {rule!r} ({host!r} at step {t}) is not the host path's "
+                        f"({padded[k]!r})")
+        state = list(program.held)  # (the host's, this step)
         problem = step_scalars.missing(program, None if capturing() else lists[0][0].device)
         if problem is not None:
             return f"a {dtype} group: {problem}"
@@ -348,7 +350,7 @@ class _Launcher:
             group.t -= 1
             return f"the Triton kernel of {rule!r} does not take this group"
         # (the device's state now: each slot's next value, as the host's copy will be after the face's step)
-        group.state = [step_recipes.evaluate(updates[k], t) if k in updates else v for k, v in enumerate(state)]
+        group.state = [following.get(k, v) for k, v in enumerate(state)]
         return None
 
 
@@ -379,7 +381,7 @@ def device_state(opt: Any, tensor: torch.Tensor, t: int, value: float, recipe: s
 
     program = step_recipes.program({0: recipe})
     problem = step_scalars.missing(program, None if capturing() else tensor.device)
-    host = step_recipes.evaluate(recipe, t)
+    host = program.host(t)[0][0]
     if problem is None and _bits(host, tensor.dtype) != _bits(value, tensor.dtype):
         problem = f"the device's value ({host!r} at step {t}) is not the host path's ({value!r})"
     key = ("state", _address(tensor), 1)

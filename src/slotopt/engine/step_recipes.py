@@ -30,23 +30,44 @@ import torch
 
 from .. import numerics
 
-__all__ = ["Expr", "step", "const", "loaded", "state", "state_values", "sqrt", "pow", "floor", "cast", "minimum", "less_equal", "greater", "evaluate",
+__all__ = ["Expr", "step", "const", "loaded", "state", "sqrt", "pow", "floor", "cast", "minimum", "less_equal", "greater", "evaluate",
            "program", "Program",
            "depends_on_step", "scalars_of", "adam_alpha"]
 
 Number = Union[int, float]
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 _NAMES = {torch.float32: "float32", torch.float64: "float64"}
+_DTYPES = {name: dtype for dtype, name in _NAMES.items()}
+_INTERNED: dict[Any, Any] = {}
+_PROGRAMS: dict[Any, Any] = {}
+_INTERNED_MAX = 8192
 
 
-@dataclass(frozen=True)
 class Expr:
     """One operation (``op``) of ``args`` rounded in ``dtype``; leaves: ``step`` (``args``: the offset added to
-    the step count) and ``const`` (``args``: the value, already a number of ``dtype``)."""
+    the step count), ``const`` (``args``: the value, already a number of ``dtype``), ``load`` and ``state``.
+    (A plain class with slots: a step builds a few dozen of them.)"""
 
-    op: str
-    dtype: torch.dtype
-    args: tuple[Any, ...]
+    __slots__ = ("op", "dtype", "args", "__weakref__")
+
+    def __new__(cls, op: str, dtype: torch.dtype, args: tuple[Any, ...]) -> Expr:
+        # Interned: the same operation of the same operands is the same object, so that a face's recipe built
+        # again at the next step is the tree of the last one, and its program is found, not lowered again
+        # (leaves with a step's own value, ``load`` and ``state``, are new each step)
+        key = (op, dtype, tuple(id(a) if isinstance(a, (Expr, torch.Tensor)) else a for a in args))
+        known = _INTERNED.get(key)
+        if known is not None:
+            return known
+        x = object.__new__(cls)
+        x.op, x.dtype, x.args = op, dtype, args
+        if len(_INTERNED) >= _INTERNED_MAX:
+            _INTERNED.clear()  # (bounded: a rate changed at every step makes new trees)
+            _PROGRAMS.clear()
+        _INTERNED[key] = x  # (kept alive here: the ids in the keys stay theirs)
+        return x
+
+    def __repr__(self) -> str:
+        return f"Expr({self.op!r}, {_NAMES.get(self.dtype, self.dtype)}, {self.args!r})"
 
     def _other(self, x: Union[Expr, Number]) -> Expr:
         if isinstance(x, Expr):
@@ -153,28 +174,18 @@ def cast(x: Expr, dtype: torch.dtype) -> Expr:
     return x if dtype == x.dtype else Expr("cast", dtype, (x,))
 
 
-def state_values(exprs: Any) -> dict[int, float]:
-    """The host's value of each state slot the trees read (``state`` leaves), by slot."""
-    found: dict[int, float] = {}
-    pending = list(exprs)
-    while pending:
-        x = pending.pop()
-        if x.op == "state":
-            found[x.args[1]] = x.args[0]
-        elif x.op not in ("const", "load", "step"):
-            pending.extend(x.args)
-    return found
-
-
 def depends_on_step(x: Expr) -> bool:
     """Whether ``x`` changes with the step count (else it is a constant of the configuration)."""
     return x.op in ("step", "load", "state") or (x.op != "const" and any(
         depends_on_step(a) for a in x.args if isinstance(a, Expr)))
 
 
+_TINY = {dtype: kind(np.finfo(kind).tiny) for dtype, kind in _NP.items()}
+_ZERO = {dtype: kind(0.0) for dtype, kind in _NP.items()}
+
+
 def _flushed(value: Any, dtype: torch.dtype) -> Any:
-    tiny = np.finfo(_NP[dtype]).tiny
-    return value * _NP[dtype](0.0) if value != 0 and abs(value) < tiny else value
+    return value * _ZERO[dtype] if value != 0 and abs(value) < _TINY[dtype] else value
 
 
 def evaluate(x: Expr, t: int) -> float:
@@ -182,6 +193,17 @@ def evaluate(x: Expr, t: int) -> float:
     memo: dict[int, Any] = {}
     with np.errstate(all="ignore"):
         return float(_evaluate(x, t, memo))
+
+
+#: Each operation on numpy scalars of its dtype (``kind``), rounded once (numpy's float32 arithmetic is IEEE's).
+_APPLY: dict[str, Any] = {
+    "add": lambda a, kind: a[0] + a[1], "sub": lambda a, kind: a[0] - a[1], "mul": lambda a, kind: a[0] * a[1],
+    "div": lambda a, kind: a[0] / a[1], "neg": lambda a, kind: -a[0], "sqrt": lambda a, kind: np.sqrt(a[0]),
+    "floor": lambda a, kind: np.floor(a[0]), "min": lambda a, kind: np.minimum(a[0], a[1]),
+    "cast": lambda a, kind: kind(a[0]), "le": lambda a, kind: kind(a[0] <= a[1]),
+    "gt": lambda a, kind: kind(a[0] > a[1]),
+    "pow": lambda a, kind: kind(numerics.scalar_pow(float(a[0]), float(a[1]), single=kind is np.float32)),
+}
 
 
 def _evaluate(x: Expr, t: int, memo: dict[int, Any]) -> Any:
@@ -194,34 +216,7 @@ def _evaluate(x: Expr, t: int, memo: dict[int, Any]) -> Any:
     elif x.op == "step":
         value = kind(t + x.args[0])
     else:
-        a = [_evaluate(arg, t, memo) for arg in x.args]
-        if x.op == "add":
-            value = a[0] + a[1]
-        elif x.op == "sub":
-            value = a[0] - a[1]
-        elif x.op == "mul":
-            value = a[0] * a[1]
-        elif x.op == "div":
-            value = a[0] / a[1]
-        elif x.op == "neg":
-            value = -a[0]
-        elif x.op == "sqrt":
-            value = np.sqrt(a[0])
-        elif x.op == "floor":
-            value = np.floor(a[0])
-        elif x.op == "min":
-            value = np.minimum(a[0], a[1])
-        elif x.op == "cast":
-            value = kind(a[0])
-        elif x.op == "le":
-            value = kind(a[0] <= a[1])
-        elif x.op == "gt":
-            value = kind(a[0] > a[1])
-        elif x.op == "pow":
-            value = kind(numerics.scalar_pow(float(a[0]), float(a[1]), single=x.dtype == torch.float32))
-        else:
-            raise AssertionError(x.op)
-        value = _flushed(kind(value), x.dtype)
+        value = _flushed(kind(_APPLY[x.op]([_evaluate(arg, t, memo) for arg in x.args], kind)), x.dtype)
     memo[id(x)] = value
     return value
 
@@ -240,12 +235,31 @@ class Program:
     extra: Optional[torch.Tensor] = None
     #: (state slot, instruction): each slot's next value, written after the outputs.
     updates: tuple[tuple[int, int], ...] = ()
+    #: What the host knows the load reads and each state slot holds this step (its evaluation, :meth:`host`).
+    loaded: float = 0.0
+    held: tuple[float, ...] = ()
 
-    @property
-    def slots(self) -> int:
-        """How many state slots it reads or writes."""
-        used = [k for k, _ in self.updates] + [operands[0] for op, _, operands in self.code if op == "state"]
-        return max(used) + 1 if used else 0
+    def host(self, t: int) -> tuple[dict[int, float], dict[int, float]]:
+        """The program evaluated on the host at step count ``t``, instruction by instruction as the device runs
+        it: each output by vector position, each update by slot."""
+        values: list[Any] = []
+        with np.errstate(all="ignore"):
+            for op, name, operands in self.code:
+                dtype = _DTYPES[name]
+                kind = _NP[dtype]
+                if op == "input":
+                    value = kind(self.inputs[operands[0]])
+                elif op == "step":
+                    value = kind(t + operands[0])
+                elif op == "load":
+                    value = kind(self.loaded)
+                elif op == "state":
+                    value = kind(self.held[operands[0]] if operands[0] < len(self.held) else 0.0)
+                else:
+                    value = _flushed(kind(_APPLY[op]([values[k] for k in operands], kind)), dtype)
+                values.append(value)
+        return ({position: float(values[k]) for position, k in self.outputs},
+                {slot: float(values[k]) for slot, k in self.updates})
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -258,17 +272,31 @@ class Program:
 
 def program(entries: Mapping[int, Expr], updates: Optional[Mapping[int, Expr]] = None) -> Program:
     """The device program writing ``entries`` (vector position -> tree) and then ``updates`` (state slot -> its
-    next value), common terms computed once."""
+    next value), common terms computed once (the same trees: the same program, kept)."""
+    key = (tuple((k, id(x)) for k, x in sorted(entries.items())),
+           tuple((k, id(x)) for k, x in sorted((updates or {}).items())))
+    known = _PROGRAMS.get(key)
+    if known is None:
+        known = _PROGRAMS[key] = _lowered(entries, updates)  # (the trees' ids: interned, alive)
+        if len(_PROGRAMS) >= _INTERNED_MAX:
+            _PROGRAMS.clear()
+    return known
+
+
+def _lowered(entries: Mapping[int, Expr], updates: Optional[Mapping[int, Expr]]) -> Program:
     code: list[tuple[str, str, tuple[int, ...]]] = []
     inputs: list[float] = []
     seen: dict[Any, int] = {}
     extra: list[torch.Tensor] = []
+    loaded: list[float] = [0.0]
+    held: dict[int, float] = {}
 
     def lower(x: Expr) -> int:
         if x.op == "load":
             if extra and extra[0] is not x.args[1]:
                 raise ValueError("a program reads one state tensor")
             extra[:] = [x.args[1]]
+            loaded[0] = x.args[0]
             key: Any = ("load", x.dtype)
             if key not in seen:
                 code.append(("load", _NAMES[x.dtype], ()))
@@ -283,6 +311,7 @@ def program(entries: Mapping[int, Expr], updates: Optional[Mapping[int, Expr]] =
             return seen[key]
         if x.op == "state":
             key = ("state", x.dtype, x.args[1])
+            held[x.args[1]] = x.args[0]
             if key not in seen:
                 code.append(("state", _NAMES[x.dtype], (x.args[1],)))
                 seen[key] = len(code) - 1
@@ -302,7 +331,8 @@ def program(entries: Mapping[int, Expr], updates: Optional[Mapping[int, Expr]] =
 
     outputs = tuple((position, lower(x)) for position, x in sorted(entries.items()))
     writes = tuple((k, lower(x)) for k, x in sorted((updates or {}).items()))
-    return Program(tuple(code), outputs, tuple(inputs), extra[0] if extra else None, writes)
+    slots = tuple(held.get(k, 0.0) for k in range(max([*held, *(k for k, _ in writes)], default=-1) + 1))
+    return Program(tuple(code), outputs, tuple(inputs), extra[0] if extra else None, writes, loaded[0], slots)
 
 
 #: The entries that hold the step's learning rate as it is, by name, in every rule that has them (``flag``: read
