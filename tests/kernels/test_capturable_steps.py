@@ -172,6 +172,16 @@ def test_a_program_s_state_advances_on_the_device_as_on_the_host():
         assert _bits([vector[1], scalars.state[0]]) == _bits([expected, host]), t
 
 
+def test_a_recipe_built_again_is_the_same_tree_and_program_but_a_signed_zero_is_not_zero():
+    f32, t = torch.float32, R.step(torch.float32)
+    alpha = R.adam_alpha(R.const(3e-4, f32), 0.9, 0.999, t)
+    assert R.adam_alpha(R.const(3e-4, f32), 0.9, 0.999, t) is alpha
+    assert R.program({0: alpha}) is R.program({0: alpha}) and R.program({1: alpha}) is not R.program({0: alpha})
+    negative = t * R.const(-0.0, f32)
+    assert negative is not t * R.const(0.0, f32) and _bits([R.evaluate(negative, 3)]) == _bits([-0.0])
+    assert _bits([R.program({0: negative}).host(3)[0][0]]) == _bits([-0.0])
+
+
 def test_recipes_are_the_faces_host_arithmetic():
     """The recipes the faces give against the host functions they stand for, over many steps (the capturable
     steps compare them at each step too, before the first launch)."""

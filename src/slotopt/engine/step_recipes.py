@@ -54,7 +54,8 @@ class Expr:
         # Interned: the same operation of the same operands is the same object, so that a face's recipe built
         # again at the next step is the tree of the last one, and its program is found, not lowered again
         # (leaves with a step's own value, ``load`` and ``state``, are new each step)
-        key = (op, dtype, tuple(id(a) if isinstance(a, (Expr, torch.Tensor)) else a for a in args))
+        key = (op, dtype, tuple(id(a) if isinstance(a, (Expr, torch.Tensor)) else
+                                (a, math.copysign(1.0, a)) if isinstance(a, float) else a for a in args))  # (-0.0)
         known = _INTERNED.get(key)
         if known is not None:
             return known
