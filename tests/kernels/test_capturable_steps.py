@@ -89,6 +89,7 @@ CASES = {
     "sgd-inverse-time": (slotopt.SGD, {"learning_rate": S.InverseTimeDecay(0.1, 2, 0.7), **F64}),
     "rmsprop-piecewise": (slotopt.RMSprop, {"learning_rate": S.PiecewiseConstantDecay([1, 3], [0.1, 0.05, 0.01])}),
     "adagrad-polynomial": (slotopt.Adagrad, {"learning_rate": S.PolynomialDecay(0.1, 4, 0.01, power=0.5)}),
+    "sgd-polynomial-cycle": (slotopt.SGD, {"learning_rate": S.PolynomialDecay(0.1, 2, 0.01, power=2.0, cycle=True)}),
 }
 #: float64 ``pow`` on the device: glibc's double pow from kernels/triton/libm.py, where it is (else refused by
 #: name: test_a_float64_step_needing_pow_is_refused_by_name_during_a_capture)
@@ -197,7 +198,7 @@ def test_recipes_are_the_faces_host_arithmetic():
                  S.InverseTimeDecay(0.1, 2, 0.7), S.InverseTimeDecay(0.1, 5, 0.3, staircase=True),
                  S.PiecewiseConstantDecay([1, 3, 10], [0.1, 0.05, 0.01, 0.002]),
                  S.PiecewiseConstantDecay([2.7], [1.0, 0.5]), S.PolynomialDecay(0.1, 40, 0.01, power=0.5),
-                 S.PolynomialDecay(0.1, 30)]
+                 S.PolynomialDecay(0.1, 30), S.PolynomialDecay(0.1, 7, 0.01, power=2.0, cycle=True)]
     for schedule in schedules:
         recipe = schedule._capture_recipe(lambda dtype: R.step(dtype, -1))
         for step in range(0, 60):
@@ -342,7 +343,7 @@ def test_refusals_name_the_class_the_option_or_the_dtype():
         pass
 
     assert "Custom: its step computes" in _refusal(Custom)
-    for schedule in (S.CosineDecay(0.1, 10), S.PolynomialDecay(0.1, 10, cycle=True)):
+    for schedule in (S.CosineDecay(0.1, 10), S.CosineDecayRestarts(0.1, 10)):
         assert f"`learning_rate={type(schedule).__name__}`" in _refusal(slotopt.Adam, learning_rate=schedule)
 
     class Halved(S.ExponentialDecay):  # (a subclass's arithmetic is its own: no device form)

@@ -30,7 +30,7 @@ import torch
 
 from .. import numerics
 
-__all__ = ["Expr", "step", "const", "loaded", "state", "sqrt", "pow", "floor", "cast", "minimum", "less_equal", "greater", "evaluate",
+__all__ = ["Expr", "step", "const", "loaded", "state", "sqrt", "pow", "floor", "cast", "minimum", "ceil", "equal", "where", "less_equal", "greater", "evaluate",
            "program", "Program",
            "depends_on_step", "scalars_of", "adam_alpha"]
 
@@ -154,6 +154,21 @@ def floor(x: Expr) -> Expr:
     return Expr("floor", x.dtype, (x,))
 
 
+def ceil(x: Expr) -> Expr:
+    """``ceil`` (exact)."""
+    return Expr("ceil", x.dtype, (x,))
+
+
+def equal(x: Expr, y: Union[Expr, Number], dtype: torch.dtype) -> Expr:
+    """``x == y`` as 1 or 0 of ``dtype`` (exact)."""
+    return Expr("eq", _dtype(dtype), (x, x._other(y)))
+
+
+def where(condition: Expr, x: Expr, y: Union[Expr, Number]) -> Expr:
+    """``x`` where ``condition`` (a 1 or 0) is not 0, else ``y``: a selection, no arithmetic."""
+    return Expr("where", x.dtype, (condition, x, x._other(y)))
+
+
 def minimum(x: Expr, y: Union[Expr, Number]) -> Expr:
     """The smaller of two numbers (neither NaN here: the schedules' operands)."""
     return Expr("min", x.dtype, (x, x._other(y)))
@@ -201,6 +216,8 @@ _APPLY: dict[str, Any] = {
     "add": lambda a, kind: a[0] + a[1], "sub": lambda a, kind: a[0] - a[1], "mul": lambda a, kind: a[0] * a[1],
     "div": lambda a, kind: a[0] / a[1], "neg": lambda a, kind: -a[0], "sqrt": lambda a, kind: np.sqrt(a[0]),
     "floor": lambda a, kind: np.floor(a[0]), "min": lambda a, kind: np.minimum(a[0], a[1]),
+    "ceil": lambda a, kind: np.ceil(a[0]), "eq": lambda a, kind: kind(a[0] == a[1]),
+    "where": lambda a, kind: a[1] if a[0] != 0 else a[2],
     "cast": lambda a, kind: kind(a[0]), "le": lambda a, kind: kind(a[0] <= a[1]),
     "gt": lambda a, kind: kind(a[0] > a[1]),
     "pow": lambda a, kind: kind(numerics.scalar_pow(float(a[0]), float(a[1]), single=kind is np.float32)),

@@ -169,7 +169,7 @@ def _capture_learning_rate_refusal(self) -> Any:
         return None  # (a schedule with a device form: computed on the device at each step)
     return (f"`learning_rate={type(lr).__name__}` is evaluated on the host at each step (a number's steps can be "
             "captured, and ExponentialDecay, InverseTimeDecay, PiecewiseConstantDecay and PolynomialDecay "
-            "without `cycle`)")
+            "with or without `cycle`)")
 
 
 def _capture_terms(self, rule: str, dtype: torch.dtype, t: Any, lr: Any) -> Any:

@@ -287,15 +287,18 @@ class PolynomialDecay(LearningRateSchedule):
         return (c["lr0"] - c["end"]) * numerics.libm.pow(c["one"] - p, c["power"]) + c["end"]
 
     def _recipe(self, step_of: Any) -> Any:
-        if self.cycle:
-            return None  # (ceil and a selection: not given a device form yet)
         c = {k: R.const(float(v), v.dtype) for k, v in _cached(
             self, torch.device("cpu"), (self.initial_learning_rate, self.decay_steps, self.end_learning_rate,
                                         self.power), self._constants).items()}
         if c["lr0"].dtype not in (torch.float32, torch.float64):
             return None
-        horizon = c["decay_steps"]
-        p = R.minimum(step_of(c["lr0"].dtype), horizon) / horizon
+        horizon, s = c["decay_steps"], step_of(c["lr0"].dtype)
+        if self.cycle:  # (``__call__``'s order: ceil of the step over the literal, selected at step 0)
+            periods = R.ceil(s / c["decay_steps_literal"])
+            horizon = horizon * R.where(R.equal(s, 0.0, s.dtype), c["one"], periods)
+        else:
+            s = R.minimum(s, horizon)
+        p = s / horizon
         return (c["lr0"] - c["end"]) * R.pow(c["one"] - p, c["power"]) + c["end"]
 
     def get_config(self) -> Dict[str, Any]:

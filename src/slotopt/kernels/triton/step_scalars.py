@@ -182,7 +182,9 @@ def powf(x: torch.Tensor, y: torch.Tensor) -> Optional[torch.Tensor]:
 _OPS: dict[str, tuple[Optional[str], Optional[str]]] = {
     "add": ("{0} + {1}",) * 2, "sub": ("{0} - {1}",) * 2, "mul": ("{0} * {1}",) * 2, "neg": ("-{0}",) * 2,
     "div": ("tl.math.div_rn({0}, {1})", "{0} / {1}"), "sqrt": ("tl.math.sqrt_rn({0})", "tl.sqrt({0})"),
-    "floor": ("tl.floor({0})",) * 2, "min": ("tl.minimum({0}, {1})",) * 2,
+    "floor": ("tl.floor({0})",) * 2, "min": ("tl.minimum({0}, {1})",) * 2, "ceil": ("tl.ceil({0})",) * 2,
+    "where": ("tl.where({0} != 0, {1}, {2})",) * 2,
+    "eq": ("({0} == {1}).to(tl.float32)", "({0} == {1}).to(tl.float64)"),
     "cast": ("{0}.to(tl.float32)", "{0}.to(tl.float64)"),
     "le": ("({0} <= {1}).to(tl.float32)", "({0} <= {1}).to(tl.float64)"),
     "gt": ("({0} > {1}).to(tl.float32)", "({0} > {1}).to(tl.float64)"),
