@@ -168,8 +168,7 @@ def _capture_learning_rate_refusal(self) -> Any:
     if _schedule_recipe(self) is not None:
         return None  # (a schedule with a device form: computed on the device at each step)
     return (f"`learning_rate={type(lr).__name__}` is evaluated on the host at each step (a number's steps can be "
-            "captured, and ExponentialDecay, InverseTimeDecay, PiecewiseConstantDecay and PolynomialDecay "
-            "with or without `cycle`)")
+            "captured, and ExponentialDecay, InverseTimeDecay, PiecewiseConstantDecay and PolynomialDecay)")
 
 
 def _capture_terms(self, rule: str, dtype: torch.dtype, t: Any, lr: Any) -> Any:

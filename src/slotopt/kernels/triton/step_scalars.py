@@ -12,7 +12,10 @@ program's form once. ``beta**t`` in float32 is the C library's ``powf`` (TensorF
 evaluated here from glibc's own tables (``numerics/powf_tables.py``) operation for operation in double
 precision, rounded once to float and flushed to zero when subnormal; the square root and the division correctly
 rounded (``sqrt_rn``, ``div_rn``). A program that needs what the device lacks (float64 ``pow`` before
-``kernels/triton/libm.py`` gives glibc's) is named by :func:`missing` and refused.
+``kernels/triton/libm.py`` gives glibc's) is named by :func:`missing` and refused. A program may read a face's
+one-element state tensor (Nadam's ``u_product``, ``x_ptr``) and its group's own state slots (``st_ptr``: TF1's
+beta powers, float64), writing each slot's next value after its outputs; every load precedes every store.
+:func:`negated` is the capturable step's negation of the gradients (``maximize``), one launch per tensor.
 
 :func:`powf` is the same ``powf`` over a tensor (``numerics.device``'s ``scalar_pow``; the tests prove it bit for
 bit against ``numerics.libm.scalar_pow``), every float32 pair: glibc's special cases (zero, infinite and NaN
