@@ -295,10 +295,11 @@ def program(entries: Mapping[int, Expr], updates: Optional[Mapping[int, Expr]] =
            tuple((k, id(x)) for k, x in sorted((updates or {}).items())))
     known = _PROGRAMS.get(key)
     if known is None:
-        known = _PROGRAMS[key] = _lowered(entries, updates)  # (the trees' ids: interned, alive)
         if len(_PROGRAMS) >= _INTERNED_MAX:
             _PROGRAMS.clear()
-    return known
+        # (the trees kept with it: the ids in its key stay theirs while it is kept)
+        known = _PROGRAMS[key] = (_lowered(entries, updates), (dict(entries), dict(updates or {})))
+    return known[0]
 
 
 def _lowered(entries: Mapping[int, Expr], updates: Optional[Mapping[int, Expr]]) -> Program:
