@@ -361,6 +361,18 @@ def test_refusals_name_the_class_the_option_or_the_dtype():
     assert _refusal(slotopt.Adam, clipnorm=0.0) is None  # (a disabled clipping is no clipping)
 
 
+def test_what_is_capturable_derives_from_the_registry_and_names_rules_with_a_triton_kernel():
+    from slotopt.engine import registry
+    from slotopt.kernels.native.scalars import DESCRIPTIONS
+
+    classes = capture.capturable_classes()
+    assert tuple(classes) == capture.CAPTURABLE
+    assert set(classes.values()) == {r.cls for r in registry.registered() if getattr(r.cls, "_capture_rules", ())}
+    assert {"slotopt.Nadam", "slotopt.legacy.Adamax", "slotopt.v1.AdamOptimizer"} <= set(classes)
+    for name, cls in classes.items():  # (each names its rules: an unknown one would never launch)
+        assert cls._capture_rules and all(rule in kt.RULES and rule in DESCRIPTIONS for rule in cls._capture_rules), name
+
+
 def test_a_float64_step_needing_pow_is_refused_by_name_during_a_capture(monkeypatch):
     """float64 Adam: its alpha needs glibc's double pow on the device (kernels/triton/libm.py's, not there yet):
     outside a capture the host path runs it (same bits); a capture is refused, naming it, and nothing changes."""
