@@ -20,6 +20,7 @@ A tree whose value does not depend on the step is a constant of the configuratio
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -224,6 +225,16 @@ _APPLY: dict[str, Any] = {
 }
 
 
+#: The common operations on Python floats (doubles; rounded to the dtype after: ``_ROUND``).
+_FAST: dict[str, Any] = {
+    "add": lambda a: a[0] + a[1], "sub": lambda a: a[0] - a[1], "mul": lambda a: a[0] * a[1],
+    "div": lambda a: a[0] / a[1], "neg": lambda a: -a[0], "cast": lambda a: a[0],
+    "sqrt": lambda a: math.sqrt(a[0]) if a[0] >= 0.0 or a[0] != a[0] else float("nan"),
+}
+_ROUND = {"float32": lambda x: ctypes.c_float(x).value, "float64": float}
+_TINY_FLOAT = {"float32": float(np.finfo(np.float32).tiny), "float64": float(np.finfo(np.float64).tiny)}
+
+
 def _evaluate(x: Expr, t: int, memo: dict[int, Any]) -> Any:
     known = memo.get(id(x))
     if known is not None:
@@ -259,25 +270,38 @@ class Program:
 
     def host(self, t: int) -> tuple[dict[int, float], dict[int, float]]:
         """The program evaluated on the host at step count ``t``, instruction by instruction as the device runs
-        it: each output by vector position, each update by slot."""
-        values: list[Any] = []
-        with np.errstate(all="ignore"):
-            for op, name, operands in self.code:
-                dtype = _DTYPES[name]
-                kind = _NP[dtype]
-                if op == "input":
-                    value = kind(self.inputs[operands[0]])
-                elif op == "step":
-                    value = kind(t + operands[0])
-                elif op == "load":
-                    value = kind(self.loaded)
-                elif op == "state":
-                    value = kind(self.held[operands[0]] if operands[0] < len(self.held) else 0.0)
-                else:
-                    value = _flushed(kind(_APPLY[op]([values[k] for k in operands], kind)), dtype)
-                values.append(value)
-        return ({position: float(values[k]) for position, k in self.outputs},
-                {slot: float(values[k]) for slot, k in self.updates})
+        it: each output by vector position, each update by slot. (Python floats, each result rounded to its
+        dtype: for ``+ - * /`` and the root a double's result rounded once more to float32 is the float32
+        result, 53 >= 2 * 24 + 2 bits; what raises in Python, a division by zero, takes numpy's.)"""
+        values: list[float] = []
+        for op, name, operands in self.code:
+            if op == "input":
+                value = self.inputs[operands[0]]
+            elif op == "step":
+                value = float(t + operands[0])
+            elif op == "load":
+                value = self.loaded
+            elif op == "state":
+                value = self.held[operands[0]] if operands[0] < len(self.held) else 0.0
+            else:
+                a = [values[k] for k in operands]
+                fast = _FAST.get(op)
+                try:
+                    value = fast(a) if fast is not None else None
+                except (ArithmeticError, ValueError):
+                    value = None
+                if op == "pow":  # (the C library's, of the dtype)
+                    value = numerics.scalar_pow(a[0], a[1], single=name == "float32")
+                if value is None:
+                    kind = _NP[_DTYPES[name]]
+                    with np.errstate(all="ignore"):
+                        value = float(_APPLY[op]([kind(x) for x in a], kind))
+            value = _ROUND[name](value)
+            if value != 0.0 and abs(value) < _TINY_FLOAT[name]:
+                value = math.copysign(0.0, value)  # (flushed, as every operation's result)
+            values.append(value)
+        return ({position: values[k] for position, k in self.outputs},
+                {slot: values[k] for slot, k in self.updates})
 
     @property
     def key(self) -> tuple[Any, ...]:
