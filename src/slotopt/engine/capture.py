@@ -75,12 +75,18 @@ def capturable_classes() -> dict[str, type]:
     (``_capture_scalars``, ``engine/step_recipes.py``); derived from the registry, never listed by hand."""
     from . import registry
 
-    found = {}
-    for registration in registry.registered():
-        cls = registration.cls
-        if getattr(cls, "_capture_rules", ()) and not getattr(cls, "_capture_refusal", None):
-            found[_name(cls)] = cls
-    return found
+    registrations = registry.registered()
+    if _classes[0] != len(registrations):  # (derived again when a face registers more: asked at every step)
+        found = {}
+        for registration in registrations:
+            cls = registration.cls
+            if getattr(cls, "_capture_rules", ()) and not getattr(cls, "_capture_refusal", None):
+                found[_name(cls)] = cls
+        _classes[:] = [len(registrations), found]
+    return dict(_classes[1])
+
+
+_classes: list[Any] = [-1, {}]
 
 
 def __getattr__(name: str) -> Any:
