@@ -97,6 +97,17 @@ POW64 = {
     "adam-f64": (slotopt.Adam, {"learning_rate": 0.01, **F64}),
     "legacy-adam-decay-f64": (slotopt.legacy.Adam, {"learning_rate": 0.01, "decay": 0.1, **F64}),
 }
+#: float32 ``cos`` on the device: glibc's cosf from kernels/triton/libm.py, where it is (else refused by name)
+COSF = {
+    "sgd-cosine": (slotopt.SGD, {"learning_rate": S.CosineDecay(0.1, 4, alpha=0.1)}),
+    "adam-cosine-warmup": (slotopt.Adam, {"learning_rate": S.CosineDecay(0.01, 3, warmup_target=0.05,
+                                                                          warmup_steps=2)}),
+}
+
+
+def _has_cosf():
+    libm = step_scalars._libm()
+    return libm is not None and "cosf" in libm.FUNCTIONS
 IDS = list(CASES)
 
 
@@ -198,7 +209,8 @@ def test_recipes_are_the_faces_host_arithmetic():
                  S.InverseTimeDecay(0.1, 2, 0.7), S.InverseTimeDecay(0.1, 5, 0.3, staircase=True),
                  S.PiecewiseConstantDecay([1, 3, 10], [0.1, 0.05, 0.01, 0.002]),
                  S.PiecewiseConstantDecay([2.7], [1.0, 0.5]), S.PolynomialDecay(0.1, 40, 0.01, power=0.5),
-                 S.PolynomialDecay(0.1, 30), S.PolynomialDecay(0.1, 7, 0.01, power=2.0, cycle=True)]
+                 S.PolynomialDecay(0.1, 30), S.PolynomialDecay(0.1, 7, 0.01, power=2.0, cycle=True),
+                 S.CosineDecay(0.1, 10, alpha=0.1), S.CosineDecay(0.1, 7, warmup_target=0.5, warmup_steps=3)]
     for schedule in schedules:
         recipe = schedule._capture_recipe(lambda dtype: R.step(dtype, -1))
         for step in range(0, 60):
@@ -233,11 +245,13 @@ def _host_step(opt):
         native.capturable_launcher(previous)
 
 
-@pytest.mark.parametrize("case", IDS + list(POW64))
+@pytest.mark.parametrize("case", IDS + list(POW64) + list(COSF))
 def test_capturable_steps_have_the_host_path_s_bits(case):
     if case in POW64 and step_scalars._libm_pow() is None:
         pytest.skip("no device float64 pow here (kernels/triton/libm.py)")
-    cls, kwargs = {**CASES, **POW64}[case]
+    if case in COSF and not _has_cosf():
+        pytest.skip("no device cosf here (kernels/triton/libm.py)")
+    cls, kwargs = {**CASES, **POW64, **COSF}[case]
     a, opt_a = _model(cls, kwargs, True)
     b, opt_b = _model(cls, kwargs, False)
     for step in range(5):
@@ -343,15 +357,14 @@ def test_refusals_name_the_class_the_option_or_the_dtype():
         pass
 
     assert "Custom: its step computes" in _refusal(Custom)
-    for schedule in (S.CosineDecay(0.1, 10), S.CosineDecayRestarts(0.1, 10)):
-        assert f"`learning_rate={type(schedule).__name__}`" in _refusal(slotopt.Adam, learning_rate=schedule)
+    assert "`learning_rate=CosineDecayRestarts`" in _refusal(slotopt.Adam, learning_rate=S.CosineDecayRestarts(0.1, 9))
 
     class Halved(S.ExponentialDecay):  # (a subclass's arithmetic is its own: no device form)
         pass
 
     assert "`learning_rate=Halved`" in _refusal(slotopt.SGD, learning_rate=Halved(0.1, 10, 0.5))
     assert "`learning_rate=function`" in _refusal(slotopt.SGD, learning_rate=lambda: 0.1)
-    assert "`learning_rate=CosineDecay`" in _refusal(slotopt.legacy.SGD, S.CosineDecay(0.1, 10))
+    assert "`learning_rate=CosineDecayRestarts`" in _refusal(slotopt.legacy.SGD, S.CosineDecayRestarts(0.1, 9))
     assert "`clipnorm=1.0`" in _refusal(slotopt.Adam, clipnorm=1.0)
     assert "`use_ema=True`" in _refusal(slotopt.SGD, use_ema=True)
     assert "`gradient_accumulation_steps=2`" in _refusal(slotopt.RMSprop, gradient_accumulation_steps=2)
@@ -359,6 +372,24 @@ def test_refusals_name_the_class_the_option_or_the_dtype():
     assert "torch.float16 variable" in _refusal(slotopt.Adagrad, dtype=torch.float16)
     assert _refusal(slotopt.Adagrad, dtype=torch.float64) is None
     assert _refusal(slotopt.Adam, clipnorm=0.0) is None  # (a disabled clipping is no clipping)
+
+
+def test_a_cosine_schedule_without_a_device_cosf_is_refused_by_name_during_a_capture(monkeypatch):
+    """CosineDecay's rate needs glibc's cosf on the device (kernels/triton/libm.py): where it is not there the
+    host path runs the step (same bits) and a capture is refused naming it."""
+    monkeypatch.setattr(step_scalars, "_libm", lambda: None)
+    kwargs = {"learning_rate": S.CosineDecay(0.1, 4)}
+    ws, opt = _model(slotopt.SGD, kwargs, True)
+    ref_ws, ref = _model(slotopt.SGD, kwargs, False)
+    for w, g in zip([*ws, *ref_ws], _gradients(ws, 0) * 2):
+        w.grad = g
+    opt.step()
+    _host_step(ref)
+    assert all(torch.equal(x, y) for x, y in zip(ws, ref_ws)) and not capture.device_step(opt)
+    monkeypatch.setattr(capture, "capturing", lambda: True)
+    with pytest.raises(capture.CaptureRefused, match=r"slotopt\.SGD .*float32 cos needs the C library's cosf"):
+        opt.step()
+    assert int(opt.iterations) == 1
 
 
 def test_what_is_capturable_derives_from_the_registry_and_names_rules_with_a_triton_kernel():
@@ -376,7 +407,7 @@ def test_what_is_capturable_derives_from_the_registry_and_names_rules_with_a_tri
 def test_a_float64_step_needing_pow_is_refused_by_name_during_a_capture(monkeypatch):
     """float64 Adam: its alpha needs glibc's double pow on the device (kernels/triton/libm.py's, not there yet):
     outside a capture the host path runs it (same bits); a capture is refused, naming it, and nothing changes."""
-    monkeypatch.setattr(step_scalars, "_libm_pow", lambda: None)
+    monkeypatch.setattr(step_scalars, "_libm", lambda: None)
     ws, opt = _model(slotopt.Adam, {"learning_rate": 0.01, **F64}, True)
     ref_ws, ref = _model(slotopt.Adam, {"learning_rate": 0.01, **F64}, False)
     for w, g in zip([*ws, *ref_ws], _gradients(ws, 0) * 2):
@@ -386,7 +417,8 @@ def test_a_float64_step_needing_pow_is_refused_by_name_during_a_capture(monkeypa
     assert all(torch.equal(x, y) for x, y in zip(ws, ref_ws)) and not capture.device_step(opt)
     before = [w.detach().clone() for w in ws]
     monkeypatch.setattr(capture, "capturing", lambda: True)
-    with pytest.raises(capture.CaptureRefused, match=r"slotopt\.Adam .*float64 pow needs the C library's double pow"):
+    with pytest.raises(capture.CaptureRefused, match=r"slotopt\.Adam .*float64 pow needs the C library's pow as a "
+                                                     r"device function"):
         opt.step()
     assert all(torch.equal(w, x) for w, x in zip(ws, before)) and int(opt.iterations) == 1
 

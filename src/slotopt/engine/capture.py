@@ -33,12 +33,14 @@ a program of its own, :func:`device_state`, and read there), ``SGD`` (with or wi
 variables, copied into the group's device state, ``step_recipes.state``, and advanced there as ``_finish``
 advances them). float32 and float64 variables on a CUDA device (CPU tensors under ``TRITON_INTERPRET=1``: how
 the tests prove it), a learning rate that is a number or (Keras 3 and tf.keras) ``ExponentialDecay``,
-``InverseTimeDecay``, ``PiecewiseConstantDecay`` or ``PolynomialDecay`` (staircase or not, ``cycle`` or not),
+``InverseTimeDecay``, ``PiecewiseConstantDecay``, ``PolynomialDecay`` (staircase or not, ``cycle`` or not) or
+``CosineDecay`` (with its warm-up; float32: glibc's ``cosf`` from ``kernels/triton/libm.py``, refused by name
+where that is not there; float64 ``cos`` has no device form),
 with ``weight_decay`` and ``maximize`` (the gradients negated by a device kernel, :func:`negated`).
 
 Anything else is refused by name (:func:`refusal`): another class (Ftrl, Lamb, Adafactor, Muon, tf.keras Nadam
 and Ftrl, TF1 Ftrl and AdagradDA, ...), a subclass of a capturable class or of a schedule, another schedule
-(``CosineDecay``, ``CosineDecayRestarts``: no device ``cosf`` yet) or a callable, clipping, ``use_ema``,
+(``CosineDecayRestarts``: not given a device form yet) or a callable, clipping, ``use_ema``,
 ``loss_scale_factor``, gradient accumulation, an overridden ``update_step``, another dtype. A float64 group
 whose scalars need ``pow`` (float64 Adam, Adamax, a float64 schedule's decay) takes glibc's double ``pow`` from
 ``kernels/triton/libm.py`` (checked against the C library on the device first); where that is not there it

@@ -31,7 +31,7 @@ import torch
 
 from .. import numerics
 
-__all__ = ["Expr", "step", "const", "loaded", "state", "sqrt", "pow", "floor", "cast", "minimum", "ceil", "equal", "where", "less_equal", "greater", "evaluate",
+__all__ = ["Expr", "step", "const", "loaded", "state", "sqrt", "pow", "cos", "floor", "cast", "minimum", "ceil", "equal", "where", "less_equal", "greater", "evaluate",
            "program", "Program",
            "depends_on_step", "scalars_of", "adam_alpha"]
 
@@ -150,6 +150,11 @@ def pow(base: Union[Expr, Number], exponent: Expr) -> Expr:  # noqa: A001 (the C
     return Expr("pow", exponent.dtype, (base, exponent._other(exponent)))
 
 
+def cos(x: Expr) -> Expr:
+    """The C library's ``cosf``/``cos`` (``numerics.cos``)."""
+    return Expr("cos", x.dtype, (x,))
+
+
 def floor(x: Expr) -> Expr:
     """``floor`` (exact)."""
     return Expr("floor", x.dtype, (x,))
@@ -222,6 +227,8 @@ _APPLY: dict[str, Any] = {
     "cast": lambda a, kind: kind(a[0]), "le": lambda a, kind: kind(a[0] <= a[1]),
     "gt": lambda a, kind: kind(a[0] > a[1]),
     "pow": lambda a, kind: kind(numerics.scalar_pow(float(a[0]), float(a[1]), single=kind is np.float32)),
+    "cos": lambda a, kind: kind(float(numerics.cos(torch.tensor(float(a[0]), dtype=torch.float32
+                                                                if kind is np.float32 else torch.float64)))),
 }
 
 
@@ -308,8 +315,8 @@ class Program:
         return self.code, self.outputs, self.updates
 
     def needs(self) -> set[tuple[str, str]]:
-        """The (operation, dtype) pairs the device must have exactly (``pow``: the C library's)."""
-        return {(op, dtype) for op, dtype, _ in self.code if op == "pow"}
+        """The (operation, dtype) pairs the device must have exactly (``pow``, ``cos``: the C library's)."""
+        return {(op, dtype) for op, dtype, _ in self.code if op in ("pow", "cos")}
 
 
 def program(entries: Mapping[int, Expr], updates: Optional[Mapping[int, Expr]] = None) -> Program:

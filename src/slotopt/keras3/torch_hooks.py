@@ -168,7 +168,8 @@ def _capture_learning_rate_refusal(self) -> Any:
     if _schedule_recipe(self) is not None:
         return None  # (a schedule with a device form: computed on the device at each step)
     return (f"`learning_rate={type(lr).__name__}` is evaluated on the host at each step (a number's steps can be "
-            "captured, and ExponentialDecay, InverseTimeDecay, PiecewiseConstantDecay and PolynomialDecay)")
+            "captured, and ExponentialDecay, InverseTimeDecay, PiecewiseConstantDecay, PolynomialDecay and "
+            "CosineDecay)")
 
 
 def _capture_terms(self, rule: str, dtype: torch.dtype, t: Any, lr: Any) -> Any:

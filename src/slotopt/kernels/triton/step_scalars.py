@@ -192,6 +192,7 @@ _OPS: dict[str, tuple[Optional[str], Optional[str]]] = {
     "le": ("({0} <= {1}).to(tl.float32)", "({0} <= {1}).to(tl.float64)"),
     "gt": ("({0} > {1}).to(tl.float32)", "({0} > {1}).to(tl.float64)"),
     "pow": ("_powf({0}, {1}, d_ptr, e_ptr)", "pow({0}, {1}, ld_ptr, le_ptr)"),  # (float64: libm.py's helper)
+    "cos": ("cosf({0}, ld_ptr, le_ptr)", None),  # (libm.py's helper; float64 cos: none)
 }
 _TYPES = {"float32": "tl.float32", "float64": "tl.float64"}
 _programs: dict[Any, Any] = {}
@@ -199,8 +200,9 @@ _programs: dict[Any, Any] = {}
 
 def _libm() -> Optional[Any]:
     """``kernels/triton/libm.py`` (the C library's functions as device helpers) when it is there, with the parts
-    a program uses: ``helpers()`` (the ``@triton.jit`` functions, ``pow(x, y, d_ptr, e_ptr)`` in float64),
-    ``tables(device)`` and ``prepare(device)`` (each function checked against the C library on the device)."""
+    a program uses: ``helpers()`` (the ``@triton.jit`` functions: ``pow(x, y, d_ptr, e_ptr)`` in float64,
+    ``cosf(x, d_ptr, e_ptr)`` in float32), ``tables(device)``, ``prepare(device)`` (each function checked against
+    the C library on the device) and ``FUNCTIONS``."""
     import importlib
     import importlib.util
 
@@ -208,31 +210,43 @@ def _libm() -> Optional[Any]:
         return None
     module = importlib.import_module(f"{__package__}.libm")
     if not all(callable(getattr(module, name, None)) for name in ("helpers", "tables", "prepare", "available")) \
-            or "pow" not in getattr(module, "FUNCTIONS", {}):
+            or not isinstance(getattr(module, "FUNCTIONS", None), dict) or not module.available():
         return None
     return module
+
+
+#: The device functions of libm.py a program's operation takes, by (operation, dtype).
+_LIBM = {("pow", "float64"): "pow", ("cos", "float32"): "cosf"}
 
 
 def _libm_pow() -> Optional[Any]:
     """The device ``pow`` with glibc's double bits, when ``kernels/triton/libm.py`` gives it here."""
     module = _libm()
-    return module if module is not None and module.available() else None
+    return module if module is not None and "pow" in module.FUNCTIONS else None
+
+
+def _uses_libm(program: Any) -> bool:
+    return any(need in _LIBM for need in program.needs())
 
 
 def missing(program: Any, device: Optional[torch.device] = None) -> Optional[str]:
     """What the device lacks to give ``program`` (an ``engine.step_recipes.Program``) the host's bits, by name,
-    or None: float32 ``pow`` needs glibc's powf tables, float64 ``pow`` glibc's ``pow`` as a device function
-    (given ``device``: checked there against the C library, outside a capture: ``libm.prepare``)."""
+    or None: float32 ``pow`` needs glibc's powf tables; float64 ``pow`` and float32 ``cos`` glibc's ``pow`` and
+    ``cosf`` as device functions (``kernels/triton/libm.py``; given ``device``: checked there against the C
+    library, outside a capture: ``libm.prepare``); float64 ``cos`` has no device form."""
     for op, dtype in sorted(program.needs()):
         if op == "pow" and dtype == "float32" and not available():
             return "powf needs the C library's tables on the device (glibc's not found here)"
-        if op == "pow" and dtype == "float64":
-            module = _libm_pow()
-            if module is None:
-                return ("float64 pow needs the C library's double pow as a device function (kernels/triton/"
-                        "libm.py `pow`), not there yet")
-            if device is not None and not module.prepare(device).get("pow"):
-                return "float64 pow: the device's does not give this C library's bits here (libm.verify)"
+        if op == "cos" and dtype == "float64":
+            return "float64 cos has no device form (glibc's IBM cos: not done)"
+        name = _LIBM.get((op, dtype))
+        if name is not None:
+            module = _libm()
+            if module is None or name not in module.FUNCTIONS:
+                return (f"{dtype} {op} needs the C library's {name} as a device function (kernels/triton/libm.py "
+                        f"`{name}`), not there yet")
+            if device is not None and not module.prepare(device).get(name):
+                return f"{dtype} {op}: the device's {name} does not give this C library's bits here (libm.verify)"
     return None
 
 
@@ -278,7 +292,7 @@ def _program_kernel(program: Any) -> Any:
         filename = f"<slotopt.kernels.triton step scalars {name}>"
         linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
         namespace = dict(globals())
-        if ("pow", "float64") in program.needs():
+        if _uses_libm(program):
             namespace.update(_libm().helpers())  # (missing() said it is there)
         exec(compile(text, filename, "exec"), namespace)  # noqa: S102 (our own source)
         kernel = _programs[key] = triton.jit(namespace[name])
@@ -287,8 +301,8 @@ def _program_kernel(program: Any) -> Any:
 
 class Scalars:
     """One group's device inputs for a program: ``count`` (int64, the step count of its last step), ``inputs``
-    (float64: the program's constants, exact for float32 ones) and the tables its ``pow`` reads (glibc's powf
-    tables; for float64 ``pow``, libm.py's), all made before any capture."""
+    (float64: the program's constants, exact for float32 ones) and the tables its ``pow`` and ``cos`` read
+    (glibc's powf tables; for libm.py's functions, its), all made before any capture."""
 
     def __init__(self, device: torch.device, count: int, inputs: Any, program: Any = None,
                  state: Any = ()) -> None:
@@ -297,7 +311,7 @@ class Scalars:
         self.inputs = torch.tensor([float(v) for v in inputs] or [0.0], dtype=torch.float64, device=device)
         self.tables = _tables(device) if available() else (self.inputs, self.count)  # (read by powf only)
         self.libm_tables = (self.inputs, self.count)  # (read by float64 pow only)
-        if program is not None and ("pow", "float64") in program.needs():
+        if program is not None and _uses_libm(program):
             held = _libm().tables(device)
             assert held is not None  # (missing() checked them on this device)
             self.libm_tables = held
