@@ -9,7 +9,9 @@
   (ms per replay) against a captured device copy of the same bytes (the floor), and slotopt's step with
   ``capturable=True`` (``engine/capture.py``) captured after warm-up steps and replayed with new gradients written
   in place, against a twin optimizer stepping uncaptured: ms per replay and whether every parameter has the same
-  bits after ``--graph-steps``; a refused configuration (Adam with ``clipnorm``) names itself. On the CPU
+  bits after ``--graph-steps``, and the same identity for one configuration of each other capturable face, option
+  and schedule (:func:`wider_capturable`, on the device only); a refused configuration (Adam with ``clipnorm``)
+  names itself. On the CPU
   (``--dry``) the capture is the interpreter's stand-in (``kernels.triton.recording``/``replay``);
 * ``sync-all``: every optimizer of the parity section (and clipping by a global norm) stepping under
   ``torch.cuda.set_sync_debug_mode("error")``, on tensors of whole packets (the device ``pow``/sums apply) and
@@ -230,9 +232,63 @@ def section_graph(args: argparse.Namespace, workloads: dict[str, list[tuple[int,
             finally:
                 torch.cuda.empty_cache()
     same = sum(bool(r.get("identical")) for r in rows)
+    wider = []  # every other capturable configuration (faces, options, schedules, float64): captured, replayed
+    for name, make in wider_capturable().items():
+        try:
+            wider.append({"config": name, **_slotopt_replay(make, [(4096,), (33,), (1000,)], device, steps)})
+            if not wider[-1]["identical"]:
+                bad.append(f"capturable {name}: a replayed slotopt step differs from the step run anew")
+        except Exception as error:
+            bad.append(f"capturable {name}: {type(error).__name__}: {error}"[:300])
+        finally:
+            torch.cuda.empty_cache()
+    wide = sum(bool(r["identical"]) for r in wider)
+    print(f"  other capturable configurations captured and replayed: {wide}/{len(wider)} bit-identical", flush=True)
     return {"ok": not bad, "summary": f"{len(rows)} captures timed; slotopt captured and replayed: {same}/{len(rows)} "
-            f"bit-identical to uncaptured steps over {steps} steps; a refusal: {refused[:80]}", "failures": bad,
-            "rows": rows, "refused": refused}
+            f"bit-identical to uncaptured steps over {steps} steps (other capturable configurations: "
+            f"{wide}/{len(wider)}); a refusal: {refused[:80]}", "failures": bad, "rows": rows, "wider": wider,
+            "refused": refused}
+
+
+def wider_capturable() -> dict[str, Callable[..., Any]]:
+    """One configuration of each other capturable face, option and schedule (engine/capture.py), by name: a
+    factory ``make(params, capturable=...)``."""
+    import torch
+
+    import slotopt
+
+    s = slotopt.schedules
+    f64 = torch.float64
+    configs: dict[str, tuple[Any, dict[str, Any], Any]] = {
+        "Adamax": (slotopt.Adamax, {"learning_rate": 0.01}, None),
+        "Nadam": (slotopt.Nadam, {"learning_rate": 0.01}, None),
+        "Lion decay": (slotopt.Lion, {"learning_rate": 1e-3, "weight_decay": 0.01}, None),
+        "Adadelta": (slotopt.Adadelta, {"learning_rate": 0.5}, None),
+        "legacy Adam decay": (slotopt.legacy.Adam, {"learning_rate": 0.01, "decay": 0.1}, None),
+        "legacy SGD nesterov": (slotopt.legacy.SGD, {"learning_rate": 0.1, "momentum": 0.9, "nesterov": True}, None),
+        "legacy RMSprop momentum": (slotopt.legacy.RMSprop, {"learning_rate": 0.01, "momentum": 0.5}, None),
+        "legacy Adagrad": (slotopt.legacy.Adagrad, {"learning_rate": 0.1}, None),
+        "v1 GradientDescent": (slotopt.v1.GradientDescentOptimizer, {"learning_rate": 0.1}, None),
+        "v1 Momentum": (slotopt.v1.MomentumOptimizer, {"learning_rate": 0.1, "momentum": 0.9}, None),
+        "v1 RMSProp centered": (slotopt.v1.RMSPropOptimizer, {"learning_rate": 0.01, "centered": True}, None),
+        "v1 Adagrad": (slotopt.v1.AdagradOptimizer, {"learning_rate": 0.1}, None),
+        "Adam maximize": (slotopt.Adam, {"learning_rate": 0.01, "maximize": True}, None),
+        "Adam ExponentialDecay": (slotopt.Adam, {"learning_rate": s.ExponentialDecay(0.01, 3, 0.5)}, None),
+        "RMSprop PiecewiseConstantDecay": (slotopt.RMSprop, {"learning_rate": s.PiecewiseConstantDecay(
+            [3, 10], [0.1, 0.05, 0.01])}, None),
+        "SGD momentum float64": (slotopt.SGD, {"learning_rate": 0.1, "momentum": 0.9}, f64),
+    }
+
+    def factory(cls: Any, kwargs: dict[str, Any], dtype: Any) -> Callable[..., Any]:
+        def make(params: Any, **flags: Any) -> Any:
+            if dtype is not None:
+                for p in params:
+                    p.data = p.data.to(dtype)
+                    p.grad = p.grad.to(dtype)
+            return cls(params, **kwargs, **flags)
+        return make
+
+    return {name: factory(*config) for name, config in configs.items()}
 
 
 def _slotopt_replay(make: Callable[..., Any], shapes: list[tuple[int, ...]], device: str,
@@ -308,6 +364,9 @@ def section_sync_all(args: argparse.Namespace, optimizers: dict[str, Callable[..
                               ("SGD momentum", slotopt.SGD, {"momentum": 0.9}), ("RMSprop", slotopt.RMSprop, {}),
                               ("Adagrad", slotopt.Adagrad, {})):  # capturable steps: their scalars on the device
         everything[f"keras3 {name} capturable"] = lambda p, c=cls, kw=kwargs: c(params=p, capturable=True, **kw)
+    if device == "cuda":  # every other capturable configuration too
+        for name, make in wider_capturable().items():
+            everything[f"capturable {name}"] = lambda p, m=make: m(p, capturable=True)
     layouts = {"whole packets": [(64, 32), (1024,), (8, 16)], "ragged": [(64, 32), (7,), (33, 45)]}
     bad, clean, total = [], 0, 0
     for name, make in everything.items():

@@ -43,9 +43,9 @@ def test_a_step_during_a_capture_is_refused_by_name_and_changes_nothing(monkeypa
 def test_every_optimizer_names_itself_in_its_refusal():
     _, opt = _adam(use_ema=True)
     assert capture.refusal(opt).startswith("slotopt.Adam: `use_ema=True`")
-    assert capture.refusal(slotopt.Nadam([torch.nn.Parameter(torch.zeros(2))])).startswith("slotopt.Nadam: ")
-    legacy = slotopt.legacy.SGD([torch.nn.Parameter(torch.zeros(2))], learning_rate=0.1)
-    assert capture.refusal(legacy).startswith("slotopt.legacy.SGD: ")
+    assert capture.refusal(slotopt.Lamb([torch.nn.Parameter(torch.zeros(2))])).startswith("slotopt.Lamb: ")
+    legacy = slotopt.legacy.Nadam([torch.nn.Parameter(torch.zeros(2))], learning_rate=0.1)
+    assert capture.refusal(legacy).startswith("slotopt.legacy.Nadam: ")
     assert capture.refusal(slotopt.v1.AdamOptimizer).startswith("slotopt.v1.AdamOptimizer: ")  # a class too
 
 

@@ -1,5 +1,5 @@
 """Issue 50: ``capturable=True`` is refused on CUDA parameters whose steps cannot be captured (``capture.refusal``:
-here Keras 3 Adam with ``clipnorm``, and legacy Adam, which has no capturable step), but only
+here Keras 3 and legacy Adam with ``clipnorm``), but only
 those given to the constructor were checked: a later ``build()``, ``add_param_group`` or first ``apply_gradients``
 took CUDA parameters without a word. Every variable that joins is checked now (``OptimizerCore._register_named``).
 
@@ -23,7 +23,8 @@ def _cuda_parameter() -> torch.nn.Parameter:
         return torch.nn.Parameter(torch.empty(3, device="cuda"))
 
 
-FACES = {"keras3": lambda *a, **k: slotopt.Adam(*a, clipnorm=100.0, **k), "legacy": slotopt.legacy.Adam}
+FACES = {"keras3": lambda *a, **k: slotopt.Adam(*a, clipnorm=100.0, **k),
+         "legacy": lambda *a, **k: slotopt.legacy.Adam(*a, clipnorm=100.0, **k)}
 
 
 @pytest.mark.parametrize("face", list(FACES))

@@ -153,7 +153,8 @@ def negate_gradients(opt: Any, pairs: Any, call: Call) -> Any:
         return pairs
     if pairs.plan is not None and type(pairs.grads) is list:
         variables = [pair[1] for pair in pairs]
-        negated = list(zip(torch._foreach_neg(pairs.grads), variables))
+        # (a capturable step on the device: the negation's launches are recorded with the step's)
+        negated = list(zip(capture.negated(opt, pairs.grads) or torch._foreach_neg(pairs.grads), variables))
         again = pairs.plan.fits(negated)  # (fresh dense tensors of the gradients' kinds: fits, unless moved)
         return again if again is not None else negated
     return [(_negated(g), v) for g, v in pairs]

@@ -32,6 +32,7 @@ class Adadelta(Optimizer):
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
 
     _kernel_slots = ("accumulated_grad", "accumulated_delta_var")
+    _capture_rules = ("adadelta",)  # capturable: the rate its only per-step scalar
 
     def __init__(self, learning_rate: LearningRate = 0.001, rho: float = 0.95, epsilon: float = 1e-7,
                  weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None, global_clipnorm: Any = None,

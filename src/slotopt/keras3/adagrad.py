@@ -33,6 +33,7 @@ class Adagrad(Optimizer):
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
 
     _kernel_slots = ("accumulator",)
+    _capture_rules = ("adagrad",)  # capturable: the rate its only per-step scalar
 
     def __init__(self, learning_rate: LearningRate = 0.001, initial_accumulator_value: float = 0.1,
                  epsilon: float = 1e-7, weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,

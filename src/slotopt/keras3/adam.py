@@ -7,6 +7,7 @@ import torch
 from .. import numerics
 from ..engine import checks, registry
 from ..engine import constants as K
+from ..engine import step_recipes as R
 from ..kernels import adam as kernels
 from ..kernels import rows as sparse_rows
 from .optimizer import LearningRate, Optimizer
@@ -89,11 +90,13 @@ class Adam(MomentOptimizer):
         if self.amsgrad:
             self._velocity_hats = self.add_optimizer_variables(self._trainable_variables, "velocity_hat")
 
-    #: A capturable step's check of its device inputs (engine/capture.py): the host's alpha from them.
-    _capturable_alpha = staticmethod(adam_alpha)
+    _capture_rules = ("adam",)
 
-    def _capturable_betas(self, dtype: torch.dtype) -> tuple[float, float]:
-        return K.cast(self.beta_1, dtype), K.cast(self.beta_2, dtype)
+    def _capture_terms(self, rule, dtype, t, lr):
+        """A capturable step's alpha on the device: ``adam_alpha``'s arithmetic over the step count."""
+        if rule != "adam":
+            return super()._capture_terms(rule, dtype, t, lr)
+        return {"alpha": R.adam_alpha(lr, K.cast(self.beta_1, dtype), K.cast(self.beta_2, dtype), t)}
 
     def _update_group(self, params, grads, slots, learning_rate, **terms) -> None:
         dtype = params[0].dtype

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..engine import checks, registry
 from ..engine import constants as K
+from ..engine import step_recipes as R
 from ..kernels import adam as kernels
 from ..kernels import rows as sparse_rows
 from .adam import MomentOptimizer
@@ -33,6 +34,13 @@ class Adamax(MomentOptimizer):
     _update_kernels = (kernels.adamax,)  # compiled: slices take one pass (engine/sparse_pass.py)
 
     _kernel_slots = ("momentum", "norm")
+    _capture_rules = ("adamax",)
+
+    def _capture_terms(self, rule, dtype, t, lr):
+        """A capturable step's bias correction on the device: ``1 - beta_1 ** t`` as ``_update_group``'s."""
+        if rule != "adamax":
+            return super()._capture_terms(rule, dtype, t, lr)
+        return {"one_minus_beta_1_power": 1 - R.pow(R.const(K.cast(self.beta_1, dtype), dtype), t)}
     _sparse_layout = "blocks"
     _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN}  # beta_2 = 1 keeps the running maximum: legitimate
 

@@ -29,6 +29,7 @@ class Lion(Optimizer):
     """
 
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+    _capture_rules = ("lion",)  # capturable: the rate its only per-step scalar
     _update_kernels = (kernels.lion,)  # compiled: slices take one pass (engine/sparse_pass.py)
 
     _kernel_slots = ("momentum",)

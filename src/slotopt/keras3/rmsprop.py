@@ -34,6 +34,7 @@ class RMSprop(Optimizer):
     """
 
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+    _capture_rules = ("rmsprop",)  # capturable: the rate its only per-step scalar
     _update_kernels = (kernels.rmsprop,)  # compiled: slices take one pass (engine/sparse_pass.py)
 
     #: Keras 3 refuses epsilon <= 0 (the square root of a zero second moment would divide by zero).

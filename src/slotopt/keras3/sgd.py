@@ -25,6 +25,7 @@ class SGD(Optimizer):
     """
 
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
+    _capture_rules = ("sgd", "keras_momentum")  # capturable: the rate its only per-step scalar
     _update_kernels = (kernels.sgd, kernels.keras_momentum)  # compiled: slices take one pass (engine/sparse_pass.py)
 
     _fused_weight_decay = True  # Keras 3's weight decay runs in the SGD kernels' pass

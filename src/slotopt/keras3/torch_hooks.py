@@ -132,3 +132,46 @@ def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
         return False
     self._set_or_keep_weights(list(state_dict["variables"]))  # slotopt 0.1's {"config", "variables"}
     return True
+
+
+# A capturable step's per-step scalars (engine/capture.py, engine/step_recipes.py): Keras 3's parameters.
+def _capture_count(self) -> int:
+    return self._step_count()
+
+
+def _capture_rate(self, dtype: torch.dtype) -> Any:
+    """This step's learning rate in ``dtype`` as a recipe: a number's (its variable's value, ``_lr_for``), or a
+    schedule's at ``iterations`` (its device form), cast to ``dtype`` as ``_lr_for`` casts it."""
+    from ..engine import step_recipes as R
+
+    recipe = _schedule_recipe(self)
+    if recipe is None:  # (this parameter group's: its rate is swapped in for its update)
+        return R.const(self._lr_for(self.__dict__["_learning_rate"], dtype), dtype)
+    return R.cast(recipe, dtype)
+
+
+def _schedule_recipe(self) -> Any:
+    from ..engine import step_recipes as R
+    from ..schedules import LearningRateSchedule
+
+    lr = self.__dict__.get("_learning_rate")
+    if not isinstance(lr, LearningRateSchedule):
+        return None
+    offset = self.__dict__.get("_group_step_offset", 0)  # (the schedule reads ``iterations``: t - 1 + offset)
+    return lr._capture_recipe(lambda dtype: R.step(dtype, offset - 1))
+
+
+def _capture_learning_rate_refusal(self) -> Any:
+    lr = self.__dict__.get("_learning_rate")
+    if isinstance(lr, torch.Tensor) and not self._lr_is_driven():
+        return None
+    if _schedule_recipe(self) is not None:
+        return None  # (a schedule with a device form: computed on the device at each step)
+    return (f"`learning_rate={type(lr).__name__}` is evaluated on the host at each step (a number's steps can be "
+            "captured, and ExponentialDecay, InverseTimeDecay, PiecewiseConstantDecay, PolynomialDecay and "
+            "CosineDecay)")
+
+
+def _capture_terms(self, rule: str, dtype: torch.dtype, t: Any, lr: Any) -> Any:
+    """The face's own per-step entries of ``rule`` beside the learning rate (None: not one of its rules)."""
+    return {} if rule in self._capture_rules or rule == "decoupled_weight_decay" else None

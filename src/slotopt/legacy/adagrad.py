@@ -39,6 +39,8 @@ class Adagrad(Optimizer):
         0.5
     """
 
+    _capture_rules = ("adagrad",)  # capturable: the rate its only per-step scalar
+
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
 
     _HAS_AGGREGATE_GRAD = True
@@ -120,6 +122,8 @@ class Adadelta(Optimizer):
         >>> f"{w.item():.6f}"
         '0.999684'
     """
+
+    _capture_rules = ("apply_adadelta",)  # capturable: the rate its only per-step scalar
 
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
 

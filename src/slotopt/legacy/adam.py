@@ -9,6 +9,7 @@ import torch
 from .. import numerics
 from .. import schedules as schedules_module
 from ..engine import checks, registry
+from ..engine import step_recipes as R
 from ..kernels import adam as kernels
 from .hyperparameters import as_scalar, epsilon_or_default, floats, literal_scalar, step_scalar
 from .optimizer import ApplyState, Hyperparameter, Optimizer, grouped_dense
@@ -68,6 +69,15 @@ class Adam(_AdamBase):
         >>> [round(x, 4) for x in w.tolist()], [v.path for v in opt.weights]
         ([0.9, -0.9], ['Adam/iter', 'Adam/w/m', 'Adam/w/v'])
     """
+
+    _capture_rules = ("adam",)
+
+    def _capture_terms(self, rule, dtype, t, lr):
+        """A capturable step's alpha on the device: the dense update's ``lr_t * sqrt(1 - b2p) / (1 - b1p)``."""
+        if rule != "adam":
+            return super()._capture_terms(rule, dtype, t, lr)
+        beta_1, beta_2 = (float(self._get_hyper(name, dtype)) for name in ("beta_1", "beta_2"))
+        return {"alpha": R.adam_alpha(lr, beta_1, beta_2, t)}
 
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
 
@@ -149,6 +159,15 @@ class Adamax(_AdamBase):
         >>> round(w.item(), 4)
         0.5
     """
+
+    _capture_rules = ("adamax",)
+
+    def _capture_terms(self, rule, dtype, t, lr):
+        """A capturable step's scaled rate on the device: the dense update's ``lr_t / (1 - beta_1**t)``."""
+        if rule != "adamax":
+            return super()._capture_terms(rule, dtype, t, lr)
+        beta_1 = R.const(float(self._get_hyper("beta_1", dtype)), dtype)
+        return {"lr": R.const(0.0, dtype), "scaled_lr": lr / (1 - R.pow(beta_1, t))}
 
     _hyperparameter_ranges = {"beta_1": checks.UNIT_OPEN}  # beta_2 = 1 keeps the running maximum
 

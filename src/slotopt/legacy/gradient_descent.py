@@ -36,6 +36,8 @@ class SGD(Optimizer):
         ([-0.25, 3.25], ['momentum'])
     """
 
+    _capture_rules = ("sgd", "keras_momentum")  # capturable: the rate its only per-step scalar
+
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
 
     _HAS_AGGREGATE_GRAD = True

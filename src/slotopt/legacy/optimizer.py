@@ -34,6 +34,7 @@ from ..engine import (
     pipeline,
     plan_cache,
     shards,
+    step_recipes,
     summation,
 )
 from ..engine.core import OptimizerCore, Pair, check_gradient_aggregator, count_step
@@ -148,6 +149,13 @@ class Optimizer(OptimizerCore):
     _current_lr = torch_hooks._current_lr
     _write_learning_rate = torch_hooks._write_learning_rate
     _lr_is_driven = torch_hooks._lr_is_driven
+    # engine/capture.py: a capturable step's scalars (a class is capturable where it names its rules)
+    _capture_rules: tuple[str, ...] = ()
+    _capture_scalars = step_recipes.scalars_of
+    _capture_count = torch_hooks._capture_count
+    _capture_rate = torch_hooks._capture_rate
+    _capture_terms = torch_hooks._capture_terms
+    _capture_learning_rate_refusal = torch_hooks._capture_learning_rate_refusal
     _swap_hyperparameters = torch_hooks._swap_hyperparameters
     _state_counter = torch_hooks._state_counter
     _state_variables = torch_hooks._state_variables

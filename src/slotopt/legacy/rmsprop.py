@@ -38,6 +38,8 @@ class RMSprop(Optimizer):
         9.683772
     """
 
+    _capture_rules = ("rmsprop", "apply_rmsprop")  # capturable: the rate its only per-step scalar
+
     _supports_complex = True  # TensorFlow trains complex64/complex128 variables with it (item 8, issue 24)
 
     _HAS_AGGREGATE_GRAD = True

@@ -104,3 +104,41 @@ def _load_legacy_format(self, state_dict: Mapping[str, Any]) -> bool:
         return False
     self.set_weights(list(state_dict["weights"]))  # slotopt 0.1's {"config", "weights"}
     return True
+
+
+# A capturable step's per-step scalars (engine/capture.py, engine/step_recipes.py): tf.keras's parameters.
+def _capture_count(self) -> int:
+    return int(self.iterations) + 1
+
+
+def _capture_rate(self, dtype: torch.dtype) -> Any:
+    """``_decayed_lr`` as a recipe: the rate (a schedule's at ``iterations``) cast to ``dtype``, divided by
+    ``1 + decay * iterations``."""
+    from ..engine import step_recipes as R
+    from .hyperparameters import as_scalar
+
+    value = self._hyper.get("learning_rate")
+    if isinstance(value, schedules_module.LearningRateSchedule):  # at ``float(iterations)``, then cast
+        lr = R.cast(value._capture_recipe(lambda d: R.step(d, -1)), dtype)
+    else:
+        lr = R.const(float(self._get_hyper("learning_rate", dtype)), dtype)
+    if self._initial_decay > 0.0:
+        lr = lr / (1.0 + R.const(float(as_scalar(self._initial_decay, dtype)), dtype) * R.step(dtype, -1))
+    return lr
+
+
+def _capture_learning_rate_refusal(self) -> Any:
+    from ..engine import step_recipes as R
+
+    value = self._hyper.get("learning_rate")
+    if isinstance(value, schedules_module.LearningRateSchedule) \
+            and value._capture_recipe(lambda d: R.step(d, -1)) is not None:
+        return None  # (a schedule with a device form: computed on the device at each step)
+    if self._lr_is_driven():
+        return (f"`learning_rate={type(self._hyper.get('learning_rate')).__name__}` is evaluated on the host at "
+                "each step (a number's steps can be captured)")
+    return None
+
+
+def _capture_terms(self, rule: str, dtype: torch.dtype, t: Any, lr: Any) -> Any:
+    return {} if rule in self._capture_rules else None

@@ -36,6 +36,20 @@ class LearningRateSchedule:
             f"Learning rate schedule '{type(self).__name__}' must override `__call__(self, step)`."
         )
 
+    #: The class whose arithmetic ``_recipe`` describes (a subclass of it has none: its own may differ).
+    _recipe_of: Any = None
+
+    def _capture_recipe(self, step_of: Any) -> Any:
+        """This schedule's value as a per-step recipe of the step (``engine/step_recipes.py``; ``step_of(dtype)``:
+        the iteration count the schedule is called with, as a number of ``dtype``), for a capturable step that
+        computes it on the device; None where it has no exact device form (the step is refused, by name)."""
+        if type(self) is not self._recipe_of:  # (a subclass's arithmetic is its own)
+            return None
+        return self._recipe(step_of)
+
+    def _recipe(self, step_of: Any) -> Any:
+        return None
+
     def get_config(self) -> Dict[str, Any]:
         raise NotImplementedError(
             f"Learning rate schedule '{type(self).__name__}' must override `get_config()` in order to be "

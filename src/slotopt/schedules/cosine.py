@@ -88,6 +88,28 @@ class CosineDecay(LearningRateSchedule):
         cosine = c["half"] * (c["one"] + numerics.cos(c["pi"] * fraction))
         return start * (c["one_minus_alpha"] * cosine + c["alpha"])
 
+    def _recipe(self, step_of: Any) -> Any:
+        # ``__call__``'s arithmetic over recipes (engine/step_recipes.py), ``numerics.cos`` the C library's cos
+        from ..engine import step_recipes as R
+
+        raw = (self.initial_learning_rate, self.decay_steps, self.alpha, self.warmup_target, self.warmup_steps)
+        c = {k: R.const(float(v), v.dtype) for k, v in _cached(self, torch.device("cpu"), raw,
+                                                                self._constants).items()}
+        if c["lr0"].dtype not in (torch.float32, torch.float64):
+            return None
+
+        def decay(x: Any, start: Any) -> Any:
+            cosine = c["half"] * (c["one"] + R.cos(c["pi"] * (x / c["decay_steps"])))
+            return start * (c["one_minus_alpha"] * cosine + c["alpha"])
+
+        s = step_of(c["lr0"].dtype)
+        if self.warmup_target is None:
+            return decay(R.minimum(s, c["decay_steps"]), c["lr0"])
+        lr0, target, warmup_steps = c["lr0"], c["target"], c["warmup_steps"]
+        s = R.minimum(s, c["clip"])
+        warming = (target - lr0) * (s / warmup_steps) + lr0
+        return R.where(R.greater(warmup_steps, s, s.dtype), warming, decay(s - warmup_steps, target))
+
     def __call__(self, step: Step) -> torch.Tensor:
         device = _device_of(step)
         raw = (
@@ -201,3 +223,6 @@ class CosineDecayRestarts(LearningRateSchedule):
             "alpha": self.alpha,
             "name": self.name,
         }
+
+
+CosineDecay._recipe_of = CosineDecay  # (its device form: ``_recipe``; CosineDecayRestarts has none yet)

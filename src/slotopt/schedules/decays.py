@@ -9,6 +9,7 @@ import torch
 
 from .. import numerics
 from ..engine import checks
+from ..engine import step_recipes as R
 from .base import LearningRateSchedule, Number, ScalarLike, Step, _check_config
 from .tensors import (
     _cached,
@@ -74,6 +75,21 @@ class _StepDecay(LearningRateSchedule):
     def _decay(self, c: Dict[str, Any], p: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def _recipe(self, step_of: Any) -> Any:
+        # ``__call__``'s arithmetic over recipes (engine/step_recipes.py): the same constants, the same order
+        c = {k: R.const(float(v), v.dtype) for k, v in _cached(
+            self, torch.device("cpu"), (self.initial_learning_rate, self.decay_steps, self.decay_rate),
+            self._constants).items()}
+        if c["lr0"].dtype not in (torch.float32, torch.float64):
+            return None
+        p = step_of(c["lr0"].dtype) / c["decay_steps"]
+        if self.staircase:
+            p = R.floor(p)
+        return self._decay_recipe(c, p)
+
+    def _decay_recipe(self, c: Dict[str, Any], p: Any) -> Any:
+        return self._decay(c, p)  # (operators only: the host form itself, on recipes)
+
     def get_config(self) -> Dict[str, Any]:
         return {
             "initial_learning_rate": self.initial_learning_rate,
@@ -97,10 +113,14 @@ class ExponentialDecay(_StepDecay):
     0.5
     """
 
+
     _default_name = "ExponentialDecay"
 
     def _decay(self, c: Dict[str, Any], p: torch.Tensor) -> torch.Tensor:
         return c["lr0"] * numerics.libm.pow(c["decay_rate"], p)
+
+    def _decay_recipe(self, c: Dict[str, Any], p: Any) -> Any:
+        return c["lr0"] * R.pow(c["decay_rate"], p)
 
 
 class PiecewiseConstantDecay(LearningRateSchedule):
@@ -119,6 +139,7 @@ class PiecewiseConstantDecay(LearningRateSchedule):
     >>> [float(s(k)) for k in (10, 11, 20, 21)]
     [1.0, 0.5, 0.5, 0.25]
     """
+
 
     def __init__(
         self,
@@ -181,6 +202,23 @@ class PiecewiseConstantDecay(LearningRateSchedule):
             out = out + cond.to(out_dtype) * value
         return out
 
+    def _recipe(self, step_of: Any) -> Any:
+        # Keras 3's integer step (int64): the boundaries as integers, the value a sum of indicator * value
+        # (``__call__``'s order); the comparisons exact in float64 (steps and boundaries below 2**53)
+        c = self._constants(torch.device("cpu"), torch.int64)
+        out_dtype = c["values"][0].dtype
+        if out_dtype not in (torch.float32, torch.float64) or not c["bounds"] \
+                or any(abs(int(b)) >= 2 ** 53 for b in c["bounds"]):
+            return None
+        s = step_of(torch.float64)
+        bounds = [R.const(float(int(b)), torch.float64) for b in c["bounds"]]
+        values = [R.const(float(v), out_dtype) for v in c["values"]]
+        out = R.const(0.0, out_dtype) + R.less_equal(s, bounds[0], out_dtype) * values[0]
+        out = out + R.greater(s, bounds[-1], out_dtype) * values[-1]
+        for lo, hi, value in zip(bounds[:-1], bounds[1:], values[1:-1]):
+            out = out + (R.greater(s, lo, out_dtype) * R.less_equal(s, hi, out_dtype)) * value
+        return out
+
     def get_config(self) -> Dict[str, Any]:
         return {"boundaries": self.boundaries, "values": self.values, "name": self.name}
 
@@ -201,6 +239,7 @@ class PolynomialDecay(LearningRateSchedule):
     >>> float(PolynomialDecay(1.0, 10, end_learning_rate=0.0, cycle=True)(15))
     0.25
     """
+
 
     def __init__(
         self,
@@ -247,6 +286,21 @@ class PolynomialDecay(LearningRateSchedule):
         p = s / horizon
         return (c["lr0"] - c["end"]) * numerics.libm.pow(c["one"] - p, c["power"]) + c["end"]
 
+    def _recipe(self, step_of: Any) -> Any:
+        c = {k: R.const(float(v), v.dtype) for k, v in _cached(
+            self, torch.device("cpu"), (self.initial_learning_rate, self.decay_steps, self.end_learning_rate,
+                                        self.power), self._constants).items()}
+        if c["lr0"].dtype not in (torch.float32, torch.float64):
+            return None
+        horizon, s = c["decay_steps"], step_of(c["lr0"].dtype)
+        if self.cycle:  # (``__call__``'s order: ceil of the step over the literal, selected at step 0)
+            periods = R.ceil(s / c["decay_steps_literal"])
+            horizon = horizon * R.where(R.equal(s, 0.0, s.dtype), c["one"], periods)
+        else:
+            s = R.minimum(s, horizon)
+        p = s / horizon
+        return (c["lr0"] - c["end"]) * R.pow(c["one"] - p, c["power"]) + c["end"]
+
     def get_config(self) -> Dict[str, Any]:
         return {
             "initial_learning_rate": self.initial_learning_rate,
@@ -270,7 +324,13 @@ class InverseTimeDecay(_StepDecay):
     0.5
     """
 
+
     _default_name = "InverseTimeDecay"
 
     def _decay(self, c: Dict[str, Any], p: torch.Tensor) -> torch.Tensor:
         return c["lr0"] / (c["one"] + c["decay_rate"] * p)
+
+
+for _cls in (ExponentialDecay, PiecewiseConstantDecay, PolynomialDecay, InverseTimeDecay):
+    _cls._recipe_of = _cls  # (their device forms: ``_recipe``)
+del _cls

@@ -29,6 +29,8 @@ class AdadeltaOptimizer(BuiltinOptimizer):
         ([0.0], [3.0])
     """
 
+    _capture_rules = ("apply_adadelta",)  # capturable: the rate its only per-step scalar
+
     _kernel_slots = ("accum", "accum_update")
 
     def __init__(self, learning_rate: Any = 0.001, rho: Any = 0.95, epsilon: Any = 1e-8, use_locking: bool = False,

@@ -29,6 +29,8 @@ class AdagradOptimizer(BuiltinOptimizer):
         ([0.75], [4.0])
     """
 
+    _capture_rules = ("apply_adagrad",)  # capturable: the rate its only per-step scalar
+
     _kernel_slots = ("accumulator",)
 
     def __init__(self, learning_rate: Any, initial_accumulator_value: Any = 0.1, use_locking: bool = False,
@@ -70,6 +72,8 @@ class ProximalAdagradOptimizer(BuiltinOptimizer):
         >>> w.tolist()
         [0.75]
     """
+
+    _capture_rules = ("apply_proximal_adagrad",)  # capturable: no per-step scalar
 
     _callable_hypers = False
     _supported_dtypes = (torch.float32, torch.float64)

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from .. import numerics
-from ..engine import checks, registry
+from ..engine import checks, registry, step_recipes
 from ..engine import constants as K
 from ..kernels import adam as kernels
 from .optimizer import BuiltinOptimizer, cast
@@ -40,6 +40,29 @@ class AdamOptimizer(BuiltinOptimizer):
         >>> [v.name for v in opt.variables()]
         ['beta1_power', 'beta2_power', 'w/Adam', 'w/Adam_1']
     """
+
+    #: Capturable (engine/capture.py): the beta powers (host variables) copied into each group's device state,
+    #: alpha computed from them there and each multiplied by its beta after, as ``_finish`` does on the host.
+    _capture_rules = ("adam",)
+
+    def _capture_powers(self) -> list[Any]:
+        powers = self._get_beta_accumulators()
+        return [step_recipes.state(k, float(p), p.dtype) for k, p in enumerate(powers)]
+
+    def _capture_terms(self, rule, dtype, t, lr):
+        """``_constants``' alpha over the group's device copies of the beta powers."""
+        if rule != "adam":
+            return super()._capture_terms(rule, dtype, t, lr)
+        b1p, b2p = (step_recipes.cast(p, dtype) for p in self._capture_powers())
+        return {"alpha": (lr * step_recipes.sqrt(1 - b2p)) / (1 - b1p)}
+
+    def _capture_updates(self, rule, dtype):
+        """``_finish``: each power times its beta, in the power's dtype."""
+        if rule != "adam":
+            return {}
+        powers = self._capture_powers()
+        betas = [float(self._prepared[key].to(p.dtype)) for key, p in zip(("beta1", "beta2"), powers)]
+        return {k: p * step_recipes.const(b, p.dtype) for k, (p, b) in enumerate(zip(powers, betas))}
 
     _kernel_slots = ("m", "v")
 

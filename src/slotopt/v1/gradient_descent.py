@@ -30,6 +30,8 @@ class GradientDescentOptimizer(BuiltinOptimizer):
         [0.5, 1.5]
     """
 
+    _capture_rules = ("sgd",)  # capturable: the rate its only per-step scalar
+
     def __init__(self, learning_rate: Any, use_locking: bool = False, name: str = "GradientDescent") -> None:
         super().__init__(use_locking, name, {"learning_rate": learning_rate})
         self._learning_rate = learning_rate
@@ -73,6 +75,8 @@ class ProximalGradientDescentOptimizer(BuiltinOptimizer):
         >>> w.tolist()
         [0.5, -0.25]
     """
+
+    _capture_rules = ("proximal_gradient_descent",)  # capturable: no per-step scalar
 
     _callable_hypers = False
     _supported_dtypes = (torch.float32, torch.float64)

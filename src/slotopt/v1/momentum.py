@@ -31,6 +31,8 @@ class MomentumOptimizer(BuiltinOptimizer):
         ([-0.25], [1.5])
     """
 
+    _capture_rules = ("momentum",)  # capturable: the rate its only per-step scalar
+
     _kernel_slots = ("momentum",)
 
     def __init__(self, learning_rate: Any, momentum: Any, use_locking: bool = False, name: str = "Momentum",

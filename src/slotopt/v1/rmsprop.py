@@ -33,6 +33,8 @@ class RMSPropOptimizer(BuiltinOptimizer):
         ([0.5], ['momentum', 'rms'])
     """
 
+    _capture_rules = ("apply_rmsprop",)  # capturable: the rate its only per-step scalar
+
     def __init__(self, learning_rate: Any, decay: Any = 0.9, momentum: Any = 0.0, epsilon: Any = 1e-10,
                  use_locking: bool = False, centered: bool = False, name: str = "RMSProp") -> None:
         super().__init__(use_locking, name, {"learning_rate": learning_rate, "decay": decay, "momentum": momentum,

@@ -101,3 +101,24 @@ def _state_variables(self) -> list[torch.Tensor]:
 
 def _call_if_callable(param: Any) -> Any:
     return param() if callable(param) and not isinstance(param, torch.Tensor) else param
+
+
+# A capturable step's per-step scalars (engine/capture.py, engine/step_recipes.py): TF1's parameters.
+def _capture_count(self) -> None:
+    return None  # (no iteration count: TF1's rules here read none; the groups count their own steps)
+
+
+def _capture_rate(self, dtype: torch.dtype) -> Any:
+    from ..engine import step_recipes as R
+
+    return R.const(self._t("learning_rate", dtype), dtype)
+
+
+def _capture_learning_rate_refusal(self) -> Any:
+    if self._lr_is_driven():
+        return "a callable `learning_rate` is evaluated on the host at each step (a number's steps can be captured)"
+    return None
+
+
+def _capture_terms(self, rule: str, dtype: torch.dtype, t: Any, lr: Any) -> Any:
+    return {} if rule in self._capture_rules else None
