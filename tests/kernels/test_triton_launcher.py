@@ -107,7 +107,7 @@ def test_the_prepared_arguments_are_the_compiled_hopper_kernel_s_signature(case,
     # exactly the values Triton's JITFunction.run (3.3 on) hands the launcher: bound_args.values()
     prepared = [*arguments, *found.tail]
     assert len(prepared) == len(bound) and all(a is b for a, b in zip(prepared, bound.values()))
-    assert "constexpr" in compiled.src.signature.values() and found.tail[-1] == options["BLOCK"]
+    assert "constexpr" in compiled.src.signature.values() and found.tail[-1] == options[found.names[-1]]
     # Triton 3.0-3.2: the non-constexpr arguments only, in a signature that lists those only
     older = {k: v for k, v in compiled.src.signature.items() if v != "constexpr" or k in found.names[:len(arguments)]}
     assert launcher.plan(kernel, arguments, options, "non-constexpr", older) == ((), tuple(older))
@@ -243,20 +243,25 @@ def test_a_prepared_step_scalars_launch_calls_the_launcher_as_triton_s_own_route
     monkeypatch.setattr(step_scalars, "_kernels", None)
     if not step_scalars.available():
         pytest.skip("glibc's powf tables not found here")
-    inputs = step_scalars.Inputs(torch.device("cpu"), 0, 0.01, (0.9, 0.999))
+    from slotopt.engine import step_recipes as R
+
+    f32 = torch.float32
+    t = R.step(f32)
+    program = R.program({0: R.adam_alpha(R.const(0.01, f32), 0.9, 0.999, t), 1: R.const(0.01, f32) * t})
+    scalars = step_scalars.Scalars(torch.device("cpu"), 0, program.inputs, program)
     vector = torch.zeros(8, dtype=torch.float32)
     hopper.start()
     for _ in range(3):
-        step_scalars.advance(inputs, vector, lr_at=1, alpha_at=0)
+        step_scalars.run(program, scalars, vector)
     assert hopper() == {"prepared": 2, "normal": 1}
     normal, *prepared = Launcher.calls
     for call in prepared:
         _same_call(normal, call)
     assert normal[:3] == (1, 1, 1)
-    if launcher.form(triton.__version__) == "all":  # the constexprs follow, in signature order (3.3 on)
-        assert normal[9:14] == (inputs.count, inputs.inputs, vector, *inputs.tables) and normal[14:] == (1, -1, 0)
-    else:  # the non-constexpr arguments only (3.0-3.2)
-        assert len(normal) == 14 and normal[9:] == (inputs.count, inputs.inputs, vector, *inputs.tables)
+    arguments = (scalars.count, scalars.inputs, vector, *scalars.tables, *scalars.libm_tables,
+                 program.extra if program.extra is not None else scalars.inputs, scalars.state)
+    # (a program kernel has no constexpr: both calling forms pass exactly its arguments)
+    assert len(normal) == 9 + len(arguments) and all(a is b for a, b in zip(normal[9:], arguments))
 
 
 def test_under_the_interpreter_every_launch_takes_the_normal_route(monkeypatch):
@@ -321,3 +326,28 @@ def test_a_prepared_launch_of_a_small_kernel_calls_the_launcher_as_triton_s_own_
     # a constexpr equal to the prepared one but of another type (Triton compiles another kernel for it)
     launcher.launch(kernel, (2,), (x, y, 64, 0.5), dict(options, TWICE=0))
     assert hopper() == {"prepared": 5, "normal": 5} and launcher.stats()["entries"] == 5
+
+
+def test_a_kernel_that_fails_to_compile_or_launch_falls_back_to_foreach_and_writes_nothing(monkeypatch):
+    """Triton 3.0-3.5 (torch 2.4-2.9) cannot compile some of the kernels (found by running them there): the rule
+    must take its foreach kernel, never raise out of a step, and nothing of the failed launch may be written."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(triton_kernels, "_kernels", None)
+    monkeypatch.setattr(triton_kernels, "_failed", {})
+    name, kernel, roles, kwargs = next(c for c in CASES if c[0] == "sgd")
+    lists = _make_lists(roles, torch.float32, seed=7)
+    before = [t.clone() for t in lists[0]]
+    calls = []
+
+    def failing(*args, **kw):
+        calls.append(1)
+        raise RuntimeError("PassManager::run failed (an older Triton)")
+
+    monkeypatch.setattr(launcher, "launch", failing)
+    values = kernel.scalar_vector(*lists, **kwargs)
+    with pytest.warns(RuntimeWarning, match="failed on Triton .* foreach kernel runs instead"):
+        assert triton_kernels.apply(kernel.rule, lists, values) is False
+    assert all(torch.equal(a, b) for a, b in zip(lists[0], before))
+    assert "sgd" in triton_kernels.failed() and "PassManager" in triton_kernels.failed()["sgd"]
+    assert triton_kernels.apply(kernel.rule, lists, values) is False and len(calls) == 1  # (not tried again)
+    assert "failed here, on foreach: sgd" in triton_kernels.status()

@@ -34,7 +34,7 @@ except ImportError:  # older torch
     _increment_version = torch._C._increment_version  # type: ignore[attr-defined]
 
 __all__ = ["available", "interpreting", "status", "apply", "RULES", "apply_slices", "SLICE_RULES", "launches", "configure",
-           "recording", "replay", "note_launch"]
+           "recording", "replay", "note_launch", "failed"]
 
 BLOCK = table.BLOCK
 configure = table.configure
@@ -43,6 +43,9 @@ _RULES = frozenset(RULES)
 _kernels: Optional[dict[str, Any]] = None
 _import_error: Optional[str] = None
 _launches = 0
+#: Rules whose kernel failed to compile or launch here (another Triton: the kernels are proven on 3.6 and later),
+#: with the error: they take the foreach kernels from then on (a missing form falls back, never crashes).
+_failed: dict[str, str] = {}
 
 
 def available() -> bool:
@@ -71,6 +74,8 @@ def status() -> str:
         return (f"foreach kernels for CUDA tensors (Triton cannot be imported: {_import_error}; "
                 "pip install 'slotopt[triton]')")
     rules = f"{len(RULES)} dense rules + {len(SLICE_RULES)} slice rules"
+    if _failed:
+        rules += f"; failed here, on foreach: {', '.join(sorted(_failed))}"
     if _interpreting():
         return f"Triton multi-tensor kernels under TRITON_INTERPRET=1 ({rules}; the interpreter: for tests, slow)"
     if torch.cuda.is_available():
@@ -125,7 +130,7 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
     """
     global _launches
     first = lists[0]
-    if rule not in _RULES or not first or not available():
+    if rule not in _RULES or not first or rule in _failed or not available():
         return False
     dtype, device = first[0].dtype, first[0].device
     if dtype not in (torch.float32, torch.float64):
@@ -189,12 +194,34 @@ def apply(rule: str, lists: Sequence[Optional[Sequence[torch.Tensor]]], scalars:
         arguments = (launch.addresses, launch.meta, vector, launch.tensors, *values)
         options = dict(flags, BY_VALUE=by_value, ALIGNED=launch.aligned, BLOCK=launch.block, ROW=launch.row,
                        num_warps=launch.warps, enable_fp_fusion=False)
-        with torch.cuda.device(device) if device.type == "cuda" else _nothing():
-            launcher.launch(kernel, (launch.programs,), arguments, options)  # kernel[grid](...), prepared
+        try:
+            with torch.cuda.device(device) if device.type == "cuda" else _nothing():
+                launcher.launch(kernel, (launch.programs,), arguments, options)  # kernel[grid](...), prepared
+        except Exception as error:  # compiling or launching failed: the kernel never ran, nothing is written
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise  # (a capture cannot fall back: the engine names the refusal)
+            _fallen_back(rule, error)
+            return False
         _launches += 1
         note_launch(kernel, (launch.programs,), arguments, options)
     del held
     return True
+
+
+def _fallen_back(rule: str, error: Exception) -> None:
+    import warnings
+
+    import triton
+
+    _failed[rule] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+    warnings.warn(f"slotopt: the Triton kernel of {rule!r} failed on Triton {triton.__version__} ({_failed[rule]}); "
+                  "its foreach kernel runs instead (same bits, more launches). slotopt's Triton kernels are proven "
+                  "on Triton 3.6 and later.", RuntimeWarning, stacklevel=3)
+
+
+def failed() -> dict[str, str]:
+    """The rules whose Triton kernel failed here, with the error (they take the foreach kernels)."""
+    return dict(_failed)
 
 
 def _pinned(tensors: Optional[Sequence[torch.Tensor]], first: Sequence[torch.Tensor], n: int) -> Any:
