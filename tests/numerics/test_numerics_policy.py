@@ -20,7 +20,9 @@ SUSPECT = {"sqrt", "rsqrt", "pow", "float_power", "exp", "exp2", "expm1", "log",
            "sin", "tan", "tanh", "sum", "nansum", "mean", "nanmean", "norm", "vector_norm", "matrix_norm", "dist",
            "logsumexp", "var", "std", "cumsum", "prod"}
 #: Receivers that are TensorFlow's arithmetic (slotopt.numerics and its aliases) or plain Python numbers.
-TRUSTED = {"numerics", "roots", "libm", "eigen", "math"}
+#: ``step_recipes`` (imported as ``R``): a capturable step's per-step scalars as recipes, each operation evaluated
+#: on the host with numerics' functions and on the device by kernels with the same bits (checked before each launch).
+TRUSTED = {"numerics", "roots", "libm", "eigen", "math", "R", "step_recipes"}
 
 #: (module path under src/slotopt, enclosing function, call) -> why its value need not match TensorFlow.
 ALLOWED: dict[tuple[str, str, str], str] = {
